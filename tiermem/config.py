@@ -1,0 +1,132 @@
+"""YAML configs parsed into dataclasses, with `key=value` overrides.
+
+HfArgumentParser/TrlParser handle flat dataclasses and `--flag value` CLIs; our stage configs nest
+(e.g. `llm.answerer.model=...`), so this is a small recursive loader that rejects unknown keys with the
+file and key named. TRL's own config objects (SFTConfig, GRPOConfig) are still built from a `trainer:`
+mapping in the YAML, so TRL validates its own fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit its dataclass."""
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _strip_optional(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _check_scalar(tp: Any, value: Any, where: str) -> Any:
+    if value is None:
+        return value
+    base = _strip_optional(tp)
+    origin = typing.get_origin(base) or base
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    expected = {int: int, float: float, str: str, bool: bool, list: list, dict: dict, tuple: (list, tuple)}
+    kind = expected.get(origin)
+    if kind is not None and (not isinstance(value, kind) or (origin is int and isinstance(value, bool))):
+        raise ConfigError(f"{where}: expected {getattr(base, '__name__', base)}, got {value!r}")
+    if origin is tuple and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build dataclass `cls` from a mapping; nested dataclass fields are built recursively."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        tp = _strip_optional(hints[name])
+        if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+            kwargs[name] = from_dict(tp, value, f"{where}.{name}")
+        else:
+            kwargs[name] = _check_scalar(hints[name], value, f"{where}.{name}")
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return obj
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides") -> dict[str, Any]:
+    """Apply `a.b=value` overrides; values are parsed as YAML scalars (`k=3`, `k=true`, `k=[a,b]`)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{where}: expected key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{where}: {key!r} goes through a non-mapping value")
+        node[parts[-1]] = value
+    return data
+
+
+def parse_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = ()) -> T:
+    data = load_yaml(path) if path else {}
+    where = str(path) if path else cls.__name__
+    data = apply_overrides(data, list(overrides), where=f"{where} (overrides)")
+    return from_dict(cls, data, where)
+
+
+def parse_cli(cls: type[T], argv: list[str], default_config: str | Path | None = None) -> T:
+    """`[--config PATH | PATH.yaml] [key=value ...]` -> dataclass instance."""
+    path: str | Path | None = default_config
+    overrides: list[str] = []
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("--config", "-c"):
+            if not args:
+                raise ConfigError("--config needs a path")
+            path = args.pop(0)
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        elif arg.endswith((".yaml", ".yml")) and "=" not in arg:
+            path = arg
+        else:
+            overrides.append(arg)
+    return parse_config(cls, path, overrides)

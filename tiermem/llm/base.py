@@ -1,0 +1,136 @@
+"""One small interface for every LLM role (summarizer, answerer, planner, judge, teacher)."""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tiermem.llm.cache import ResponseCache
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class ChatResult:
+    text: str
+    input_tokens: int
+    output_tokens: int
+    latency_s: float
+    cached: bool = False
+    model: str = ""
+    # Per generated position: {token: logprob} for the top alternatives, when the backend returns them.
+    top_logprobs: list[dict[str, float]] | None = None
+
+
+class LLMError(RuntimeError):
+    """A call that still failed after retries. Callers record it; it is never a verdict or an answer."""
+
+
+@dataclass
+class LLMStats:
+    new_calls: int = 0
+    cache_hits: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_missing: int = 0  # responses without token usage (counted as 0 tokens, reported)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class LLMConfig:
+    backend: str = "local"  # "local" (in-process transformers) | "openai" (any OpenAI-compatible endpoint)
+    model: str = "packaged:smollm2-135m-instruct"
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1 for `vllm serve`; None = api.openai.com
+    api_key_env: str = "OPENAI_API_KEY"  # name of the variable holding the key; the key is never stored
+    max_concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 4  # the openai client's own exponential backoff
+    max_tokens: int = 256
+    temperature: float = 0.0
+    structured: str = "vllm"  # how to send choice/json constraints: "vllm" | "openai" | "none"
+    cache_path: str | None = None  # SQLite response cache; None = no cache
+    batch_size: int = 8  # local backend generation batch
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("local", "openai"):
+            raise ValueError(f"llm.backend must be 'local' or 'openai', got {self.backend!r}")
+        if self.structured not in ("vllm", "openai", "none"):
+            raise ValueError(f"llm.structured must be vllm|openai|none, got {self.structured!r}")
+
+
+@dataclass
+class CallParams:
+    max_tokens: int
+    temperature: float
+    choices: list[str] | None = None
+    json_schema: dict[str, Any] | None = None
+    logprobs: bool = False
+
+    def key(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LLM(ABC):
+    """Base class: caching and accounting here, generation in `_complete_many` of each backend."""
+
+    backend = "base"
+
+    def __init__(self, model: str, cache: ResponseCache | None = None, max_tokens: int = 256,
+                 temperature: float = 0.0) -> None:
+        self.model = model
+        self.name = f"{self.backend}:{model}"
+        self.cache = cache
+        self.default_max_tokens = max_tokens
+        self.default_temperature = temperature
+        self.stats = LLMStats()
+
+    @abstractmethod
+    def _complete_many(self, batch: list[Messages], params: CallParams) -> list[ChatResult | LLMError]:
+        """Generate for the uncached calls; one ChatResult or LLMError per input, in order."""
+
+    def _key(self, messages: Messages, params: CallParams) -> str:
+        blob = json.dumps([self.backend, self.model, messages, params.key()], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def chat_many(self, batch: list[Messages], *, max_tokens: int | None = None, temperature: float | None = None,
+                  choices: list[str] | None = None, json_schema: dict[str, Any] | None = None,
+                  logprobs: bool = False) -> list[ChatResult | LLMError]:
+        params = CallParams(max_tokens or self.default_max_tokens,
+                            self.default_temperature if temperature is None else temperature,
+                            list(choices) if choices else None, json_schema, logprobs)
+        out: list[ChatResult | LLMError | None] = [None] * len(batch)
+        todo: list[int] = []
+        keys = [self._key(m, params) for m in batch]
+        for i, key in enumerate(keys):
+            hit = self.cache.get(key) if self.cache is not None else None
+            if hit is not None:
+                out[i] = ChatResult(**{**hit, "cached": True})
+                self.stats.cache_hits += 1
+            else:
+                todo.append(i)
+        if todo:
+            fresh = self._complete_many([batch[i] for i in todo], params)
+            for i, res in zip(todo, fresh, strict=True):
+                out[i] = res
+                if isinstance(res, LLMError):
+                    self.stats.errors += 1  # errors are never cached: a rerun retries them
+                    continue
+                self.stats.new_calls += 1
+                self.stats.input_tokens += res.input_tokens
+                self.stats.output_tokens += res.output_tokens
+                if self.cache is not None:
+                    self.cache.put(keys[i], asdict(res) | {"cached": False})
+        return out  # type: ignore[return-value]
+
+    def chat(self, messages: Messages, **kwargs: Any) -> ChatResult:
+        res = self.chat_many([messages], **kwargs)[0]
+        if isinstance(res, LLMError):
+            raise res
+        return res

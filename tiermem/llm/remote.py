@@ -1,0 +1,87 @@
+"""Any OpenAI-compatible endpoint: OpenAI, `vllm serve`, `transformers serve`, llama.cpp's server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from tiermem.llm.base import LLM, CallParams, ChatResult, LLMError, Messages
+from tiermem.llm.cache import ResponseCache
+
+
+class OpenAIChatLLM(LLM):
+    backend = "openai"
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 cache: ResponseCache | None = None, max_tokens: int = 256, temperature: float = 0.0,
+                 max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 4,
+                 structured: str = "vllm", seed: int = 0) -> None:
+        super().__init__(model, cache, max_tokens, temperature)
+        self.name = f"openai:{base_url or 'api.openai.com'}:{model}"
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.structured = structured
+        self.seed = seed
+        # Local servers need no key; the official endpoint does, and says so before any call.
+        self._api_key = os.environ.get(api_key_env) or ("EMPTY" if base_url else None)
+        if self._api_key is None:
+            raise LLMError(f"{self.name}: no API key: set the environment variable {api_key_env}")
+
+    def _request(self, messages: Messages, params: CallParams) -> dict[str, Any]:
+        req: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": params.max_tokens,
+                               "temperature": params.temperature, "seed": self.seed}
+        if params.logprobs:
+            req |= {"logprobs": True, "top_logprobs": 5}
+        if params.choices and self.structured == "vllm":
+            req["extra_body"] = {"structured_outputs": {"choice": params.choices}}
+        elif params.json_schema and self.structured == "vllm":
+            req["extra_body"] = {"structured_outputs": {"json": params.json_schema}}
+        elif params.json_schema and self.structured == "openai":
+            req["response_format"] = {"type": "json_schema",
+                                      "json_schema": {"name": "output", "schema": params.json_schema}}
+        return req
+
+    async def _one(self, client: Any, sem: asyncio.Semaphore, messages: Messages,
+                   params: CallParams) -> ChatResult | LLMError:
+        import openai
+
+        async with sem:
+            started = time.perf_counter()
+            try:
+                resp = await client.chat.completions.create(**self._request(messages, params))
+            except openai.OpenAIError as exc:  # raised after the client's own retries with backoff
+                return LLMError(f"{self.name}: {type(exc).__name__}: {exc}")
+        latency = time.perf_counter() - started
+        if not resp.choices:
+            return LLMError(f"{self.name}: response without choices")
+        choice = resp.choices[0]
+        usage = resp.usage
+        if usage is None:
+            self.stats.usage_missing += 1
+        top = None
+        if params.logprobs and choice.logprobs and choice.logprobs.content:
+            top = [{t.token: t.logprob for t in (pos.top_logprobs or [])} | {pos.token: pos.logprob}
+                   for pos in choice.logprobs.content]
+        return ChatResult(text=(choice.message.content or "").strip(),
+                          input_tokens=usage.prompt_tokens if usage else 0,
+                          output_tokens=usage.completion_tokens if usage else 0,
+                          latency_s=latency, model=self.name, top_logprobs=top)
+
+    async def _run(self, batch: list[Messages], params: CallParams) -> list[ChatResult | LLMError]:
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout_s,
+                                    max_retries=self.max_retries)
+        sem = asyncio.Semaphore(self.max_concurrency)
+        try:
+            return await asyncio.gather(*(self._one(client, sem, m, params) for m in batch))
+        finally:
+            await client.close()
+
+    def _complete_many(self, batch: list[Messages], params: CallParams) -> list[ChatResult | LLMError]:
+        return asyncio.run(self._run(batch, params))

