@@ -22,6 +22,21 @@ STAGES: dict[str, tuple[str, str]] = {
     "demo": ("tiermem.demo:main", "label -> sft -> grpo -> calibrate -> eval on the embedded default"),
 }
 
+# configs/<folder>/*.yaml -> the dataclass each file must parse into (tests/test_configs.py validates them all).
+CONFIG_CLASSES: dict[str, str] = {
+    "label": "labeling.run:LabelConfig",
+    "sft": "router_train.sft:SFTRecipeConfig",
+    "grpo": "router_train.grpo:GRPORecipeConfig",
+    "calibrate": "serving.calibrate:CalibrateConfig",
+    "eval": "router_train.evaluate:EvalConfig",
+    "push": "serving.hub:PushConfig",
+    "serve": "serving.server:ServeConfig",
+    "ingest": "tiermem.ingest:IngestConfig",
+    "memory": "tiermem.memory.runtime:MemoryConfig",
+    "demo": "tiermem.demo:DemoConfig",
+    "bench": "benchmarks.run:BenchConfig",
+}
+
 # Errors that mean "bad input", reported as one line instead of a traceback.
 _USER_ERRORS = (ConfigError, FileNotFoundError, ValueError, PermissionError)
 

@@ -1,0 +1,1 @@
+"""`make bench`: speed and memory benchmarks that print ratios measured side by side in one run."""

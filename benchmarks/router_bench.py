@@ -1,0 +1,122 @@
+"""Router decision speed: fast path (one forward pass, action-token probabilities) vs generate path
+(full JSON), batch sizes 1 and 8, with and without the cached instruction prefix; peak memory.
+
+Same model object, same prompts for every variant, so the ratios compare only the decoding strategy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.common import PeakRSS, ratio, table, time_call
+
+
+@dataclass
+class RouterBenchConfig:
+    enabled: bool = True
+    router: str | None = None  # a trained run dir / hub id; None: the untrained base model below
+    model: str = "packaged:smollm2-135m-instruct"
+    dataset: str | None = "runs/label/dataset"  # real router inputs when it exists; else built from `data`
+    split: str = "test"
+    data: str | None = None  # conversations file for synthetic router inputs; None: the shipped sample
+    n_prompts: int = 16
+    k_summaries: int = 5
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
+    fast_repeats: int = 3  # the fast path is quick: median of several runs
+    max_new_tokens: int = 64  # generate path: room for the contract JSON with a short reason
+
+
+def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str, Any]]], str]:
+    """(questions, summaries, where they came from)."""
+    from pathlib import Path
+
+    if cfg.dataset and Path(cfg.dataset).exists():
+        from router_train.evaluate import load_split
+
+        recs = [r for r in load_split(cfg.dataset, cfg.split) if isinstance(r.get("router_summaries"), list)]
+        if len(recs) >= cfg.n_prompts:
+            recs = recs[: cfg.n_prompts]
+            return ([r["question"] for r in recs], [r["router_summaries"] for r in recs],
+                    f"label dataset {cfg.dataset} ({cfg.split})")
+    from tiermem.data.conversations import load_conversations
+
+    convs = load_conversations(cfg.data)
+    questions, summaries = [], []
+    for conv in convs:
+        turns = conv.turns
+        for i, q in enumerate(conv.questions):
+            start = (i * cfg.k_summaries) % max(1, len(turns) - cfg.k_summaries)
+            window = turns[start: start + cfg.k_summaries]
+            questions.append(q.question)
+            summaries.append([{"text": f"{t.speaker}: {t.text}", "date": t.timestamp} for t in window])
+            if len(questions) == cfg.n_prompts:
+                return questions, summaries, f"questions + raw turns as summaries from {cfg.data or 'the sample'}"
+    if not questions:
+        raise ValueError(f"router bench: no questions in {cfg.data or 'the shipped sample'}")
+    return questions, summaries, f"{len(questions)} questions from {cfg.data or 'the sample'} (fewer than asked)"
+
+
+def run(cfg: RouterBenchConfig) -> dict[str, Any]:
+    from serving import contract
+    from serving.router import LocalRouter
+    from tiermem.models import load_causal_lm
+
+    with PeakRSS() as load_mem:
+        if cfg.router:
+            loaded = LocalRouter.from_pretrained(cfg.router)
+            model, tokenizer, meta, name = loaded.model, loaded.tokenizer, loaded.meta, cfg.router
+        else:
+            model, tokenizer = load_causal_lm(cfg.model)
+            meta, name = None, f"{cfg.model} (untrained: speed only)"
+    questions, summaries, source = router_inputs(cfg)
+    routers = {
+        (mode, cache, bs): LocalRouter(model, tokenizer, meta=meta, mode=mode, prefix_cache=cache, batch_size=bs,
+                                       max_new_tokens=cfg.max_new_tokens)
+        for bs in cfg.batch_sizes for mode, cache in (("fast", True), ("fast", False), ("generate", False))
+    }
+    prompt_tokens = [len(tokenizer(contract.render_prompt(tokenizer, q, s), add_special_tokens=False).input_ids)
+                     for q, s in zip(questions, summaries, strict=True)]
+    # Warm-up once for all variants: the first forward passes pay for lazy init and allocator growth.
+    for router in routers.values():
+        router.route_batch(questions[:1], summaries[:1])
+    rows, results = [], {}
+    decisions: dict[tuple[str, bool, int], list[str]] = {}
+    for (mode, cache, bs), router in routers.items():
+        repeats = cfg.fast_repeats if mode == "fast" else 1
+        with PeakRSS() as mem:
+            timing, out = time_call(lambda r=router: r.route_batch(questions, summaries), repeats=repeats)
+        per_decision_ms = timing.median / len(questions) * 1000
+        decisions[(mode, cache, bs)] = [d.action for d in out]
+        key = f"{mode}{'+prefix_cache' if cache else ''}@bs{bs}"
+        results[key] = {"mode": mode, "prefix_cache": cache, "batch_size": bs, "ms_per_decision": per_decision_ms,
+                        "total_s": timing.seconds, "peak_rss_extra_mb": mem.extra_mb,
+                        "parsed_ok": sum(d.parsed_ok for d in out), "n": len(out)}
+        rows.append([key, per_decision_ms, mem.extra_mb, f"{sum(d.parsed_ok for d in out)}/{len(out)}"])
+    ratios: dict[str, float | None] = {}
+    for bs in cfg.batch_sizes:
+        fast = results[f"fast+prefix_cache@bs{bs}"]["ms_per_decision"]
+        ratios[f"generate / fast (prefix cache) @bs{bs}"] = ratio(results[f"generate@bs{bs}"]["ms_per_decision"], fast)
+        ratios[f"fast without / with prefix cache @bs{bs}"] = ratio(results[f"fast@bs{bs}"]["ms_per_decision"], fast)
+    if len(cfg.batch_sizes) > 1:
+        lo, hi = min(cfg.batch_sizes), max(cfg.batch_sizes)
+        for variant in ("fast+prefix_cache", "generate"):
+            ratios[f"{variant}: bs{lo} / bs{hi} per decision"] = ratio(
+                results[f"{variant}@bs{lo}"]["ms_per_decision"], results[f"{variant}@bs{hi}"]["ms_per_decision"])
+    bs0 = cfg.batch_sizes[0]
+    agree = sum(a == b for a, b in zip(decisions[("fast", True, bs0)], decisions[("generate", False, bs0)],
+                                       strict=True))
+    text = "\n".join([
+        f"router: {name}; prompts: {len(questions)} from {source}; "
+        f"prompt tokens mean {sum(prompt_tokens) / len(prompt_tokens):.0f} (max {max(prompt_tokens)}); "
+        f"generate max_new_tokens={cfg.max_new_tokens}",
+        table(["variant", "ms/decision", "peak RSS +MB", "parsed"], rows),
+        "",
+        table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
+        f"fast vs generate action agreement @bs{bs0}: {agree}/{len(questions)}"
+        + (" (untrained base model: agreement is not a quality figure)" if not cfg.router else ""),
+        f"model load: +{load_mem.extra_mb:.0f} MB RSS",
+    ])
+    return {"name": name, "source": source, "n_prompts": len(questions),
+            "mean_prompt_tokens": sum(prompt_tokens) / len(prompt_tokens), "variants": results, "ratios": ratios,
+            "fast_generate_agreement": agree, "model_load_rss_mb": load_mem.extra_mb, "text": text}

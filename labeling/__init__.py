@@ -1,0 +1,1 @@
+"""Hindsight labeling: benchmark questions -> router training records (ANSWER / ESCALATE)."""

@@ -1,0 +1,204 @@
+"""stats.json and report.md for a labeling run: every number is computed from the committed records."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from labeling.rules import RULES
+from labeling.schema import PATH_COST_FIELDS
+
+SPLITS = ("train", "validation", "test")
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return round(sum(vals) / len(vals), 4) if vals else None
+
+
+def _share(flags: Iterable[Any]) -> float | None:
+    """Share of True among known (non-None) flags."""
+    return _mean(1.0 if f else 0.0 for f in flags if f is not None)
+
+
+def _labels(records: list[dict[str, Any]], rule: str) -> dict[str, Any]:
+    def count(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+        c = Counter(r[f"label_{rule}"] or "dropped" for r in rows)
+        return {k: c.get(k, 0) for k in ("ANSWER", "ESCALATE", "dropped")}
+
+    return {
+        "all": count(records),
+        "by_split": {s: count(r for r in records if r["split"] == s) for s in SPLITS},
+        "by_category": {c: count(r for r in records if r["category"] == c)
+                        for c in sorted({r["category"] for r in records})},
+        "drop_reasons": dict(Counter(r[f"drop_reason_{rule}"] for r in records if not r[f"label_{rule}"])),
+    }
+
+
+def _verdicts(record: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
+    return {v["judge"]: v for v in json.loads(record["judges"])[path]} if record["judges"] else {}
+
+
+def _judge_agreement(good: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in ("summary", "research"):
+        pairs = [(v["lexical"]["correct"], v["llm"]["correct"], v["llm"]["parsed_ok"])
+                 for r in good for v in [_verdicts(r, path)] if "llm" in v]
+        out[path] = {"n": len(pairs), "agreement": _share(a == b for a, b, _ in pairs),
+                     "llm_correct": _share(b for _, b, _ in pairs), "lexical_correct": _share(a for a, _, _ in pairs),
+                     "llm_unparseable": sum(1 for *_, ok in pairs if not ok)}
+    return out
+
+
+def build_stats(records: list[dict[str, Any]], rule: str, llm_judge: bool = False) -> dict[str, Any]:
+    good = [r for r in records if not r["error"]]
+    with_gold = [r for r in good if r["n_gold"]]
+    stats: dict[str, Any] = {
+        "records": len(records),
+        "errors": len(records) - len(good),
+        "error_examples": [{"qid": r["qid"], "error": r["error"]} for r in records if r["error"]][:5],
+        "label_rule": rule,
+        "labels": {name: _labels(good, name) for name in RULES},
+        "kept": {name: sum(1 for r in good if r[f"label_{name}"]) for name in RULES},
+        "records_by_split": {s: sum(1 for r in good if r["split"] == s) for s in SPLITS},
+        "conversations_by_split": {s: sorted({r["conv_id"] for r in records if r["split"] == s}) for s in SPLITS},
+        "accuracy": {
+            name: {"summary": _share(r[f"s_ok_{name}"] for r in good),
+                   "research": _share(r[f"r_ok_{name}"] for r in good),
+                   "research_unknown": sum(1 for r in good if r[f"r_ok_{name}"] is None)}
+            for name in RULES
+        },
+        "mean_f1": {"summary": _mean(r["summary_f1"] for r in good), "research": _mean(r["research_f1"] for r in good)},
+        "cost_per_question": {
+            path: {k: _mean(r[f"cost_{path}_{k}"] for r in good) for k in PATH_COST_FIELDS}
+            for path in ("summary", "research")
+        },
+        "evidence": {
+            "questions_with_gold": len(with_gold),
+            "mean_answer_recall": _mean(r["answer_recall"] for r in good),
+            "gold_turn_share_in_summary_pages": _ratio(with_gold, "gold_in_summary_pages"),
+            "gold_turn_share_in_research_pages": _ratio(with_gold, "gold_in_research_pages"),
+            # questions whose retrieved summaries do not state the gold answer while tier 2 holds every gold turn
+            "unverifiable_omission_rate": _share(not r["s_ok_evidence"] for r in with_gold),
+            "omissions_recovered_by_research": _share(bool(r["r_ok_evidence"]) for r in with_gold
+                                                      if not r["s_ok_evidence"]),
+        },
+        "rule_agreement": {
+            "s_ok_outcome_vs_evidence": _share(r["s_ok_outcome"] == r["s_ok_evidence"] for r in good),
+            "label_agreement_both_labeled": _share(
+                r["label_outcome"] == r["label_evidence"] for r in good if r["label_outcome"] and r["label_evidence"]),
+        },
+        "judges": {"lexical": True, "llm": llm_judge,
+                   "agreement": _judge_agreement(good) if llm_judge else None},
+        "research": {"parse_failures": sum(r["research_parse_failures"] or 0 for r in good),
+                     "stop_reasons": dict(Counter(r["research_stop"] for r in good))},
+    }
+    suff = [json.loads(r["sufficiency"]) | {"rec": r} for r in good if r["sufficiency"]]
+    stats["sufficiency"] = None if not suff else {
+        "n": len(suff), "sufficient": _share(s["sufficient"] for s in suff),
+        "unparseable": sum(1 for s in suff if not s["parsed_ok"]),
+        "agrees_with_s_ok_outcome": _share(s["sufficient"] == s["rec"]["s_ok_outcome"] for s in suff),
+        "agrees_with_s_ok_evidence": _share(s["sufficient"] == s["rec"]["s_ok_evidence"] for s in suff),
+    }
+    taught = [r for r in good if r["teacher"]]
+    stats["teacher"] = None if not taught else {
+        "n": len(taught),
+        "unparseable": sum(1 for r in taught if not json.loads(r["teacher"])["parsed_ok"]),
+        "agreement_with_label": _share(r["teacher_agrees"] for r in taught if r["label"]),
+    }
+    stats["sft_targets"] = dict(Counter(r["sft_source"] for r in good if r["sft_source"]))
+    return stats
+
+
+def _ratio(rows: list[dict[str, Any]], key: str) -> float | None:
+    total = sum(r["n_gold"] for r in rows)
+    return round(sum(r[key] or 0 for r in rows) / total, 4) if total else None
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
+    rule = stats["label_rule"]
+    lines = [
+        "# Labeling report", "",
+        f"- data: `{cfg.data_path or 'shipped sample'}`; {stats['records']} questions, {stats['errors']} errors; "
+        f"elapsed {stats.get('elapsed_s', 'n/a')} s ({stats.get('resumed_records', 0)} records resumed)",
+        f"- labels used: rule **{rule}**, {stats['kept'][rule]} kept of {stats['records'] - stats['errors']} "
+        f"(the other rule keeps {stats['kept']['evidence' if rule == 'outcome' else 'outcome']}); "
+        "both rules are recorded on every record",
+    ]
+    if not stats["judges"]["llm"]:
+        lines.append("- judges: lexical judge alone (LoCoMo F1 >= threshold); no LLM judge is configured, as in "
+                     "the embedded default, because small local models judge at chance")
+    else:
+        lines.append("- judges: lexical AND LLM judge (an answer is correct only if both say so)")
+    lines += ["", "## Label balance", "", "| rule | split | ANSWER | ESCALATE | dropped |", "|---|---|---|---|---|"]
+    for name in RULES:
+        lab = stats["labels"][name]
+        rows = [("all", lab["all"])] + list(lab["by_split"].items())
+        lines += [f"| {name} | {s} | {c['ANSWER']} | {c['ESCALATE']} | {c['dropped']} |" for s, c in rows]
+    lines += ["", "Per category (LoCoMo category numbers):", "", "| rule | category | ANSWER | ESCALATE | dropped |",
+              "|---|---|---|---|---|"]
+    for name in RULES:
+        for cat, c in stats["labels"][name]["by_category"].items():
+            lines.append(f"| {name} | {cat} | {c['ANSWER']} | {c['ESCALATE']} | {c['dropped']} |")
+    lines += ["", "Drop reasons: " + "; ".join(f"{n}: {stats['labels'][n]['drop_reasons']}" for n in RULES)]
+    acc = stats["accuracy"]
+    lines += ["", "## Path accuracy", "", "| rule | summary-only | research | research unknown |", "|---|---|---|---|"]
+    lines += [f"| {n} | {_fmt(acc[n]['summary'])} | {_fmt(acc[n]['research'])} | {acc[n]['research_unknown']} |"
+              for n in RULES]
+    lines += ["", f"Mean LoCoMo F1: summary {_fmt(stats['mean_f1']['summary'])}, "
+              f"research {_fmt(stats['mean_f1']['research'])}."]
+    lines += ["", "## Cost per question (means)", "", "| path | " + " | ".join(PATH_COST_FIELDS) + " |",
+              "|---|" + "---|" * len(PATH_COST_FIELDS)]
+    for p, c in stats["cost_per_question"].items():
+        lines.append(f"| {p} | " + " | ".join(_fmt(c[k]) for k in PATH_COST_FIELDS) + " |")
+    ev = stats["evidence"]
+    lines += ["", "## Evidence signals", "",
+              f"- unverifiable-omission rate: {_fmt(ev['unverifiable_omission_rate'])} (share of the "
+              f"{ev['questions_with_gold']} questions with gold evidence whose retrieved summaries do not state the "
+              f"gold answer by the evidence rule, while tier 2 holds every gold turn); research recovers "
+              f"{_fmt(ev['omissions_recovered_by_research'])} of those",
+              "- gold turns in pages linked to the retrieved summaries: "
+              f"{_fmt(ev['gold_turn_share_in_summary_pages'])}; in pages the research policy read: "
+              f"{_fmt(ev['gold_turn_share_in_research_pages'])}",
+              f"- mean answer recall in the summaries: {_fmt(ev['mean_answer_recall'])}",
+              "", "## Agreement", "",
+              "- summary path correct, outcome vs evidence: "
+              f"{_fmt(stats['rule_agreement']['s_ok_outcome_vs_evidence'])}; labels where both rules label: "
+              f"{_fmt(stats['rule_agreement']['label_agreement_both_labeled'])}"]
+    agree = stats["judges"]["agreement"]
+    lines.append("- lexical vs LLM judge: " + ("n/a (no LLM judge)" if not agree else "; ".join(
+        f"{p}: {_fmt(a['agreement'])} over {a['n']} ({a['llm_unparseable']} unparseable)" for p, a in agree.items())))
+    suff = stats["sufficiency"]
+    lines.append("- sufficiency judge: " + ("not configured" if not suff else
+                 f"{suff['n']} judged, {_fmt(suff['sufficient'])} sufficient, {suff['unparseable']} unparseable "
+                 f"(counted as insufficient); agrees with summary-path correctness: outcome "
+                 f"{_fmt(suff['agrees_with_s_ok_outcome'])}, evidence {_fmt(suff['agrees_with_s_ok_evidence'])}"))
+    teacher = stats["teacher"]
+    lines.append("- teacher: " + ("not configured (SFT targets are the label with a templated rationale)"
+                                  if not teacher else f"{teacher['n']} outputs, {teacher['unparseable']} "
+                                  f"unparseable, agreement with the label {_fmt(teacher['agreement_with_label'])}"))
+    lines.append(f"- SFT targets by source: {stats['sft_targets']}")
+    lines += ["", "## Errors and research loop", "",
+              f"- error records: {stats['errors']} (never turned into verdicts; a rerun retries them)"]
+    lines += [f"  - `{e['qid']}`: {e['error'][:200]}" for e in stats["error_examples"]]
+    lines.append(f"- research: {stats['research']['parse_failures']} unparseable plan/extraction replies; "
+                 f"stop reasons {stats['research']['stop_reasons']}")
+    if stats.get("llm"):
+        lines += ["", "## LLM calls", "", "| model | roles | new calls | cache hits | errors | input tokens | "
+                  "output tokens |", "|---|---|---|---|---|---|---|"]
+        for name, s in stats["llm"].items():
+            lines.append(f"| {name} | {', '.join(s['roles'])} | {s['new_calls']} | {s['cache_hits']} | "
+                         f"{s['errors']} | {s['input_tokens']} | {s['output_tokens']} |")
+    if stats.get("dataset"):
+        lines += ["", f"Dataset splits (by conversation, error records excluded): {stats['dataset']}; "
+                  f"conversations {stats['conversations_by_split']}"]
+    path.write_text("\n".join(lines) + "\n")

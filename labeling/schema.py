@@ -1,0 +1,26 @@
+"""The label record's `datasets` schema: flat columns; nested JSON (judges, sufficiency, teacher) as strings."""
+
+from __future__ import annotations
+
+from datasets import Features, List, Value
+
+_S, _F, _I, _B = Value("string"), Value("float64"), Value("int64"), Value("bool")
+PATH_COST_FIELDS = ("input_tokens", "output_tokens", "llm_calls", "wall_s", "pages_read", "rounds")
+
+ROUTER_SUMMARY = {"unit_id": _S, "text": _S, "score": _F, "date": _S, "page_ids": List(_S)}
+
+FEATURES = Features({
+    "conv_id": _S, "qid": _S, "split": _S, "source": _S, "question": _S, "question_date": _S,
+    "gold_answer": _S, "category": _S, "evidence_ids": List(_S),
+    "router_summaries": List(ROUTER_SUMMARY),  # the router's input, verbatim and in rank order
+    "summary_answer": _S, "research_answer": _S, "research_pages": List(_S), "research_stop": _S,
+    "research_parse_failures": _I, "summary_f1": _F, "research_f1": _F,
+    "judges": _S, "sufficiency": _S,  # JSON strings
+    "s_ok_outcome": _B, "r_ok_outcome": _B, "s_ok_evidence": _B, "r_ok_evidence": _B,
+    "answer_recall": _F, "gold_in_summary_pages": _I, "gold_in_research_pages": _I, "n_gold": _I,
+    "label_outcome": _S, "drop_reason_outcome": _S, "label_evidence": _S, "drop_reason_evidence": _S,
+    "label_rule": _S, "label": _S, "drop_reason": _S, "s_ok": _B, "r_ok": _B,
+    "teacher": _S, "teacher_agrees": _B, "sft_target": _S, "sft_source": _S,  # teacher: JSON string
+    **{f"cost_{path}_{k}": (_F if k == "wall_s" else _I) for path in ("summary", "research") for k in PATH_COST_FIELDS},
+    "label_wall_s": _F, "error": _S,
+})

@@ -1,0 +1,88 @@
+"""Resumable record store: one JSON line per record, appended and fsynced before the next one starts.
+
+Crash safety: a record is either fully on disk (its line ends with a newline) or not at all. A line torn by
+kill -9 in the middle of a write is cut off when the store is reopened; a record whose key was already
+committed is never appended again, except an error record, which a rerun may retry: then the newer record
+for that key replaces the older one when the store is read, so the result holds each key once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+Key = tuple[str, str]
+
+
+def record_key(record: dict[str, Any]) -> Key:
+    return (str(record["conv_id"]), str(record["qid"]))
+
+
+class RecordStore:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.torn_lines = 0
+        self._records: dict[Key, dict[str, Any]] = {}
+        self._load()
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held open for appends)
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        good_end = data.rfind(b"\n") + 1
+        if good_end < len(data):
+            # A torn final line from a killed writer: drop it so the next append starts on a fresh line.
+            self.torn_lines = 1
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good_end)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for lineno, line in enumerate(data[:good_end].decode("utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{self.path}:{lineno}: corrupt record line ({exc})") from None
+            self._records[record_key(record)] = record
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, key: Key) -> dict[str, Any] | None:
+        return self._records.get(key)
+
+    def done(self, key: Key, retry_errors: bool = True) -> bool:
+        """True when the key needs no more work (committed, and not an error to retry)."""
+        record = self._records.get(key)
+        return record is not None and not (retry_errors and record.get("error"))
+
+    def put(self, record: dict[str, Any]) -> None:
+        key = record_key(record)
+        old = self._records.get(key)
+        if old is not None and not old.get("error"):
+            raise ValueError(f"record {key} is already committed; refusing a duplicate")
+        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._records[key] = record
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        return iter(list(self._records.values()))
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

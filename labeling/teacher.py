@@ -1,0 +1,68 @@
+"""Teacher (optional LLM role) and SFT targets.
+
+The teacher sees exactly the router's input (serving.contract.render_messages) and answers in the router's
+contract; its output becomes the SFT target only when its action agrees with the hindsight label. Otherwise,
+or without a teacher, the target is the label with a templated rationale written from the router's point of
+view (what the summaries do or do not state), never mentioning the gold answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from serving import contract
+
+
+@dataclass
+class TeacherOutput:
+    text: str
+    action: str
+    reason: str
+    parsed_ok: bool
+    valid_json: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ask_teacher(llm: Any, question: str, summaries: Sequence[Any], max_tokens: int = 128) -> TeacherOutput:
+    """One teacher call; LLMError propagates (the caller records it, it is never a decision)."""
+    result = llm.chat(contract.render_messages(question, summaries), max_tokens=max_tokens, temperature=0.0)
+    parsed = contract.parse(result.text)
+    return TeacherOutput(result.text, parsed.action, parsed.reason, parsed.parsed_ok, parsed.valid_json)
+
+
+def templated_rationale(label: str, answer_recall: float | None, sufficiency: dict[str, Any] | None) -> str:
+    """A label-consistent reason: the sufficiency judge's reason when it agrees, else a template."""
+    if sufficiency and sufficiency.get("parsed_ok") and sufficiency.get("reason"):
+        if bool(sufficiency.get("sufficient")) == (label == contract.ACTIONS[0]):
+            return str(sufficiency["reason"])
+    if label == "ANSWER":
+        return "A retrieved summary states the answer directly and completely."
+    if answer_recall:
+        return "The summaries mention related facts but not the exact details the question asks for."
+    return "No retrieved summary states the answer; the raw conversation is needed."
+
+
+@dataclass
+class SFTTarget:
+    target: str | None
+    source: str | None  # "teacher" | "template" | None (no label)
+    teacher_agrees: bool | None  # None when there was no usable teacher output or no label
+
+
+def sft_target(
+    label: str | None,
+    teacher: TeacherOutput | None,
+    answer_recall: float | None,
+    sufficiency: dict[str, Any] | None,
+) -> SFTTarget:
+    if label is None:
+        return SFTTarget(None, None, None)
+    agrees = None if teacher is None else (teacher.parsed_ok and teacher.action == label)
+    if teacher is not None and agrees and teacher.reason.strip():
+        return SFTTarget(contract.render_target(label, teacher.reason), "teacher", True)
+    return SFTTarget(contract.render_target(label, templated_rationale(label, answer_recall, sufficiency)),
+                     "template", agrees)

@@ -1,0 +1,156 @@
+"""Pieces both recipes share: LoRA settings, CPU-aware trainer arguments, loading and saving a router run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serving import contract
+from serving.artifacts import RUN_META_FILE, RunMeta, RunMetaError, read_run_meta, write_run_meta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoraSettings:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    # Attention and MLP projections of Llama/Qwen-style models; "all-linear" also works with PEFT.
+    target_modules: list[str] | str = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+    def to_peft(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            target_modules=self.target_modules, task_type="CAUSAL_LM",
+        )
+
+
+def has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def training_device() -> str:
+    """Each `accelerate launch` process loads onto its own GPU; CPU otherwise."""
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if has_gpu() else "cpu"
+
+
+def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict[str, Any]) -> dict[str, Any]:
+    """recipe defaults < CPU defaults (only without a GPU) < the user's `trainer:` mapping.
+
+    On CPU, fp32 and no gradient checkpointing: bf16 ran ~10x slower per step here, and checkpointing
+    (TRL's default) made steps and generation several times slower for a model this small.
+    """
+    kwargs = dict(recipe_defaults)
+    if cpu_defaults and not has_gpu():
+        from tiermem.models import setup_cpu_threads
+
+        threads = setup_cpu_threads()
+        log.info("no GPU: CPU defaults (fp32, no gradient checkpointing, %d torch threads)", threads)
+        kwargs.update(bf16=False, fp16=False, activation_checkpointing=False, use_cpu=True, dataloader_num_workers=0)
+        if "gradient_checkpointing" in user:  # the deprecated alias only applies when the new name is unset
+            kwargs.pop("activation_checkpointing")
+    kwargs.update(user)
+    return kwargs
+
+
+def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any, RunMeta]:
+    """Base model + the run's LoRA adapter; refuses a run saved under another contract version."""
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    from tiermem.models import load_causal_lm
+
+    run_dir = Path(run_dir)
+    meta = read_run_meta(run_dir)
+    contract.check_version(meta.contract_version, where=str(run_dir))
+    if not meta.adapter:
+        raise ValueError(f"{run_dir}: holds merged weights, not a LoRA adapter; load it as a model spec instead")
+    base, _ = load_causal_lm(meta.base_model, device=training_device())
+    tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
+    model = PeftModel.from_pretrained(base, str(run_dir), is_trainable=trainable)
+    model.train(trainable)
+    return model, tokenizer, meta
+
+
+def clear_run_meta(output_dir: str | Path) -> None:
+    """A rerun first removes the old metadata, so a crashed run never looks like a finished one."""
+    path = Path(output_dir) / RUN_META_FILE
+    if path.exists():
+        path.unlink()
+
+
+def save_run(trainer: Any, tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
+    """Adapter + tokenizer first, metadata last: the metadata file marks a complete run."""
+    output_dir = Path(output_dir)
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return write_run_meta(output_dir, meta)
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    metrics: dict[str, Any]
+    model: Any  # the trained PeftModel, still in memory
+    tokenizer: Any
+
+
+def decision_report(
+    model: Any, tokenizer: Any, rows: Any, majority: str | None, cfg: Any, limit: int | None
+) -> dict[str, Any] | None:
+    """Decision metrics on a split's rows (first `limit` rows), or None without rows."""
+    from .decisions import evaluate_router
+
+    if rows is None or len(rows) == 0:
+        return None
+    rows = rows.select(range(min(len(rows), limit))) if limit else rows
+    return evaluate_router(model, tokenizer, rows["prompt"], rows["label"], majority,
+                           batch_size=cfg.eval_batch_size, generate_limit=cfg.eval_generate_limit)
+
+
+def print_summary(stage: str, out: Path, metrics: dict[str, Any]) -> None:
+    val = metrics.get("validation") or {}
+    if val.get("n"):
+        majority = val["baseline_majority_accuracy"]
+        print(f"[{stage}] validation n={val['n']}: decision accuracy {val['accuracy']:.3f} "
+              f"(majority-class {'n/a' if majority is None else f'{majority:.3f}'}, "
+              f"always-escalate {val['baseline_always_escalate_accuracy']:.3f}), "
+              f"escalation rate {val['escalation_rate']:.3f}")
+    else:
+        print(f"[{stage}] no labeled validation rows: no validation metrics")
+    print(f"[{stage}] run saved to {out}")
+
+
+def majority_label(labels: list[str]) -> str | None:
+    if not labels:
+        return None
+    counts = {a: labels.count(a) for a in contract.ACTIONS}
+    return max(contract.ACTIONS, key=lambda a: (counts[a], a == "ESCALATE"))  # ties -> ESCALATE (safe side)
+
+
+def run_main(fn: Any, argv: list[str] | None) -> int:
+    """One clear error line for bad input instead of a traceback from deep inside a library."""
+    from tiermem.config import ConfigError
+    from tiermem.models import ModelSpecError
+
+    from .data import LabelDataError
+
+    expected = (ConfigError, FileNotFoundError, LabelDataError, ModelSpecError, RunMetaError,
+                contract.ContractVersionError)
+    try:
+        fn(sys.argv[1:] if argv is None else argv)
+    except expected as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

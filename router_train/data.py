@@ -1,0 +1,155 @@
+"""Label dataset -> prompt/completion rows for SFT and GRPO.
+
+The labeling stage saves a `datasets.DatasetDict` (train / validation / test, split by conversation).
+Every row the router trains on is rendered through serving.contract, so the prompt is byte-identical to
+what serving scores. Class balancing happens here, after the split and inside train only, so no
+duplicate ever leaks into validation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, DatasetDict, load_from_disk
+
+from serving import contract
+
+log = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = ("qid", "conv_id", "question", "router_summaries", "label", "sft_target")
+REWARD_COLUMNS = ("s_ok", "r_ok", "cost_research_input_tokens")
+BALANCE_MODES = ("none", "oversample", "undersample")
+
+
+class LabelDataError(ValueError):
+    """A label dataset that is missing, or a record that does not fit the router contract."""
+
+
+def load_label_dataset(dataset_dir: str | Path) -> DatasetDict:
+    path = Path(dataset_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"label dataset {path} not found: run `make label` first or set dataset_dir=...")
+    try:
+        data = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise LabelDataError(f"{path}: not a saved datasets.DatasetDict ({exc})") from None
+    except IndexError:  # datasets cannot reload a split that was saved with zero rows
+        raise LabelDataError(f"{path}: a split has no data files (saved empty?); relabel or drop that split") from None
+    if not isinstance(data, DatasetDict):
+        raise LabelDataError(f"{path}: expected a DatasetDict with train/validation/test splits, got a single split")
+    return data
+
+
+def _check_row(row: dict[str, Any], where: str, need_rewards: bool) -> None:
+    label = row["label"]
+    if label not in contract.ACTIONS:
+        raise LabelDataError(f"{where}: field 'label' must be one of {contract.ACTIONS} or null, got {label!r}")
+    target = row["sft_target"]
+    if not isinstance(target, str):
+        raise LabelDataError(f"{where}: field 'sft_target' must be a contract JSON string, got {target!r}")
+    parsed = contract.parse(target)
+    if not parsed.valid_json or parsed.action != label:
+        raise LabelDataError(
+            f"{where}: field 'sft_target' {target!r} is not the contract JSON for label {label!r} "
+            "(labeling must build it with serving.contract.render_target)"
+        )
+    if not isinstance(row["question"], str) or not isinstance(row["router_summaries"], list):
+        raise LabelDataError(f"{where}: fields 'question' (str) and 'router_summaries' (list) are required")
+    if need_rewards:
+        cost = row["cost_research_input_tokens"]
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+            raise LabelDataError(f"{where}: field 'cost_research_input_tokens' must be a number >= 0, got {cost!r}")
+        for name in ("s_ok", "r_ok"):
+            if row[name] is not None and not isinstance(row[name], bool):
+                raise LabelDataError(f"{where}: field {name!r} must be true/false/null, got {row[name]!r}")
+
+
+def build_rows(
+    data: DatasetDict,
+    split: str,
+    tokenizer: Any,
+    *,
+    source: str = "label dataset",
+    with_rewards: bool = False,
+    limit: int | None = None,
+) -> Dataset:
+    """Rows with `prompt` (contract.render_prompt) and `completion` (sft_target + eos) for labeled records.
+
+    With `with_rewards`, the columns the GRPO rewards read (s_ok, r_ok, cost_research_input_tokens) come along;
+    rows whose path correctness is unknown are left out and counted, since no reward can be computed for them.
+    """
+    if split not in data:
+        raise LabelDataError(f"{source}: no {split!r} split (has {sorted(data)})")
+    table = data[split]
+    needed = REQUIRED_COLUMNS + (REWARD_COLUMNS if with_rewards else ())
+    missing = [c for c in needed if c not in table.column_names]
+    if missing:
+        raise LabelDataError(f"{source} split {split!r}: missing column(s) {missing}")
+    eos = tokenizer.eos_token
+    if not eos:
+        raise LabelDataError("tokenizer has no eos_token: a completion could never end")
+    rows: dict[str, list[Any]] = {k: [] for k in ("prompt", "completion", "label", "qid", "conv_id")}
+    if with_rewards:
+        rows.update({k: [] for k in REWARD_COLUMNS})
+    unknown_paths = 0
+    for i, row in enumerate(table.select_columns(list(needed))):
+        if row["label"] is None:
+            continue
+        where = f"{source} split {split!r} record {i} (qid={row['qid']!r})"
+        _check_row(row, where, with_rewards)
+        if with_rewards and (row["s_ok"] is None or row["r_ok"] is None):
+            unknown_paths += 1
+            continue
+        rows["prompt"].append(contract.render_prompt(tokenizer, row["question"], row["router_summaries"]))
+        rows["completion"].append(row["sft_target"] + eos)
+        for key in rows:
+            if key not in ("prompt", "completion"):
+                rows[key].append(row[key])
+        if limit is not None and len(rows["prompt"]) >= limit:
+            break
+    if unknown_paths:
+        log.warning("%s split %r: %d labeled record(s) left out: s_ok/r_ok unknown, no reward defined",
+                    source, split, unknown_paths)
+    return Dataset.from_dict(rows)
+
+
+def label_counts(rows: Dataset) -> dict[str, int]:
+    counts = Counter(rows["label"]) if len(rows) else Counter()
+    return {action: counts.get(action, 0) for action in contract.ACTIONS}
+
+
+def balance(rows: Dataset, mode: str, seed: int) -> Dataset:
+    """Equalize the two labels (train split only): oversample the minority or undersample the majority."""
+    if mode not in BALANCE_MODES:
+        raise LabelDataError(f"balance must be one of {BALANCE_MODES}, got {mode!r}")
+    counts = label_counts(rows)
+    if mode == "none" or len(rows) == 0 or min(counts.values()) == 0:
+        if mode != "none" and len(rows):
+            log.warning("balance=%s skipped: only one label present in train (%s)", mode, counts)
+        return rows
+    import random
+
+    rng = random.Random(seed)
+    by_label = {a: [i for i, lab in enumerate(rows["label"]) if lab == a] for a in contract.ACTIONS}
+    target = max(counts.values()) if mode == "oversample" else min(counts.values())
+    picked: list[int] = []
+    for idx in by_label.values():
+        if len(idx) >= target:
+            picked += rng.sample(idx, target) if mode == "undersample" else idx
+        else:
+            picked += idx + [rng.choice(idx) for _ in range(target - len(idx))]
+    rng.shuffle(picked)
+    return rows.select(picked)
+
+
+def label_rules(data: DatasetDict) -> list[str]:
+    """Which labeling rule(s) produced the labels, as recorded in the dataset."""
+    rules: set[str] = set()
+    for split in data.values():
+        if "label_rule" in split.column_names:
+            rules.update(r for r in split["label_rule"] if r)
+    return sorted(rules)

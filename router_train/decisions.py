@@ -1,0 +1,143 @@
+"""Read a router's decision the way the contract allows: one forward pass up to OUTPUT_PREFIX.
+
+The completion always starts with OUTPUT_PREFIX, so the action is decided by the first token after it.
+Training reports decision accuracy this way (cheap, no sampling), and checks a few greedy generations
+through contract.parse so format failures are visible too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from serving import contract
+
+
+def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
+    """Token ids that start ANSWER and ESCALATE right after prompt + OUTPUT_PREFIX."""
+    base = tokenizer(prompt + contract.OUTPUT_PREFIX)["input_ids"]
+    firsts = []
+    for action in contract.ACTIONS:
+        ids = tokenizer(prompt + contract.OUTPUT_PREFIX + action)["input_ids"]
+        if ids[: len(base)] != base or len(ids) == len(base):
+            raise ValueError(
+                f"tokenizer merges {contract.OUTPUT_PREFIX!r} with {action!r}: the action cannot be read after "
+                "the fixed prefix; use the generate path"
+            )
+        firsts.append(ids[len(base)])
+    if firsts[0] == firsts[1]:
+        raise ValueError(f"ANSWER and ESCALATE start with the same token {firsts[0]}: use the generate path")
+    return firsts[0], firsts[1]
+
+
+@torch.no_grad()
+def escalation_probs(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> list[float]:
+    """P(ESCALATE) from the two actions' first-token logits after OUTPUT_PREFIX, renormalized over both.
+
+    Right padding and a gather at each row's last real token keep positions identical to an unbatched pass.
+    """
+    if not prompts:
+        return []
+    answer_id, escalate_id = action_first_tokens(tokenizer, prompts[0])
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list[float] = []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    for start in range(0, len(prompts), batch_size):
+        encoded = [tokenizer(p + contract.OUTPUT_PREFIX)["input_ids"] for p in prompts[start : start + batch_size]]
+        width = max(len(ids) for ids in encoded)
+        input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, ids in enumerate(encoded):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, : len(ids)] = 1
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+        last = attention.sum(dim=1).to(device) - 1
+        picked = logits[torch.arange(len(encoded), device=device), last][:, [answer_id, escalate_id]].float()
+        out += torch.softmax(picked, dim=-1)[:, 1].tolist()
+    model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def generate_decisions(
+    model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 48, batch_size: int = 8
+) -> list[contract.ParsedDecision]:
+    """Greedy generations parsed by the contract (left padding, as generate expects)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    decisions = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            batch = tokenizer(list(prompts[start : start + batch_size]), return_tensors="pt", padding=True).to(device)
+            generated = model.generate(
+                **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            texts = tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+            decisions += [contract.parse(t) for t in texts]
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return decisions
+
+
+def decision_metrics(predicted: Sequence[str], labels: Sequence[str], train_majority: str | None) -> dict[str, Any]:
+    """Accuracy vs the hindsight label, escalation rate, and the two trivial baselines on the same rows."""
+    if len(predicted) != len(labels):
+        raise ValueError("predicted and labels differ in length")
+    n = len(labels)
+    if n == 0:
+        return {"n": 0}
+    pairs = Counter(zip(labels, predicted, strict=True))
+    escalate_share = sum(lab == "ESCALATE" for lab in labels) / n
+    return {
+        "n": n,
+        "accuracy": sum(p == lab for p, lab in zip(predicted, labels, strict=True)) / n,
+        "escalation_rate": sum(p == "ESCALATE" for p in predicted) / n,
+        "label_escalate_share": escalate_share,
+        "baseline_always_escalate_accuracy": escalate_share,
+        "baseline_majority_accuracy": (
+            None if train_majority is None else sum(lab == train_majority for lab in labels) / n
+        ),
+        "baseline_majority_label": train_majority,
+        "confusion": {f"label_{lab}/pred_{p}": pairs.get((lab, p), 0)
+                      for lab in contract.ACTIONS for p in contract.ACTIONS},
+    }
+
+
+def evaluate_router(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    labels: Sequence[str],
+    train_majority: str | None,
+    *,
+    threshold: float = 0.5,
+    batch_size: int = 8,
+    generate_limit: int = 0,
+    max_new_tokens: int = 48,
+) -> dict[str, Any]:
+    """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
+    probs = escalation_probs(model, tokenizer, prompts, batch_size)
+    predicted = ["ESCALATE" if p >= threshold else "ANSWER" for p in probs]
+    result = decision_metrics(predicted, labels, train_majority)
+    result["threshold"] = threshold
+    result["mean_p_escalate"] = sum(probs) / len(probs) if probs else None
+    if generate_limit and prompts:
+        k = min(generate_limit, len(prompts))
+        parsed = generate_decisions(model, tokenizer, prompts[:k], max_new_tokens, batch_size)
+        result["generate"] = {
+            "n": k,
+            "parsed_ok_rate": sum(d.parsed_ok for d in parsed) / k,
+            "valid_json_rate": sum(d.valid_json for d in parsed) / k,
+            "accuracy": sum(d.action == lab for d, lab in zip(parsed, labels[:k], strict=True)) / k,
+            "agrees_with_first_token": sum(d.action == p for d, p in zip(parsed, predicted[:k], strict=True)) / k,
+        }
+    return result

@@ -1,0 +1,222 @@
+"""`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost.
+
+Starts from the SFT adapter: from the base model the strict reward gave every sample the same (negative)
+reward in our probe, i.e. zero variance and zero gradient. A run whose reward variance stays zero is
+reported loudly and recorded in the run's metadata. Saves like SFT plus `reward_curves.json`.
+
+Multi-GPU (vLLM colocated generation): accelerate launch --config_file configs/accelerate/multi_gpu.yaml \
+    -m router_train.grpo --config configs/grpo/qwen3_0.6b_gpu.yaml
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serving import contract
+from serving.artifacts import RUN_META_FILE, RunMeta
+from tiermem.config import parse_cli
+from tiermem.models import DEFAULT_LM
+
+from . import data as data_lib
+from .common import (
+    LoraSettings,
+    RunResult,
+    clear_run_meta,
+    decision_report,
+    load_adapter_run,
+    majority_label,
+    print_summary,
+    run_main,
+    save_run,
+    trainer_args,
+    training_device,
+)
+from .rewards import RewardConfig, build_reward_funcs
+
+log = logging.getLogger(__name__)
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
+CURVES_FILE = "reward_curves.json"
+_CURVE_PREFIXES = ("reward", "rewards/", "reward_parts/", "case/", "decision/", "format/", "frac_reward_zero_std",
+                   "loss", "kl", "entropy", "completions/mean_length", "learning_rate")
+
+RECIPE_DEFAULTS: dict[str, Any] = {
+    "num_generations": 4,
+    "max_completion_length": 24,  # the action comes first; the reason needs not finish for the decision reward
+    "per_device_train_batch_size": 8,  # completions per step: 2 prompts x 4 generations
+    "learning_rate": 2e-5,
+    "beta": 0.0,
+    "temperature": 1.0,
+    "num_train_epochs": 1.0,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "eval_strategy": "no",
+    "report_to": "none",
+}
+
+
+@dataclass
+class GRPORecipeConfig:
+    sft_dir: str | None = "runs/sft"  # the SFT run to start from (adapter + tiermem_router.json)
+    allow_no_sft: bool = False  # start from the bare base model with a fresh adapter (not recommended)
+    model: str = DEFAULT_LM  # base spec, used only with allow_no_sft and no sft_dir
+    dataset_dir: str = "runs/label/dataset"
+    output_dir: str = "runs/grpo"
+    train_split: str = "train"
+    eval_split: str = "validation"
+    lora: LoraSettings = field(default_factory=LoraSettings)  # used only for a fresh adapter
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    balance: str = "none"  # none | oversample | undersample (train split only)
+    seed: int = 42
+    cpu_defaults: bool = True
+    max_train_rows: int | None = None
+    max_eval_rows: int | None = None
+    metrics_train_rows: int = 64
+    eval_batch_size: int = 8
+    eval_generate_limit: int = 16
+    trainer: dict[str, Any] = field(default_factory=dict)  # passed to trl.GRPOConfig, which validates it
+
+
+def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
+    from trl import GRPOConfig
+
+    defaults = {**RECIPE_DEFAULTS, "output_dir": cfg.output_dir, "seed": cfg.seed, "data_seed": cfg.seed}
+    return GRPOConfig(**trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+
+
+def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
+    """(model, tokenizer, base spec, SFT run info, peft_config for a fresh adapter or None)."""
+    from tiermem.models import load_causal_lm
+
+    if cfg.sft_dir:
+        if not (Path(cfg.sft_dir) / RUN_META_FILE).is_file():
+            raise FileNotFoundError(
+                f"no SFT router run at {cfg.sft_dir} ({RUN_META_FILE} missing): run `make sft` first, or point "
+                "sft_dir= at an SFT output directory"
+            )
+        model, tokenizer, meta = load_adapter_run(cfg.sft_dir, trainable=True)
+        sft_info = {"sft_dir": cfg.sft_dir, "stage": meta.stage, "validation": meta.metrics.get("validation")}
+        return model, tokenizer, meta.base_model, sft_info, None
+    if not cfg.allow_no_sft:
+        raise FileNotFoundError(
+            "GRPO starts from an SFT adapter: set sft_dir= to a `make sft` output, or allow_no_sft=true to start "
+            "from the bare base model (its rewards had zero variance in our probe: no learning signal)"
+        )
+    log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n" + "=" * 70,
+                cfg.model)
+    model, tokenizer = load_causal_lm(cfg.model, device=training_device())
+    return model, tokenizer, cfg.model, None, cfg.lora.to_peft()
+
+
+def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
+    dataset = data_lib.load_label_dataset(cfg.dataset_dir)
+    source = f"label dataset {cfg.dataset_dir}"
+    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=True,
+                                limit=cfg.max_train_rows)
+    if len(train) == 0:
+        raise data_lib.LabelDataError(f"{source}: no labeled rows with known path outcomes in {cfg.train_split!r}")
+    val = (data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=True,
+                               limit=cfg.max_eval_rows) if cfg.eval_split in dataset else None)
+    balanced = data_lib.balance(train, cfg.balance, cfg.seed)
+    info = {
+        "dataset_dir": cfg.dataset_dir,
+        "label_rules": data_lib.label_rules(dataset),
+        "train_labels": data_lib.label_counts(train),
+        "train_labels_after_balance": data_lib.label_counts(balanced),
+        "validation_labels": data_lib.label_counts(val) if val is not None else None,
+        "balance": cfg.balance,
+    }
+    return balanced, val, info
+
+
+def reward_curves(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    curves = []
+    for entry in log_history:
+        if "reward" not in entry:
+            continue
+        point = {"step": entry.get("step")}
+        point.update({k: v for k, v in entry.items() if k.startswith(_CURVE_PREFIXES)})
+        curves.append(point)
+    return curves
+
+
+def zero_variance_warning(curves: list[dict[str, Any]]) -> str | None:
+    """A run where every logged step had zero reward spread across each prompt's samples learned nothing."""
+    spreads = [p.get("frac_reward_zero_std") for p in curves if p.get("frac_reward_zero_std") is not None]
+    if spreads and all(s >= 1.0 for s in spreads):
+        return (f"GRPO reward variance was zero at every one of {len(spreads)} logged steps: all samples of each "
+                "prompt got the same reward, so advantages and gradients were zero and the adapter did not learn "
+                "from the rewards. Start from a better SFT adapter, raise temperature or num_generations.")
+    return None
+
+
+def train(cfg: GRPORecipeConfig) -> RunResult:
+    from transformers import set_seed
+    from trl import GRPOTrainer
+
+    args = build_grpo_config(cfg)
+    set_seed(cfg.seed)
+    clear_run_meta(cfg.output_dir)
+    model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
+    train_rows, val_rows, data_info = load_reward_rows(cfg, tokenizer)
+    reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
+                                      args.max_completion_length)
+    data_info["cost_scale_tokens"] = reward_funcs[0].cost_scale
+    columns = ["prompt", "label", "s_ok", "r_ok", "cost_research_input_tokens"]
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=train_rows.select_columns(columns),
+        eval_dataset=(val_rows.select_columns(columns)
+                      if val_rows is not None and len(val_rows) and args.eval_strategy != "no" else None),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    log.info("GRPO on %d prompts x %d generations, max_completion_length=%d", len(train_rows),
+             args.num_generations, args.max_completion_length)
+    started = time.perf_counter()
+    result = trainer.train()
+    steps = trainer.state.global_step
+    train_metrics = {**result.metrics, "global_step": steps,
+                     "seconds_per_step": (time.perf_counter() - started) / max(steps, 1)}
+    curves = reward_curves(trainer.state.log_history)
+    warning = zero_variance_warning(curves)
+    if warning:
+        log.warning("\n%s\n!!! %s\n%s", "!" * 70, warning, "!" * 70)
+    majority = majority_label(list(train_rows["label"]))
+    metrics = {
+        "train": train_metrics,
+        "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows),
+        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None),
+        "warnings": [warning] if warning else [],
+    }
+    meta = RunMeta(
+        contract_version=contract.CONTRACT_VERSION, base_model=base_spec, stage="grpo", adapter=True,
+        training={**asdict(cfg), "sft": sft_info,
+                  "resolved_trainer_args": {k: getattr(args, k) for k in (
+                      "learning_rate", "num_generations", "max_completion_length", "per_device_train_batch_size",
+                      "beta", "temperature", "loss_type", "scale_rewards", "max_steps", "num_train_epochs",
+                      "bf16", "use_vllm", "vllm_mode", "seed")}},
+        data=data_info, metrics=metrics,
+    )
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CURVES_FILE).write_text(json.dumps(curves, indent=1))
+    save_run(trainer, tokenizer, out, meta)  # metadata last: it marks a finished run
+    print_summary("grpo", out, metrics)
+    return RunResult(out, metrics, trainer.model, tokenizer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    default = DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+    return run_main(lambda a: train(parse_cli(GRPORecipeConfig, a, default_config=default)), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""Live end-to-end evaluation: the memory runtime answers held-out questions with the router in the loop.
+
+Unlike replay, every policy really runs: summary-only, raw-only (always research) and routed each go
+through MemoryRuntime.answer with fresh LLM calls (no response cache, so the measured latency is real),
+and each answer is judged. Correctness is reported under both rules labeling uses: `outcome` (the
+lexical LoCoMo-F1 judge on the answer) and `evidence` (the generator-free evidence signals of the path
+taken: gold answer tokens in the retrieved summaries, gold evidence turns in the pages research read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from tiermem.config import ConfigError
+
+POLICIES = ("summary_only", "raw_only", "routed")
+
+
+class _RecordingRouter:
+    """Passes decisions through and keeps the last one: the runtime does not return the router's tokens."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.last: Any = None
+
+    def route(self, question: str, summaries: Any, threshold: float | None = None) -> Any:
+        self.last = self.inner.route(question, summaries, threshold)
+        return self.last
+
+
+def _label_config(cfg: Any) -> Any:
+    """The labeling config that built the dataset (saved next to it), so the runtime matches labeling."""
+    from labeling.run import LabelConfig
+    from tiermem.config import parse_config
+
+    path = Path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.dataset).parent / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"live eval: label config {path} not found (set live.label_config=PATH)")
+    return parse_config(LabelConfig, path)
+
+
+def held_out(cfg: Any, label_cfg: Any) -> list[Any]:
+    from router_train.evaluate import load_split
+    from tiermem.data.conversations import load_conversations
+
+    data = cfg.live.data if cfg.live.data is not None else label_cfg.data_path
+    convs = load_conversations(data, label_cfg.dataset_format)
+    if cfg.live.split_from_dataset:
+        wanted = list(dict.fromkeys(r["conv_id"] for r in load_split(cfg.dataset, cfg.split)))
+        by_id = {c.conv_id: c for c in convs}
+        missing = [c for c in wanted if c not in by_id]
+        if missing:
+            raise ConfigError(f"live eval: conversations {missing} of split {cfg.split!r} are not in {data}")
+        convs = [by_id[c] for c in wanted]
+    if not convs:
+        raise ConfigError(f"live eval: no held-out conversations (split {cfg.split!r} of {cfg.dataset} is empty)")
+    convs = convs[: cfg.live.max_conversations]
+    return [dataclasses.replace(c, questions=c.questions[: cfg.live.max_questions]) for c in convs]
+
+
+def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, judge: Any,
+            fmt: str) -> dict[str, Any]:
+    from labeling.evidence import compute_signals
+
+    verdict = judge.judge(q.question, q.answer, ans.answer or "", q.category, fmt)
+    research_pages = list(ans.research.pages_read) if ans.research is not None else []
+    signals = compute_signals(q.answer, q.category, q.evidence, ans.retrieved, research_pages,
+                              lambda p: page_turns.get(p, []), label_cfg.evidence, fmt)
+    evidence_ok = signals.s_ok if ans.action == "ANSWER" else signals.r_ok
+    return {"outcome_ok": verdict.correct, "f1": verdict.score, "evidence_ok": evidence_ok}
+
+
+def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> dict[str, Path]:
+    """`answerer`: the LLM for both paths; None builds the label config's answerer without its cache."""
+    from labeling.judges import LexicalJudge
+    from labeling.run import data_format
+    from router_train.eval_report import POLICY_TITLES, _fmt
+    from tiermem.llm import build_llm
+    from tiermem.memory import MemoryRuntime
+
+    if router is None:
+        raise ConfigError("live eval needs a router (router.kind=trained or llm)")
+    label_cfg = _label_config(cfg)
+    convs = held_out(cfg, label_cfg)
+    fmt = data_format(label_cfg, cfg.live.data if cfg.live.data is not None else label_cfg.data_path)
+    # No response cache: a cached call would make the second policy on the same path look free.
+    if answerer is None:
+        answerer = build_llm(dataclasses.replace(label_cfg.llm.answerer, cache_path=None))
+    judge = LexicalJudge(cfg.live.judge_threshold)
+    recorder = _RecordingRouter(router)
+    rows: list[dict[str, Any]] = []
+    from tqdm.auto import tqdm
+
+    total = sum(len(c.questions) for c in convs)
+    bar = tqdm(total=total * len(POLICIES), desc="live eval", unit="answer")
+    for conv in convs:
+        runtime = MemoryRuntime.open_or_build(Path(cfg.live.workdir) / "tiers", conv, label_cfg.memory, llm=answerer)
+        page_turns = {p.page_id: list(p.turn_ids) for p in runtime.memory.raw.pages(conv.conv_id)}
+        try:
+            for q in conv.questions:
+                for policy in POLICIES:
+                    fixed = {"summary_only": "summary", "raw_only": "research"}.get(policy)
+                    if fixed:
+                        runtime.cfg = dataclasses.replace(runtime.cfg, fixed_policy=fixed)
+                    recorder.last = None
+                    ans = runtime.answer(q, recorder if policy == "routed" else None)
+                    d = recorder.last
+                    row = {"conv_id": conv.conv_id, "qid": q.qid, "category": q.category, "policy": policy,
+                           "action": ans.action, "answer": ans.answer, "error": ans.error,
+                           "router_error": ans.router_error, "router_parsed_ok": ans.router_parsed_ok,
+                           "input_tokens": ans.cost.input_tokens + (int(d.prompt_tokens) if d is not None else 0),
+                           "latency_s": ans.retrieval_s + ans.router_s + ans.cost.wall_s,
+                           "p_escalate": getattr(d, "p_escalate", None)}
+                    if ans.error is None:
+                        row.update(_judged(q, ans, page_turns, label_cfg, judge, fmt))
+                    rows.append(row)
+                    bar.update(1)
+        finally:
+            runtime.close()
+    bar.close()
+    summary = summarize(rows)
+    meta = {"router": router_name, "split": cfg.split, "conversations": [c.conv_id for c in convs],
+            "questions": total, "label_rule": label_cfg.label_rule, "answerer": answerer.name,
+            "judge": f"lexical LoCoMo F1 >= {cfg.live.judge_threshold}"}
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"meta": meta, "policies": summary, "rows": rows}
+    json_path = out / "live_eval.json"
+    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    lines = [f"# Live end-to-end evaluation: {router_name}", "",
+             f"- held-out conversations ({cfg.split}): {', '.join(meta['conversations'])}; questions: {total}",
+             f"- answerer: {meta['answerer']} (fresh calls, no cache); judge: {meta['judge']}",
+             f"- labels were made with rule `{meta['label_rule']}`; both rules are shown", "",
+             "| policy | accuracy (outcome) | accuracy (evidence) | escalation rate | mean input tokens "
+             "| mean latency (s) | errors |", "|---|---|---|---|---|---|---|"]
+    for policy in POLICIES:
+        m = summary[policy]
+        lines.append(f"| {POLICY_TITLES.get(policy, policy)} | {_fmt(m['accuracy_outcome'])} "
+                     f"| {_fmt(m['accuracy_evidence'])} | {_fmt(m['escalation_rate'])} "
+                     f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} | {m['errors']} |")
+    md_path = out / "live_eval.md"
+    md_path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return {"live_json": json_path, "live_markdown": md_path}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy: accuracy under both rules (errors count as wrong), escalation rate, tokens, latency."""
+    out = {}
+    for policy in POLICIES:
+        sub = [r for r in rows if r["policy"] == policy]
+        if not sub:
+            continue
+        known_ev = [r for r in sub if r.get("evidence_ok") is not None]
+        out[policy] = {
+            "n": len(sub),
+            "errors": sum(r["error"] is not None for r in sub),
+            "accuracy_outcome": sum(bool(r.get("outcome_ok")) for r in sub) / len(sub),
+            # evidence verdicts are undefined for research on questions without gold turns: left out, counted
+            "accuracy_evidence": (sum(bool(r["evidence_ok"]) for r in known_ev) / len(known_ev)) if known_ev else None,
+            "n_evidence_unknown": len(sub) - len(known_ev),
+            "escalation_rate": sum(r["action"] == "ESCALATE" for r in sub) / len(sub),
+            "mean_input_tokens": statistics.mean(r["input_tokens"] for r in sub),
+            "mean_latency_s": statistics.mean(r["latency_s"] for r in sub),
+            "router_unparseable": sum(r.get("router_parsed_ok") is False for r in sub),
+        }
+    return out
+

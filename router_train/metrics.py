@@ -1,0 +1,397 @@
+"""Routing metrics by counterfactual replay over label records. Pure functions, no models.
+
+Every labeled record knows whether the summary path (`s_ok`) and the research path (`r_ok`) were
+right and what each cost, so any routing decision can be scored without rerunning a policy: ANSWER
+earns the summary path's correctness and cost, ESCALATE the research path's.
+
+Decisions are escalation *weights* in [0, 1] rather than booleans: 0/1 for a real router, and a
+constant r for the random baseline, which makes every metric of the random router its exact
+expected value (no sampling noise) through the same code path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ANSWER, ESCALATE = "ANSWER", "ESCALATE"
+CORRECTNESS_RULES = ("label_rule", "outcome", "evidence")
+COST_FIELDS = ("input_tokens", "wall_s")
+
+
+class RecordError(ValueError):
+    """A label record that lacks a field the replay needs, or has it in the wrong type."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """What replay needs from one label record."""
+
+    qid: str
+    category: str
+    label: str | None  # ANSWER | ESCALATE | None (dropped by the label rule)
+    s_ok: bool
+    r_ok: bool
+    s_tokens: float
+    r_tokens: float
+    s_latency_s: float
+    r_latency_s: float
+
+
+def _field(record: Mapping[str, Any], name: str, where: str) -> Any:
+    if name not in record:
+        raise RecordError(f"{where}: missing field {name!r}")
+    return record[name]
+
+
+def _bool(record: Mapping[str, Any], name: str, where: str) -> bool:
+    value = _field(record, name, where)
+    if not isinstance(value, bool):
+        raise RecordError(f"{where}: field {name!r} must be true/false, got {value!r}")
+    return value
+
+
+def _number(record: Mapping[str, Any], name: str, where: str) -> float:
+    value = _field(record, name, where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise RecordError(f"{where}: field {name!r} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
+    """The (summary, research) correctness columns for `rule`.
+
+    `label_rule` uses `s_ok`/`r_ok`, which labeling fills under the rule that made the labels, so
+    accuracy is measured on the same scale as the labels the router learned from.
+    """
+    if rule == "label_rule":
+        return "s_ok", "r_ok"
+    if rule in ("outcome", "evidence"):
+        return f"s_ok_{rule}", f"r_ok_{rule}"
+    raise ValueError(f"correctness rule must be one of {CORRECTNESS_RULES}, got {rule!r}")
+
+
+def to_case(record: Mapping[str, Any], rule: str = "label_rule", index: int = 0) -> Case:
+    where = f"record {index} (qid={record.get('qid')!r})"
+    s_field, r_field = correctness_fields(record, rule)
+    label = record.get("label")
+    if label not in (ANSWER, ESCALATE, None):
+        raise RecordError(f"{where}: field 'label' must be ANSWER, ESCALATE or null, got {label!r}")
+    return Case(
+        qid=str(_field(record, "qid", where)),
+        category=str(record.get("category", "all")),
+        label=label,
+        s_ok=_bool(record, s_field, where),
+        r_ok=_bool(record, r_field, where),
+        s_tokens=_number(record, "cost_summary_input_tokens", where),
+        r_tokens=_number(record, "cost_research_input_tokens", where),
+        s_latency_s=_number(record, "cost_summary_wall_s", where),
+        r_latency_s=_number(record, "cost_research_wall_s", where),
+    )
+
+
+@dataclass
+class CaseSet:
+    cases: list[Case]
+    n_error: int  # records skipped because their labeling run failed (they have no verdicts)
+    n_unlabeled: int  # records the label rule dropped (kept unless include_unlabeled=False)
+    n_unknown: int = 0  # records skipped because a path's correctness is unknown under the rule (null)
+
+
+def load_cases(
+    records: Sequence[Mapping[str, Any]], rule: str = "label_rule", include_unlabeled: bool = True
+) -> CaseSet:
+    """Turn label records into cases. Error records are skipped and counted.
+
+    Unlabeled records (label=None: neither path was right under the outcome rule) stay in by
+    default: they are real questions any router gets wrong, and dropping them would inflate accuracy.
+    Unlabeled records whose path correctness is unknown (null) cannot be replayed: skipped, counted.
+    A labeled record with a null verdict is a broken record and raises.
+    """
+    cases: list[Case] = []
+    n_error = n_unlabeled = n_unknown = 0
+    for i, rec in enumerate(records):
+        if rec.get("error"):
+            n_error += 1
+            continue
+        if rec.get("label") is None:
+            n_unlabeled += 1
+            if not include_unlabeled:
+                continue
+            # e.g. the evidence rule has no research verdict for a question without gold evidence turns
+            if any(rec.get(f) is None for f in correctness_fields(rec, rule)):
+                n_unknown += 1
+                continue
+        cases.append(to_case(rec, rule, i))
+    return CaseSet(cases, n_error, n_unlabeled, n_unknown)
+
+
+@dataclass
+class PolicyMetrics:
+    name: str
+    n: int
+    accuracy: float
+    escalation_rate: float
+    mean_input_tokens: float  # per query, path tokens + the router's own prompt tokens
+    mean_latency_s: float  # per query, path wall time + the router's own latency
+    mean_router_tokens: float
+    mean_router_latency_s: float
+    hard_recall: float | None  # share of ESCALATE-labeled cases escalated
+    false_cache_hits: float  # ANSWER where only research was right (count; expected count if random)
+    false_cache_misses: float  # ESCALATE where the summary path was right
+    repair_rate: float | None  # P(research right | summary wrong) on the escalated set
+    regress_rate: float | None  # P(research wrong | summary right) on the escalated set
+    n_escalated: float
+    unparseable: int
+    confusion: dict[str, dict[str, float]] = field(default_factory=dict)  # label -> routed action -> count
+    per_category: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    expected_value: bool = False  # True when decisions were fractional (random baseline)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+def _check_weights(cases: Sequence[Case], weights: Sequence[float], name: str) -> list[float]:
+    if len(weights) != len(cases):
+        raise ValueError(f"{name}: {len(weights)} decisions for {len(cases)} cases")
+    out = [float(w) for w in weights]
+    if any(not (0.0 <= w <= 1.0) for w in out):
+        raise ValueError(f"{name}: escalation weights must lie in [0, 1]")
+    return out
+
+
+def _core(cases: Sequence[Case], w: Sequence[float], rtok: Sequence[float], rlat: Sequence[float]) -> dict[str, float]:
+    n = len(cases)
+    if n == 0:
+        raise ValueError("no cases to score")
+    acc = sum((1 - wi) * c.s_ok + wi * c.r_ok for c, wi in zip(cases, w, strict=True)) / n
+    tok = sum((1 - wi) * c.s_tokens + wi * c.r_tokens + t for c, wi, t in zip(cases, w, rtok, strict=True)) / n
+    lat = sum((1 - wi) * c.s_latency_s + wi * c.r_latency_s + t for c, wi, t in zip(cases, w, rlat, strict=True)) / n
+    return {"n": n, "accuracy": acc, "escalation_rate": sum(w) / n, "mean_input_tokens": tok, "mean_latency_s": lat}
+
+
+def replay(
+    cases: Sequence[Case],
+    escalate: Sequence[float],
+    name: str = "routed",
+    router_tokens: Sequence[float] | None = None,
+    router_latency_s: Sequence[float] | None = None,
+    parsed_ok: Sequence[bool] | None = None,
+) -> PolicyMetrics:
+    """Score one routing policy. `escalate[i]` is 1 (ESCALATE), 0 (ANSWER) or a probability."""
+    w = _check_weights(cases, escalate, name)
+    zeros = [0.0] * len(cases)
+    rtok = [float(t) for t in router_tokens] if router_tokens is not None else zeros
+    rlat = [float(t) for t in router_latency_s] if router_latency_s is not None else zeros
+    if len(rtok) != len(cases) or len(rlat) != len(cases):
+        raise ValueError(f"{name}: router cost lists must have one entry per case")
+    core = _core(cases, w, rtok, rlat)
+
+    labeled_esc = [wi for c, wi in zip(cases, w, strict=True) if c.label == ESCALATE]
+    esc_s_wrong = sum(wi for c, wi in zip(cases, w, strict=True) if not c.s_ok)
+    esc_s_right = sum(wi for c, wi in zip(cases, w, strict=True) if c.s_ok)
+    confusion: dict[str, dict[str, float]] = {}
+    for c, wi in zip(cases, w, strict=True):
+        row = confusion.setdefault(c.label or "unlabeled", {ANSWER: 0.0, ESCALATE: 0.0})
+        row[ANSWER] += 1 - wi
+        row[ESCALATE] += wi
+
+    per_category: dict[str, dict[str, float | None]] = {}
+    for cat in sorted({c.category for c in cases}):
+        idx = [i for i, c in enumerate(cases) if c.category == cat]
+        sub = [cases[i] for i in idx]
+        cc = _core(sub, [w[i] for i in idx], [rtok[i] for i in idx], [rlat[i] for i in idx])
+        cc["summary_only_accuracy"] = sum(c.s_ok for c in sub) / len(sub)
+        cc["raw_only_accuracy"] = sum(c.r_ok for c in sub) / len(sub)
+        per_category[cat] = cc
+
+    return PolicyMetrics(
+        name=name,
+        n=core["n"],
+        accuracy=core["accuracy"],
+        escalation_rate=core["escalation_rate"],
+        mean_input_tokens=core["mean_input_tokens"],
+        mean_latency_s=core["mean_latency_s"],
+        mean_router_tokens=sum(rtok) / len(cases),
+        mean_router_latency_s=sum(rlat) / len(cases),
+        hard_recall=_ratio(sum(labeled_esc), len(labeled_esc)),
+        false_cache_hits=sum((1 - wi) for c, wi in zip(cases, w, strict=True) if c.r_ok and not c.s_ok),
+        false_cache_misses=sum(wi for c, wi in zip(cases, w, strict=True) if c.s_ok),
+        repair_rate=_ratio(sum(wi for c, wi in zip(cases, w, strict=True) if not c.s_ok and c.r_ok), esc_s_wrong),
+        regress_rate=_ratio(sum(wi for c, wi in zip(cases, w, strict=True) if c.s_ok and not c.r_ok), esc_s_right),
+        n_escalated=sum(w),
+        unparseable=sum(1 for ok in parsed_ok if not ok) if parsed_ok is not None else 0,
+        confusion=confusion,
+        per_category=per_category,
+        expected_value=any(0.0 < wi < 1.0 for wi in w),
+    )
+
+
+# ---- baselines -------------------------------------------------------------------------------
+
+
+def oracle_escalations(cases: Sequence[Case]) -> list[float]:
+    """The cheapest correct path per case (by input tokens); the cheaper path when neither is right."""
+    out = []
+    for c in cases:
+        options = [(c.s_tokens, 0.0, c.s_ok), (c.r_tokens, 1.0, c.r_ok)]
+        correct = [o for o in options if o[2]] or options
+        out.append(min(correct)[1])
+    return out
+
+
+def baselines(cases: Sequence[Case], random_rate: float | None = None) -> dict[str, PolicyMetrics]:
+    """summary-only, raw-only (always escalate), oracle and, given a rate, the random router.
+
+    Baselines carry no router cost: they decide without running a model. The random router is scored
+    by its exact expected value at `random_rate`.
+    """
+    n = len(cases)
+    out = {
+        "summary_only": replay(cases, [0.0] * n, "summary_only"),
+        "raw_only": replay(cases, [1.0] * n, "raw_only"),
+        "oracle": replay(cases, oracle_escalations(cases), "oracle"),
+    }
+    if random_rate is not None:
+        out["random"] = replay(cases, [random_rate] * n, "random")
+    return out
+
+
+# ---- threshold sweep -------------------------------------------------------------------------
+
+
+@dataclass
+class SweepPoint:
+    threshold: float  # escalate when p_escalate >= threshold (inf: never)
+    escalation_rate: float
+    accuracy: float
+    mean_input_tokens: float
+    mean_latency_s: float
+
+
+@dataclass
+class SweepResult:
+    points: list[SweepPoint]
+    auc_accuracy_tokens: float | None  # mean accuracy over the curve's token range (area / range)
+    apgr: float | None  # average share of the summary-only -> raw-only gap recovered, over rates 0..1
+    gap: float  # raw-only accuracy - summary-only accuracy
+    rate_to_recover: dict[str, float | None]  # "80": escalation rate needed to recover 80% of the gap
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for p in d["points"]:  # JSON has no infinity
+            if math.isinf(p["threshold"]):
+                p["threshold"] = None
+        return d
+
+
+def sweep_points(
+    cases: Sequence[Case],
+    p_escalate: Sequence[float],
+    router_tokens: Sequence[float] | None = None,
+    router_latency_s: Sequence[float] | None = None,
+) -> list[SweepPoint]:
+    """One point per distinct threshold, from never escalating to always escalating.
+
+    Tied probabilities escalate together; linear interpolation between points is what a router
+    breaking those ties at random would get in expectation.
+    """
+    if len(p_escalate) != len(cases):
+        raise ValueError(f"{len(p_escalate)} probabilities for {len(cases)} cases")
+    zeros = [0.0] * len(cases)
+    rtok = list(router_tokens) if router_tokens is not None else zeros
+    rlat = list(router_latency_s) if router_latency_s is not None else zeros
+    thresholds = [math.inf] + sorted(set(float(p) for p in p_escalate), reverse=True)
+    points = []
+    for t in thresholds:
+        w = [1.0 if p >= t else 0.0 for p in p_escalate]
+        core = _core(cases, w, rtok, rlat)
+        points.append(
+            SweepPoint(t, core["escalation_rate"], core["accuracy"], core["mean_input_tokens"], core["mean_latency_s"])
+        )
+    return points
+
+
+def _trapezoid(xs: Sequence[float], ys: Sequence[float]) -> float:
+    return sum((xs[i + 1] - xs[i]) * (ys[i + 1] + ys[i]) / 2 for i in range(len(xs) - 1))
+
+
+def auc_normalized(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Area under y(x) divided by the x range: the curve's mean y. None for a single x."""
+    pairs = sorted(zip(xs, ys, strict=True))
+    lo, hi = pairs[0][0], pairs[-1][0]
+    if hi <= lo:
+        return None
+    return _trapezoid([p[0] for p in pairs], [p[1] for p in pairs]) / (hi - lo)
+
+
+def pgr_curve(rates: Sequence[float], accuracies: Sequence[float], weak: float, strong: float) -> list[float] | None:
+    """Performance gap recovered at each point; None when raw-only is not better than summary-only."""
+    gap = strong - weak
+    if gap <= 0:
+        return None
+    return [(a - weak) / gap for a in accuracies]
+
+
+def apgr(rates: Sequence[float], accuracies: Sequence[float], weak: float, strong: float) -> float | None:
+    """RouteLLM's average performance gap recovered: the area under PGR(escalation rate) on [0, 1].
+
+    The curve must span rates 0 and 1 (a full threshold sweep does). A random router scores 0.5.
+    """
+    pgr = pgr_curve(rates, accuracies, weak, strong)
+    if pgr is None:
+        return None
+    pairs = sorted(zip(rates, pgr, strict=True))
+    if pairs[0][0] > 1e-12 or pairs[-1][0] < 1 - 1e-12:
+        raise ValueError("APGR needs a curve from escalation rate 0 to 1")
+    return _trapezoid([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def rate_to_recover(
+    rates: Sequence[float], accuracies: Sequence[float], weak: float, strong: float, share: float
+) -> float | None:
+    """Smallest escalation rate at which the (linearly interpolated) curve recovers `share` of the gap."""
+    pgr = pgr_curve(rates, accuracies, weak, strong)
+    if pgr is None:
+        return None
+    pairs = sorted(zip(rates, pgr, strict=True))
+    if pairs[0][1] >= share:
+        return pairs[0][0]
+    for (x0, y0), (x1, y1) in itertools.pairwise(pairs):
+        if y1 >= share > y0:
+            return x0 + (share - y0) * (x1 - x0) / (y1 - y0)
+    return None
+
+
+def sweep(
+    cases: Sequence[Case],
+    p_escalate: Sequence[float],
+    router_tokens: Sequence[float] | None = None,
+    router_latency_s: Sequence[float] | None = None,
+    recover_shares: Sequence[float] = (0.8, 0.95),
+) -> SweepResult:
+    points = sweep_points(cases, p_escalate, router_tokens, router_latency_s)
+    weak = sum(c.s_ok for c in cases) / len(cases)
+    strong = sum(c.r_ok for c in cases) / len(cases)
+    rates = [p.escalation_rate for p in points]
+    accs = [p.accuracy for p in points]
+    return SweepResult(
+        points=points,
+        auc_accuracy_tokens=auc_normalized([p.mean_input_tokens for p in points], accs),
+        apgr=apgr(rates, accs, weak, strong),
+        gap=strong - weak,
+        rate_to_recover={f"{round(s * 100)}": rate_to_recover(rates, accs, weak, strong, s) for s in recover_shares},
+    )
+
+
+def dumps(obj: Any) -> str:
+    """JSON with NaN/inf refused, so a broken metric cannot slip into a report unnoticed."""
+    return json.dumps(obj, indent=2, allow_nan=False, sort_keys=False)

@@ -1,0 +1,201 @@
+"""GRPO rewards for the router: decision accuracy with waste and cost terms, plus a format reward.
+
+Every record knows from labeling whether the summary path (s_ok) and the research path (r_ok) were right
+and how many input tokens the research path spent, so a sampled decision is scored without rerunning any
+policy. Defaults are the paper authors' table; the cost term (0 by default, as in their table) lets a user
+move the accuracy/cost trade-off.
+
+TRL calls each reward with `prompts`, `completions`, `completion_ids` and every extra dataset column as
+keyword lists (plus `log_metric`), and wants one float per completion.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from serving import contract
+
+COST_MODES = ("wasted", "every_escalation")
+CASES = (
+    "answer_correct",
+    "answer_wrong",
+    "escalate_needed",
+    "escalate_wasted",
+    "escalate_research_wrong",
+    "unparseable",
+)
+
+
+@dataclass
+class RewardConfig:
+    answer_correct: float = 1.0  # ANSWER and the summary path was right
+    answer_wrong: float = -1.5  # ANSWER but the summary path was wrong
+    escalate_needed: float = 1.0  # ESCALATE and only the research path was right
+    escalate_both_right: float = 1.0  # ESCALATE when both were right, before waste and cost
+    waste: float = 0.4  # subtracted for an escalation the summaries did not need
+    escalate_research_wrong: float = -1.5  # ESCALATE but the research path was wrong
+    unparseable: float = -1.0  # no action could be read (contract.parse -> ESCALATE, flagged)
+    cost_weight: float = 0.0  # cost = cost_weight * min(tokens / cost_scale, 1)
+    cost_scale: float | None = None  # research input tokens that count as cost 1; None: the train split's max
+    cost_on: str = "wasted"  # charge cost on wasted escalations only, or on every escalation
+    format_valid: float = 1.0  # the whole completion is the contract JSON
+    format_truncated: float = 0.5  # the action parsed but the length limit cut the rest: cannot tell
+    format_invalid: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cost_on not in COST_MODES:
+            raise ValueError(f"cost_on must be one of {COST_MODES}, got {self.cost_on!r}")
+        if self.cost_scale is not None and self.cost_scale <= 0:
+            raise ValueError(f"cost_scale must be > 0 tokens, got {self.cost_scale}")
+        if self.cost_weight < 0 or self.waste < 0:
+            raise ValueError("cost_weight and waste are penalties: they must be >= 0")
+
+
+@dataclass(frozen=True)
+class DecisionScore:
+    total: float
+    base: float  # the table's value before waste and cost
+    waste: float  # amount subtracted (>= 0)
+    cost: float  # amount subtracted (>= 0)
+    case: str
+
+
+def normalized_cost(tokens: float, scale: float | None) -> float:
+    if not scale:
+        return 0.0
+    return min(max(float(tokens), 0.0) / scale, 1.0)
+
+
+def score_decision(
+    action: str | None, s_ok: bool, r_ok: bool, research_tokens: float, cfg: RewardConfig, scale: float | None
+) -> DecisionScore:
+    """The reward table. `action=None` means unparseable."""
+    if action is None:
+        return DecisionScore(cfg.unparseable, cfg.unparseable, 0.0, 0.0, "unparseable")
+    if action == "ANSWER":
+        if s_ok:
+            return DecisionScore(cfg.answer_correct, cfg.answer_correct, 0.0, 0.0, "answer_correct")
+        return DecisionScore(cfg.answer_wrong, cfg.answer_wrong, 0.0, 0.0, "answer_wrong")
+    if action != "ESCALATE":
+        raise ValueError(f"action must be one of {contract.ACTIONS} or None, got {action!r}")
+    cost = cfg.cost_weight * normalized_cost(research_tokens, scale)
+    if not r_ok:
+        base, waste, case = cfg.escalate_research_wrong, 0.0, "escalate_research_wrong"
+    elif s_ok:
+        base, waste, case = cfg.escalate_both_right, cfg.waste, "escalate_wasted"
+    else:
+        base, waste, case = cfg.escalate_needed, 0.0, "escalate_needed"
+    if case != "escalate_wasted" and cfg.cost_on == "wasted":
+        cost = 0.0
+    return DecisionScore(base - waste - cost, base, waste, cost, case)
+
+
+def completion_text(completion: Any) -> str:
+    """Plain-text prompts give string completions; conversational ones a list with one assistant message."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[0], dict):
+        return str(completion[0].get("content", ""))
+    raise TypeError(f"unexpected completion type {type(completion).__name__}")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+class DecisionReward:
+    """Reward for the routing decision (the table above); logs every component through TRL's log_metric."""
+
+    def __init__(self, cfg: RewardConfig, cost_scale: float | None) -> None:
+        self.cfg = cfg
+        self.cost_scale = cost_scale
+        self.__name__ = "decision"
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        s_ok: list[bool],
+        r_ok: list[bool],
+        cost_research_input_tokens: list[float],
+        log_metric: Any = None,
+        **_: Any,
+    ) -> list[float]:
+        scores = []
+        for completion, s, r, tokens in zip(completions, s_ok, r_ok, cost_research_input_tokens, strict=True):
+            parsed = contract.parse(completion_text(completion))
+            action = parsed.action if parsed.parsed_ok else None
+            scores.append(score_decision(action, bool(s), bool(r), tokens, self.cfg, self.cost_scale))
+        if log_metric is not None:
+            for name, value in decision_log(scores).items():
+                log_metric(name, value)
+        return [s.total for s in scores]
+
+
+def decision_log(scores: Sequence[DecisionScore]) -> dict[str, float]:
+    cases = Counter(s.case for s in scores)
+    n = len(scores) or 1
+    out = {
+        "reward_parts/base": _mean([s.base for s in scores]),
+        "reward_parts/waste": _mean([s.waste for s in scores]),
+        "reward_parts/cost": _mean([s.cost for s in scores]),
+        "decision/escalation_rate": sum(c for k, c in cases.items() if k.startswith("escalate")) / n,
+    }
+    out.update({f"case/{case}": cases.get(case, 0) / n for case in CASES})
+    return out
+
+
+class FormatReward:
+    """1 for the contract JSON; partial credit when the action parsed but generation hit the length limit."""
+
+    def __init__(self, cfg: RewardConfig, max_completion_length: int | None) -> None:
+        self.cfg = cfg
+        self.max_completion_length = max_completion_length
+        self.__name__ = "format"
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids: list[list[int]] | None = None,
+        log_metric: Any = None,
+        **_: Any,
+    ) -> list[float]:
+        rewards, kinds = [], Counter()
+        ids = completion_ids if completion_ids is not None else [None] * len(completions)
+        for completion, token_ids in zip(completions, ids, strict=True):
+            parsed = contract.parse(completion_text(completion))
+            truncated = (
+                token_ids is not None
+                and self.max_completion_length is not None
+                and len(token_ids) >= self.max_completion_length
+            )
+            if parsed.valid_json:
+                kind, value = "valid_json", self.cfg.format_valid
+            elif parsed.parsed_ok and truncated:
+                kind, value = "truncated", self.cfg.format_truncated
+            else:
+                kind, value = "invalid", self.cfg.format_invalid
+            kinds[kind] += 1
+            rewards.append(value)
+        if log_metric is not None:
+            for kind in ("valid_json", "truncated", "invalid"):
+                log_metric(f"format/{kind}_rate", kinds[kind] / max(len(rewards), 1))
+        return rewards
+
+
+def resolve_cost_scale(cfg: RewardConfig, train_tokens: Sequence[float]) -> float | None:
+    """The configured scale, or the train split's largest research input-token count."""
+    if cfg.cost_scale is not None:
+        return cfg.cost_scale
+    top = max((float(t) for t in train_tokens), default=0.0)
+    return top if top > 0 else None
+
+
+def build_reward_funcs(
+    cfg: RewardConfig, train_tokens: Sequence[float], max_completion_length: int | None
+) -> list[Any]:
+    return [DecisionReward(cfg, resolve_cost_scale(cfg, train_tokens)), FormatReward(cfg, max_completion_length)]

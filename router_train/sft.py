@@ -1,0 +1,178 @@
+"""`make sft`: LoRA distillation of the hindsight labels into the router (TRL SFTTrainer + PEFT).
+
+Rows are prompt/completion pairs rendered through serving.contract; TRL trains on the completion only.
+The output directory holds the adapter, the tokenizer and tiermem_router.json (contract version, base
+model spec, this config, train/validation decision metrics against the trivial baselines).
+
+Multi-GPU: accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.sft \
+    --config configs/sft/qwen3_0.6b_gpu.yaml
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serving import contract
+from serving.artifacts import RunMeta
+from tiermem.config import parse_cli
+from tiermem.models import DEFAULT_LM
+
+from . import data as data_lib
+from .common import (
+    LoraSettings,
+    RunResult,
+    clear_run_meta,
+    decision_report,
+    majority_label,
+    print_summary,
+    run_main,
+    save_run,
+    trainer_args,
+    training_device,
+)
+
+log = logging.getLogger(__name__)
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "smollm2_135m_cpu.yaml"
+
+# TRL/transformers arguments the recipe sets unless the YAML's `trainer:` mapping says otherwise.
+RECIPE_DEFAULTS: dict[str, Any] = {
+    "max_length": 1024,
+    "completion_only_loss": True,  # loss on the router's JSON only, never on the prompt
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 1,
+    "learning_rate": 2e-4,
+    "num_train_epochs": 1.0,
+    "lr_scheduler_type": "cosine",
+    "warmup_steps": 0.05,
+    "logging_steps": 5,
+    "save_strategy": "no",  # the recipe saves once, at the end, with its metadata
+    "eval_strategy": "no",
+    "report_to": "none",
+}
+
+
+@dataclass
+class SFTRecipeConfig:
+    model: str = DEFAULT_LM  # router base: packaged:..., a local dir or a hub id
+    dataset_dir: str = "runs/label/dataset"  # DatasetDict saved by `make label`
+    output_dir: str = "runs/sft"
+    train_split: str = "train"
+    eval_split: str = "validation"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    balance: str = "none"  # none | oversample | undersample (train split only)
+    seed: int = 42
+    cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
+    max_train_rows: int | None = None
+    max_eval_rows: int | None = None
+    metrics_train_rows: int = 64  # train rows scored for the train-side decision metrics
+    eval_batch_size: int = 8
+    eval_generate_limit: int = 16  # greedy generations parsed per split to report format/parse rates
+    trainer: dict[str, Any] = field(default_factory=dict)  # passed to trl.SFTConfig, which validates it
+
+
+def build_sft_config(cfg: SFTRecipeConfig) -> Any:
+    from trl import SFTConfig
+
+    defaults = {**RECIPE_DEFAULTS, "output_dir": cfg.output_dir, "seed": cfg.seed, "data_seed": cfg.seed}
+    return SFTConfig(**trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+
+
+def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
+    dataset = data_lib.load_label_dataset(cfg.dataset_dir)
+    source = f"label dataset {cfg.dataset_dir}"
+    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, limit=cfg.max_train_rows)
+    if len(train) == 0:
+        raise data_lib.LabelDataError(f"{source}: no labeled rows in split {cfg.train_split!r}; nothing to train on")
+    val = (
+        data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, limit=cfg.max_eval_rows)
+        if cfg.eval_split in dataset
+        else None
+    )
+    balanced = data_lib.balance(train, cfg.balance, cfg.seed)
+    info = {
+        "dataset_dir": cfg.dataset_dir,
+        "label_rules": data_lib.label_rules(dataset),
+        "train_labels": data_lib.label_counts(train),
+        "train_labels_after_balance": data_lib.label_counts(balanced),
+        "validation_labels": data_lib.label_counts(val) if val is not None else None,
+        "balance": cfg.balance,
+    }
+    return balanced, val, info
+
+
+def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
+    return [len(tokenizer(p + c)["input_ids"]) for p, c in zip(rows["prompt"], rows["completion"], strict=True)]
+
+
+def train(cfg: SFTRecipeConfig) -> RunResult:
+    from transformers import set_seed
+    from trl import SFTTrainer
+
+    from tiermem.models import load_causal_lm
+
+    args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
+    set_seed(cfg.seed)
+    clear_run_meta(cfg.output_dir)
+    model, tokenizer = load_causal_lm(cfg.model, device=training_device())
+    train_rows, val_rows, data_info = load_rows(cfg, tokenizer)
+    lengths = _token_lengths(train_rows, tokenizer)
+    over = sum(n > args.max_length for n in lengths) if args.max_length else 0
+    if over:
+        log.warning("%d of %d train rows exceed max_length=%d tokens and are truncated", over, len(lengths),
+                    args.max_length)
+    data_info.update(train_tokens_max=max(lengths), train_tokens_mean=sum(lengths) / len(lengths),
+                     train_rows_over_max_length=over)
+    log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
+             data_info["validation_labels"])
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_rows.select_columns(["prompt", "completion"]),
+        eval_dataset=(val_rows.select_columns(["prompt", "completion"])
+                      if val_rows is not None and args.eval_strategy != "no" else None),
+        processing_class=tokenizer,
+        peft_config=cfg.lora.to_peft(),
+    )
+    started = time.perf_counter()
+    result = trainer.train()
+    train_metrics = dict(result.metrics)
+    steps = trainer.state.global_step
+    train_metrics.update(global_step=steps, seconds_per_step=(time.perf_counter() - started) / max(steps, 1))
+    majority = majority_label(list(train_rows["label"]))
+    metrics = {
+        "train": train_metrics,
+        "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows),
+        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None),
+        "log_history": trainer.state.log_history,
+    }
+    if metrics["validation"] is None:
+        log.warning("no labeled validation rows: validation metrics are missing from this run")
+    meta = RunMeta(
+        contract_version=contract.CONTRACT_VERSION, base_model=cfg.model, stage="sft", adapter=True,
+        training={**asdict(cfg), "resolved_trainer_args": _resolved(args)}, data=data_info, metrics=metrics,
+    )
+    path = save_run(trainer, tokenizer, cfg.output_dir, meta)
+    log.info("saved SFT router to %s", path.parent)
+    print_summary("sft", path.parent, metrics)
+    return RunResult(path.parent, metrics, trainer.model, tokenizer)
+
+
+def _resolved(args: Any) -> dict[str, Any]:
+    keys = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "max_length", "bf16", "fp16", "gradient_checkpointing",
+            "completion_only_loss", "lr_scheduler_type", "warmup_steps", "seed", "use_cpu")
+    return {k: getattr(args, k) for k in keys if hasattr(args, k)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    default = DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+    return run_main(lambda a: train(parse_cli(SFTRecipeConfig, a, default_config=default)), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

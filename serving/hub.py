@@ -1,0 +1,103 @@
+"""`make push`: publish a router run directory to the Hugging Face Hub; `pull` fetches one back.
+
+The token comes from HF_TOKEN or the `hf auth login` cache, resolved by huggingface_hub itself; this module never
+reads, prints or writes it. HF_ENDPOINT points the client at another hub (the tests use a local one).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serving import contract
+from serving.artifacts import read_run_meta
+from serving.model_card import write_model_card
+
+# Never published: trainer checkpoints, optimizer state, half-written files.
+IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".tiermem_router.*", "runs/**"]
+
+
+@dataclass
+class PushConfig:
+    run_dir: str = "runs/grpo"
+    repo_id: str = ""  # org/name on the hub (required)
+    private: bool = True
+    revision: str | None = None  # a branch to push to (created from main if missing); None: main
+    create_pr: bool = False  # open a pull request instead of committing to the branch
+    commit_message: str = "Upload tiermem router"
+    license: str = "apache-2.0"
+    datasets: list[str] = field(default_factory=list)  # hub ids of the training data, for the card
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.create_pr and self.revision not in (None, "main"):
+            raise ValueError("create_pr opens the PR against main; leave revision unset")
+
+
+class HubError(RuntimeError):
+    """A push or pull that the hub refused or could not serve."""
+
+
+def push(cfg: PushConfig) -> dict[str, Any]:
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
+        raise ValueError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
+    run_dir = Path(cfg.run_dir)
+    meta = read_run_meta(run_dir)
+    contract.check_version(meta.contract_version, where=str(run_dir))
+    weights = ["adapter_model.safetensors", "adapter_config.json"] if meta.adapter else ["config.json"]
+    missing = [f for f in weights if not (run_dir / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir}: missing {missing}; not a complete router run")
+    if get_token() is None:
+        raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
+    write_model_card(run_dir, cfg.repo_id, license=cfg.license, datasets=cfg.datasets, tags=cfg.tags)
+    api = HfApi()
+    try:
+        repo = api.create_repo(cfg.repo_id, private=cfg.private, exist_ok=True)
+        if cfg.revision and cfg.revision != "main":
+            api.create_branch(repo.repo_id, branch=cfg.revision, exist_ok=True)
+        info = api.upload_folder(repo_id=repo.repo_id, folder_path=str(run_dir), revision=cfg.revision,
+                                 create_pr=cfg.create_pr, commit_message=cfg.commit_message,
+                                 ignore_patterns=IGNORE)
+    except HfHubHTTPError as exc:
+        raise HubError(f"push to {cfg.repo_id} failed: {exc}") from None
+    return {"repo_id": repo.repo_id, "commit": info.oid, "commit_url": info.commit_url, "pr_url": info.pr_url,
+            "revision": info.pr_revision or cfg.revision or "main", "private": cfg.private}
+
+
+def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> Path:
+    """Download a router repo through the hub cache; returns the local snapshot directory."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir))
+    except LocalEntryNotFoundError:
+        raise HubError(f"router {repo_id!r} (revision {revision or 'main'}) is not in the hub cache and the hub "
+                       "cannot be reached (HF_HUB_OFFLINE or no network)") from None
+    except HfHubHTTPError as exc:
+        raise HubError(f"router {repo_id!r} (revision {revision or 'main'}) could not be downloaded: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tiermem.config import ConfigError, parse_cli
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = parse_cli(PushConfig, argv, default_config=None)
+        result = push(cfg)
+    except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"push: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"config": {k: v for k, v in asdict(cfg).items()}, **result}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,448 @@
+"""The router inference wrapper: a tiny RouteLLM-style interface with a registry of implementations.
+
+`Router.from_pretrained(path_or_hub_id)` loads a trained router (base + LoRA adapter, or merged weights)
+and checks its contract version. Modes:
+- fast (default): one forward pass over the prompt + contract.OUTPUT_PREFIX; p_escalate is the softmax over
+  the first tokens of "ANSWER" and "ESCALATE"; the decision is p_escalate >= threshold. No generation.
+- generate: greedy generation of the full JSON, parsed by the contract (audits, reasons).
+Other routers: `RemoteRouter` (an OpenAI-compatible endpoint serving the adapter, e.g. vLLM --enable-lora),
+`TeacherRouter` (any tiermem LLM prompted with the contract), `AlwaysAnswer`, `AlwaysEscalate`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from serving import contract
+from serving.artifacts import RunMeta, read_run_meta
+
+DEFAULT_THRESHOLD = 0.5
+Summaries = Sequence[Any]  # dicts / objects with text and date, see contract.as_view
+
+
+@dataclass
+class Decision:
+    action: str  # one of contract.ACTIONS
+    p_escalate: float | None  # None when the router has no probability (fixed, parsed-only routers)
+    reason: str
+    parsed_ok: bool  # False: the output could not be read and the decision fell back to ESCALATE
+    latency_s: float  # wall time of the call that produced it, divided by the batch size
+    prompt_tokens: int
+    error: str | None = None  # an LLM/endpoint error after retries; the action is then ESCALATE, flagged
+
+
+class RouterLoadError(RuntimeError):
+    """A router directory or model that cannot be served (missing files, tokenizer mismatch)."""
+
+
+ROUTERS: dict[str, type[Router]] = {}
+
+
+def register(name: str) -> Callable[[type[Router]], type[Router]]:
+    def deco(cls: type[Router]) -> type[Router]:
+        ROUTERS[name] = cls
+        cls.kind = name
+        return cls
+
+    return deco
+
+
+def build_router(kind: str, **kwargs: Any) -> Router:
+    """`build_router("local", path=...)`, `build_router("remote", base_url=..., model=...)`, ..."""
+    if kind not in ROUTERS:
+        raise ValueError(f"unknown router kind {kind!r}; known: {sorted(ROUTERS)}")
+    if kind == "local":
+        return LocalRouter.from_pretrained(**kwargs)
+    return ROUTERS[kind](**kwargs)
+
+
+class Router:
+    kind: ClassVar[str] = "base"
+    threshold: float = DEFAULT_THRESHOLD
+
+    def route(self, question: str, summaries: Summaries, threshold: float | None = None) -> Decision:
+        return self.route_batch([question], [summaries], threshold)[0]
+
+    def route_batch(
+        self, questions: Sequence[str], summaries: Sequence[Summaries], threshold: float | None = None
+    ) -> list[Decision]:
+        raise NotImplementedError
+
+    def _threshold(self, override: float | None) -> float:
+        value = self.threshold if override is None else override
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {value}")
+        return value
+
+    @staticmethod
+    def from_pretrained(path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",
+                        **kwargs: Any) -> LocalRouter:
+        return LocalRouter.from_pretrained(path_or_hub_id, revision=revision, mode=mode, **kwargs)
+
+
+def _check_lengths(questions: Sequence[str], summaries: Sequence[Summaries]) -> None:
+    if len(questions) != len(summaries):
+        raise ValueError(f"{len(questions)} questions but {len(summaries)} summary lists")
+
+
+class _FixedRouter(Router):
+    action: ClassVar[str]
+
+    def __init__(self, **_: Any) -> None:
+        pass
+
+    def route_batch(self, questions, summaries, threshold=None):
+        _check_lengths(questions, summaries)
+        p = 1.0 if self.action == "ESCALATE" else 0.0
+        return [Decision(self.action, p, f"fixed policy: always {self.action}", True, 0.0, 0) for _ in questions]
+
+
+@register("always-answer")
+class AlwaysAnswer(_FixedRouter):
+    action = "ANSWER"
+
+
+@register("always-escalate")
+class AlwaysEscalate(_FixedRouter):
+    action = "ESCALATE"
+
+
+def _from_text(text: str, latency_s: float, prompt_tokens: int, p_escalate: float | None = None) -> Decision:
+    parsed = contract.parse(text)
+    return Decision(parsed.action, p_escalate, parsed.reason, parsed.parsed_ok, latency_s, prompt_tokens)
+
+
+def _error_decision(exc: BaseException, latency_s: float) -> Decision:
+    return Decision("ESCALATE", None, "", False, latency_s, 0, error=f"{type(exc).__name__}: {exc}")
+
+
+@register("teacher")
+class TeacherRouter(Router):
+    """Any tiermem LLM (OpenAI, vLLM, local) prompted with the contract's messages; output parsed by it."""
+
+    def __init__(self, llm: Any, max_tokens: int = 128) -> None:
+        self.llm = llm
+        self.max_tokens = max_tokens
+
+    def route_batch(self, questions, summaries, threshold=None):
+        _check_lengths(questions, summaries)
+        batch = [contract.render_messages(q, s) for q, s in zip(questions, summaries, strict=True)]
+        results = self.llm.chat_many(batch, max_tokens=self.max_tokens, temperature=0.0)
+        out = []
+        for res in results:
+            if isinstance(res, BaseException):
+                out.append(_error_decision(res, 0.0))
+            else:
+                out.append(_from_text(res.text, res.latency_s, res.input_tokens))
+        return out
+
+
+def _softmax2(logit_answer: float, logit_escalate: float) -> float:
+    """P(ESCALATE) from two logits, numerically stable."""
+    return 1.0 / (1.0 + math.exp(logit_answer - logit_escalate))
+
+
+@register("remote")
+class RemoteRouter(Router):
+    """A router served by an OpenAI-compatible endpoint, selected by model name.
+
+    e.g. `vllm serve BASE --enable-lora --lora-modules router=RUN_DIR` and model="router".
+    strategy "auto" reads the action tokens' log-probs when the server returns them; a server without
+    log-probs is asked for a constrained choice between the two contract prefixes; a server that ignores the
+    constraint (its output is not one of the choices) falls back to parsing the generated JSON.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", threshold: float | None = None,
+                 strategy: str = "auto", max_tokens: int = 64, top_logprobs: int = 10, timeout_s: float = 60.0,
+                 max_retries: int = 3) -> None:
+        from openai import OpenAI
+
+        if strategy not in ("auto", "logprobs", "choice", "generate"):
+            raise ValueError(f"strategy must be auto|logprobs|choice|generate, got {strategy!r}")
+        self.client = OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
+                             timeout=timeout_s, max_retries=max_retries)
+        self.model = model
+        self.threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+        self.strategy = strategy
+        self.max_tokens = max_tokens
+        self.top_logprobs = top_logprobs
+        self.choices = [contract.OUTPUT_PREFIX + a for a in contract.ACTIONS]
+        self.used: dict[str, int] = {"logprobs": 0, "choice": 0, "generate": 0}
+
+    def _p_from_logprobs(self, content: Any) -> float | None:
+        """Walk the generated tokens up to OUTPUT_PREFIX; read both actions' first tokens among the top log-probs."""
+        if not content:
+            return None
+        text = ""
+        for tok in content:
+            if text.lstrip() == contract.OUTPUT_PREFIX:
+                best: dict[str, float] = {}
+                for cand in tok.top_logprobs or []:
+                    piece = cand.token
+                    for action in contract.ACTIONS:
+                        if piece and action.startswith(piece) and cand.logprob > best.get(action, -math.inf):
+                            best[action] = cand.logprob
+                if len(best) == 2:
+                    return _softmax2(best["ANSWER"], best["ESCALATE"])
+                return None
+            text += tok.token
+            if len(text.lstrip()) > len(contract.OUTPUT_PREFIX):
+                return None
+        return None
+
+    def _one(self, question: str, summaries: Summaries, threshold: float) -> Decision:
+        messages = contract.render_messages(question, summaries)
+        started = time.perf_counter()
+        strategy = self.strategy
+        if strategy in ("auto", "logprobs"):
+            resp = self.client.chat.completions.create(
+                model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=0.0,
+                logprobs=True, top_logprobs=self.top_logprobs)
+            choice = resp.choices[0]
+            content = getattr(choice.logprobs, "content", None) if choice.logprobs else None
+            p = self._p_from_logprobs(content)
+            dt = time.perf_counter() - started
+            tokens = resp.usage.prompt_tokens if resp.usage else 0
+            parsed = contract.parse(choice.message.content or "")
+            if p is not None:
+                self.used["logprobs"] += 1
+                action = "ESCALATE" if p >= threshold else "ANSWER"
+                return Decision(action, p, parsed.reason, True, dt, tokens)
+            if strategy == "logprobs" or content is not None:
+                # Log-probs were returned but the action tokens are not among them: the text is all we have.
+                self.used["generate"] += 1
+                return Decision(parsed.action, None, parsed.reason, parsed.parsed_ok, dt, tokens)
+            self.strategy = strategy = "choice"  # this server returns no log-probs: stop asking for them
+        if strategy == "choice":
+            resp = self.client.chat.completions.create(
+                model=self.model, messages=messages, max_tokens=16, temperature=0.0,
+                extra_body={"structured_outputs": {"choice": self.choices}})
+            text = resp.choices[0].message.content or ""
+            dt = time.perf_counter() - started
+            tokens = resp.usage.prompt_tokens if resp.usage else 0
+            if text.strip() in self.choices:
+                self.used["choice"] += 1
+                return _from_text(text, dt, tokens)
+            self.strategy = "generate"  # the constraint was ignored: parse free generations from now on
+            if len(text) >= 20:  # a long enough free generation is as good as a generate call
+                self.used["generate"] += 1
+                return _from_text(text, dt, tokens)
+        resp = self.client.chat.completions.create(
+            model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=0.0)
+        self.used["generate"] += 1
+        return _from_text(resp.choices[0].message.content or "", time.perf_counter() - started,
+                          resp.usage.prompt_tokens if resp.usage else 0)
+
+    def route_batch(self, questions, summaries, threshold=None):
+        _check_lengths(questions, summaries)
+        t = self._threshold(threshold)
+        out = []
+        for q, s in zip(questions, summaries, strict=True):
+            started = time.perf_counter()
+            try:
+                out.append(self._one(q, s, t))
+            except Exception as exc:  # openai already retried with backoff; record, never a silent ANSWER
+                out.append(_error_decision(exc, time.perf_counter() - started))
+        return out
+
+
+@register("local")
+class LocalRouter(Router):
+    """An in-process router model (base + LoRA adapter, or merged weights)."""
+
+    def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
+                 threshold: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
+                 max_new_tokens: int = 64) -> None:
+        import torch
+
+        if mode not in ("fast", "generate"):
+            raise ValueError(f"mode must be 'fast' or 'generate', got {mode!r}")
+        self.torch = torch
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.meta = meta
+        self.mode = mode
+        calibrated = (meta.calibration or {}).get("threshold") if meta else None
+        self.threshold = threshold if threshold is not None else (
+            calibrated if calibrated is not None else DEFAULT_THRESHOLD)
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.device = next(model.parameters()).device
+        self.answer_id, self.escalate_id = self._action_token_ids()
+        self.prefix_ids, self._prefix_cache = self._fixed_prefix() if prefix_cache else ([], None)
+
+    # -- loading -----------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",
+                        threshold: float | None = None, device: str | None = None, dtype: Any = None,
+                        merge: bool = True, cache_dir: str | None = None, **kwargs: Any) -> LocalRouter:
+        from transformers import AutoTokenizer
+
+        from tiermem.models import load_causal_lm
+
+        run_dir = Path(path_or_hub_id).expanduser()
+        if not run_dir.exists():
+            if str(path_or_hub_id).startswith((".", "/", "~")) or str(path_or_hub_id).count("/") != 1:
+                raise FileNotFoundError(f"router {path_or_hub_id!r}: no such directory, and not a hub id org/name")
+            from serving.hub import pull
+
+            run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir)
+        meta = read_run_meta(run_dir)
+        contract.check_version(meta.contract_version, where=f"router {path_or_hub_id}")
+        if (run_dir / "adapter_config.json").is_file():
+            from peft import PeftModel
+
+            model, tokenizer = load_causal_lm(meta.base_model, dtype=dtype, device=device)
+            model = PeftModel.from_pretrained(model, str(run_dir))
+            if merge:  # one set of weights: no LoRA matmuls per layer at inference
+                model = model.merge_and_unload()
+        elif (run_dir / "config.json").is_file():
+            model, tokenizer = load_causal_lm(str(run_dir), dtype=dtype, device=device)
+        else:
+            raise RouterLoadError(f"{run_dir}: neither adapter_config.json (LoRA) nor config.json (merged model)")
+        if (run_dir / "tokenizer_config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(str(run_dir))  # the chat template training rendered with
+        return cls(model, tokenizer, meta=meta, mode=mode, threshold=threshold, **kwargs)
+
+    # -- tokens ------------------------------------------------------------------------------------
+    def _encode(self, text: str) -> list[int]:
+        # The chat template already carries the special tokens; adding BOS again would shift the prompt.
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def _action_token_ids(self) -> tuple[int, int]:
+        head = contract.render_prompt(self.tokenizer, "q", []) + contract.OUTPUT_PREFIX
+        head_ids = self._encode(head)
+        ids = []
+        for action in contract.ACTIONS:
+            full = self._encode(head + action)
+            if full[: len(head_ids)] != head_ids or len(full) <= len(head_ids):
+                raise RouterLoadError(f"tokenizer merges {action!r} into the output prefix; fast path impossible")
+            ids.append(full[len(head_ids)])
+        if ids[0] == ids[1]:
+            raise RouterLoadError(f"ANSWER and ESCALATE share their first token {ids[0]}; use mode='generate'")
+        return ids[0], ids[1]
+
+    def _fixed_prefix(self) -> tuple[list[int], Any]:
+        """Token ids and KV cache of the prompt part every request shares (system prompt, chat markup)."""
+        a = self._encode(contract.render_prompt(self.tokenizer, "first question", []))
+        b = self._encode(contract.render_prompt(self.tokenizer, "another one", [{"text": "x", "date": None}]))
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        n -= 1  # the last shared token may merge differently with what follows; keep a safe margin
+        if n <= 0:
+            return [], None
+        ids = a[:n]
+        with self.torch.inference_mode():
+            out = self.model(input_ids=self.torch.tensor([ids], device=self.device), use_cache=True)
+        return ids, out.cache if hasattr(out, "cache") else out.past_key_values
+
+    # -- fast path ---------------------------------------------------------------------------------
+    def _score(self, rows: list[list[int]]) -> list[float]:
+        """p_escalate per row. Rows are right-padded after the (optional) cached prefix and read at their last
+        real token; pads never sit between the prefix and a row, so no position shifts are needed."""
+        torch = self.torch
+        p_len = len(self.prefix_ids)
+        use_cache = self._prefix_cache is not None and all(r[:p_len] == self.prefix_ids for r in rows)
+        start = p_len if use_cache else 0
+        tails = [r[start:] for r in rows]
+        width = max(len(t) for t in tails)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails], device=self.device)
+        mask = torch.tensor([[1] * (start + len(t)) + [0] * (width - len(t)) for t in tails], device=self.device)
+        positions = (torch.arange(width, device=self.device) + start).unsqueeze(0).expand(len(rows), -1)
+        kwargs: dict[str, Any] = {}
+        if use_cache:
+            cache = copy.deepcopy(self._prefix_cache)
+            if len(rows) > 1:
+                cache.batch_repeat_interleave(len(rows))
+            kwargs["cache"] = cache
+        with torch.inference_mode():
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                use_cache=use_cache, **kwargs).logits
+        last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
+        picked = logits[torch.arange(len(rows), device=self.device), last][:, [self.answer_id, self.escalate_id]]
+        return torch.softmax(picked.float(), dim=-1)[:, 1].tolist()
+
+    def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        """p_escalate for each (question, summaries), batched; what calibration and evaluation sweep over."""
+        return [d.p_escalate for d in self._fast(questions, summaries, self.threshold)]  # type: ignore[misc]
+
+    def _fast(self, questions, summaries, threshold: float) -> list[Decision]:
+        out: list[Decision] = []
+        for i in range(0, len(questions), self.batch_size):
+            qs, ss = questions[i: i + self.batch_size], summaries[i: i + self.batch_size]
+            started = time.perf_counter()
+            rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
+                    for q, s in zip(qs, ss, strict=True)]
+            probs = self._score(rows)
+            dt = (time.perf_counter() - started) / len(rows)
+            for p, row in zip(probs, rows, strict=True):
+                action = "ESCALATE" if p >= threshold else "ANSWER"
+                out.append(Decision(action, p, f"p_escalate={p:.3f} vs threshold {threshold:.3f}", True, dt, len(row)))
+        return out
+
+    # -- generate path -----------------------------------------------------------------------------
+    def generate(self, prompts: list[str], max_new_tokens: int | None = None,
+                 top_logprobs: int = 0) -> list[dict[str, Any]]:
+        """Greedy completions of raw prompt strings: text, token counts, and per-token log-probs if asked."""
+        torch = self.torch
+        enc = [self._encode(p) for p in prompts]
+        width = max(len(e) for e in enc)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc], device=self.device)  # left pad
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc], device=self.device)
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens or self.max_new_tokens,
+                do_sample=False, pad_token_id=pad, return_dict_in_generate=True, output_scores=top_logprobs > 0)
+        new = out.sequences[:, width:]
+        results = []
+        eos = {self.tokenizer.eos_token_id, pad}
+        for b, e in enumerate(enc):
+            ids = new[b].tolist()
+            n = next((k for k, t in enumerate(ids) if t in eos), len(ids))
+            item: dict[str, Any] = {
+                "text": self.tokenizer.decode(ids[:n], skip_special_tokens=True),
+                "prompt_tokens": len(e), "completion_tokens": n, "finish_reason": "stop" if n < len(ids) else "length",
+            }
+            if top_logprobs > 0:
+                steps = []
+                for k in range(n):
+                    logp = torch.log_softmax(out.scores[k][b].float(), dim=-1)
+                    top = torch.topk(logp, top_logprobs)
+                    steps.append({
+                        "token": self.tokenizer.decode([ids[k]]), "logprob": logp[ids[k]].item(),
+                        "top_logprobs": [{"token": self.tokenizer.decode([int(t)]), "logprob": v.item()}
+                                         for v, t in zip(top.values, top.indices, strict=True)],
+                    })
+                item["logprobs"] = steps
+            results.append(item)
+        return results
+
+    def _generate(self, questions, summaries) -> list[Decision]:
+        out: list[Decision] = []
+        for i in range(0, len(questions), self.batch_size):
+            qs, ss = questions[i: i + self.batch_size], summaries[i: i + self.batch_size]
+            started = time.perf_counter()
+            gens = self.generate([contract.render_prompt(self.tokenizer, q, s) for q, s in zip(qs, ss, strict=True)])
+            dt = (time.perf_counter() - started) / len(gens)
+            out.extend(_from_text(g["text"], dt, g["prompt_tokens"]) for g in gens)
+        return out
+
+    def route_batch(self, questions, summaries, threshold=None):
+        _check_lengths(questions, summaries)
+        if not questions:
+            return []
+        if self.mode == "generate":  # the model's own greedy decision; the threshold does not apply
+            return self._generate(list(questions), list(summaries))
+        return self._fast(list(questions), list(summaries), self._threshold(threshold))

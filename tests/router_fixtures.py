@@ -1,0 +1,105 @@
+"""Shared builders for the router training tests: a tiny random Llama with the packaged SmolLM2 tokenizer,
+and a small label DatasetDict in the shape the labeling stage saves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from serving import contract
+
+
+def build_tiny_model_dir(path: Path, seed: int = 0) -> Path:
+    """A 2-layer random LlamaForCausalLM with the real SmolLM2 tokenizer and chat template (~1.6M params)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tiermem.models import DEFAULT_LM, load_tokenizer
+
+    tokenizer = load_tokenizer(DEFAULT_LM)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def record(i: int, conv: str, s_ok: bool | None, r_ok: bool | None, tokens: int = 1000) -> dict[str, Any]:
+    label = "ANSWER" if s_ok else ("ESCALATE" if s_ok is False and r_ok else None)
+    reason = "A summary states it." if label == "ANSWER" else "The summaries lack the date."
+    return {
+        "conv_id": conv,
+        "qid": f"{conv}-q{i}",
+        "question": f"When did Caroline do thing number {i}?",
+        "gold_answer": f"{i} May 2023",
+        "category": "2",
+        "router_summaries": [
+            {"unit_id": f"u{i}a", "text": f"Caroline did thing number {i} in May.", "score": 0.8,
+             "date": "2023-05-08", "page_ids": [f"{conv}-p0"]},
+            {"unit_id": f"u{i}b", "text": "Melanie paints sunsets.", "score": 0.4, "date": None, "page_ids": []},
+        ],
+        "label": label,
+        "label_rule": "evidence",
+        "drop_reason": None if label else "both paths wrong",
+        "sft_target": contract.render_target(label, reason) if label else None,
+        "s_ok": s_ok,
+        "r_ok": r_ok,
+        "cost_research_input_tokens": tokens,
+        "cost_summary_input_tokens": 300,
+    }
+
+
+def build_label_dataset(path: Path) -> Path:
+    """train: 6 labeled (4 ANSWER / 2 ESCALATE) + 1 dropped; validation: 3 labeled; test: 2 labeled."""
+    from datasets import Dataset, DatasetDict
+
+    train = [record(0, "c1", True, True, 800), record(1, "c1", True, False, 1200), record(2, "c1", True, True, 400),
+             record(3, "c2", True, True, 2000), record(4, "c2", False, True, 1600), record(5, "c2", False, True, 900),
+             record(6, "c2", False, False, 700)]
+    validation = [record(7, "c3", True, True), record(8, "c3", False, True), record(9, "c3", False, True)]
+    test = [record(10, "c4", True, True), record(11, "c4", False, True)]
+    DatasetDict({"train": Dataset.from_list(train), "validation": Dataset.from_list(validation),
+                 "test": Dataset.from_list(test)}).save_to_disk(str(path))
+    return path
+
+
+def build_contract_base(path: Path, dataset_dir: Path, steps: int = 45, seed: int = 0) -> Path:
+    """A tiny Llama fully trained to emit the contract JSON for the label dataset's prompts, with each prompt
+    seen under both actions: its first action token is a coin flip, so GRPO samples differ (reward variance)
+    while the rest of the JSON is fixed. Only the completion positions go through the 49k-row output layer."""
+    import torch
+    from datasets import load_from_disk
+
+    from tiermem.models import load_causal_lm
+
+    build_tiny_model_dir(path, seed=seed)
+    model, tokenizer = load_causal_lm(str(path), device="cpu")
+    rows = []
+    for rec in load_from_disk(str(dataset_dir))["train"]:
+        if True:
+            prompt = tokenizer(contract.render_prompt(tokenizer, rec["question"], rec["router_summaries"])).input_ids
+            for action in contract.ACTIONS:
+                rows.append((prompt, tokenizer(contract.render_target(action, "ok") + tokenizer.eos_token).input_ids))
+    width = max(len(p) + len(t) for p, t in rows)
+    keep = max(len(t) for _, t in rows) + 1
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p) - len(t)) + p + t for p, t in rows])
+    mask = torch.tensor([[0] * (width - len(p) - len(t)) + [1] * (len(p) + len(t)) for p, t in rows])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    targets = torch.tensor([[-100] * (keep - 1 - len(t)) + t for _, t in rows])
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    model.train()
+    for _ in range(steps):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval().save_pretrained(path)
+    return path

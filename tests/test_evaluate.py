@@ -1,0 +1,209 @@
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from router_train import evaluate as E
+
+
+def rec(qid, conv, s_ok, r_ok, label, split, cat="1", summary="nothing relevant"):
+    return {
+        "conv_id": conv, "qid": qid, "question": f"question {qid}?", "gold_answer": "x", "category": cat,
+        "router_summaries": [{"unit_id": f"u-{qid}", "text": summary, "score": 0.5, "date": "2023-05-07",
+                              "page_ids": ["p1"]}],
+        "label": label, "label_rule": "evidence", "s_ok": s_ok, "r_ok": r_ok,
+        "s_ok_outcome": False, "r_ok_outcome": False, "s_ok_evidence": s_ok, "r_ok_evidence": r_ok,
+        "cost_summary_input_tokens": 200, "cost_research_input_tokens": 2000,
+        "cost_summary_wall_s": 1.0, "cost_research_wall_s": 8.0, "error": None, "split": split,
+    }
+
+
+RECORDS = [
+    rec("q1", "c1", True, True, "ANSWER", "train"),
+    rec("q2", "c2", True, True, "ANSWER", "test", summary="SAYS IT"),
+    rec("q3", "c2", False, True, "ESCALATE", "test"),
+    rec("q4", "c2", True, False, "ANSWER", "test", summary="SAYS IT"),
+    rec("q5", "c2", False, False, None, "test", cat="2"),
+]
+
+
+@dataclass
+class Decision:
+    action: str
+    p_escalate: float
+    reason: str
+    parsed_ok: bool
+    latency_s: float
+    prompt_tokens: int
+
+
+class KeywordRouter:
+    """A deterministic stand-in with serving.router's interface: ANSWER when a summary says 'SAYS IT'."""
+
+    threshold = 0.5
+
+    def route_batch(self, questions, summaries, threshold=None):
+        t = self.threshold if threshold is None else threshold
+        out = []
+        for s in summaries:
+            p = 0.1 if any("SAYS IT" in u["text"] for u in s) else 0.9
+            out.append(Decision("ESCALATE" if p >= t else "ANSWER", p, "kw", True, 0.05, 100))
+        return out
+
+
+@pytest.fixture
+def dataset_dir(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    dsd = DatasetDict({s: Dataset.from_list([r for r in RECORDS if r["split"] == s]) for s in ("train", "test")})
+    path = tmp_path / "dataset"
+    dsd.save_to_disk(str(path))
+    return path
+
+
+def test_load_split_from_datasetdict_and_jsonl(dataset_dir, tmp_path):
+    recs = E.load_split(dataset_dir, "test")
+    assert [r["qid"] for r in recs] == ["q2", "q3", "q4", "q5"]
+    assert recs[0]["router_summaries"][0]["text"] == "SAYS IT"
+    jsonl = tmp_path / "records.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    assert [r["qid"] for r in E.load_split(jsonl, "train")] == ["q1"]
+    with pytest.raises(E.ConfigError, match="no split 'validation'"):
+        E.load_split(dataset_dir, "validation")
+    with pytest.raises(FileNotFoundError, match="make label"):
+        E.load_split(tmp_path / "missing", "test")
+
+
+def test_evaluate_records_with_router(dataset_dir, tmp_path):
+    cfg = E.EvalConfig(dataset=str(dataset_dir), out_dir=str(tmp_path / "eval"))
+    records = E.load_split(dataset_dir, "test")
+    report, preds = E.evaluate_records(records, cfg, KeywordRouter(), "keyword")
+    routed = report["policies"]["routed"]
+    # q2, q4 answered from summaries (right); q3 escalated (right); q5 escalated (both wrong)
+    assert routed["accuracy"] == pytest.approx(3 / 4)
+    assert routed["escalation_rate"] == pytest.approx(0.5)
+    assert routed["mean_input_tokens"] == pytest.approx((200 + 2000 + 200 + 2000) / 4 + 100)
+    assert report["policies"]["summary_only"]["accuracy"] == pytest.approx(0.5)
+    assert report["policies"]["raw_only"]["accuracy"] == pytest.approx(0.5)
+    assert report["policies"]["random"]["escalation_rate"] == pytest.approx(0.5)
+    assert report["meta"]["label_rule"] == "evidence" and report["meta"]["threshold"] == 0.5
+    assert [p["qid"] for p in preds] == ["q2", "q3", "q4", "q5"]
+    paths = E.write_outputs(report, preds, cfg.out_dir)
+    assert {"json", "markdown", "plot", "predictions"} <= set(paths)
+    assert json.loads(paths["json"].read_text())["policies"]["routed"]["n"] == 4
+    assert "| routed | 0.750 | 0.500 |" in paths["markdown"].read_text()
+
+
+def test_threshold_override_moves_decisions(dataset_dir):
+    cfg = E.EvalConfig(dataset=str(dataset_dir))
+    cfg.router.threshold = 0.05  # everything escalates
+    report, _ = E.evaluate_records(E.load_split(dataset_dir, "test"), cfg, KeywordRouter(), "keyword")
+    assert report["policies"]["routed"]["escalation_rate"] == 1.0
+    assert report["meta"]["threshold"] == 0.05
+
+
+def test_main_baselines_only(dataset_dir, tmp_path, capsys):
+    out = tmp_path / "base"
+    rc = E.main([f"dataset={dataset_dir}", "router.kind=none", f"out_dir={out}"])
+    assert rc == 0
+    data = json.loads((out / "eval.json").read_text())
+    assert "routed" not in data["policies"] and data["sweep"] is None
+    assert (out / "eval.png").stat().st_size > 0
+    assert "| summary-only |" in capsys.readouterr().out
+
+
+def test_main_errors_are_one_line(tmp_path, capsys):
+    assert E.main([f"dataset={tmp_path / 'nope'}", "router.kind=none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "label dataset not found" in err[0]
+    assert E.main(["router.kind=magic"]) == 2
+    assert "router.kind" in capsys.readouterr().err
+    assert E.main(["bogus_key=1"]) == 2
+    assert "bogus_key" in capsys.readouterr().err
+
+
+def test_teacher_router_errors_and_garbage_are_counted(dataset_dir):
+    from serving.router import TeacherRouter
+    from tiermem.llm import LLMError, ScriptedLLM
+
+    def responder(messages):
+        user = messages[-1]["content"]
+        if "q3" in user:
+            return LLMError("endpoint down")
+        if "q5" in user:
+            return "I think we should look it up"
+        return '{"action": "ANSWER", "reason": "stated"}'
+
+    cfg = E.EvalConfig(dataset=str(dataset_dir))
+    report, preds = E.evaluate_records(E.load_split(dataset_dir, "test"), cfg,
+                                       TeacherRouter(ScriptedLLM(responder)), "teacher")
+    routed = report["policies"]["routed"]
+    assert [p["action"] for p in preds] == ["ANSWER", "ESCALATE", "ANSWER", "ESCALATE"]
+    assert report["meta"]["router_errors"] == 1
+    assert preds[1]["error"] and "endpoint down" in preds[1]["error"]
+    assert routed["unparseable"] == 2  # the failed call and the garbage both fell back to ESCALATE, flagged
+    assert any("p_escalate" in n for n in report["meta"]["notes"])  # no probabilities for the error case
+    assert any("router call(s) failed" in n for n in report["meta"]["notes"])
+
+
+def test_live_eval_runs_the_runtime_with_each_policy(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    from router_train.live_eval import run_live
+    from serving.router import AlwaysEscalate
+    from tiermem.llm import ScriptedLLM
+    from tiermem.memory.policies import ANSWER_SYSTEM
+
+    label_cfg = tmp_path / "label" / "config.yaml"
+    label_cfg.parent.mkdir()
+    label_cfg.write_text(
+        "data_path: null\nlabel_rule: evidence\nmemory:\n  tokenizer: whitespace\n  embedder: hashing\n"
+        "  page_tokens: 60\n  keep_ratio: 0.5\n  max_rounds: 1\n")
+    test_rec = dict(rec("s2q1", "sample-2", True, True, "ANSWER", "test"))
+    dsd = DatasetDict({"test": Dataset.from_list([test_rec])})
+    dsd.save_to_disk(str(tmp_path / "label" / "dataset"))
+
+    def respond(messages):
+        return "Eleven" if messages[0]["content"] == ANSWER_SYSTEM else "DONE"
+
+    llm = ScriptedLLM(respond)
+    cfg = E.EvalConfig(dataset=str(tmp_path / "label" / "dataset"), out_dir=str(tmp_path / "eval"))
+    cfg.live = E.LiveConfig(enabled=True, max_questions=2, workdir=str(tmp_path / "live"))
+    paths = run_live(cfg, AlwaysEscalate(), "always-escalate", answerer=llm)
+    report = json.loads(paths["live_json"].read_text())
+    assert report["meta"]["conversations"] == ["sample-2"]
+    pol = report["policies"]
+    assert pol["summary_only"]["escalation_rate"] == 0 and pol["raw_only"]["escalation_rate"] == 1
+    assert pol["routed"]["escalation_rate"] == 1 and pol["routed"]["n"] == 2
+    assert len(report["rows"]) == 6 and all(r["error"] is None for r in report["rows"])
+    assert pol["raw_only"]["mean_input_tokens"] > pol["summary_only"]["mean_input_tokens"] > 0
+    assert all(isinstance(r["outcome_ok"], bool) for r in report["rows"])
+    md = paths["live_markdown"].read_text()
+    assert "| routed |" in md and "| summary-only |" in md
+
+
+def test_main_with_a_trained_router_run(tmp_path):
+    """End to end through Router.from_pretrained: the fixture router learned 'When' -> ESCALATE."""
+    from datasets import Dataset, DatasetDict
+
+    from tests.router_fixture import FIXTURES, make_router_run
+
+    run_dir = make_router_run()  # built once, cached by the serving tests' fixture
+    rows = []
+    for i, (question, summaries, label) in enumerate(FIXTURES):
+        r = rec(f"f{i}", "c9", label == "ANSWER", True, label, "test")  # research right everywhere
+        r.update(question=question, router_summaries=[dict(s, unit_id="u", score=1.0, page_ids=[]) for s in summaries])
+        rows.append(r)
+    DatasetDict({"test": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
+    out = tmp_path / "eval"
+    assert E.main([f"dataset={tmp_path / 'ds'}", f"router.path={run_dir}", f"out_dir={out}"]) == 0
+    data = json.loads((out / "eval.json").read_text())
+    routed, oracle = data["policies"]["routed"], data["policies"]["oracle"]
+    assert routed["accuracy"] == 1.0 == oracle["accuracy"]
+    assert data["policies"]["summary_only"]["accuracy"] == 0.5
+    assert routed["hard_recall"] == 1.0 and routed["false_cache_hits"] == 0 and routed["false_cache_misses"] == 0
+    assert routed["mean_router_tokens"] > 0 and routed["unparseable"] == 0
+    assert data["sweep"]["points"][-1]["escalation_rate"] == 1.0
+    assert data["sweep"]["apgr"] > 0.5  # better than random: the escalations go to the right questions
+    preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    assert all(0.0 <= p["p_escalate"] <= 1.0 for p in preds)

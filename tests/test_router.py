@@ -1,0 +1,121 @@
+import shutil
+
+import pytest
+
+from serving import contract
+from serving.artifacts import read_run_meta, update_run_meta, write_run_meta
+from serving.router import ROUTERS, AlwaysAnswer, AlwaysEscalate, LocalRouter, Router, TeacherRouter, build_router
+from tests.router_fixture import FIXTURES, make_router_run
+
+QUESTIONS = [q for q, _, _ in FIXTURES]
+SUMMARIES = [s for _, s, _ in FIXTURES]
+LABELS = [label for _, _, label in FIXTURES]
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory):
+    return make_router_run()
+
+
+@pytest.fixture(scope="module")
+def fast(run_dir):
+    return Router.from_pretrained(run_dir)
+
+
+def test_action_first_tokens_differ_and_follow_the_prefix(fast):
+    tok = fast.tokenizer
+    assert fast.answer_id != fast.escalate_id
+    assert tok.decode([fast.answer_id]) and "ANSWER".startswith(tok.decode([fast.answer_id]))
+    assert "ESCALATE".startswith(tok.decode([fast.escalate_id]))
+
+
+def test_fast_path_equals_generate_path_on_fixtures(run_dir, fast):
+    gen = LocalRouter.from_pretrained(run_dir, mode="generate")
+    fast_d = fast.route_batch(QUESTIONS, SUMMARIES)
+    gen_d = gen.route_batch(QUESTIONS, SUMMARIES)
+    assert all(d.parsed_ok for d in gen_d), [d for d in gen_d if not d.parsed_ok]
+    assert [d.action for d in fast_d] == [d.action for d in gen_d] == LABELS
+    assert all(d.reason for d in gen_d)  # the generate path returns the model's reason
+    assert all(0.0 <= d.p_escalate <= 1.0 and d.prompt_tokens > 0 for d in fast_d)
+
+
+def test_adapter_is_applied(run_dir, fast):
+    # The fixture's base model was trained on the flipped labels; only the adapter routes them right.
+    from tiermem.models import load_causal_lm
+
+    model, tok = load_causal_lm(read_run_meta(run_dir).base_model)
+    base_router = LocalRouter(model, tok)
+    assert [d.action for d in base_router.route_batch(QUESTIONS, SUMMARIES)] != LABELS
+    assert [d.action for d in fast.route_batch(QUESTIONS, SUMMARIES)] == LABELS
+
+
+def test_batch_equals_single_and_prefix_cache_changes_nothing(run_dir, fast):
+    assert fast._prefix_cache is not None and len(fast.prefix_ids) > 50
+    batch = [d.p_escalate for d in fast.route_batch(QUESTIONS, SUMMARIES)]
+    single = [fast.route(q, s).p_escalate for q, s in zip(QUESTIONS, SUMMARIES, strict=True)]
+    uncached = LocalRouter.from_pretrained(run_dir, prefix_cache=False)
+    plain = [d.p_escalate for d in uncached.route_batch(QUESTIONS, SUMMARIES)]
+    assert batch == pytest.approx(single, abs=1e-5)
+    assert batch == pytest.approx(plain, abs=1e-5)
+    # the batch mixes prompt lengths, so padding really happened
+    assert len({d.prompt_tokens for d in fast.route_batch(QUESTIONS, SUMMARIES)}) > 1
+
+
+def test_threshold_override_and_stored_calibration(run_dir, tmp_path, fast):
+    p = [d.p_escalate for d in fast.route_batch(QUESTIONS, SUMMARIES)]
+    assert fast.threshold == 0.5
+    everything = fast.route_batch(QUESTIONS, SUMMARIES, threshold=0.0)
+    assert [d.action for d in everything] == ["ESCALATE"] * len(p)
+    cut = sorted(p)[1]  # strictly between the two smallest -> only the smallest is ANSWER
+    mid = (sorted(p)[0] + cut) / 2
+    actions = [d.action for d in fast.route_batch(QUESTIONS, SUMMARIES, threshold=mid)]
+    assert actions.count("ANSWER") == 1 and actions[p.index(min(p))] == "ANSWER"
+    with pytest.raises(ValueError, match="threshold"):
+        fast.route(QUESTIONS[0], SUMMARIES[0], threshold=1.5)
+
+    calibrated = tmp_path / "calibrated"
+    shutil.copytree(run_dir, calibrated)
+    update_run_meta(calibrated, calibration={"threshold": mid, "target": {"kind": "escalation_rate", "value": 0.8}})
+    loaded = LocalRouter.from_pretrained(calibrated)
+    assert loaded.threshold == mid
+    assert [d.action for d in loaded.route_batch(QUESTIONS, SUMMARIES)] == actions
+    assert loaded.route(QUESTIONS[0], SUMMARIES[0], threshold=0.0).action == "ESCALATE"
+
+
+def test_contract_version_mismatch_is_refused(run_dir, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old)
+    meta = read_run_meta(old)
+    meta.contract_version = "tiermem-router-contract/0"
+    write_run_meta(old, meta)
+    with pytest.raises(contract.ContractVersionError, match="contract/0.*retrain"):
+        Router.from_pretrained(old)
+
+
+def test_missing_run_files_fail_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="tiermem_router.json"):
+        Router.from_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        Router.from_pretrained(tmp_path / "nope")
+
+
+def test_fixed_routers_and_registry():
+    assert {"local", "remote", "teacher", "always-answer", "always-escalate"} <= set(ROUTERS)
+    assert isinstance(build_router("always-answer"), AlwaysAnswer)
+    a = AlwaysAnswer().route_batch(QUESTIONS, SUMMARIES)
+    e = AlwaysEscalate().route("q", [])
+    assert {d.action for d in a} == {"ANSWER"} and e.action == "ESCALATE" and e.p_escalate == 1.0
+    with pytest.raises(ValueError, match="unknown router kind"):
+        build_router("nope")
+
+
+def test_teacher_router_parses_and_records_errors():
+    from tiermem.llm import ScriptedLLM
+
+    replies = ['{"action": "ANSWER", "reason": "stated"}', "I think we should answer", RuntimeError("down")]
+    teacher = TeacherRouter(ScriptedLLM(replies))
+    d = teacher.route_batch(["a", "b", "c"], [[], [], []])
+    assert (d[0].action, d[0].reason, d[0].parsed_ok) == ("ANSWER", "stated", True)
+    assert (d[1].action, d[1].parsed_ok, d[1].error) == ("ESCALATE", False, None)  # unparseable -> ESCALATE, flagged
+    assert d[2].action == "ESCALATE" and d[2].error and "down" in d[2].error
+    assert teacher.llm.calls[0] == contract.render_messages("a", [])

@@ -1,0 +1,286 @@
+"""Benchmark loaders: LoCoMo and LongMemEval files -> Conversation records with gold evidence.
+
+Every structural problem raises DataError naming the file, the sample and the field. The one tolerated
+defect is an evidence id that names no turn: the public LoCoMo file has a handful (e.g. `D` or a turn
+past the end of its session). Two known typo forms are repaired (`D8:6; D9:17` -> two ids,
+`D:11:26` -> `D11:26`); anything still unknown is dropped with a warning naming it by default, or raises
+with `unknown_evidence="error"`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
+
+
+class DataError(ValueError):
+    """A benchmark file that does not have the expected shape."""
+
+
+@dataclass
+class Turn:
+    turn_id: str  # source id, e.g. LoCoMo "D3:7"; LongMemEval "<session_id>:<index>"
+    speaker: str
+    text: str
+    timestamp: str  # the session's date/time as written in the source (absolute)
+    session_id: str
+
+
+@dataclass
+class Question:
+    qid: str
+    question: str
+    answer: str
+    category: str
+    evidence: list[str]  # gold evidence turn ids
+    date: str | None = None  # when the question is asked, if the benchmark says (LongMemEval)
+
+
+@dataclass
+class Conversation:
+    conv_id: str
+    turns: list[Turn]
+    questions: list[Question]
+    source: str  # the file it came from
+    speakers: list[str] = field(default_factory=list)
+
+
+def _read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"benchmark file not found: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON: {exc}") from None
+
+
+def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise DataError(f"{where}: missing field '{key}'")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and bool not in _as_tuple(kind):
+        names = "/".join(t.__name__ for t in _as_tuple(kind))
+        raise DataError(f"{where}: field '{key}' must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _answer_text(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DataError(f"{where}: field 'answer' must be a string or number, got {type(value).__name__}")
+    return str(value)
+
+
+_SESSION_KEY = re.compile(r"^session_(\d+)$")
+_TYPO_COLON = re.compile(r"^D:(\d+):(\d+)$")
+
+
+def _evidence_ids(raw: list[Any], where: str) -> list[str]:
+    ids: list[str] = []
+    for item in raw:
+        if not isinstance(item, str):
+            raise DataError(f"{where}: field 'evidence' must hold strings, got {item!r}")
+        for part in re.split(r"[;,]", item):
+            part = part.strip()
+            if part:
+                typo = _TYPO_COLON.match(part)
+                ids.append(f"D{typo.group(1)}:{typo.group(2)}" if typo else part)
+    return ids
+
+
+def _check_evidence(ids: list[str], known: set[str], where: str, policy: str) -> list[str]:
+    unknown = [e for e in ids if e not in known]
+    if unknown and policy == "error":
+        raise DataError(f"{where}: field 'evidence' names unknown turn id(s) {unknown}")
+    if unknown:
+        warnings.warn(f"{where}: dropping unknown evidence id(s) {unknown}", stacklevel=3)
+    return list(dict.fromkeys(e for e in ids if e in known))
+
+
+def _locomo_caption_text(turn: dict[str, Any], where: str) -> str:
+    text = _get(turn, "text", str, where)
+    caption = turn.get("blip_caption")
+    if caption is not None and not isinstance(caption, str):
+        raise DataError(f"{where}: field 'blip_caption' must be a string")
+    if caption:
+        text = f"{text} [shares a photo: {caption}]".strip()
+    return text
+
+
+def load_locomo(
+    path: str | Path, exclude_categories: tuple[int, ...] = (5,), unknown_evidence: str = "drop"
+) -> list[Conversation]:
+    """Load a `locomo10.json`-shaped file. Question ids are `<sample_id>:q<index in qa>`."""
+    return _parse_locomo(_read_json(path), path, exclude_categories, unknown_evidence)
+
+
+def _parse_locomo(
+    data: Any, path: str | Path, exclude_categories: tuple[int, ...], unknown_evidence: str
+) -> list[Conversation]:
+    if unknown_evidence not in ("drop", "error"):
+        raise ValueError(f"unknown_evidence must be 'drop' or 'error', got {unknown_evidence!r}")
+    if not isinstance(data, list) or not data:
+        raise DataError(f"{path}: expected a non-empty list of LoCoMo samples")
+    excluded = {str(c) for c in exclude_categories}
+    conversations: list[Conversation] = []
+    seen_ids: set[str] = set()
+    for index, sample in enumerate(data):
+        where = f"{path}: sample {index}"
+        conv_id = _get(sample, "sample_id", str, where)
+        if conv_id in seen_ids:
+            raise DataError(f"{where}: duplicate sample_id {conv_id!r}")
+        seen_ids.add(conv_id)
+        where = f"{path}: sample {conv_id!r}"
+        conv = _get(sample, "conversation", dict, where)
+        speakers = [_get(conv, k, str, f"{where}.conversation") for k in ("speaker_a", "speaker_b")]
+        sessions = sorted(int(m.group(1)) for k in conv if (m := _SESSION_KEY.match(k)))
+        if not sessions:
+            raise DataError(f"{where}: field 'conversation' has no session_N turn lists")
+        turns: list[Turn] = []
+        for n in sessions:
+            skey = f"session_{n}"
+            session = _get(conv, skey, list, f"{where}.conversation")
+            if not session:
+                raise DataError(f"{where}: field 'conversation.{skey}' is an empty session")
+            stamp = _get(conv, f"{skey}_date_time", str, f"{where}.conversation")
+            for t_index, turn in enumerate(session):
+                twhere = f"{where}.conversation.{skey}[{t_index}]"
+                turns.append(
+                    Turn(
+                        turn_id=_get(turn, "dia_id", str, twhere),
+                        speaker=_get(turn, "speaker", str, twhere),
+                        text=_locomo_caption_text(turn, twhere),
+                        timestamp=stamp,
+                        session_id=skey,
+                    )
+                )
+        known = {t.turn_id for t in turns}
+        if len(known) != len(turns):
+            raise DataError(f"{where}: field 'dia_id' repeats a turn id")
+        questions: list[Question] = []
+        for q_index, qa in enumerate(_get(sample, "qa", list, where)):
+            qwhere = f"{where}.qa[{q_index}]"
+            category = _get(qa, "category", int, qwhere)
+            if str(category) in excluded:
+                continue
+            evidence = _evidence_ids(_get(qa, "evidence", list, qwhere), qwhere)
+            if category == 5 and "answer" not in qa:
+                # adversarial: the premise is false; LoCoMo scores "not mentioned"-style answers as correct
+                qa = {**qa, "answer": "Not mentioned in the conversation"}
+            questions.append(
+                Question(
+                    qid=f"{conv_id}:q{q_index:03d}",
+                    question=_get(qa, "question", str, qwhere),
+                    answer=_answer_text(_get(qa, "answer", (str, int, float), qwhere), qwhere),
+                    category=str(category),
+                    evidence=_check_evidence(evidence, known, qwhere, unknown_evidence),
+                )
+            )
+        conversations.append(Conversation(conv_id, turns, questions, str(path), speakers))
+    return conversations
+
+
+def load_longmemeval(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> list[Conversation]:
+    """Load a LongMemEval (`_s`, `_m`, `oracle`) file: one Conversation per question, its haystack.
+
+    Turn ids are `<haystack_session_id>:<turn index>`; gold evidence is the turns marked `has_answer`.
+    """
+    return _parse_longmemeval(_read_json(path), path, exclude_categories)
+
+
+def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[str, ...]) -> list[Conversation]:
+    if not isinstance(data, list) or not data:
+        raise DataError(f"{path}: expected a non-empty list of LongMemEval instances")
+    conversations: list[Conversation] = []
+    for index, item in enumerate(data):
+        where = f"{path}: instance {index}"
+        qid = _get(item, "question_id", str, where)
+        where = f"{path}: instance {qid!r}"
+        session_ids = _get(item, "haystack_session_ids", list, where)
+        dates = _get(item, "haystack_dates", list, where)
+        sessions = _get(item, "haystack_sessions", list, where)
+        if not sessions:
+            raise DataError(f"{where}: field 'haystack_sessions' is empty")
+        if not len(session_ids) == len(dates) == len(sessions):
+            raise DataError(
+                f"{where}: fields 'haystack_session_ids', 'haystack_dates', 'haystack_sessions' differ in length "
+                f"({len(session_ids)}, {len(dates)}, {len(sessions)})"
+            )
+        turns: list[Turn] = []
+        evidence: list[str] = []
+        for s_index, (sid, date, session) in enumerate(zip(session_ids, dates, sessions, strict=True)):
+            swhere = f"{where}.haystack_sessions[{s_index}]"
+            if not isinstance(sid, str) or not isinstance(date, str):
+                raise DataError(f"{where}: session {s_index} id and date must be strings")
+            if not isinstance(session, list) or not session:
+                raise DataError(f"{swhere}: expected a non-empty list of turns")
+            for t_index, turn in enumerate(session):
+                twhere = f"{swhere}[{t_index}]"
+                turn_id = f"{sid}:{t_index}"
+                turns.append(
+                    Turn(
+                        turn_id=turn_id,
+                        speaker=_get(turn, "role", str, twhere),
+                        text=_get(turn, "content", str, twhere),
+                        timestamp=date,
+                        session_id=sid,
+                    )
+                )
+                if turn.get("has_answer") is True:
+                    evidence.append(turn_id)
+        category = _get(item, "question_type", str, where)
+        if category in exclude_categories:
+            continue
+        date = item.get("question_date")
+        question = Question(
+            qid=qid,
+            question=_get(item, "question", str, where),
+            answer=_answer_text(_get(item, "answer", (str, int, float), where), where),
+            category=category,
+            evidence=evidence,
+            date=date if isinstance(date, str) else None,
+        )
+        conversations.append(Conversation(qid, turns, [question], str(path), ["user", "assistant"]))
+    return conversations
+
+
+def detect_format(data: Any, path: str | Path) -> str:
+    first = data[0] if isinstance(data, list) and data else None
+    if isinstance(first, dict) and ("conversation" in first or "sample_id" in first):
+        return "locomo"
+    if isinstance(first, dict) and "haystack_sessions" in first:
+        return "longmemeval"
+    raise DataError(f"{path}: neither LoCoMo (sample_id/conversation/qa) nor LongMemEval (haystack_sessions) shaped")
+
+
+def load_conversations(
+    path: str | Path | None = None,
+    fmt: str = "auto",
+    exclude_categories: tuple[int | str, ...] | None = None,
+    unknown_evidence: str = "drop",
+) -> list[Conversation]:
+    """Load any supported benchmark file; `None` loads the small sample shipped with the package.
+
+    `exclude_categories=None` means the benchmark's default (LoCoMo: category 5; LongMemEval: none).
+    """
+    path = SAMPLE_PATH if path is None or str(path) == "" else Path(path)
+    if fmt not in ("auto", "locomo", "longmemeval"):
+        raise ValueError(f"unknown benchmark format {fmt!r}; expected auto, locomo or longmemeval")
+    data = _read_json(path)
+    fmt = detect_format(data, path) if fmt == "auto" else fmt
+    if fmt == "locomo":
+        excluded = (5,) if exclude_categories is None else tuple(int(c) for c in exclude_categories)
+        return _parse_locomo(data, path, excluded, unknown_evidence)
+    return _parse_longmemeval(data, path, tuple(str(c) for c in exclude_categories or ()))

@@ -1,0 +1,360 @@
+"""The two answer paths: summary-only (tier 1) and bounded multi-hop research over raw pages (tier 2).
+
+Costs are priced so a cached rerun prices a path the same as the original run: `wall_s` is the time
+measured outside LLM calls plus each call's recorded latency (a cache hit keeps its original latency).
+An LLMError ends a path with `answer=None` and the error recorded; it is never turned into an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tiermem.data.conversations import Question
+from tiermem.llm import LLM, LLMError
+from tiermem.memory.raw_store import Page
+from tiermem.memory.summaries import RetrievedUnit, day_of
+from tiermem.memory.text import content_words, link_quote, normalize
+from tiermem.memory.tiers import TwoTierMemory
+
+ANSWER_SYSTEM = (
+    "You answer questions about a long conversation between people, using only the notes given. "
+    "Reply with the answer alone, as briefly as possible: a name, a date, a number or a short phrase. "
+    "Write dates as absolute dates such as '7 May 2023'. If the notes do not say, reply 'not mentioned'."
+)
+INTEGRATE_SYSTEM = (
+    "You collect evidence for a question from raw conversation pages. Reply with JSON only: "
+    '{"facts": [{"fact": "<one standalone fact, full names, absolute dates>", "quote": "<the exact words from the '
+    'page that support it>"}]}. Copy each quote word for word from the pages. Include only facts that help answer '
+    'the question; reply {"facts": []} if there are none.'
+)
+PLAN_SYSTEM = (
+    "You plan searches in a conversation memory to answer a question. If the facts found so far answer the "
+    "question completely, reply DONE. Otherwise reply with JSON only: "
+    '{"searches": [{"type": "summary" or "keyword", "query": "<search text>"}]} with at most 3 searches. '
+    "'summary' searches short notes by meaning; 'keyword' searches the raw conversation by words."
+)
+
+
+@dataclass
+class PathCost:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    llm_calls: int = 0
+    wall_s: float = 0.0
+    pages_read: int = 0
+    rounds: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __add__(self, other: PathCost) -> PathCost:
+        return PathCost(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values(), strict=True)))
+
+
+class _Meter:
+    """Counts tokens and calls; wall time = elapsed outside LLM calls + the calls' recorded latencies."""
+
+    def __init__(self) -> None:
+        self.cost = PathCost()
+        self._start = time.perf_counter()
+        self._in_llm = 0.0
+        self._recorded = 0.0
+
+    def chat(self, llm: LLM, messages: list[dict[str, str]], max_tokens: int) -> str:
+        start = time.perf_counter()
+        try:
+            res = llm.chat(messages, max_tokens=max_tokens, temperature=0.0)
+        finally:
+            self._in_llm += time.perf_counter() - start
+        self._recorded += res.latency_s
+        self.cost.llm_calls += 1
+        self.cost.input_tokens += res.input_tokens
+        self.cost.output_tokens += res.output_tokens
+        return res.text
+
+    def finish(self) -> PathCost:
+        self.cost.wall_s = round(time.perf_counter() - self._start - self._in_llm + self._recorded, 6)
+        return self.cost
+
+
+def question_text(question: str | Question) -> tuple[str, str | None]:
+    if isinstance(question, Question):
+        return question.question, question.date
+    return question, None
+
+
+def clean_answer(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    return re.sub(r"^(final\s+)?answer\s*:\s*", "", first, flags=re.IGNORECASE).strip()
+
+
+def _ask(q: str, date: str | None) -> str:
+    return f"Question (asked on {date}): {q}" if date else f"Question: {q}"
+
+
+def summary_messages(q: str, retrieved: Sequence[RetrievedUnit], date: str | None = None) -> list[dict[str, str]]:
+    notes = "\n".join(f"[{i}] ({u.date or 'undated'}) {u.text}" for i, u in enumerate(retrieved, 1)) or "(none)"
+    return [{"role": "system", "content": ANSWER_SYSTEM},
+            {"role": "user", "content": f"Notes (best match first):\n{notes}\n\n{_ask(q, date)}\nAnswer:"}]
+
+
+@dataclass
+class SummaryResult:
+    answer: str | None
+    retrieved: list[RetrievedUnit]
+    cost: PathCost
+    error: str | None = None
+
+
+def summary_policy(
+    memory: TwoTierMemory, question: str | Question, llm: LLM, k: int = 5, *,
+    retrieved: list[RetrievedUnit] | None = None, max_tokens: int = 48,
+) -> SummaryResult:
+    """Answer from the top-k summary units alone; `retrieved` reuses a retrieval already done (the router's)."""
+    meter = _Meter()
+    q, date = question_text(question)
+    retrieved = memory.search_summaries(q, k) if retrieved is None else list(retrieved)
+    answer, error = None, None
+    try:
+        answer = clean_answer(meter.chat(llm, summary_messages(q, retrieved, date), max_tokens))
+    except LLMError as exc:
+        error = f"LLMError: {exc}"
+    return SummaryResult(answer, retrieved, meter.finish(), error)
+
+
+# ---------------------------------------------------------------------------------------------- research
+
+
+@dataclass
+class Fact:
+    fact: str
+    quote: str
+
+
+@dataclass
+class LinkedQuote:
+    fact: str
+    quote: str
+    page_id: str | None  # None: the quote matched no raw turn (kept for audit, not used as evidence)
+    turn_id: str | None
+    method: str | None  # "exact" | "overlap" | None
+    round: int
+
+
+@dataclass
+class Search:
+    kind: str  # "summary" | "keyword"
+    query: str
+
+
+@dataclass
+class ResearchResult:
+    answer: str | None
+    pages_read: list[str]
+    rounds: int
+    quotes: list[LinkedQuote]
+    cost: PathCost
+    parse_failures: int
+    error: str | None = None
+    stop_reason: str = ""  # done | no_new_pages | max_rounds | integrate_unparseable | plan_unparseable | llm_error
+    searches: list[Search] = field(default_factory=list)
+
+    @property
+    def linked(self) -> list[LinkedQuote]:
+        return [q for q in self.quotes if q.page_id is not None]
+
+
+def _json_candidates(text: str) -> list[Any]:
+    text = re.sub(r"```(?:json)?", "", text)
+    found = []
+    decoder = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch in "{[":
+            try:
+                obj, _ = decoder.raw_decode(text, i)
+            except json.JSONDecodeError:
+                continue
+            found.append(obj)
+            break
+    return found
+
+
+def parse_facts_reply(text: str) -> list[Fact] | None:
+    """`{"facts": [{"fact", "quote"}]}` (or a bare list); None when unparseable."""
+    if normalize(text) in ("none", "no facts", "nothing"):
+        return []
+    for obj in _json_candidates(text):
+        items = obj.get("facts") if isinstance(obj, dict) else obj
+        if not isinstance(items, list):
+            return None
+        facts = []
+        for item in items:
+            if isinstance(item, str) and item.strip():
+                facts.append(Fact(item.strip(), ""))
+            elif isinstance(item, dict) and isinstance(item.get("fact"), str) and item["fact"].strip():
+                quote = item.get("quote")
+                facts.append(Fact(item["fact"].strip(), quote.strip() if isinstance(quote, str) else ""))
+        return facts
+    return None
+
+
+_KINDS = {"summary": "summary", "summaries": "summary", "semantic": "summary", "dense": "summary",
+          "keyword": "keyword", "keywords": "keyword", "bm25": "keyword", "raw": "keyword"}
+
+
+def parse_plan_reply(text: str) -> list[Search] | None:
+    """[] means DONE; None when unparseable."""
+    if re.match(r"^\W*done\b", text.strip(), flags=re.IGNORECASE):
+        return []
+    for obj in _json_candidates(text):
+        if isinstance(obj, dict) and obj.get("done") is True:
+            return []
+        items = obj.get("searches") if isinstance(obj, dict) else obj
+        if not isinstance(items, list):
+            return None
+        searches = []
+        for item in items:
+            if isinstance(item, dict) and isinstance(item.get("query"), str) and item["query"].strip():
+                kind = _KINDS.get(str(item.get("type", item.get("kind", "keyword"))).lower(), "keyword")
+                searches.append(Search(kind, item["query"].strip()))
+        return searches
+    return None
+
+
+def _pages_block(pages: Sequence[Page]) -> str:
+    return "\n\n".join(f"=== page {p.page_id} ===\n{p.text}" for p in pages)
+
+
+def _facts_block(quotes: Sequence[LinkedQuote]) -> str:
+    return "\n".join(f"- {q.fact}" for q in quotes) or "(none yet)"
+
+
+def integrate_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
+                       pages: Sequence[Page]) -> list[dict[str, str]]:
+    user = f"{_ask(q, date)}\n\nFacts found so far:\n{_facts_block(quotes)}\n\nNew pages:\n{_pages_block(pages)}"
+    return [{"role": "system", "content": INTEGRATE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def plan_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
+                  searches: Sequence[Search]) -> list[dict[str, str]]:
+    done = "\n".join(f"- {s.kind}: {s.query}" for s in searches) or "(none)"
+    user = f"{_ask(q, date)}\n\nFacts found so far:\n{_facts_block(quotes)}\n\nSearches already run:\n{done}"
+    return [{"role": "system", "content": PLAN_SYSTEM}, {"role": "user", "content": user}]
+
+
+def select_snippets(q: str, pages: Sequence[Page], quotes: Sequence[LinkedQuote], limit: int) -> list[str]:
+    """Turns the quotes linked to, then the read turns sharing most words with the question; in dialogue order."""
+    turns = [(pi, ti, t) for pi, p in enumerate(pages) for ti, t in enumerate(p.turns)]
+    linked = {qt.turn_id for qt in quotes if qt.turn_id}
+    chosen = [(pi, ti) for pi, ti, t in turns if t.turn_id in linked][:limit]
+    words = set(content_words(q))
+    ranked = sorted(
+        ((-len(words & set(content_words(f"{t.speaker} {t.text}"))), pi, ti) for pi, ti, t in turns
+         if t.turn_id not in linked),
+    )
+    chosen += [(pi, ti) for hits, pi, ti in ranked if hits < 0][: max(0, limit - len(chosen))]
+    return [
+        f"({day_of(t.timestamp)}) {t.speaker}: {t.text}"
+        for pi, ti in sorted(chosen) for t in [pages[pi].turns[ti]]
+    ]
+
+
+def research_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
+                      snippets: Sequence[str]) -> list[dict[str, str]]:
+    facts = "\n".join(f'- {qt.fact} (evidence: "{qt.quote}")' for qt in quotes) or "(none)"
+    raw = "\n".join(snippets) or "(none)"
+    user = f"Facts found:\n{facts}\n\nConversation excerpts:\n{raw}\n\n{_ask(q, date)}\nAnswer:"
+    return [{"role": "system", "content": ANSWER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def research_policy(
+    memory: TwoTierMemory, question: str | Question, llm: LLM, retrieved: Sequence[RetrievedUnit],
+    max_rounds: int = 3, *, pages_per_round: int = 2, keyword_k: int = 3, search_k: int = 3,
+    max_searches: int = 3, max_snippets: int = 8, step_max_tokens: int = 384, answer_max_tokens: int = 48,
+) -> ResearchResult:
+    """Escalation: read the pages behind the retrieved summaries plus BM25 hits, then up to `max_rounds`
+    rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches), then answer.
+
+    Stops on DONE, on a round with no unread page, after `max_rounds`, or on an unparseable reply (counted
+    in `parse_failures`; the answer still uses what was found). Queries and pages are deduplicated.
+    """
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    meter = _Meter()
+    q, date = question_text(question)
+    queue: list[str] = []
+    read: list[str] = []
+
+    def enqueue(page_ids: Sequence[str]) -> None:
+        for pid in page_ids:
+            if pid not in read and pid not in queue:
+                queue.append(pid)
+
+    enqueue([pid for u in retrieved for pid in u.page_ids])
+    enqueue(memory.search_pages(q, keyword_k))
+    asked = {("keyword", normalize(q)), ("summary", normalize(q))}  # both already ran for the question
+    searches: list[Search] = []
+    quotes: list[LinkedQuote] = []
+    parse_failures, rounds, stop, error, answer = 0, 0, "max_rounds", None, None
+    try:
+        for rnd in range(1, max_rounds + 1):
+            batch, queue[:] = queue[:pages_per_round], queue[pages_per_round:]
+            if not batch:
+                stop = "no_new_pages"
+                break
+            rounds = rnd
+            read.extend(batch)
+            new_pages = memory.raw.get_many(batch)
+            facts = parse_facts_reply(meter.chat(llm, integrate_messages(q, date, quotes, new_pages), step_max_tokens))
+            if facts is None:
+                parse_failures += 1
+                stop = "integrate_unparseable"
+                break
+            search_space = new_pages + memory.raw.get_many(read[: -len(batch)])
+            known = {normalize(x.fact): i for i, x in enumerate(quotes)}
+            for fact in facts:
+                i = known.get(normalize(fact.fact))
+                if i is not None and quotes[i].page_id is not None:
+                    continue  # already found and linked
+                link = link_quote(fact.quote, search_space, fact.fact)
+                entry = LinkedQuote(fact.fact, fact.quote, link and link.page_id, link and link.turn_id,
+                                    link and link.method, rnd)
+                if i is None:
+                    known[normalize(fact.fact)] = len(quotes)
+                    quotes.append(entry)
+                elif link is not None:
+                    quotes[i] = entry  # a fact unlinked so far now links to a page read this round
+            if rnd == max_rounds:
+                break
+            plan = parse_plan_reply(meter.chat(llm, plan_messages(q, date, quotes, searches), step_max_tokens))
+            if plan is None:
+                parse_failures += 1
+                stop = "plan_unparseable"
+                break
+            if not plan:
+                stop = "done"
+                break
+            for search in plan[:max_searches]:
+                key = (search.kind, normalize(search.query))
+                if key in asked:
+                    continue
+                asked.add(key)
+                searches.append(search)
+                if search.kind == "summary":
+                    enqueue([pid for u in memory.search_summaries(search.query, search_k) for pid in u.page_ids])
+                else:
+                    enqueue(memory.search_pages(search.query, keyword_k))
+        linked = [x for x in quotes if x.page_id is not None]
+        snippets = select_snippets(q, memory.raw.get_many(read), linked, max_snippets)
+        answer = clean_answer(meter.chat(llm, research_messages(q, date, linked, snippets), answer_max_tokens))
+    except LLMError as exc:
+        error, stop = f"LLMError: {exc}", "llm_error"
+    cost = meter.finish()
+    cost.pages_read, cost.rounds = len(read), rounds
+    return ResearchResult(answer, read, rounds, quotes, cost, parse_failures, error, stop, searches)

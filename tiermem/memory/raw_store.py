@@ -1,0 +1,185 @@
+"""Tier 2: immutable raw pages of conversation turns in an append-only SQLite store.
+
+A page holds whole turns (a turn is never split) up to `max_tokens` tokens of its rendered text. Rows
+cannot be updated or deleted through SQLite (triggers abort it) and each row carries the sha256 of its
+content, so `verify()` catches a page edited behind the store's back (e.g. with the triggers dropped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tiermem.data.conversations import Turn
+
+TokenCounter = Callable[[str], int]
+
+
+def whitespace_tokens(text: str) -> int:
+    return len(text.split())
+
+
+def make_token_counter(spec: str) -> TokenCounter:
+    """`whitespace` or a model spec whose tokenizer counts the tokens (tiermem.models.token_counter)."""
+    if spec == "whitespace":
+        return whitespace_tokens
+    from tiermem.models import token_counter
+
+    return token_counter(spec)
+
+
+def render_turn(turn: Turn) -> str:
+    return f"[{turn.turn_id}] ({turn.timestamp}) {turn.speaker}: {turn.text}"
+
+
+@dataclass(frozen=True)
+class Page:
+    page_id: str
+    conv_id: str
+    index: int
+    turns: tuple[Turn, ...]
+    token_count: int
+
+    @property
+    def text(self) -> str:
+        return "\n".join(render_turn(t) for t in self.turns)
+
+    @property
+    def turn_ids(self) -> list[str]:
+        return [t.turn_id for t in self.turns]
+
+    def turns_json(self) -> str:
+        return json.dumps([asdict(t) for t in self.turns], ensure_ascii=False, sort_keys=True)
+
+    @property
+    def sha256(self) -> str:
+        return content_hash(self.page_id, self.conv_id, self.index, self.turns_json(), self.token_count)
+
+
+def content_hash(page_id: str, conv_id: str, index: int, turns_json: str, token_count: int) -> str:
+    blob = json.dumps([page_id, conv_id, index, turns_json, token_count], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def paginate(conv_id: str, turns: Sequence[Turn], count_tokens: TokenCounter, max_tokens: int = 1000) -> list[Page]:
+    """Pack turns in order into pages of at most `max_tokens` tokens; a turn longer than that gets a page alone."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    pages: list[Page] = []
+    current: list[Turn] = []
+    current_tokens = 0
+
+    def close() -> None:
+        pages.append(Page(f"{conv_id}:p{len(pages):04d}", conv_id, len(pages), tuple(current), current_tokens))
+
+    for turn in turns:
+        # count the whole candidate page: tokenizers do not add up exactly across line joins
+        candidate = "\n".join(render_turn(t) for t in [*current, turn])
+        tokens = count_tokens(candidate)
+        if current and tokens > max_tokens:
+            close()
+            current, tokens = [], count_tokens(render_turn(turn))
+        current.append(turn)
+        current_tokens = tokens
+    if current:
+        close()
+    return pages
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pages (
+    page_id TEXT PRIMARY KEY,
+    conv_id TEXT NOT NULL,
+    page_index INTEGER NOT NULL,
+    turns_json TEXT NOT NULL,
+    token_count INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    UNIQUE (conv_id, page_index)
+);
+CREATE TRIGGER IF NOT EXISTS pages_no_update BEFORE UPDATE ON pages
+BEGIN SELECT RAISE(ABORT, 'raw pages are immutable'); END;
+CREATE TRIGGER IF NOT EXISTS pages_no_delete BEFORE DELETE ON pages
+BEGIN SELECT RAISE(ABORT, 'raw pages are append-only'); END;
+"""
+
+
+class RawPageStore:
+    """Append-only page store; one SQLite file (WAL)."""
+
+    def __init__(self, db_path: str | Path) -> None:
+        self.db_path = Path(db_path)
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.db_path, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(_SCHEMA)
+        self._cache: dict[str, Page] = {}
+        self._lock = threading.Lock()  # one connection shared by threads (concurrent answering)
+
+    def append(self, pages: Iterable[Page]) -> None:
+        """Insert pages in one transaction: all of them or none."""
+        rows = [(p.page_id, p.conv_id, p.index, p.turns_json(), p.token_count, p.sha256) for p in pages]
+        try:
+            with self._lock, self._conn:
+                self._conn.executemany("INSERT INTO pages VALUES (?, ?, ?, ?, ?, ?)", rows)
+        except sqlite3.IntegrityError as exc:
+            raise ValueError(f"{self.db_path}: cannot append pages ({exc}); pages are never overwritten") from None
+
+    def _row_to_page(self, row: tuple) -> Page:
+        page_id, conv_id, index, turns_json, token_count, _ = row
+        turns = tuple(Turn(**t) for t in json.loads(turns_json))
+        return Page(page_id, conv_id, index, turns, token_count)
+
+    def get(self, page_id: str) -> Page:
+        page = self._cache.get(page_id)
+        if page is None:
+            with self._lock:
+                row = self._conn.execute("SELECT * FROM pages WHERE page_id = ?", (page_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"{self.db_path}: no page {page_id!r}")
+            page = self._cache[page_id] = self._row_to_page(row)
+        return page
+
+    def get_many(self, page_ids: Iterable[str]) -> list[Page]:
+        return [self.get(pid) for pid in page_ids]
+
+    def pages(self, conv_id: str | None = None) -> list[Page]:
+        sql, args = "SELECT * FROM pages ORDER BY conv_id, page_index", ()
+        if conv_id is not None:
+            sql, args = "SELECT * FROM pages WHERE conv_id = ? ORDER BY page_index", (conv_id,)
+        with self._lock:
+            rows = self._conn.execute(sql, args).fetchall()
+        return [self._row_to_page(r) for r in rows]
+
+    def __len__(self) -> int:
+        return self._conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+
+    def verify(self) -> list[str]:
+        """Ids of pages whose stored content no longer matches their sha256 (empty list: intact)."""
+        bad = []
+        for page_id, conv_id, index, turns_json, token_count, sha in self._conn.execute(
+            "SELECT * FROM pages ORDER BY conv_id, page_index"
+        ):
+            if content_hash(page_id, conv_id, index, turns_json, token_count) != sha:
+                bad.append(page_id)
+        return bad
+
+    def root_hash(self) -> str:
+        """One hash over every page's hash, in order; a manifest keeps it to catch rehashed edits."""
+        digest = hashlib.sha256()
+        for (sha,) in self._conn.execute("SELECT sha256 FROM pages ORDER BY conv_id, page_index"):
+            digest.update(sha.encode())
+        return digest.hexdigest()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> RawPageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,353 @@
+"""The memory runtime: ingest a conversation into its two tiers, then answer questions through a router.
+
+A workdir holds one conversation's tiers: `raw.db` (tier 2), `tier1/summaries.db` (tier 1) and
+`manifest.json`, written last. Ingestion builds everything in a temporary sibling directory and renames
+it into place, so a crash or an LLM error never leaves a half-ingested workdir behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from serving.contract import ACTIONS
+from tiermem.data.conversations import Conversation, Question
+from tiermem.llm import LLM
+from tiermem.memory.policies import (
+    LinkedQuote,
+    PathCost,
+    ResearchResult,
+    SummaryResult,
+    question_text,
+    research_policy,
+    summary_policy,
+)
+from tiermem.memory.raw_store import RawPageStore, TokenCounter, make_token_counter, paginate
+from tiermem.memory.summaries import (
+    Embedder,
+    RetrievedUnit,
+    SummaryIndex,
+    SummaryUnit,
+    build_summarizer,
+    day_of,
+    load_embedder_spec,
+)
+from tiermem.memory.tiers import TwoTierMemory
+
+MANIFEST = "manifest.json"
+# Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
+TIERS_VERSION = "tiers/2"
+
+
+@dataclass
+class MemoryConfig:
+    # tier building (these fields, with the conversation, key the tier cache)
+    page_tokens: int = 1000
+    tokenizer: str = "packaged:smollm2-135m-instruct"  # model spec whose tokenizer sizes pages, or "whitespace"
+    summarizer: str = "extractive"  # "extractive" (fast, deterministic) | "llm" (fact extraction)
+    keep_ratio: float = 0.3  # extractive: share of a page's sentences kept
+    max_units_per_page: int = 16  # extractive
+    summarizer_max_tokens: int = 512  # llm
+    embedder: str = "packaged:all-minilm-l6-v2"  # a model spec, or "hashing" (lexical, model-free)
+    # answering
+    top_k: int = 5
+    fixed_policy: str = "summary"  # without a router: "summary" (always ANSWER) | "research" (always ESCALATE)
+    max_rounds: int = 3
+    pages_per_round: int = 2
+    keyword_k: int = 3
+    search_k: int = 3
+    max_snippets: int = 8
+    step_max_tokens: int = 384
+    answer_max_tokens: int = 48
+    # verified write-back after an escalation (benchmark runs keep tier 1 fixed: off by default)
+    write_back: bool = False
+    writeback_skip_similarity: float = 0.92
+    writeback_update_similarity: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.summarizer not in ("extractive", "llm"):
+            raise ValueError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
+        if self.fixed_policy not in ("summary", "research"):
+            raise ValueError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
+        if not 1 <= self.max_rounds <= 3:
+            raise ValueError(f"max_rounds must be 1..3 (bounded research), got {self.max_rounds}")
+        if self.page_tokens < 1 or self.top_k < 1 or self.pages_per_round < 1:
+            raise ValueError("page_tokens, top_k and pages_per_round must be >= 1")
+        if not self.writeback_update_similarity <= self.writeback_skip_similarity:
+            raise ValueError("writeback_update_similarity must be <= writeback_skip_similarity")
+
+    def tier_fields(self) -> dict[str, Any]:
+        keys = ["page_tokens", "tokenizer", "summarizer", "embedder"]
+        keys += ["keep_ratio", "max_units_per_page"] if self.summarizer == "extractive" else ["summarizer_max_tokens"]
+        return {k: getattr(self, k) for k in keys}
+
+
+class RouterLike(Protocol):
+    def route(self, question: str, summaries: list[RetrievedUnit]) -> Any: ...
+
+
+@dataclass
+class IngestStats:
+    conv_id: str
+    turns: int
+    pages: int
+    units: int
+    page_tokens_max: int
+    page_tokens_mean: float
+    seconds: float
+    summarizer: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WriteBack:
+    action: str  # "skip" | "update" | "add"
+    unit_id: str | None  # the unit added or updated, or the near-duplicate that made us skip
+    fact: str
+    similarity: float
+
+
+@dataclass
+class RuntimeAnswer:
+    question: str
+    answer: str | None
+    action: str  # "ANSWER" (summary path) | "ESCALATE" (research path)
+    decided_by: str  # "router" | "fixed:summary" | "fixed:research"
+    retrieved: list[RetrievedUnit]
+    cost: PathCost  # the path taken
+    retrieval_s: float
+    router_s: float = 0.0
+    router_parsed_ok: bool | None = None
+    router_error: str | None = None  # the router's own failure (it then escalates, flagged)
+    summary: SummaryResult | None = None
+    research: ResearchResult | None = None
+    writeback: list[WriteBack] = field(default_factory=list)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def conversation_hash(conv: Conversation) -> str:
+    blob = json.dumps([conv.conv_id, [asdict(t) for t in conv.turns]], ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None = None) -> str:
+    """Hash of the conversation and every setting that shapes its tiers (the tier cache key)."""
+    spec: dict[str, Any] = {"version": TIERS_VERSION, "conversation": conversation_hash(conv),
+                            "tiers": cfg.tier_fields()}
+    if cfg.summarizer == "llm":
+        spec["summarizer_llm"] = getattr(summarizer_llm, "name", None)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+class MemoryRuntime:
+    def __init__(self, workdir: str | Path, cfg: MemoryConfig | None = None, *, llm: LLM | None = None,
+                 embedder: Embedder | None = None, count_tokens: TokenCounter | None = None,
+                 summarizer_llm: LLM | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.cfg = cfg or MemoryConfig()
+        self.llm = llm
+        self.summarizer_llm = summarizer_llm or llm
+        self._embedder = embedder
+        self._count_tokens = count_tokens
+        self.memory: TwoTierMemory | None = None
+        self.manifest: dict[str, Any] = {}
+        if (self.workdir / MANIFEST).is_file():
+            self._open()
+        elif self.workdir.exists() and any(self.workdir.iterdir()):
+            raise RuntimeError(f"{self.workdir}: not a complete memory (no {MANIFEST}); delete it and ingest again")
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = load_embedder_spec(self.cfg.embedder)
+        return self._embedder
+
+    @property
+    def count_tokens(self) -> TokenCounter:
+        if self._count_tokens is None:
+            self._count_tokens = make_token_counter(self.cfg.tokenizer)
+        return self._count_tokens
+
+    def tier_key(self, conv: Conversation) -> str:
+        return tier_key(conv, self.cfg, self.summarizer_llm)
+
+    # ------------------------------------------------------------------------------------------ build / open
+
+    def ingest(self, conv: Conversation) -> IngestStats:
+        if self.memory is not None:
+            raise RuntimeError(f"{self.workdir}: already holds conversation {self.manifest['conv_id']!r}")
+        if not conv.turns:
+            raise ValueError(f"conversation {conv.conv_id!r} has no turns")
+        count_tokens, embedder = self.count_tokens, self.embedder  # load models outside the ingest timing
+        start = time.perf_counter()
+        pages = paginate(conv.conv_id, conv.turns, count_tokens, self.cfg.page_tokens)
+        summarizer = build_summarizer(self.cfg.summarizer, self.summarizer_llm, self.cfg.keep_ratio,
+                                      self.cfg.max_units_per_page, self.cfg.summarizer_max_tokens)
+        units = summarizer.summarize_pages(pages)  # LLM errors raise here, before anything is written
+        self.workdir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{self.workdir.name}.tmp-", dir=self.workdir.parent))
+        try:
+            with RawPageStore(tmp / "raw.db") as raw:
+                raw.append(pages)
+                root_hash = raw.root_hash()
+            index = SummaryIndex(tmp / "tier1", embedder)
+            index.add(units)
+            index.close()
+            stats = IngestStats(
+                conv.conv_id, len(conv.turns), len(pages), len(units), max(p.token_count for p in pages),
+                round(sum(p.token_count for p in pages) / len(pages), 1), round(time.perf_counter() - start, 3),
+                dict(getattr(summarizer, "stats", {})),
+            )
+            manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id, "tier_key": self.tier_key(conv),
+                        "tiers": self.cfg.tier_fields(),
+                        "root_hash": root_hash, "stats": asdict(stats)}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+            if self.workdir.exists() and not any(self.workdir.iterdir()):
+                self.workdir.rmdir()
+            os.replace(tmp, self.workdir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._open()
+        return stats
+
+    def _open(self) -> None:
+        self.manifest = json.loads((self.workdir / MANIFEST).read_text())
+        built_with = self.manifest["tiers"]["embedder"]
+        if built_with != self.cfg.embedder:
+            raise RuntimeError(f"{self.workdir}: tier 1 was embedded with {built_with!r}, but memory.embedder is "
+                               f"{self.cfg.embedder!r}; queries must use the same embedder")
+        raw = RawPageStore(self.workdir / "raw.db")
+        bad = raw.verify()
+        if bad or raw.root_hash() != self.manifest["root_hash"]:
+            raw.close()
+            raise RuntimeError(f"{self.workdir}: tier-2 integrity check failed (changed pages: {bad or 'rehashed'})")
+        summaries = SummaryIndex(self.workdir / "tier1", self.embedder)
+        self.memory = TwoTierMemory.open(self.manifest["conv_id"], raw, summaries)
+
+    @classmethod
+    def open_or_build(cls, root: str | Path, conv: Conversation, cfg: MemoryConfig | None = None,
+                      **kwargs: Any) -> MemoryRuntime:
+        """The conversation's tiers from `root/<conv_id>-<key>`, built there first if absent.
+
+        The key hashes the conversation and every config field that shapes the tiers, so a changed
+        summarizer or page size builds a new directory instead of reusing a stale one.
+        """
+        cfg = cfg or MemoryConfig()
+        key = tier_key(conv, cfg, kwargs.get("summarizer_llm") or kwargs.get("llm"))
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", conv.conv_id)
+        runtime = cls(Path(root) / f"{slug}-{key[:16]}", cfg, **kwargs)
+        if runtime.memory is None:
+            try:
+                runtime.ingest(conv)
+            except OSError:
+                if not (runtime.workdir / MANIFEST).is_file():
+                    raise
+                runtime._open()  # another process finished the same build first
+        return runtime
+
+    def close(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
+            self.memory = None
+
+    # ------------------------------------------------------------------------------------------ answering
+
+    def _require(self) -> TwoTierMemory:
+        if self.memory is None:
+            raise RuntimeError(f"{self.workdir}: nothing ingested yet")
+        return self.memory
+
+    def retrieve(self, question: str | Question) -> list[RetrievedUnit]:
+        return self._require().search_summaries(question_text(question)[0], self.cfg.top_k)
+
+    def answer(self, question: str | Question, router: RouterLike | None = None) -> RuntimeAnswer:
+        memory = self._require()
+        if self.llm is None:
+            raise RuntimeError("MemoryRuntime needs an llm to answer questions")
+        q, _ = question_text(question)
+        start = time.perf_counter()
+        retrieved = memory.search_summaries(q, self.cfg.top_k)
+        retrieval_s = time.perf_counter() - start
+        router_s, parsed_ok, router_error = 0.0, None, None
+        if router is not None:
+            start = time.perf_counter()
+            decision = router.route(q, retrieved)
+            router_s = time.perf_counter() - start
+            action = getattr(decision, "action", None)
+            parsed_ok = bool(getattr(decision, "parsed_ok", True)) and action in ACTIONS
+            action = action if action in ACTIONS else "ESCALATE"  # unreadable decision: faithfulness first
+            decided_by = "router"
+            router_error = getattr(decision, "error", None)
+        else:
+            action = "ANSWER" if self.cfg.fixed_policy == "summary" else "ESCALATE"
+            decided_by = f"fixed:{self.cfg.fixed_policy}"
+        out = RuntimeAnswer(q, None, action, decided_by, retrieved, PathCost(), retrieval_s, router_s, parsed_ok,
+                            router_error)
+        if action == "ANSWER":
+            out.summary = self.summary_path(question, retrieved)
+            out.answer, out.cost, out.error = out.summary.answer, out.summary.cost, out.summary.error
+        else:
+            out.research = self.research_path(question, retrieved)
+            out.answer, out.cost, out.error = out.research.answer, out.research.cost, out.research.error
+            if self.cfg.write_back and out.error is None:
+                out.writeback = self.write_back(out.research.linked)
+        return out
+
+    def summary_path(self, question: str | Question, retrieved: list[RetrievedUnit]) -> SummaryResult:
+        """The ANSWER path with this runtime's settings (labeling runs both paths on the same retrieval)."""
+        if self.llm is None:
+            raise RuntimeError("MemoryRuntime needs an llm to answer questions")
+        return summary_policy(self._require(), question, self.llm, self.cfg.top_k, retrieved=retrieved,
+                              max_tokens=self.cfg.answer_max_tokens)
+
+    def research_path(self, question: str | Question, retrieved: list[RetrievedUnit]) -> ResearchResult:
+        """The ESCALATE path with this runtime's settings."""
+        if self.llm is None:
+            raise RuntimeError("MemoryRuntime needs an llm to answer questions")
+        cfg = self.cfg
+        return research_policy(
+            self._require(), question, self.llm, retrieved, cfg.max_rounds, pages_per_round=cfg.pages_per_round,
+            keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
+            step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
+        )
+
+    def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:
+        """Verified write-back: each fact whose quote linked to a raw turn becomes a tier-1 unit linked to
+        that page and turn; against the most similar existing unit it is skipped (near duplicate),
+        updates that unit (close), or is added (new)."""
+        memory = self._require()
+        index = memory.summaries
+        actions: list[WriteBack] = []
+        for quote in quotes:
+            if quote.page_id is None or quote.turn_id is None:
+                continue  # unverified facts never enter tier 1
+            page = memory.page(quote.page_id)
+            turn = next(t for t in page.turns if t.turn_id == quote.turn_id)
+            hits = index.search(quote.fact, 1)
+            similarity = hits[0].score if hits else -1.0
+            if similarity >= self.cfg.writeback_skip_similarity:
+                actions.append(WriteBack("skip", hits[0].unit_id, quote.fact, similarity))
+                continue
+            if similarity >= self.cfg.writeback_update_similarity:
+                unit_id, origin = hits[0].unit_id, "writeback-update"
+                index.replace(SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id],
+                                          day_of(turn.timestamp), origin))
+                actions.append(WriteBack("update", unit_id, quote.fact, similarity))
+                continue
+            n = sum(1 for u in index.units if u.origin == "writeback")
+            unit_id = f"{memory.conv_id}:w{n:04d}"
+            index.add([SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id], day_of(turn.timestamp),
+                                   "writeback")])
+            actions.append(WriteBack("add", unit_id, quote.fact, similarity))
+        return actions

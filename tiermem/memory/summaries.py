@@ -1,0 +1,377 @@
+"""Tier 1: summary units linked to the raw pages and turns they came from, with dense retrieval.
+
+Units and their embeddings live in one SQLite file next to the raw store, so a write-back (add or
+update) is one transaction. The embedding matrix is loaded once and searched in memory: a question
+costs one query embedding, never a corpus re-embedding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from tiermem.llm import LLM, LLMError
+from tiermem.memory.raw_store import Page
+from tiermem.memory.text import best_overlap_turn, content_words, split_sentences
+
+
+class Embedder(Protocol):
+    """What SentenceTransformer offers; anything with this `encode` works."""
+
+    def encode(self, sentences: list[str], **kwargs: Any) -> Any: ...
+
+
+class HashingEmbedder:
+    """Bag-of-content-words vectors hashed into `dim` buckets: a real, model-free lexical embedder for fast
+    runs and tests (`memory.embedder=hashing`). Deterministic across processes (no Python `hash`)."""
+
+    def __init__(self, dim: int = 512) -> None:
+        self.dim = dim
+
+    def encode(self, sentences: list[str], **kwargs: Any) -> np.ndarray:
+        out = np.zeros((len(sentences), self.dim), dtype=np.float32)
+        for row, text in enumerate(sentences):
+            for word in content_words(text):
+                bucket = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+                out[row, bucket % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12)
+
+
+def load_embedder_spec(spec: str) -> Embedder:
+    if spec == "hashing":
+        return HashingEmbedder()
+    from tiermem.models import load_embedder
+
+    return load_embedder(spec)
+
+
+@dataclass
+class SummaryUnit:
+    unit_id: str
+    text: str
+    page_ids: list[str]
+    turn_ids: list[str]
+    date: str | None
+    origin: str  # "extractive" | "llm" | "writeback" | "writeback-update"
+
+
+@dataclass
+class RetrievedUnit:
+    unit_id: str
+    text: str
+    score: float
+    page_ids: list[str]
+    turn_ids: list[str]
+    date: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_NOT_NAMES = {"i", "i'm", "i've", "i'll", "i'd"}
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d", "%d %B, %Y", "%d %B %Y", "%Y-%m-%d")
+
+
+def parse_timestamp(timestamp: str) -> datetime | None:
+    for fmt in _DATE_FORMATS:
+        try:
+            return datetime.strptime(timestamp.strip(), fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def _day(moment: datetime) -> str:
+    return f"{moment.day} {moment.strftime('%B %Y')}"
+
+
+def day_of(timestamp: str) -> str:
+    """An absolute day ('8 May 2023') from LoCoMo / LongMemEval timestamps; the raw string if unknown."""
+    moment = parse_timestamp(timestamp)
+    return _day(moment) if moment else timestamp.strip()
+
+
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_RELATIVE = re.compile(
+    r"\b(yesterday|today|tonight|this morning|last night|last (?:week|weekend|month|year)|"
+    r"next (?:week|weekend|month|year)|last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b",
+    re.IGNORECASE,
+)
+
+
+def absolutize(text: str, timestamp: str) -> str:
+    """Append the absolute date to relative time phrases ('yesterday' -> 'yesterday (7 May 2023)'),
+    so an extracted sentence keeps its meaning out of its session. Unknown timestamps leave text as is."""
+    now = parse_timestamp(timestamp)
+    if now is None:
+        return text
+
+    def resolve(match: re.Match[str]) -> str:
+        phrase = match.group(0)
+        key = phrase.lower()
+        if key == "yesterday" or key == "last night":
+            when = _day(now - timedelta(days=1))
+        elif key in ("today", "tonight", "this morning"):
+            when = _day(now)
+        elif key == "last year":
+            when = str(now.year - 1)
+        elif key == "next year":
+            when = str(now.year + 1)
+        elif key.startswith("last ") and key[5:] in _WEEKDAYS:
+            back = (now.weekday() - _WEEKDAYS.index(key[5:])) % 7 or 7
+            when = _day(now - timedelta(days=back))
+        else:  # last/next week, weekend, month: the span named relative to the session day
+            direction, unit = key.split()
+            when = f"the {unit} {'before' if direction == 'last' else 'after'} {_day(now)}"
+        return f"{phrase} ({when})"
+
+    return _RELATIVE.sub(resolve, text)
+
+
+class SummaryIndex:
+    """Summary units + normalized embeddings in `<directory>/summaries.db`; cosine top-k search."""
+
+    def __init__(self, directory: str | Path, embedder: Embedder, batch_size: int = 64) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder
+        self.batch_size = batch_size
+        self._conn = sqlite3.connect(self.directory / "summaries.db", check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS units (unit_id TEXT PRIMARY KEY, text TEXT NOT NULL, page_ids TEXT NOT NULL,"
+            " turn_ids TEXT NOT NULL, date TEXT, origin TEXT NOT NULL, embedding BLOB NOT NULL)"
+        )
+        self.units: list[SummaryUnit] = []
+        vectors = []
+        for uid, text, pids, tids, date, origin, blob in self._conn.execute("SELECT * FROM units ORDER BY rowid"):
+            self.units.append(SummaryUnit(uid, text, json.loads(pids), json.loads(tids), date, origin))
+            vectors.append(np.frombuffer(blob, dtype=np.float32))
+        self._position = {u.unit_id: i for i, u in enumerate(self.units)}
+        self.matrix = np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self.embedder.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)
+
+    def _check_dim(self, vectors: np.ndarray) -> None:
+        if self.matrix.size and vectors.shape[1] != self.matrix.shape[1]:
+            raise ValueError(
+                f"{self.directory}: embedder gives {vectors.shape[1]}-dim vectors but the index holds "
+                f"{self.matrix.shape[1]}-dim ones; rebuild the index with one embedder"
+            )
+
+    def add(self, units: Sequence[SummaryUnit]) -> None:
+        if not units:
+            return
+        dup = [u.unit_id for u in units if u.unit_id in self._position]
+        if dup or len({u.unit_id for u in units}) != len(units):
+            raise ValueError(f"{self.directory}: duplicate summary unit id(s) {dup or [u.unit_id for u in units]}")
+        vectors = self.embed([u.text for u in units])
+        self._check_dim(vectors)
+        with self._conn:
+            self._conn.executemany(
+                "INSERT INTO units VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(u.unit_id, u.text, json.dumps(u.page_ids), json.dumps(u.turn_ids), u.date, u.origin,
+                  v.tobytes()) for u, v in zip(units, vectors, strict=True)],
+            )
+        for u in units:
+            self._position[u.unit_id] = len(self.units)
+            self.units.append(u)
+        self.matrix = vectors if not self.matrix.size else np.vstack([self.matrix, vectors])
+
+    def replace(self, unit: SummaryUnit) -> None:
+        """Overwrite a unit in place (write-back `update`); Tier 1 is mutable, Tier 2 never is."""
+        i = self._position[unit.unit_id]
+        vector = self.embed([unit.text])
+        self._check_dim(vector)
+        with self._conn:
+            self._conn.execute(
+                "UPDATE units SET text=?, page_ids=?, turn_ids=?, date=?, origin=?, embedding=? WHERE unit_id=?",
+                (unit.text, json.dumps(unit.page_ids), json.dumps(unit.turn_ids), unit.date, unit.origin,
+                 vector[0].tobytes(), unit.unit_id),
+            )
+        self.units[i] = unit
+        self.matrix[i] = vector[0]
+
+    def get(self, unit_id: str) -> SummaryUnit:
+        return self.units[self._position[unit_id]]
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def search_vector(self, query: np.ndarray, k: int) -> list[RetrievedUnit]:
+        if not self.units or k <= 0:
+            return []
+        query = query.reshape(-1)
+        if query.shape[0] != self.matrix.shape[1]:
+            raise ValueError(f"{self.directory}: query vector has {query.shape[0]} dims, the index "
+                             f"{self.matrix.shape[1]}; use the embedder the index was built with")
+        scores = self.matrix @ query
+        # stable sort on -score: ties keep insertion order, so results are deterministic
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [
+            RetrievedUnit(u.unit_id, u.text, float(scores[i]), list(u.page_ids), list(u.turn_ids), u.date)
+            for i in order
+            for u in [self.units[int(i)]]
+        ]
+
+    def search(self, query: str, k: int = 5) -> list[RetrievedUnit]:
+        return self.search_vector(self.embed([query])[0], k)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+# ---------------------------------------------------------------------------------------------- summarizers
+
+
+@dataclass
+class ExtractiveSummarizer:
+    """Keeps the most informative sentences of each page (a budget per page): fast, deterministic, lossy.
+
+    A sentence scores by its distinct content words, with extra weight for names and numbers (the
+    details questions ask about); questions and small talk score low. The kept sentences stay in
+    conversation order, one unit each, prefixed by the speaker and with relative dates made absolute
+    ('yesterday (7 May 2023)') so they read standalone.
+    """
+
+    keep_ratio: float = 0.3
+    max_units_per_page: int = 16
+    min_content_words: int = 3
+    name: str = field(default="extractive", init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.keep_ratio <= 1:
+            raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
+
+    @staticmethod
+    def score(sentence: str) -> float:
+        words = content_words(sentence)
+        tokens = re.findall(r"[A-Za-z][\w'-]*", sentence)[1:]  # the first word is capitalized anyway
+        names = sum(1 for w in tokens if w[0].isupper() and w.lower() not in _NOT_NAMES)
+        numbers = len(re.findall(r"\b\d[\d,.:/]*\b", sentence))
+        score = len(set(words)) + 1.5 * names + 2.0 * numbers
+        return score * 0.5 if sentence.rstrip().endswith("?") else score
+
+    def summarize_pages(self, pages: Sequence[Page]) -> list[SummaryUnit]:
+        units: list[SummaryUnit] = []
+        for page in pages:
+            candidates = []  # (position, turn, sentence)
+            for turn in page.turns:
+                for sentence in split_sentences(turn.text):
+                    if len(content_words(sentence)) >= self.min_content_words:
+                        candidates.append((len(candidates), turn, sentence))
+            budget = min(self.max_units_per_page, max(1, round(self.keep_ratio * len(candidates))))
+            ranked = sorted(candidates, key=lambda c: (-self.score(c[2]), c[0]))[:budget]
+            for j, (_, turn, sentence) in enumerate(sorted(ranked, key=lambda c: c[0])):
+                text = f"{turn.speaker}: {absolutize(sentence, turn.timestamp)}"
+                units.append(SummaryUnit(f"{page.page_id}:u{j:03d}", text, [page.page_id],
+                                         [turn.turn_id], day_of(turn.timestamp), "extractive"))
+        return units
+
+
+FACT_SYSTEM = (
+    "You extract memory facts from a conversation excerpt. Write one fact per line, starting with '- '. "
+    "Each fact must stand alone: use full names instead of pronouns and absolute dates instead of relative ones "
+    "(convert 'yesterday' or 'last week' using the date shown on the turn). End each fact with the ids of the turns "
+    "it comes from in square brackets, e.g. [D1:3]. Write nothing else."
+)
+
+
+@dataclass
+class FactParse:
+    units: list[SummaryUnit]
+    unlinked_ids: int  # turn ids the model wrote that are not on the page (ignored, counted)
+    parse_failures: int  # pages whose output held no fact line
+
+
+@dataclass
+class LLMFactSummarizer:
+    """LLM fact extraction per page (the real summarizer). Turn ids the model writes are checked against
+    the page; a fact with none valid is linked by keyword overlap, and failing that to the whole page."""
+
+    llm: LLM
+    max_tokens: int = 512
+    name: str = field(default="llm", init=False)
+    stats: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "llm_calls": 0,
+                                                            "unlinked_ids": 0, "parse_failures": 0})
+
+    @staticmethod
+    def messages(page: Page) -> list[dict[str, str]]:
+        return [{"role": "system", "content": FACT_SYSTEM},
+                {"role": "user", "content": f"Conversation excerpt:\n{page.text}\n\nFacts:"}]
+
+    def summarize_pages(self, pages: Sequence[Page]) -> list[SummaryUnit]:
+        results = self.llm.chat_many([self.messages(p) for p in pages], max_tokens=self.max_tokens, temperature=0.0)
+        units: list[SummaryUnit] = []
+        for page, res in zip(pages, results, strict=True):
+            if isinstance(res, LLMError):
+                raise LLMError(f"summarizing page {page.page_id}: {res}")
+            self.stats["llm_calls"] += 1
+            self.stats["input_tokens"] += res.input_tokens
+            self.stats["output_tokens"] += res.output_tokens
+            parsed = parse_facts(res.text, page)
+            self.stats["unlinked_ids"] += parsed.unlinked_ids
+            self.stats["parse_failures"] += parsed.parse_failures
+            units.extend(parsed.units)
+        return units
+
+
+_FACT_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s*(.+?)\s*$")
+_ID_GROUP = re.compile(r"\[([^\[\]]*)\]\s*\.?\s*$")
+
+
+def parse_facts(text: str, page: Page) -> FactParse:
+    on_page = {t.turn_id: t for t in page.turns}
+    units: list[SummaryUnit] = []
+    unlinked = 0
+    for line in text.splitlines():
+        match = _FACT_LINE.match(line)
+        if not match:
+            continue
+        fact = match.group(1)
+        ids: list[str] = []
+        group = _ID_GROUP.search(fact)
+        if group:
+            fact = fact[: group.start()].rstrip()
+            for tid in re.split(r"[,;\s]+", group.group(1)):
+                if tid in on_page:
+                    ids.append(tid)
+                elif tid:
+                    unlinked += 1
+        if len(content_words(fact)) == 0:
+            continue
+        if not ids:
+            turn = best_overlap_turn(fact, page.turns)
+            ids = [turn.turn_id] if turn else [t.turn_id for t in page.turns]
+        ids = list(dict.fromkeys(ids))
+        units.append(SummaryUnit(f"{page.page_id}:u{len(units):03d}", fact, [page.page_id], ids,
+                                 day_of(on_page[ids[0]].timestamp), "llm"))
+    return FactParse(units, unlinked, 0 if units else 1)
+
+
+def build_summarizer(kind: str, llm: LLM | None = None, keep_ratio: float = 0.3, max_units_per_page: int = 16,
+                     max_tokens: int = 512) -> ExtractiveSummarizer | LLMFactSummarizer:
+    if kind == "extractive":
+        return ExtractiveSummarizer(keep_ratio, max_units_per_page)
+    if kind == "llm":
+        if llm is None:
+            raise ValueError("the llm summarizer needs an LLM (memory.summarizer=llm with an llm config)")
+        return LLMFactSummarizer(llm, max_tokens)
+    raise ValueError(f"unknown summarizer {kind!r}; expected 'extractive' or 'llm'")
