@@ -115,7 +115,8 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
         table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
         f"fast vs generate action agreement @bs{bs0}: {agree}/{len(questions)}"
         + (" (untrained base model: agreement is not a quality figure)" if not cfg.router else ""),
-        f"model load: +{load_mem.extra_mb:.0f} MB RSS",
+        f"model load: +{load_mem.extra_mb:.0f} MB RSS; peak RSS +MB per variant is growth over what the process "
+        "already held (later variants reuse memory the allocator kept)",
     ])
     return {"name": name, "source": source, "n_prompts": len(questions),
             "mean_prompt_tokens": sum(prompt_tokens) / len(prompt_tokens), "variants": results, "ratios": ratios,

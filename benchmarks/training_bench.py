@@ -17,7 +17,7 @@ from benchmarks.common import PeakRSS, ratio, table
 # variant -> (recipe cpu_defaults flag, trainer overrides)
 VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
     "cpu_defaults": (True, {}),  # what the recipes pick without a GPU
-    "trl_defaults": (False, {}),  # TRL's own: bf16=True, gradient_checkpointing=True
+    "trl_defaults": (False, {}),  # TRL's own: bf16=True, gradient_checkpointing=True (+ use_cpu without a GPU)
     "bf16_only": (True, {"bf16": True}),
     "grad_ckpt_only": (True, {"gradient_checkpointing": True}),
 }
@@ -29,17 +29,27 @@ class TrainingBenchConfig:
     model: str = "packaged:smollm2-135m-instruct"
     dataset: str | None = "runs/label/dataset"  # label rows when it exists; else synthetic contract rows
     split: str = "train"
-    n_rows: int = 16
+    n_rows: int = 8
     variants: list[str] = field(default_factory=lambda: ["cpu_defaults", "trl_defaults"])
     sft: bool = True
-    sft_steps: int = 4  # the first step is reported apart (warm-up), the rest are averaged
-    sft_batch_size: int = 4
+    sft_steps: int = 3  # the first step is reported apart (warm-up), the rest are averaged
+    sft_batch_size: int = 2
     grpo: bool = True
-    grpo_steps: int = 3
-    grpo_batch_size: int = 4
+    grpo_steps: int = 2
+    grpo_batch_size: int = 2
     grpo_num_generations: int = 2
     grpo_max_completion_length: int = 16
     out_dir: str = "runs/bench/training"
+
+
+def _overrides(variant: str) -> tuple[bool, dict[str, Any]]:
+    """The variant's flags; without a GPU, transformers refuses bf16 unless use_cpu is set explicitly."""
+    from router_train.common import has_gpu
+
+    cpu_defaults, overrides = VARIANTS[variant]
+    if not has_gpu():
+        overrides = {"use_cpu": True, **overrides}
+    return cpu_defaults, overrides
 
 
 class StepTimer:
@@ -105,7 +115,7 @@ def _sft_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str, 
     from router_train.sft import SFTRecipeConfig, build_sft_config
     from tiermem.models import load_causal_lm
 
-    cpu_defaults, overrides = VARIANTS[variant]
+    cpu_defaults, overrides = _overrides(variant)
     recipe = SFTRecipeConfig(model=cfg.model, output_dir=out, cpu_defaults=cpu_defaults, trainer={
         "max_steps": cfg.sft_steps, "per_device_train_batch_size": cfg.sft_batch_size, "logging_steps": 10_000,
         "disable_tqdm": True, **overrides})
@@ -128,7 +138,7 @@ def _grpo_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str,
     from router_train.rewards import RewardConfig, build_reward_funcs
     from tiermem.models import load_causal_lm
 
-    cpu_defaults, overrides = VARIANTS[variant]
+    cpu_defaults, overrides = _overrides(variant)
     recipe = GRPORecipeConfig(model=cfg.model, output_dir=out, cpu_defaults=cpu_defaults, trainer={
         "max_steps": cfg.grpo_steps, "per_device_train_batch_size": cfg.grpo_batch_size,
         "num_generations": cfg.grpo_num_generations, "max_completion_length": cfg.grpo_max_completion_length,
@@ -166,15 +176,19 @@ def run(cfg: TrainingBenchConfig) -> dict[str, Any]:
             except ModuleNotFoundError as exc:
                 notes.append(f"{stage}: skipped, module missing: {exc.name}")
                 break
+            except Exception as exc:  # one variant failing must not hide the others' figures
+                notes.append(f"{key}: FAILED: {type(exc).__name__}: {exc}")
+                results[key] = {"failed": f"{type(exc).__name__}: {exc}"}
+                continue
             results[key] = r
             rows.append([key, r["s_per_step"], r["first_step_s"], r["bf16"], r["gradient_checkpointing"],
                          r["peak_rss_extra_mb"]])
         base = results.get(f"{stage}/cpu_defaults")
         for variant in cfg.variants:
             other = results.get(f"{stage}/{variant}")
-            if base and other and variant != "cpu_defaults":
+            if base and other and variant != "cpu_defaults" and "failed" not in other and "failed" not in base:
                 ratios[f"{stage}: {variant} / cpu_defaults s/step"] = ratio(other["s_per_step"], base["s_per_step"])
-    sources = sorted({r["rows"] for r in results.values()})
+    sources = sorted({r["rows"] for r in results.values() if "rows" in r})
     text = "\n".join([
         f"model: {cfg.model}; rows: {'; '.join(sources) or 'n/a'}; "
         f"SFT {cfg.sft_steps} steps x batch {cfg.sft_batch_size}; GRPO {cfg.grpo_steps} steps x batch "
@@ -182,6 +196,8 @@ def run(cfg: TrainingBenchConfig) -> dict[str, Any]:
         table(["stage/variant", "s/step (after 1st)", "1st step s", "bf16", "grad ckpt", "peak RSS +MB"], rows),
         "",
         table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
+        "peak RSS +MB is growth over what the process already held: variants after the first reuse memory the "
+        "allocator kept, so only the first variant's figure is a full footprint.",
         *notes,
     ])
     return {"variants": results, "ratios": ratios, "notes": notes, "text": text}

@@ -171,8 +171,9 @@ class Roles:
     def __getitem__(self, name: str) -> LLM | None:
         return self.roles[name]
 
-    def http(self) -> bool:
-        return all(getattr(llm, "backend", "") == "openai" for llm in self._distinct())
+    def thread_safe(self) -> bool:
+        """HTTP clients (and the test double) may be called from several threads; in-process models may not."""
+        return all(getattr(llm, "backend", "") in ("openai", "scripted") for llm in self._distinct())
 
     def stats(self) -> dict[str, Any]:
         out = {}
@@ -229,13 +230,13 @@ def _judge(ctx: Context, q: Question, answer: str | None) -> list[Verdict]:
     return verdicts
 
 
-def label_question(ctx: Context, runtime: MemoryRuntime, conv: Conversation, q: Question, split: str,
+def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
                    page_turns: dict[str, list[str]]) -> dict[str, Any]:
     """Every stage for one question. LLMError anywhere -> an error record (never a verdict)."""
     cfg, cfg_memory = ctx.cfg, ctx.cfg.memory
     started = time.perf_counter()
     rec = empty_record(conv, q, split, ctx.fmt, cfg.label_rule)
-    memory, answerer = runtime.memory, ctx.roles["answerer"]
+    answerer = ctx.roles["answerer"]
     try:
         s = summary_policy(memory, q, answerer, cfg_memory.top_k, max_tokens=cfg_memory.answer_max_tokens)
         rec["router_summaries"] = [
@@ -303,9 +304,38 @@ def label_question(ctx: Context, runtime: MemoryRuntime, conv: Conversation, q: 
 # ---------------------------------------------------------------------------------------------- the run
 
 
+class Serialized:
+    """Proxy that runs every method of the wrapped object (and of the named attributes) under one lock.
+
+    Questions in flight share a conversation's memory: SQLite connections, the embedder's tokenizer and the
+    page cache are not safe under concurrent calls, while the LLM calls between them are what runs in parallel.
+    """
+
+    def __init__(self, target: Any, lock: threading.RLock, nested: tuple[str, ...] = ()) -> None:
+        self._target, self._lock = target, lock
+        self._nested = {name: Serialized(getattr(target, name), lock) for name in nested}
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._nested:
+            return self._nested[name]
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+def _workers(ctx: Context) -> int:
+    return ctx.cfg.concurrency if ctx.roles.thread_safe() else 1
+
+
 def _results(ctx: Context, jobs: list[tuple[Question, str]], fn: Any) -> Iterator[dict[str, Any]]:
-    """Records in completion order; bounded concurrency for HTTP backends, one at a time otherwise."""
-    workers = ctx.cfg.concurrency if ctx.roles.http() else 1
+    """Records in question order; bounded concurrency for HTTP backends, one at a time otherwise."""
+    workers = _workers(ctx)
     if workers == 1:
         for q, split in jobs:
             yield fn(q, split)
@@ -403,7 +433,9 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
             ctx.tick("tiers")
             page_turns = {p.page_id: p.turn_ids for p in runtime.memory.raw.pages(conv.conv_id)}
             try:
-                work = functools.partial(label_question, ctx, runtime, conv, page_turns=page_turns)
+                memory = runtime.memory if _workers(ctx) == 1 else Serialized(
+                    runtime.memory, threading.RLock(), nested=("raw", "summaries", "keyword"))
+                work = functools.partial(label_question, ctx, memory, conv, page_turns=page_turns)
                 for rec in _results(ctx, [(q, split) for q in todo], work):
                     store.put(rec)
                     bar.update(1)

@@ -64,6 +64,16 @@ def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict
     return kwargs
 
 
+def build_trl_config(config_cls: type, kwargs: dict[str, Any]) -> Any:
+    """TRL validates its own keys; its complaint becomes one ConfigError line naming the `trainer:` section."""
+    from tiermem.config import ConfigError
+
+    try:
+        return config_cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"trainer ({config_cls.__name__}): {exc}") from None
+
+
 def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any, RunMeta]:
     """Base model + the run's LoRA adapter; refuses a run saved under another contract version."""
     from peft import PeftModel
@@ -85,17 +95,18 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
 
 def clear_run_meta(output_dir: str | Path) -> None:
     """A rerun first removes the old metadata, so a crashed run never looks like a finished one."""
-    path = Path(output_dir) / RUN_META_FILE
-    if path.exists():
-        path.unlink()
+    (Path(output_dir) / RUN_META_FILE).unlink(missing_ok=True)
 
 
-def save_run(trainer: Any, tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
-    """Adapter + tokenizer first, metadata last: the metadata file marks a complete run."""
-    output_dir = Path(output_dir)
-    trainer.save_model(str(output_dir))
+def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
+    """Main process, after `trainer.save_model` (which every process calls): tokenizer, then the metadata,
+    written last because it marks a complete run."""
     tokenizer.save_pretrained(str(output_dir))
     return write_run_meta(output_dir, meta)
+
+
+def is_main_process(trainer: Any) -> bool:
+    return bool(trainer.accelerator.is_main_process)
 
 
 @dataclass

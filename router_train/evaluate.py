@@ -88,14 +88,19 @@ def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
     if not path.exists():
         raise FileNotFoundError(f"label dataset not found: {path} (run `make label` first, or set dataset=PATH)")
     if path.is_dir():
-        from datasets import DatasetDict, load_from_disk
+        from datasets import Dataset
 
-        dsd = load_from_disk(str(path))
-        if not isinstance(dsd, DatasetDict):
-            raise ConfigError(f"{path}: expected a DatasetDict with splits, got a single {type(dsd).__name__}")
-        if split not in dsd:
-            raise ConfigError(f"{path}: no split {split!r}; splits: {sorted(dsd)}")
-        return dsd[split].to_list()
+        index = path / "dataset_dict.json"
+        if not index.is_file():
+            raise ConfigError(f"{path}: not a saved DatasetDict (no dataset_dict.json)")
+        splits = json.loads(index.read_text()).get("splits", [])
+        if split not in splits:
+            raise ConfigError(f"{path}: no split {split!r}; splits: {sorted(splits)}")
+        # Load only the split asked for: datasets 5.2 cannot reload an empty split (no arrow file),
+        # which would make a whole DatasetDict unloadable for want of, say, an empty test split.
+        if not any((path / split).glob("*.arrow")):
+            return []
+        return Dataset.load_from_disk(str(path / split)).to_list()
     records = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():

@@ -19,15 +19,17 @@ from typing import Any
 
 from serving import contract
 from serving.artifacts import RUN_META_FILE, RunMeta
-from tiermem.config import parse_cli
+from tiermem.config import ConfigError, parse_cli
 from tiermem.models import DEFAULT_LM
 
 from . import data as data_lib
 from .common import (
     LoraSettings,
     RunResult,
+    build_trl_config,
     clear_run_meta,
     decision_report,
+    is_main_process,
     load_adapter_run,
     majority_label,
     print_summary,
@@ -85,7 +87,7 @@ def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
     from trl import GRPOConfig
 
     defaults = {**RECIPE_DEFAULTS, "output_dir": cfg.output_dir, "seed": cfg.seed, "data_seed": cfg.seed}
-    return GRPOConfig(**trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+    return build_trl_config(GRPOConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
 
 
 def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
@@ -159,9 +161,11 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     from trl import GRPOTrainer
 
     args = build_grpo_config(cfg)
+    if cfg.sft_dir and Path(cfg.sft_dir).resolve() == Path(cfg.output_dir).resolve():
+        raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
     set_seed(cfg.seed)
-    clear_run_meta(cfg.output_dir)
     model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
+    clear_run_meta(cfg.output_dir)
     train_rows, val_rows, data_info = load_reward_rows(cfg, tokenizer)
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
                                       args.max_completion_length)
@@ -184,6 +188,9 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     steps = trainer.state.global_step
     train_metrics = {**result.metrics, "global_step": steps,
                      "seconds_per_step": (time.perf_counter() - started) / max(steps, 1)}
+    trainer.save_model(cfg.output_dir)  # every process: sharded/distributed saves need all ranks
+    if not is_main_process(trainer):
+        return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
     curves = reward_curves(trainer.state.log_history)
     warning = zero_variance_warning(curves)
     if warning:
@@ -207,7 +214,7 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / CURVES_FILE).write_text(json.dumps(curves, indent=1))
-    save_run(trainer, tokenizer, out, meta)  # metadata last: it marks a finished run
+    save_run(tokenizer, out, meta)  # metadata last: it marks a finished run
     print_summary("grpo", out, metrics)
     return RunResult(out, metrics, trainer.model, tokenizer)
 

@@ -25,8 +25,10 @@ from . import data as data_lib
 from .common import (
     LoraSettings,
     RunResult,
+    build_trl_config,
     clear_run_meta,
     decision_report,
+    is_main_process,
     majority_label,
     print_summary,
     run_main,
@@ -78,7 +80,7 @@ def build_sft_config(cfg: SFTRecipeConfig) -> Any:
     from trl import SFTConfig
 
     defaults = {**RECIPE_DEFAULTS, "output_dir": cfg.output_dir, "seed": cfg.seed, "data_seed": cfg.seed}
-    return SFTConfig(**trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+    return build_trl_config(SFTConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
 
 
 def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
@@ -142,6 +144,9 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     train_metrics = dict(result.metrics)
     steps = trainer.state.global_step
     train_metrics.update(global_step=steps, seconds_per_step=(time.perf_counter() - started) / max(steps, 1))
+    trainer.save_model(cfg.output_dir)  # every process: sharded/distributed saves need all ranks
+    if not is_main_process(trainer):
+        return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
     majority = majority_label(list(train_rows["label"]))
     metrics = {
         "train": train_metrics,
@@ -155,7 +160,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
         contract_version=contract.CONTRACT_VERSION, base_model=cfg.model, stage="sft", adapter=True,
         training={**asdict(cfg), "resolved_trainer_args": _resolved(args)}, data=data_info, metrics=metrics,
     )
-    path = save_run(trainer, tokenizer, cfg.output_dir, meta)
+    path = save_run(tokenizer, cfg.output_dir, meta)
     log.info("saved SFT router to %s", path.parent)
     print_summary("sft", path.parent, metrics)
     return RunResult(path.parent, metrics, trainer.model, tokenizer)

@@ -19,6 +19,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
 from serving import contract
 
 
@@ -111,9 +115,6 @@ def _chat_response(router: Any, body: Any, cfg: ServeConfig) -> dict[str, Any]:
 
 
 def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
     cfg = cfg or ServeConfig()
     lock = threading.Lock()
     app = FastAPI(title="tiermem router", docs_url=None, redoc_url=None)
@@ -144,8 +145,6 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     @app.post("/route")
     async def route(request: Request) -> dict[str, Any]:
         question, summaries, threshold = validate_route_request(await read_json(request), cfg)
-        from starlette.concurrency import run_in_threadpool
-
         def _run() -> Any:
             with lock:
                 return router.route(question, summaries, threshold=threshold)
@@ -157,8 +156,6 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
         if not _chat_enabled():
             raise RequestError(404, "chat passthrough is off (or the router has no local model)")
         body = await read_json(request)
-        from starlette.concurrency import run_in_threadpool
-
         def _run() -> Any:
             with lock:
                 return _chat_response(router, body, cfg)

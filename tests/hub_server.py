@@ -121,6 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._commit(repo_id, rev, create_pr=query.get("create_pr") == ["1"])
                 if op == "branch":
                     return self._branch(repo_id, rev)
+            if len(parts) == 5 and parts[:2] == ["api", "models"] and parts[4] == "discussions":
+                return self._open_pr(f"{parts[2]}/{parts[3]}")
         self._error(404, f"no route for POST {self.path}")
 
     def do_GET(self) -> None:  # noqa: N802
@@ -141,6 +143,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._model_info(repo_id, "/".join(parts[5:]))
                 if parts[4] == "tree" and len(parts) >= 6:
                     return self._tree(repo_id, parts[5])
+                if parts[4] == "discussions" and len(parts) == 6:
+                    return self._pr_details(repo_id, int(parts[5]))
             if len(parts) >= 5 and parts[2] == "resolve":
                 return self._resolve(f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]), head)
         self._error(404, f"no route for GET {self.path}")
@@ -156,7 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, "pass a namespaced repo id (org/name)")
         repo_id = f"{payload['organization']}/{payload['name']}"
         if repo_id in self.state.repos:
-            return self._error(409, "You already created this model repo")
+            # the real hub answers 409 with the url; create_repo(exist_ok=True) reads it
+            message = "You already created this model repo"
+            return self._send(409, {"error": message, "url": f"{self.base_url}/{repo_id}"},
+                              {"X-Error-Message": message})
         repo = Repo(private=payload.get("visibility", "public") == "private" or bool(payload.get("private")))
         sha = hashlib.sha1(f"init {repo_id}".encode()).hexdigest()
         repo.commits[sha] = {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"}
@@ -232,6 +239,26 @@ class _Handler(BaseHTTPRequestHandler):
             return
         repo.refs[branch] = sha
         self._send(200, {})
+
+    def _open_pr(self, repo_id: str) -> None:
+        """create_pull_request (what upload_folder(create_pr=True) calls first): a refs/pr/N ref at main."""
+        if not self._authorized() or (repo := self._repo(repo_id)) is None:
+            return
+        if not json.loads(self._body()).get("pullRequest"):
+            return self._error(400, "this test hub opens pull requests only, not discussions")
+        repo.prs += 1
+        repo.refs[f"refs/pr/{repo.prs}"] = repo.refs["main"]
+        self._send(200, {"num": repo.prs, "url": f"{self.base_url}/{repo_id}/discussions/{repo.prs}"})
+
+    def _pr_details(self, repo_id: str, num: int) -> None:
+        if (repo := self._repo(repo_id)) is None:
+            return
+        if f"refs/pr/{num}" not in repo.refs:
+            return self._error(404, f"Discussion {num} not found")
+        self._send(200, {"title": f"PR {num}", "num": num, "author": {"name": "test"}, "status": "draft",
+                         "createdAt": "2025-01-01T00:00:00.000Z", "repo": {"name": repo_id, "type": "model"},
+                         "isPullRequest": True, "events": [], "changes": {"base": "refs/heads/main"},
+                         "filesWithConflicts": []})
 
     def _model_info(self, repo_id: str, rev: str) -> None:
         if (repo := self._repo(repo_id)) is None or (sha := self._commit_of(repo, rev)) is None:

@@ -28,10 +28,11 @@ from serving.router import Router
 repo, rev, q, s = sys.argv[1], sys.argv[2] or None, sys.argv[3], json.loads(sys.argv[4])
 path = pull(repo, revision=rev)
 card = ModelCard.load(repo)  # README.md downloaded from the hub, metadata parsed by huggingface_hub
-router = Router.from_pretrained(repo, revision=rev)
-d = router.route(q, s)
-print(json.dumps({"path": str(path), "card": card.data.to_dict(), "text": card.text, "p": d.p_escalate,
-                  "threshold": router.threshold}))
+out = {"path": str(path), "card": card.data.to_dict(), "text": card.text}
+if sys.argv[5] == "route":
+    router = Router.from_pretrained(repo, revision=rev)
+    out.update(p=router.route(q, s).p_escalate, threshold=router.threshold)
+print(json.dumps(out))
 """
 
 
@@ -70,7 +71,7 @@ def test_push_pull_round_trip(tmp_path):
             assert files[name] == (local / name).read_bytes(), name
         assert not any(TOKEN.encode() in content for content in files.values())
 
-        pulled = _run(["-c", PULL, "acme/router", "", q, json.dumps(s)], env)
+        pulled = _run(["-c", PULL, "acme/router", "", q, json.dumps(s), "route"], env)
         assert pulled.returncode == 0, pulled.stderr
         out = json.loads(pulled.stdout.strip().splitlines()[-1])
         snapshot = Path(out["path"])
@@ -97,9 +98,11 @@ def test_push_pull_round_trip(tmp_path):
         pr_out = json.loads(pr.stdout)
         assert pr_out["revision"] == "refs/pr/1" and pr_out["pr_url"].endswith("/acme/router/discussions/1")
         assert repo.refs["main"] == result["commit"] != repo.refs["refs/pr/1"]
-        pulled_pr = _run(["-c", PULL, "acme/router", "refs/pr/1", q, json.dumps(s)], env)
+        pulled_pr = _run(["-c", PULL, "acme/router", "refs/pr/1", q, json.dumps(s), "files"], env)
         assert pulled_pr.returncode == 0, pulled_pr.stderr
-        assert json.loads(pulled_pr.stdout.strip().splitlines()[-1])["threshold"] == 0.25
+        pr_snapshot = Path(json.loads(pulled_pr.stdout.strip().splitlines()[-1])["path"])
+        assert read_run_meta(pr_snapshot).calibration == {"threshold": 0.25}
+        assert read_run_meta(snapshot).calibration is None  # main's snapshot is a different, untouched commit
 
 
 def test_push_refuses_without_token_or_bad_repo(tmp_path):

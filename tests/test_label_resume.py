@@ -137,3 +137,14 @@ def test_output_dir_refuses_records_from_other_settings(tmp_path):
                                       "judge_threshold": 0.5})
     with pytest.raises(ValueError, match="judge_threshold"):
         run(changed, Roles({"answerer": llm}), embedder=HashEmbedder())
+
+
+def test_concurrent_run_matches_sequential(tmp_path):
+    seq = run(_cfg(tmp_path / "seq"), Roles({"answerer": ScriptedLLM(answer_from_prompt)}), embedder=HashEmbedder())
+    par_cfg = from_dict(LabelConfig, {"output_dir": str(tmp_path / "par"), "memory": SMALL_MEMORY,
+                                      "label_rule": "evidence", "concurrency": 4})
+    par = run(par_cfg, Roles({"answerer": ScriptedLLM(answer_from_prompt)}), embedder=HashEmbedder())
+    assert seq["labels"] == par["labels"]
+    a = [_strip(r) for r in _records(tmp_path / "seq" / "all_records.jsonl")]
+    b = [_strip(r) for r in _records(tmp_path / "par" / "all_records.jsonl")]
+    assert a == b

@@ -119,3 +119,20 @@ def test_teacher_router_parses_and_records_errors():
     assert (d[1].action, d[1].parsed_ok, d[1].error) == ("ESCALATE", False, None)  # unparseable -> ESCALATE, flagged
     assert d[2].action == "ESCALATE" and d[2].error and "down" in d[2].error
     assert teacher.llm.calls[0] == contract.render_messages("a", [])
+
+
+def test_memory_runtime_answers_with_a_loaded_router(tmp_path, fast):
+    """The runtime takes the loaded router as is: its decision on the runtime's own retrieved units (objects with
+    .text/.date) picks the path."""
+    from tests.test_runtime import answer_llm, build
+    from tiermem.data import load_conversations
+
+    conv = load_conversations(None)[1]
+    rt = build(tmp_path, conv)
+    rt.llm = answer_llm()
+    question = conv.questions[0]
+    out = rt.answer(question, fast)
+    direct = fast.route(question.question, out.retrieved)
+    assert out.decided_by == "router" and out.router_parsed_ok and out.router_error is None
+    assert out.action == direct.action
+    assert (out.research is not None) == (direct.action == "ESCALATE")

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from datasets import Dataset, DatasetDict
 
 from router_train import data as data_lib
 from router_train.sft import SFTRecipeConfig, build_sft_config, load_rows
 from serving import contract
 from tests.router_fixtures import build_label_dataset, build_tiny_model_dir, record
+from tiermem.config import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +102,17 @@ def test_trainer_collator_masks_everything_but_the_completion(dataset_dir, token
         assert kept[-1] == tok.eos_token_id
         assert contract.parse(tok.decode(kept, skip_special_tokens=True)).valid_json
         assert (labels[~mask.bool()] == -100).all()  # padding never trained either
+
+
+def test_cpu_defaults_and_user_overrides():
+    if torch.cuda.is_available():
+        pytest.skip("CPU defaults apply only without a GPU")
+    args = build_sft_config(SFTRecipeConfig())
+    assert (args.bf16, args.fp16, args.activation_checkpointing) == (False, False, False)
+    assert args.completion_only_loss is True
+    args = build_sft_config(SFTRecipeConfig(trainer={"gradient_checkpointing": True, "bf16": True}))
+    assert args.activation_checkpointing is True and args.bf16 is True  # the user's trainer mapping wins
+    args = build_sft_config(SFTRecipeConfig(cpu_defaults=False, trainer={"use_cpu": True}))
+    assert args.activation_checkpointing is True and args.bf16 is True  # TRL's own defaults, untouched
+    with pytest.raises(ConfigError, match=r"trainer \(SFTConfig\).*not_a_trl_key"):
+        build_sft_config(SFTRecipeConfig(trainer={"not_a_trl_key": 1}))

@@ -97,6 +97,9 @@ def test_grpo_refuses_to_start_without_sft(workdir, capsys):
     assert "allow_no_sft" in capsys.readouterr().err
     assert grpo.main([f"sft_dir={workdir / 'missing'}", *args]) == 2
     assert "make sft" in capsys.readouterr().err
+    same = workdir / "same"
+    assert grpo.main([f"sft_dir={same}", f"output_dir={same}", f"dataset_dir={workdir / 'dataset'}"]) == 2
+    assert "overwrite the SFT adapter" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ proves the real commands work together. Stage outputs are resumable/reused where
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -52,9 +53,7 @@ def stage_argv(cfg: DemoConfig) -> dict[str, list[str]]:
 def main(argv: list[str]) -> int:
     from tiermem.cli import STAGES
 
-    import importlib
-
-    cfg = parse_cli(DemoConfig, argv)
+    cfg = parse_cli(DemoConfig, argv, default_config="configs/demo/default.yaml")
     unknown = [s for s in cfg.stages if s not in ("label", "sft", "grpo", "calibrate", "eval")]
     if unknown:
         raise ValueError(f"demo: unknown stage(s) {unknown}")
@@ -77,7 +76,7 @@ def main(argv: list[str]) -> int:
     for name, path in [("labeled dataset", root / "label" / "dataset"), ("label report", root / "label" / "report.md"),
                        ("SFT adapter", root / "sft"), ("GRPO adapter (calibrated)", root / "grpo"),
                        ("eval table", root / "eval" / "eval.md"), ("eval JSON", root / "eval" / "eval.json"),
-                       ("trade-off plot", root / "eval" / "tradeoff.png")]:
+                       ("trade-off plot", root / "eval" / "eval.png")]:
         print(f"  {name:<26} {path}{'' if path.exists() else '  (missing)'}")
     table = root / "eval" / "eval.md"
     if table.is_file():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 import json
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,6 +91,7 @@ class LLM(ABC):
         self.default_max_tokens = max_tokens
         self.default_temperature = temperature
         self.stats = LLMStats()
+        self._stats_lock = threading.Lock()  # labeling runs questions concurrently on HTTP backends
 
     @abstractmethod
     def _complete_many(self, batch: list[Messages], params: CallParams) -> list[ChatResult | LLMError]:
@@ -112,19 +114,21 @@ class LLM(ABC):
             hit = self.cache.get(key) if self.cache is not None else None
             if hit is not None:
                 out[i] = ChatResult(**{**hit, "cached": True})
-                self.stats.cache_hits += 1
+                with self._stats_lock:
+                    self.stats.cache_hits += 1
             else:
                 todo.append(i)
         if todo:
             fresh = self._complete_many([batch[i] for i in todo], params)
             for i, res in zip(todo, fresh, strict=True):
                 out[i] = res
-                if isinstance(res, LLMError):
-                    self.stats.errors += 1  # errors are never cached: a rerun retries them
-                    continue
-                self.stats.new_calls += 1
-                self.stats.input_tokens += res.input_tokens
-                self.stats.output_tokens += res.output_tokens
+                with self._stats_lock:
+                    if isinstance(res, LLMError):
+                        self.stats.errors += 1  # errors are never cached: a rerun retries them
+                        continue
+                    self.stats.new_calls += 1
+                    self.stats.input_tokens += res.input_tokens
+                    self.stats.output_tokens += res.output_tokens
                 if self.cache is not None:
                     self.cache.put(keys[i], asdict(res) | {"cached": False})
         return out  # type: ignore[return-value]

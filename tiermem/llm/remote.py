@@ -62,7 +62,8 @@ class OpenAIChatLLM(LLM):
         choice = resp.choices[0]
         usage = resp.usage
         if usage is None:
-            self.stats.usage_missing += 1
+            with self._stats_lock:
+                self.stats.usage_missing += 1
         top = None
         if params.logprobs and choice.logprobs and choice.logprobs.content:
             top = [{t.token: t.logprob for t in (pos.top_logprobs or [])} | {pos.token: pos.logprob}
