@@ -467,7 +467,8 @@ def finish(cfg: LabelConfig, ctx: Context, records: list[dict[str, Any]], resume
     if good:
         dataset = build_dataset(good)
         dataset.save_to_disk(str(out / "dataset"))
-        stats["dataset"] = {name: len(split) for name, split in dataset.items()}
+        stats["dataset"] = {name: len(dataset[name]) if name in dataset else 0
+                            for name in ("train", "validation", "test")}
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     write_report(stats, out / "report.md", cfg)
     if not good:
@@ -478,7 +479,10 @@ def finish(cfg: LabelConfig, ctx: Context, records: list[dict[str, Any]], resume
 
 
 def build_dataset(records: list[dict[str, Any]]) -> Any:
-    """DatasetDict with train / validation / test (empty splits kept, so consumers see all three)."""
+    """DatasetDict with the non-empty splits of train / validation / test.
+
+    An empty split is left out: `datasets` saves it without a data file and then cannot load the DatasetDict
+    back. stats.json lists every split's size, zeros included."""
     from datasets import Dataset, DatasetDict
 
     for rec in records:
@@ -487,7 +491,7 @@ def build_dataset(records: list[dict[str, Any]]) -> Any:
     return DatasetDict({
         name: Dataset.from_dict({k: [r[k] for r in records if r["split"] == name] for k in FEATURES},
                                 features=FEATURES)
-        for name in ("train", "validation", "test")
+        for name in ("train", "validation", "test") if any(r["split"] == name for r in records)
     })
 
 

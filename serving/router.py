@@ -221,9 +221,17 @@ class RemoteRouter(Router):
                 return Decision(parsed.action, None, parsed.reason, parsed.parsed_ok, dt, tokens)
             self.strategy = strategy = "choice"  # this server returns no log-probs: stop asking for them
         if strategy == "choice":
-            resp = self.client.chat.completions.create(
-                model=self.model, messages=messages, max_tokens=16, temperature=0.0,
-                extra_body={"structured_outputs": {"choice": self.choices}})
+            import openai
+
+            try:
+                resp = self.client.chat.completions.create(
+                    model=self.model, messages=messages, max_tokens=16, temperature=0.0,
+                    extra_body={"structured_outputs": {"choice": self.choices}})
+            except (openai.BadRequestError, openai.UnprocessableEntityError):
+                # The server rejects the constraint field (e.g. `transformers serve` answers 422): generate instead.
+                resp = None
+                self.strategy = strategy = "generate"
+        if strategy == "choice":
             text = resp.choices[0].message.content or ""
             dt = time.perf_counter() - started
             tokens = resp.usage.prompt_tokens if resp.usage else 0

@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import zip_longest
 from typing import Any
 
 from tiermem.data.conversations import Question
@@ -296,8 +297,11 @@ def research_policy(
             if pid not in read and pid not in queue:
                 queue.append(pid)
 
-    enqueue([pid for u in retrieved for pid in u.page_ids])
-    enqueue(memory.search_pages(q, keyword_k))
+    # Interleave the two first signals (dense summaries' provenance, BM25 over raw pages) so a small
+    # pages_per_round still reads the best of each rather than only the summary-linked pages.
+    linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
+    keyword = memory.search_pages(q, keyword_k)
+    enqueue([pid for pair in zip_longest(linked, keyword) for pid in pair if pid is not None])
     asked = {("keyword", normalize(q)), ("summary", normalize(q))}  # both already ran for the question
     searches: list[Search] = []
     quotes: list[LinkedQuote] = []
