@@ -2,9 +2,9 @@
 
 import pytest
 
+from serving.router import LocalRouter, RemoteRouter
 from tests.router_fixture import FIXTURES, make_router_run
 from tests.servers import transformers_serve
-from serving.router import LocalRouter, RemoteRouter
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
 import json
 import threading
-from dataclasses import asdict, dataclass, field
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tiermem.llm.cache import ResponseCache
