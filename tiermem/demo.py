@@ -18,7 +18,7 @@ from tiermem.config import parse_cli
 
 @dataclass
 class DemoConfig:
-    root: str = "runs/demo"
+    root: str = "runs"
     data_path: str | None = "../shared/data/locomo10_dev.json"  # falls back to the shipped sample when absent
     label_config: str = "configs/label/locomo_local.yaml"
     sample_label_config: str = "configs/label/sample_local.yaml"
