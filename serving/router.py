@@ -15,6 +15,7 @@ import copy
 import math
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,17 +64,18 @@ def build_router(kind: str, **kwargs: Any) -> Router:
     return ROUTERS[kind](**kwargs)
 
 
-class Router:
+class Router(ABC):
     kind: ClassVar[str] = "base"
     threshold: float = DEFAULT_THRESHOLD
 
     def route(self, question: str, summaries: Summaries, threshold: float | None = None) -> Decision:
         return self.route_batch([question], [summaries], threshold)[0]
 
+    @abstractmethod
     def route_batch(
         self, questions: Sequence[str], summaries: Sequence[Summaries], threshold: float | None = None
     ) -> list[Decision]:
-        raise NotImplementedError
+        """One Decision per question, in order."""
 
     def _threshold(self, override: float | None) -> float:
         value = self.threshold if override is None else override
