@@ -132,7 +132,7 @@ def resolve_model(spec: str, revision: str | None = None) -> Path:
 def default_dtype(device: str) -> Any:
     import torch
 
-    # fp32 on CPU: bf16 ran ~10x slower per step on this class of CPU.
+    # fp32 on CPU: exact, and bf16 weights were reported much slower on CPUs without bf16 units (see make bench).
     if device == "cpu":
         return torch.float32
     return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
