@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labeling.dataset import load_split  # noqa: F401  (re-exported: evaluate.load_split)
 from router_train import eval_report, metrics
 from serving import contract
 from serving.artifacts import RunMetaError
@@ -80,40 +81,6 @@ class EvalConfig:
 
 
 # ---- data ------------------------------------------------------------------------------------
-
-
-def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
-    """Records of one split from a DatasetDict directory or a labeling JSONL (with a `split` field)."""
-    path = Path(dataset)
-    if not path.exists():
-        raise FileNotFoundError(f"label dataset not found: {path} (run `make label` first, or set dataset=PATH)")
-    if path.is_dir():
-        from datasets import Dataset
-
-        index = path / "dataset_dict.json"
-        if not index.is_file():
-            raise ConfigError(f"{path}: not a saved DatasetDict (no dataset_dict.json)")
-        splits = json.loads(index.read_text()).get("splits", [])
-        if split not in splits:
-            raise ConfigError(f"{path}: no split {split!r}; splits: {sorted(splits)}")
-        # Load only the split asked for: datasets 5.2 cannot reload an empty split (no arrow file),
-        # which would make a whole DatasetDict unloadable for want of, say, an empty test split.
-        if not any((path / split).glob("*.arrow")):
-            return []
-        return Dataset.load_from_disk(str(path / split)).to_list()
-    records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{n}: not valid JSON: {exc}") from None
-        if "split" not in rec:
-            raise ConfigError(f"{path}:{n}: record has no 'split' field; use the DatasetDict directory instead")
-        if rec["split"] == split:
-            records.append(rec)
-    return records
 
 
 # ---- routers ---------------------------------------------------------------------------------

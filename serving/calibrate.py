@@ -82,18 +82,10 @@ def calibrate(scores: list[float], labels: list[str], target: str, value: float)
 
 def load_labeled(data: str, split: str, limit: int | None = None) -> list[dict[str, Any]]:
     """Records with a label (ANSWER/ESCALATE) from a saved DatasetDict or a JSONL file."""
-    path = Path(data)
-    if not path.exists():
-        raise FileNotFoundError(f"label data not found: {path} (run make label)")
-    if path.is_file():
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    else:
-        from datasets import load_from_disk
+    from labeling.dataset import load_split
 
-        ds = load_from_disk(str(path))
-        if split not in ds:
-            raise FileNotFoundError(f"{path}: no split {split!r}; splits: {sorted(ds)}")
-        rows = list(ds[split])
+    path = Path(data)
+    rows = load_split(path, split)
     out = []
     for i, row in enumerate(rows):
         for key in ("question", "router_summaries", "label"):
