@@ -17,6 +17,7 @@ from pathlib import Path
 
 from serving import contract
 from serving.artifacts import RUN_META_FILE, RunMeta, read_run_meta, write_run_meta
+from tests.router_fixtures import train_on_completions
 from tiermem.models import cache_root
 
 # Rule the router learns: "When ..." questions need the raw pages, "What ..." ones do not.
@@ -36,39 +37,21 @@ _FLIP = {"ANSWER": "ESCALATE", "ESCALATE": "ANSWER"}
 
 
 def _train(model, tokenizer, labels: list[str], steps: int, lr: float) -> None:
-    import torch
-
     rows = []
     for (q, s, _), label in zip(FIXTURES, labels, strict=True):
         prompt = tokenizer(contract.render_prompt(tokenizer, q, s), add_special_tokens=False).input_ids
         target = tokenizer(contract.render_target(label, REASONS[label]) + tokenizer.eos_token,
                            add_special_tokens=False).input_ids
         rows.append((prompt, target))
-    # Left padding puts every completion in the last `keep` positions, so only those go through the
-    # 49k-row output layer (full-sequence logits made this fixture ~10x slower).
-    width = max(len(p) + len(t) for p, t in rows)
-    keep = max(len(t) for _, t in rows) + 1
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(p) - len(t)) + p + t for p, t in rows])
-    mask = torch.tensor([[0] * (width - len(p) - len(t)) + [1] * (len(p) + len(t)) for p, t in rows])
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    targets = torch.tensor([[-100] * (keep - 1 - len(t)) + t for _, t in rows])
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
-    model.train()
-    for _ in range(steps):
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
+    train_on_completions(model, rows, tokenizer.pad_token_id, steps, lr)
 
 
 def make_router_run(root: Path | None = None) -> Path:
     """Base + adapter run directory; built once and kept under $TIERMEM_CACHE/test-fixtures, keyed by this
     file's source and the contract version (training takes ~20 s of CPU; reruns should not pay it).
     `root` is accepted for older callers and unused."""
-    key = hashlib.sha256((Path(__file__).read_text() + contract.CONTRACT_VERSION).encode()).hexdigest()[:12]
+    sources = Path(__file__).read_text() + (Path(__file__).parent / "router_fixtures.py").read_text()
+    key = hashlib.sha256((sources + contract.CONTRACT_VERSION).encode()).hexdigest()[:12]
     cached = cache_root() / "test-fixtures" / f"router-{key}"
     if (cached / "run" / RUN_META_FILE).is_file():
         return cached / "run"

@@ -29,6 +29,31 @@ def build_tiny_model_dir(path: Path, seed: int = 0) -> Path:
     return path
 
 
+def train_on_completions(model: Any, rows: list[tuple[list[int], list[int]]], pad_id: int, steps: int,
+                         lr: float) -> None:
+    """Full-batch AdamW on (prompt ids, completion ids) rows, loss on the completions only.
+
+    Left padding puts every completion in the last `keep` positions, so only those go through the 49k-row
+    output layer (full-sequence logits made these fixtures ~10x slower)."""
+    import torch
+
+    width = max(len(p) + len(t) for p, t in rows)
+    keep = max(len(t) for _, t in rows) + 1
+    ids = torch.tensor([[pad_id] * (width - len(p) - len(t)) + p + t for p, t in rows])
+    mask = torch.tensor([[0] * (width - len(p) - len(t)) + [1] * (len(p) + len(t)) for p, t in rows])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    targets = torch.tensor([[-100] * (keep - 1 - len(t)) + t for _, t in rows])
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model.train()
+    for _ in range(steps):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+
+
 def record(i: int, conv: str, s_ok: bool | None, r_ok: bool | None, tokens: int = 1000) -> dict[str, Any]:
     label = "ANSWER" if s_ok else ("ESCALATE" if s_ok is False and r_ok else None)
     reason = "A summary states it." if label == "ANSWER" else "The summaries lack the date."
@@ -81,25 +106,10 @@ def build_contract_base(path: Path, dataset_dir: Path, steps: int = 45, seed: in
     model, tokenizer = load_causal_lm(str(path), device="cpu")
     rows = []
     for rec in load_from_disk(str(dataset_dir))["train"]:
-        if True:
-            prompt = tokenizer(contract.render_prompt(tokenizer, rec["question"], rec["router_summaries"])).input_ids
-            for action in contract.ACTIONS:
-                rows.append((prompt, tokenizer(contract.render_target(action, "ok") + tokenizer.eos_token).input_ids))
-    width = max(len(p) + len(t) for p, t in rows)
-    keep = max(len(t) for _, t in rows) + 1
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(p) - len(t)) + p + t for p, t in rows])
-    mask = torch.tensor([[0] * (width - len(p) - len(t)) + [1] * (len(p) + len(t)) for p, t in rows])
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    targets = torch.tensor([[-100] * (keep - 1 - len(t)) + t for _, t in rows])
+        prompt = tokenizer(contract.render_prompt(tokenizer, rec["question"], rec["router_summaries"])).input_ids
+        for action in contract.ACTIONS:
+            rows.append((prompt, tokenizer(contract.render_target(action, "ok") + tokenizer.eos_token).input_ids))
     torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
-    model.train()
-    for _ in range(steps):
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval().save_pretrained(path)
+    train_on_completions(model, rows, tokenizer.pad_token_id, steps, lr=5e-3)
+    model.save_pretrained(path)
     return path
