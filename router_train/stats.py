@@ -25,26 +25,25 @@ def bootstrap_counts(clusters: Sequence[Any], n_boot: int = 1000, seed: int = 0)
     """(n_boot, n) draw counts of a two-stage cluster bootstrap.
 
     Stage 1 draws K clusters with replacement out of the K present; stage 2 draws, for each drawn copy of a
-    cluster of size m, m questions with replacement from it. Summing the copies of cluster k drawn c_k times gives
-    a multinomial(c_k * m, uniform) over its questions, which is how it is sampled here.
+    cluster of size m, m questions with replacement from it.
     """
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     rng = np.random.default_rng(seed)
-    ids = list(dict.fromkeys(clusters))
-    members = {c: [] for c in ids}
-    for i, c in enumerate(clusters):
-        members[c].append(i)
-    groups = [np.asarray(members[c]) for c in ids]
-    counts = np.zeros((n_boot, len(clusters)), dtype=np.float64)
-    k = len(groups)
+    ids = {c: k for k, c in enumerate(dict.fromkeys(clusters))}
+    label = np.asarray([ids[c] for c in clusters], dtype=np.int64)
+    n, k = len(label), len(ids)
+    counts = np.zeros((n_boot, n), dtype=np.float64)
     if k == 0:
         return counts
+    order = np.argsort(label, kind="stable")  # questions grouped by cluster
+    size = np.bincount(label, minlength=k)
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
     for b in range(n_boot):
-        drawn = rng.multinomial(k, np.full(k, 1.0 / k))
-        for g, c in zip(groups, drawn, strict=True):
-            if c:
-                counts[b, g] = rng.multinomial(c * len(g), np.full(len(g), 1.0 / len(g)))
+        copies = rng.integers(0, k, size=k)  # stage 1: clusters with replacement
+        slots = np.repeat(copies, size[copies])  # stage 2: size_k draws within each drawn copy
+        picked = start[slots] + (rng.random(len(slots)) * size[slots]).astype(np.int64)
+        counts[b, order] = np.bincount(picked, minlength=n)
     return counts
 
 
