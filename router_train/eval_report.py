@@ -75,8 +75,8 @@ def _ci(iv: Mapping[str, Any] | None, digits: int = 3) -> str:
 def interval_table(report: Mapping[str, Any]) -> str:
     intervals = report.get("intervals") or {}
     level = round(100 * (report.get("uncertainty") or {}).get("level", 0.95))
-    lines = [f"| policy | accuracy | escalation rate | hard-recall | false-cache-hit rate | false-cache-miss rate "
-             f"| mean input tokens |  ({level}% intervals)", "|" + "---|" * 7]
+    lines = [f"| policy ({level}% intervals) | accuracy | escalation rate | hard-recall | false-cache-hit rate "
+             "| false-cache-miss rate | mean input tokens |", "|" + "---|" * 7]
     for key in _ordered(report["policies"]):
         iv = intervals.get(key)
         if not iv:
@@ -142,6 +142,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if report.get("ranking"):
         out += ["### Ranking quality (score vs label, ESCALATE positive; labeled records; random AUROC = 0.5, "
                 "APGR = 0.5)", "", ranking_table(report), ""]
+    verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random")]
+    if verdicts:
+        out += ["### In words", ""]
+        out += [f"- {c['reading']}: {c['metric']} difference {_fmt(c['estimate'])} "
+                f"[{_fmt(c['lo'])}, {_fmt(c['hi'])}]" for c in verdicts]
+        out.append("")
     if report.get("comparisons"):
         out += ["### Paired comparisons (difference a - b, same resampled questions)", "",
                 "| a | b | metric | difference | interval | reading |", "|---|---|---|---|---|---|"]
@@ -170,10 +176,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             )
     if sweep:
         rec = sweep["rate_to_recover"]
+        apgr_iv = (report.get("ranking") or {}).get("routed", {}).get("apgr")
         out += ["", "## Threshold sweep", "",
                 f"- points: {len(sweep['points'])}",
                 f"- gap (raw-only - summary-only accuracy): {_fmt(sweep['gap'])}",
-                f"- APGR (average gap recovered over escalation rates 0..1; random = 0.5): {_fmt(sweep['apgr'])}",
+                f"- APGR (average gap recovered over escalation rates 0..1; random = 0.5): "
+                f"{_ci(apgr_iv) if apgr_iv else _fmt(sweep['apgr'])}",
                 f"- AUC of accuracy vs mean input tokens, normalized by the token range: "
                 f"{_fmt(sweep['auc_accuracy_tokens'])}"]
         for share, rate in rec.items():

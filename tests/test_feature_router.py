@@ -32,7 +32,7 @@ def _synthetic(n, seed):
     """Questions whose answer is in the summaries (high retrieval score, overlapping words) are ANSWER."""
     rng = random.Random(seed)
     qs, ss, ys = [], [], []
-    for i in range(n):
+    for _ in range(n):
         escalate = rng.random() < 0.4
         name = rng.choice(["Caroline", "Melanie", "Jon", "Gina"])
         thing = rng.choice(["painting", "guitar", "marathon", "bakery", "garden"])
