@@ -134,3 +134,25 @@ def test_loading_the_wrong_kind_fails_clearly(tmp_path):
     (tmp_path / "f" / "tiermem_router.json").write_text(json.dumps(meta))
     with pytest.raises(RouterLoadError, match="feature_model.json not found"):
         load_router(tmp_path / "f")
+
+
+def test_served_through_the_http_endpoint_with_retrieval_scores():
+    from fastapi.testclient import TestClient
+
+    from serving.server import RequestError, ServeConfig, create_app, validate_route_request
+
+    cfg = ServeConfig()
+    _, clean, t = validate_route_request({"question": "q", "summaries": [{"text": "a", "score": 0.4}],
+                                          "threshold": 0.5}, cfg)
+    assert clean == [{"text": "a", "date": None, "score": 0.4}] and t == 0.0  # probability 0.5 = log-odds 0
+    assert validate_route_request({"question": "q", "summaries": [], "threshold_logit": -2.5}, cfg)[2] == -2.5
+    with pytest.raises(RequestError, match="not both"):
+        validate_route_request({"question": "q", "summaries": [], "threshold": 0.5, "threshold_logit": 1}, cfg)
+    with pytest.raises(RequestError, match=r"summaries\[0\].score"):
+        validate_route_request({"question": "q", "summaries": [{"text": "a", "score": "high"}]}, cfg)
+    client = TestClient(create_app(F.Top1ScoreRouter(threshold=-0.5), cfg))
+    health = client.get("/health").json()
+    assert health["router"] == "top1-score" and health["threshold_logit"] == -0.5
+    low = client.post("/route", json={"question": "q", "summaries": [{"text": "a", "score": 0.3}]}).json()
+    high = client.post("/route", json={"question": "q", "summaries": [{"text": "a", "score": 0.7}]}).json()
+    assert (low["action"], high["action"]) == ("ESCALATE", "ANSWER") and low["score"] == -0.3
