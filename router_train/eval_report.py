@@ -145,8 +145,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random")]
     if verdicts:
         out += ["### In words", ""]
-        out += [f"- {c['reading']}: {c['metric']} difference {_fmt(c['estimate'])} "
-                f"[{_fmt(c['lo'])}, {_fmt(c['hi'])}]" for c in verdicts]
+        out += [f"- {c['reading']} (difference {_fmt(c['estimate'])} [{_fmt(c['lo'])}, {_fmt(c['hi'])}])"
+                for c in verdicts]
         out.append("")
     if report.get("comparisons"):
         out += ["### Paired comparisons (difference a - b, same resampled questions)", "",
