@@ -245,7 +245,7 @@ def threshold_risk_control(cs: CalibrationSet, alpha: float, delta: float, unit:
     n_units = int(groups.max()) + 1
     sizes = np.bincount(groups, minlength=n_units)
     chosen, chosen_p, chosen_risk = ESCALATE_ALL, None, 0.0
-    for t in np.linspace(grid[0], grid[1], int(grid[2])):
+    for t in np.round(np.linspace(grid[0], grid[1], int(grid[2])), 9):  # rounded: readable stored thresholds
         per_unit = np.bincount(groups, weights=loss * (scores < t), minlength=n_units) / sizes
         risk_hat = float(per_unit.mean())
         p = p_value(risk_hat, n_units, alpha)
