@@ -386,6 +386,10 @@ class LocalRouter(Router):
 
             run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir)
         meta = read_run_meta(run_dir)
+        kind = meta.extra.get("router_kind")
+        if kind not in (None, "local"):
+            raise RouterLoadError(f"{run_dir} holds a {kind!r} router, not a language model: load it with "
+                                  f"kind={kind} (or serving.router.load_router / Router.from_pretrained)")
         contract.check_version(meta.contract_version, where=f"router {path_or_hub_id}")
         if (run_dir / "adapter_config.json").is_file():
             from peft import PeftModel

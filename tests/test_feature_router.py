@@ -134,6 +134,10 @@ def test_loading_the_wrong_kind_fails_clearly(tmp_path):
     (tmp_path / "f" / "tiermem_router.json").write_text(json.dumps(meta))
     with pytest.raises(RouterLoadError, match="feature_model.json not found"):
         load_router(tmp_path / "f")
+    from serving.router import LocalRouter
+
+    with pytest.raises(RouterLoadError, match="holds a 'top1-score' router"):
+        LocalRouter.from_pretrained(tmp_path / "t")
 
 
 def test_served_through_the_http_endpoint_with_retrieval_scores():
