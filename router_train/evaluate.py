@@ -137,7 +137,9 @@ def build_router(spec: RouterSpec) -> tuple[Any, str]:
     if spec.kind == "none":
         raise ValueError("router.kind=none builds no router")
     if spec.kind == "local":
-        router = registry.build_router("local", path=spec.path, mode=spec.mode, batch_size=spec.batch_size)
+        # Routers of one base with top-layer adapters share the frozen trunk's states over the same records.
+        router = registry.build_router("local", path=spec.path, mode=spec.mode, batch_size=spec.batch_size,
+                                       shared_trunk=spec.mode == "fast")
         return router, f"local:{spec.path} ({spec.mode})"
     if spec.kind == "teacher":
         from tiermem.llm import build_llm

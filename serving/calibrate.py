@@ -367,7 +367,7 @@ def run(cfg: CalibrateConfig) -> dict[str, Any]:
     from serving.router import load_router
 
     records = load_replayable(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled, cfg.limit)
-    router = load_router(cfg.router, mode="fast", batch_size=cfg.batch_size)
+    router = load_router(cfg.router, mode="fast", batch_size=cfg.batch_size, shared_trunk=True)
     scores = score_records(router, records, cfg.batch_size)
     result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)
     result.update({"data": cfg.data, "split": cfg.split, "correctness": cfg.correctness,

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from serving import contract
 from serving.artifacts import RunMeta, read_run_meta
+from serving.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
 
 DEFAULT_THRESHOLD = 0.0  # log-odds: p_escalate = 0.5, the argmax decision
 ESCALATE_ALL = -1.0e9  # a log-odds threshold below any model margin: every question escalates (JSON-safe -inf)
@@ -336,6 +337,24 @@ class RemoteRouter(Router):
         return out
 
 
+_SHARED_TRUNK_STATES: dict[str, dict] = {}  # trunk fingerprint -> states, shared by the routers of one process
+
+
+def adapter_top_layers(model: Any) -> int | None:
+    """N when a PEFT model's LoRA weights sit only in its top N decoder layers (else None: no shared trunk)."""
+    import re
+
+    try:
+        n = len(decoder_of(model).layers)
+    except ValueError:
+        return None
+    layers = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
+              for m in [re.search(r"\.layers\.(\d+)\.", name)] if m}
+    if not layers or any("lora_" in name and ".layers." not in name for name, _ in model.named_parameters()):
+        return None
+    return n - min(layers) if 0 < min(layers) else None
+
+
 @register("local")
 class LocalRouter(Router):
     """An in-process router model (base + LoRA adapter, or merged weights).
@@ -348,7 +367,7 @@ class LocalRouter(Router):
 
     def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
                  threshold: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
-                 max_new_tokens: int = 64) -> None:
+                 max_new_tokens: int = 64, trunk_layers: int | None = None) -> None:
         import torch
 
         if mode not in ("fast", "generate"):
@@ -368,6 +387,12 @@ class LocalRouter(Router):
         self.device = next(model.parameters()).device
         self.answer_id, self.escalate_id = self._action_token_ids()
         self.prefix_ids, self._prefix_cache = self._fixed_prefix() if prefix_cache else ([], None)
+        # Offline stages that score the same records with several routers of one base (eval, calibrate) share
+        # the frozen bottom layers' output: the adapters only differ in the top `trunk_layers` layers.
+        self.trunk = None
+        if trunk_layers and supports_trunk(model):
+            self.trunk = FrozenTrunk(model, trunk_layers, batch_size=batch_size)
+            self.trunk.cache = _SHARED_TRUNK_STATES.setdefault(self.trunk.fingerprint, {})
 
     # -- loading -----------------------------------------------------------------------------------
     @classmethod
@@ -385,6 +410,7 @@ class LocalRouter(Router):
             from serving.hub import pull
 
             run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir)
+        shared_trunk = bool(kwargs.pop("shared_trunk", False))
         meta = read_run_meta(run_dir)
         kind = meta.extra.get("router_kind")
         if kind not in (None, "local"):
@@ -396,6 +422,8 @@ class LocalRouter(Router):
 
             model, tokenizer = load_causal_lm(meta.base_model, dtype=dtype, device=device)
             model = PeftModel.from_pretrained(model, str(run_dir))
+            if shared_trunk:
+                kwargs["trunk_layers"] = adapter_top_layers(model)
             if merge:  # one set of weights: no LoRA matmuls per layer at inference
                 model = model.merge_and_unload()
         elif (run_dir / "config.json").is_file():
@@ -449,6 +477,14 @@ class LocalRouter(Router):
         cached prefix and read at their last real token; pads never sit between the prefix and a row, so no
         position shifts are needed."""
         torch = self.torch
+        if self.trunk is not None:
+            ids, mask = right_padded(rows, self.tokenizer.pad_token_id)
+            last = (mask.sum(dim=1) - 1).to(self.device)
+            with torch.inference_mode():
+                logits = self.trunk.logits(self.model, ids.to(self.device), mask.to(self.device),
+                                           logits_to_keep=last[:, None])
+            picked = logits[:, 0, [self.answer_id, self.escalate_id]].double()
+            return (picked[:, 1] - picked[:, 0]).tolist()
         p_len = len(self.prefix_ids)
         use_cache = self._prefix_cache is not None and all(r[:p_len] == self.prefix_ids for r in rows)
         start = p_len if use_cache else 0

@@ -199,3 +199,22 @@ def test_memory_runtime_answers_with_a_loaded_router(tmp_path, fast):
     assert out.decided_by == "router" and out.router_parsed_ok and out.router_error is None
     assert out.action == direct.action
     assert (out.research is not None) == (direct.action == "ESCALATE")
+
+
+def test_training_metrics_and_serving_share_one_scorer_with_a_bos_adding_tokenizer(fast):
+    """Train/serve skew guard: router_train.decisions (validation metrics during training) and the serving
+    router read identical scores and action tokens even when the tokenizer adds BOS by default."""
+    import math
+
+    from router_train.decisions import action_first_tokens, escalation_probs, escalation_scores
+
+    tok = _BosTokenizer(fast.tokenizer)
+    prompts = [contract.render_prompt(tok, q, s) for q, s in zip(QUESTIONS, SUMMARIES, strict=True)]
+    served = LocalRouter(fast.model, tok).score(QUESTIONS, SUMMARIES)
+    fast.model.train()
+    trained = escalation_scores(fast.model, tok, prompts)
+    assert fast.model.training  # the scorer restores train mode
+    fast.model.eval()
+    assert trained == pytest.approx(served, abs=1e-5)
+    assert escalation_probs(fast.model, tok, prompts) == pytest.approx([1 / (1 + math.exp(-s)) for s in served])
+    assert action_first_tokens(tok, prompts[0]) == (fast.answer_id, fast.escalate_id)
