@@ -475,6 +475,7 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
             try:
                 runtime = MemoryRuntime.open_or_build(tiers_root, conv, cfg.memory, llm=roles["answerer"],
                                                       summarizer_llm=roles["summarizer"], embedder=embedder)
+                embedder = runtime.embedder  # loaded once, shared by every conversation's tiers
             except LLMError as exc:  # the summarizer failed: every question of this conversation is an error
                 for q in todo:
                     store.put(_error_record(conv, q, split, ctx, f"building tiers: LLMError: {exc}"))
