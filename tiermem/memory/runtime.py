@@ -79,8 +79,17 @@ class MemoryConfig:
             raise ValueError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
         if not 1 <= self.max_rounds <= 3:
             raise ValueError(f"max_rounds must be 1..3 (bounded research), got {self.max_rounds}")
-        if self.page_tokens < 1 or self.top_k < 1 or self.pages_per_round < 1:
-            raise ValueError("page_tokens, top_k and pages_per_round must be >= 1")
+        positive = ("page_tokens", "top_k", "pages_per_round", "max_units_per_page", "summarizer_max_tokens",
+                    "step_max_tokens", "answer_max_tokens")
+        for name in positive:  # 0 would silently become a default further down; negatives slice from the end
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"memory.{name} must be an integer >= 1, got {value!r}")
+        for name in ("keyword_k", "search_k", "max_snippets"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"memory.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0 < self.keep_ratio <= 1:
+            raise ValueError(f"memory.keep_ratio must be in (0, 1], got {self.keep_ratio!r}")
         if not self.writeback_update_similarity <= self.writeback_skip_similarity:
             raise ValueError("writeback_update_similarity must be <= writeback_skip_similarity")
 
