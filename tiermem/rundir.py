@@ -16,6 +16,10 @@ import os
 import time
 from pathlib import Path
 
+from tiermem.errors import RunDirError, RunError
+
+__all__ = ["MARKER", "RunDirError", "RunError", "claim_output_dir", "read_marker"]
+
 MARKER = ".tiermem-run.json"
 
 # stage -> files only that stage writes, to adopt run directories made before markers existed.
@@ -25,14 +29,6 @@ LEGACY_SIGNATURES: dict[str, tuple[str, ...]] = {
     "grpo": ("tiermem_router.json",),
     "eval": ("eval.json",),
 }
-
-
-class RunDirError(ValueError):
-    """An output directory a stage may not write into (not made by this stage, or no path at all)."""
-
-
-class RunError(RuntimeError):
-    """A stage ran but produced nothing usable (e.g. every labeled record is an error)."""
 
 
 def read_marker(path: str | Path) -> dict | None:
