@@ -51,6 +51,15 @@ def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506  (_Loader is a SafeLoader)
 
 
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    """One line: `line L, column C: problem` (PyYAML's own text spans several lines with a caret)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f"{exc.context}, " if exc.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {context}{exc.problem}"
+    return " ".join(str(exc).split())
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
@@ -60,7 +69,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_message(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
@@ -103,6 +112,9 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = _strip_optional(hints[name])
+        if name.endswith("_dir") and isinstance(value, str) and not value.strip():
+            # an empty directory means the current one: a stage would write (and clean up) there
+            raise ConfigError(f"{where}.{name}: empty path; give a directory (or null where allowed)")
         if dataclasses.is_dataclass(tp) and isinstance(value, dict):
             kwargs[name] = from_dict(tp, value, f"{where}.{name}")
         elif dataclasses.is_dataclass(tp) and not (value is None and tp is not hints[name]):
@@ -133,7 +145,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "ov
         try:
             value = yaml_load(raw) if raw != "" else ""
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: {key}: value {raw!r} is not valid YAML: {exc}") from None
+            raise ConfigError(f"{where}: {key}: value {raw!r} is not valid YAML: {_yaml_message(exc)}") from None
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:
