@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from fnmatch import fnmatch
 from pathlib import Path
 
 from tiermem.errors import RunDirError, RunError
@@ -29,6 +30,9 @@ LEGACY_SIGNATURES: dict[str, tuple[str, ...]] = {
     "grpo": ("tiermem_router.json",),
     "eval": ("eval.json",),
 }
+# stage -> name patterns of files a caller may create in the run directory before the stage starts, which the
+# stage only reads or adds to and never deletes: the SQLite LLM response caches of a label run.
+PRECREATED: dict[str, tuple[str, ...]] = {"label": ("*.sqlite", "*.sqlite-wal", "*.sqlite-shm")}
 
 
 def read_marker(path: str | Path) -> dict | None:
@@ -61,7 +65,9 @@ def claim_output_dir(path: str | Path | None, stage: str) -> Path:
             raise RunDirError(f"{out}: is a {marker['stage']!r} run directory; {stage} will not write into it "
                               "(choose another output directory)")
         return out
-    if out.is_dir() and any(out.iterdir()):
+    allowed = PRECREATED.get(stage, ())
+    if out.is_dir() and any(not (p.is_file() and any(fnmatch(p.name, pat) for pat in allowed))
+                            for p in out.iterdir()):
         legacy = LEGACY_SIGNATURES.get(stage, ())
         if not any((out / name).is_file() for name in legacy):
             raise RunDirError(f"{out}: directory exists, is not empty and was not made by tiermem-router {stage} "
