@@ -52,10 +52,23 @@ class SlowRouter:
         return [{"text": "ok", "prompt_tokens": 1, "completion_tokens": 1, "finish_reason": "stop"} for _ in prompts]
 
 
+LANES: dict[str, Any] = {}
+
+
+def wait_for(condition: Any, timeout_s: float = 30.0) -> None:
+    """Poll instead of sleeping a fixed time: the test machine may be busy."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def serving(router: Any, cfg: ServeConfig | None = None) -> Iterator[str]:
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(router, cfg), host="127.0.0.1", port=port, log_level="error"))
+    app = create_app(router, cfg)
+    LANES.update(app.state.lanes)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -105,7 +118,7 @@ def test_full_queue_is_refused_fast_with_503():
     with serving(router, ServeConfig(max_queue=2, queue_timeout_s=30)) as base:
         results: list[Any] = []
         threads = [_post_later(f"{base}/route", {**ROUTE, "question": f"q{i}"}, results) for i in range(2)]
-        time.sleep(0.5)
+        wait_for(lambda: LANES["route"].in_flight == 2)
         started = time.perf_counter()
         r = httpx.post(f"{base}/route", json=ROUTE, timeout=5)
         assert r.status_code == 503 and "busy" in r.json()["error"]
@@ -122,7 +135,7 @@ def test_request_that_cannot_start_in_time_gets_503():
     with serving(router, ServeConfig(queue_timeout_s=0.5)) as base:
         first: list[Any] = []
         t = _post_later(f"{base}/route", ROUTE, first)
-        time.sleep(0.3)
+        wait_for(lambda: LANES["route"].in_flight == 1 and not LANES["route"].pending)  # running, gate closed
         r = httpx.post(f"{base}/route", json=ROUTE, timeout=5)
         assert r.status_code == 503 and "did not start within 0.5 s" in r.json()["error"]
         router.route_gate.set()
@@ -136,9 +149,9 @@ def test_waiting_route_requests_are_scored_together_in_order():
     with serving(router, ServeConfig(route_batch_size=16)) as base:
         results: list[Any] = []
         blocker = _post_later(f"{base}/route", {**ROUTE, "question": "first"}, results)
-        time.sleep(0.3)
+        wait_for(lambda: LANES["route"].in_flight == 1 and not LANES["route"].pending)
         waiting = [_post_later(f"{base}/route", {**ROUTE, "question": f"w{i}"}, results) for i in range(5)]
-        time.sleep(0.5)
+        wait_for(lambda: len(LANES["route"].pending) == 5)
         router.route_gate.set()
         for t in [blocker, *waiting]:
             t.join(30)
