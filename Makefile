@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN := $(BIN)/tiermem-router
 ARGS ?=
 
-.PHONY: install test test-all lint label sft grpo calibrate eval push serve demo bench ingest clean
+.PHONY: install test test-all lint label sft grpo calibrate eval features push serve demo bench ingest clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,8 +37,11 @@ grpo:
 	$(RUN) grpo $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 calibrate:
 	$(RUN) calibrate $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+# `make eval dataset=PATH` evaluates any labeled DatasetDict dir or labeling .jsonl (e.g. your own conversations).
 eval:
-	$(RUN) eval $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+	$(RUN) eval $(if $(CONFIG),--config $(CONFIG)) $(if $(dataset),dataset=$(dataset)) $(ARGS)
+features:
+	$(RUN) fit-features $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 push:
 	$(RUN) push $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 serve:

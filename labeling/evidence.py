@@ -2,8 +2,8 @@
 
 Signals per question:
 - answer_recall: share of the gold answer's (LoCoMo-normalized, Porter-stemmed, unique) tokens that appear in
-  the retrieved summaries as the router sees them (each unit's date plus text). It asks "do the summaries
-  state the answer?" without any generator in the loop.
+  the retrieved summaries as the router sees them (each unit's text, plus its date when the unit shares a
+  content word with the question). It asks "do the summaries state the answer?" without any generator.
 - gold_in_summary_pages / gold_in_research_pages / n_gold: how many gold evidence turns lie in the raw pages
   linked to the retrieved summaries, and in the pages the research policy read.
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labeling.judges import scoring_gold, stemmed_tokens
+from tiermem.memory.text import content_words
 
 
 @dataclass
@@ -54,13 +55,21 @@ def _field(unit: Any, name: str) -> Any:
     return unit.get(name) if isinstance(unit, dict) else getattr(unit, name, None)
 
 
-def answer_recall(gold: str, summaries: Sequence[Any], category: str = "", source: str = "locomo") -> float | None:
+def answer_recall(gold: str, summaries: Sequence[Any], category: str = "", source: str = "locomo",
+                  question: str | None = None) -> float | None:
+    """Share of the gold answer's tokens stated by the summaries. A unit's date counts only when the unit is
+    about the question (shares a content word with it): any unit from the right day would otherwise "state" a
+    date answer while it talks about something else. `question=None` counts every date (older behaviour)."""
     gold_tokens = set(stemmed_tokens(scoring_gold(gold, category, source)))
     if not gold_tokens:
         return None
+    about = set(stemmed_tokens(" ".join(content_words(question)))) if question is not None else None
     seen: set[str] = set()
     for unit in summaries:
-        seen.update(stemmed_tokens(f"{_field(unit, 'date') or ''} {_field(unit, 'text') or ''}"))
+        text_tokens = set(stemmed_tokens(str(_field(unit, "text") or "")))
+        seen |= text_tokens
+        if about is None or about & text_tokens:
+            seen.update(stemmed_tokens(str(_field(unit, "date") or "")))
     return len(gold_tokens & seen) / len(gold_tokens)
 
 
@@ -80,13 +89,14 @@ def compute_signals(
     page_turns: Callable[[str], Iterable[str]],
     cfg: EvidenceConfig,
     source: str = "locomo",
+    question: str | None = None,
 ) -> EvidenceSignals:
     """`summaries` are the retrieved units (dicts or objects with text, date, page_ids) in rank order."""
     gold_turns = set(evidence_ids)
     linked_pages = [p for unit in summaries for p in (_field(unit, "page_ids") or [])]
     in_summary = len(gold_turns & turns_in_pages(linked_pages, page_turns))
     in_research = len(gold_turns & turns_in_pages(research_page_ids, page_turns))
-    recall = answer_recall(gold, summaries, category, source)
+    recall = answer_recall(gold, summaries, category, source, question)
     r = recall or 0.0
     all_linked = bool(gold_turns) and in_summary == len(gold_turns)
     s_ok = r >= cfg.recall_threshold or (all_linked and r >= cfg.linked_recall_threshold)

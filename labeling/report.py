@@ -102,7 +102,11 @@ def build_stats(records: list[dict[str, Any]], rule: str, llm_judge: bool = Fals
         "unparseable": sum(1 for s in suff if not s["parsed_ok"]),
         "agrees_with_s_ok_outcome": _share(s["sufficient"] == s["rec"]["s_ok_outcome"] for s in suff),
         "agrees_with_s_ok_evidence": _share(s["sufficient"] == s["rec"]["s_ok_evidence"] for s in suff),
+        "vetoed_answer_labels": sum(1 for s in suff if s["rec"].get("sufficiency_veto")),
     }
+    generated = {r.get("answers_generated") for r in good}
+    stats["answers"] = (None if not good else "generated" if generated == {True} else
+                        "not generated (generator-free; research cost estimated)" if generated == {False} else "mixed")
     taught = [r for r in good if r["teacher"]]
     stats["teacher"] = None if not taught else {
         "n": len(taught),
@@ -133,6 +137,7 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
         f"- labels used: rule **{rule}**, {stats['kept'][rule]} kept of {stats['records'] - stats['errors']} "
         f"(the other rule keeps {stats['kept']['evidence' if rule == 'outcome' else 'outcome']}); "
         "both rules are recorded on every record",
+        f"- answers: {stats.get('answers') or 'n/a'}",
     ]
     if not stats["judges"]["llm"]:
         lines.append("- judges: lexical judge alone (LoCoMo F1 >= threshold); no LLM judge is configured, as in "
@@ -180,7 +185,8 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     suff = stats["sufficiency"]
     lines.append("- sufficiency judge: " + ("not configured" if not suff else
                  f"{suff['n']} judged, {_fmt(suff['sufficient'])} sufficient, {suff['unparseable']} unparseable "
-                 f"(counted as insufficient); agrees with summary-path correctness: outcome "
+                 f"(counted as insufficient), {suff.get('vetoed_answer_labels', 0)} ANSWER labels vetoed; "
+                 f"agrees with summary-path correctness: outcome "
                  f"{_fmt(suff['agrees_with_s_ok_outcome'])}, evidence {_fmt(suff['agrees_with_s_ok_evidence'])}"))
     teacher = stats["teacher"]
     lines.append("- teacher: " + ("not configured (SFT targets are the label with a templated rationale)"

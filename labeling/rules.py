@@ -20,18 +20,24 @@ ANSWER, ESCALATE = "ANSWER", "ESCALATE"
 class LabelDecision:
     label: str | None
     drop_reason: str | None
+    vetoed: bool = False  # the path signals said ANSWER, the strict sufficiency judge disagreed
 
 
-def decide(s_ok: bool | None, r_ok: bool | None) -> LabelDecision:
-    if s_ok is True:
+def decide(s_ok: bool | None, r_ok: bool | None, sufficient: bool | None = None) -> LabelDecision:
+    """`sufficient` is the strict sufficiency judge's verdict (None: not run). ANSWER needs it not to be False:
+    a false ANSWER label teaches the router the costly error (a false cache hit), so the judge can only veto."""
+    if s_ok is True and sufficient is not False:
         return LabelDecision(ANSWER, None)
+    vetoed = s_ok is True
     if s_ok is None:
         return LabelDecision(None, "summary path not judged")
     if r_ok is True:
-        return LabelDecision(ESCALATE, None)
+        return LabelDecision(ESCALATE, None, vetoed)
     if r_ok is None:
-        return LabelDecision(None, "summary path wrong, research path not judged")
-    return LabelDecision(None, "both paths wrong")
+        return LabelDecision(None, "sufficiency judge vetoed ANSWER, research path not judged" if vetoed
+                             else "summary path wrong, research path not judged", vetoed)
+    return LabelDecision(None, "sufficiency judge vetoed ANSWER, research path wrong" if vetoed
+                         else "both paths wrong", vetoed)
 
 
 def check_rule(rule: str) -> str:

@@ -39,7 +39,8 @@ from labeling.teacher import ask_teacher, sft_target
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, Question, detect_format, load_conversations
 from tiermem.llm import LLM, LLMConfig, LLMError, build_llm
-from tiermem.memory import MemoryConfig, MemoryRuntime, research_policy, summary_policy
+from tiermem.memory import MemoryConfig, MemoryRuntime, PathCost, research_policy, summary_policy
+from tiermem.memory.policies import estimated_research_input_tokens, first_round_pages, summary_messages
 from tiermem.rundir import RunError, claim_output_dir
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ class LabelConfig:
     judge_threshold: float = 0.3  # LoCoMo F1 threshold of the lexical judge
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     label_rule: str = "outcome"  # outcome (the paper's) | evidence; both are always recorded
+    # false: no answer is generated on either path (the evidence rule needs none). Research cost fields then hold
+    # the input tokens of the first round's pages and prompts, flagged `cost_estimated`; outcome labels stay empty.
+    generate_answers: bool = True
     split: SplitSpec = field(default_factory=SplitSpec)
     seed: int = 0
     output_dir: str = "runs/label"
@@ -82,6 +86,9 @@ class LabelConfig:
 
     def __post_init__(self) -> None:
         check_rule(self.label_rule)
+        if not self.generate_answers and self.label_rule != "evidence":
+            raise ValueError("generate_answers=false labels without answers: it needs label_rule=evidence "
+                             f"(got {self.label_rule!r}); the outcome rule judges generated answers")
         if self.dataset_format not in ("auto", "locomo", "longmemeval"):
             raise ValueError(f"dataset_format must be auto|locomo|longmemeval, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):
@@ -141,8 +148,8 @@ class Roles:
 
     NAMES = ("answerer", "summarizer", "judge", "sufficiency", "teacher")
 
-    def __init__(self, roles: dict[str, LLM | None]) -> None:
-        if roles.get("answerer") is None:
+    def __init__(self, roles: dict[str, LLM | None], need_answerer: bool = True) -> None:
+        if need_answerer and roles.get("answerer") is None:
             raise ValueError("labeling needs an answerer LLM (llm.answerer)")
         unknown = set(roles) - set(self.NAMES)
         if unknown:
@@ -157,7 +164,8 @@ class Roles:
         roles: dict[str, LLM | None] = {}
         for name in cls.NAMES:
             role_cfg: LLMConfig | None = getattr(cfg.llm, name)
-            if role_cfg is None or (name == "summarizer" and cfg.memory.summarizer != "llm"):
+            if role_cfg is None or (name == "summarizer" and cfg.memory.summarizer != "llm") or (
+                    name == "answerer" and not cfg.generate_answers):
                 roles[name] = None
                 continue
             if role_cfg.cache_path is None:
@@ -166,7 +174,7 @@ class Roles:
             if key not in built:
                 built[key] = build_llm(role_cfg)
             roles[name] = built[key]
-        return cls(roles)
+        return cls(roles, need_answerer=cfg.generate_answers)
 
     def _distinct(self) -> list[LLM]:
         return list({id(llm): llm for llm in self.roles.values() if llm is not None}.values())
@@ -204,7 +212,8 @@ def empty_record(conv: Conversation, q: Question, split: str, fmt: str, rule: st
         "s_ok_evidence": None, "r_ok_evidence": None, "answer_recall": None, "gold_in_summary_pages": None,
         "gold_in_research_pages": None, "n_gold": len(set(q.evidence)), "label_outcome": None,
         "drop_reason_outcome": None, "label_evidence": None, "drop_reason_evidence": None, "label_rule": rule,
-        "label": None, "drop_reason": "error", "s_ok": None, "r_ok": None, "teacher": None,
+        "label": None, "drop_reason": "error", "s_ok": None, "r_ok": None, "sufficiency_veto": None,
+        "answers_generated": None, "cost_estimated": None, "teacher": None,
         "teacher_agrees": None, "sft_target": None, "sft_source": None, "label_wall_s": None, "error": None,
     }
     for prefix in ("summary", "research"):
@@ -233,40 +242,77 @@ def _judge(ctx: Context, q: Question, answer: str | None) -> list[Verdict]:
     return verdicts
 
 
+def _router_input(retrieved: list[Any]) -> list[dict[str, Any]]:
+    return [{"unit_id": u.unit_id, "text": u.text, "score": round(float(u.score), 6), "date": u.date,
+             "page_ids": list(u.page_ids)} for u in retrieved]
+
+
+def _generated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]) -> tuple[list[Any], list[str]]:
+    """Both policies with the answerer; their answers are judged. Returns (retrieved units, pages read)."""
+    cfg_memory, answerer = ctx.cfg.memory, ctx.roles["answerer"]
+    s = summary_policy(memory, q, answerer, cfg_memory.top_k, max_tokens=cfg_memory.answer_max_tokens)
+    rec["router_summaries"] = _router_input(s.retrieved)
+    rec["summary_answer"] = s.answer
+    rec.update(_cost("summary", s.cost))
+    if s.error:
+        raise LLMError(f"summary path: {s.error}")
+    ctx.tick("summary")
+    r = research_policy(
+        memory, q, answerer, s.retrieved, cfg_memory.max_rounds, pages_per_round=cfg_memory.pages_per_round,
+        keyword_k=cfg_memory.keyword_k, search_k=cfg_memory.search_k, max_snippets=cfg_memory.max_snippets,
+        step_max_tokens=cfg_memory.step_max_tokens, answer_max_tokens=cfg_memory.answer_max_tokens,
+    )
+    rec.update({"research_answer": r.answer, "research_pages": list(r.pages_read), "research_stop": r.stop_reason,
+                "research_parse_failures": r.parse_failures})
+    rec.update(_cost("research", r.cost))
+    if r.error:
+        raise LLMError(f"research path: {r.error}")
+    ctx.tick("research")
+    s_verdicts, r_verdicts = _judge(ctx, q, s.answer), _judge(ctx, q, r.answer)
+    rec["summary_f1"], rec["research_f1"] = s_verdicts[0].score, r_verdicts[0].score
+    rec["judges"] = json.dumps({"summary": verdicts_json(s_verdicts), "research": verdicts_json(r_verdicts)})
+    rec["s_ok_outcome"], rec["r_ok_outcome"] = all_correct(s_verdicts), all_correct(r_verdicts)
+    return s.retrieved, list(r.pages_read)
+
+
+def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any], count_tokens: Any,
+                     retrieved: list[Any] | None = None) -> tuple[list[Any], list[str]]:
+    """No generation: the router's retrieval and the research policy's first-round pages, costs estimated.
+
+    With memory.max_rounds=1 these are exactly the pages a generated run reads; deeper runs also read pages
+    chosen by the planner, which only a generator can pick."""
+    cfg_memory = ctx.cfg.memory
+    started = time.perf_counter()
+    if retrieved is None:
+        retrieved = memory.search_summaries(q.question, cfg_memory.top_k)
+    pages = first_round_pages(memory, q.question, retrieved, pages_per_round=cfg_memory.pages_per_round,
+                              keyword_k=cfg_memory.keyword_k)[: cfg_memory.pages_per_round]
+    read = memory.raw.get_many(pages)
+    s_tokens = sum(count_tokens(m["content"]) for m in summary_messages(q.question, retrieved, q.date))
+    r_tokens = estimated_research_input_tokens(q.question, q.date, read, count_tokens, cfg_memory.max_snippets)
+    wall = round(time.perf_counter() - started, 4)
+    rec["router_summaries"] = _router_input(retrieved)
+    rec.update({"research_pages": pages, "research_stop": "not_generated", "research_parse_failures": 0,
+                **_cost("summary", PathCost(input_tokens=s_tokens, wall_s=wall)),
+                **_cost("research", PathCost(input_tokens=r_tokens, wall_s=wall, pages_read=len(pages),
+                                             rounds=1 if pages else 0))})
+    ctx.tick("retrieved")
+    return retrieved, pages
+
+
 def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
-                   page_turns: dict[str, list[str]]) -> dict[str, Any]:
+                   page_turns: dict[str, list[str]], count_tokens: Any = None,
+                   retrieved: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """Every stage for one question. LLMError anywhere -> an error record (never a verdict)."""
-    cfg, cfg_memory = ctx.cfg, ctx.cfg.memory
+    cfg = ctx.cfg
     started = time.perf_counter()
     rec = empty_record(conv, q, split, ctx.fmt, cfg.label_rule)
-    answerer = ctx.roles["answerer"]
     try:
-        s = summary_policy(memory, q, answerer, cfg_memory.top_k, max_tokens=cfg_memory.answer_max_tokens)
-        rec["router_summaries"] = [
-            {"unit_id": u.unit_id, "text": u.text, "score": round(float(u.score), 6), "date": u.date,
-             "page_ids": list(u.page_ids)} for u in s.retrieved
-        ]
-        rec["summary_answer"] = s.answer
-        rec.update(_cost("summary", s.cost))
-        if s.error:
-            raise LLMError(f"summary path: {s.error}")
-        ctx.tick("summary")
-        r = research_policy(
-            memory, q, answerer, s.retrieved, cfg_memory.max_rounds, pages_per_round=cfg_memory.pages_per_round,
-            keyword_k=cfg_memory.keyword_k, search_k=cfg_memory.search_k, max_snippets=cfg_memory.max_snippets,
-            step_max_tokens=cfg_memory.step_max_tokens, answer_max_tokens=cfg_memory.answer_max_tokens,
-        )
-        rec.update({"research_answer": r.answer, "research_pages": list(r.pages_read), "research_stop": r.stop_reason,
-                    "research_parse_failures": r.parse_failures})
-        rec.update(_cost("research", r.cost))
-        if r.error:
-            raise LLMError(f"research path: {r.error}")
-        ctx.tick("research")
-
-        s_verdicts, r_verdicts = _judge(ctx, q, s.answer), _judge(ctx, q, r.answer)
-        rec["summary_f1"], rec["research_f1"] = s_verdicts[0].score, r_verdicts[0].score
-        rec["judges"] = json.dumps({"summary": verdicts_json(s_verdicts), "research": verdicts_json(r_verdicts)})
-        rec["s_ok_outcome"], rec["r_ok_outcome"] = all_correct(s_verdicts), all_correct(r_verdicts)
+        if cfg.generate_answers:
+            _, pages_read = _generated_paths(ctx, memory, q, rec)
+        else:
+            _, pages_read = _estimated_paths(ctx, memory, q, rec, count_tokens, (retrieved or {}).get(q.qid))
+        rec["answers_generated"], rec["cost_estimated"] = cfg.generate_answers, not cfg.generate_answers
         sufficiency = None
         if ctx.roles["sufficiency"] is not None:
             verdict = SufficiencyJudge(ctx.roles["sufficiency"]).judge(q.question, q.answer, rec["router_summaries"])
@@ -274,18 +320,21 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
             rec["sufficiency"] = json.dumps(sufficiency)
         ctx.tick("judged")
 
-        signals = compute_signals(q.answer, q.category, q.evidence, rec["router_summaries"], r.pages_read,
-                                  page_turns.__getitem__, cfg.evidence, ctx.fmt)
+        signals = compute_signals(q.answer, q.category, q.evidence, rec["router_summaries"], pages_read,
+                                  page_turns.__getitem__, cfg.evidence, ctx.fmt, question=q.question)
         rec.update({"s_ok_evidence": signals.s_ok, "r_ok_evidence": signals.r_ok,
                     "answer_recall": signals.answer_recall, "gold_in_summary_pages": signals.gold_in_summary_pages,
                     "gold_in_research_pages": signals.gold_in_research_pages, "n_gold": signals.n_gold})
-        by_rule = {"outcome": decide(rec["s_ok_outcome"], rec["r_ok_outcome"]),
-                   "evidence": decide(signals.s_ok, signals.r_ok)}
+        # Conservative: when a sufficiency judge ran, an ANSWER label needs its agreement (None = not run).
+        sufficient = None if sufficiency is None else bool(sufficiency["sufficient"])
+        by_rule = {"outcome": decide(rec["s_ok_outcome"], rec["r_ok_outcome"], sufficient),
+                   "evidence": decide(signals.s_ok, signals.r_ok, sufficient)}
         for rule, decision in by_rule.items():
             rec[f"label_{rule}"], rec[f"drop_reason_{rule}"] = decision.label, decision.drop_reason
         chosen = by_rule[cfg.label_rule]
         rec["label"], rec["drop_reason"] = chosen.label, chosen.drop_reason
         rec["s_ok"], rec["r_ok"] = rec[f"s_ok_{cfg.label_rule}"], rec[f"r_ok_{cfg.label_rule}"]
+        rec["sufficiency_veto"] = chosen.vetoed
 
         teacher = None
         if ctx.roles["teacher"] is not None:
@@ -296,7 +345,8 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
         ctx.tick("labeled")
     except LLMError as exc:
         for key in ("label_outcome", "label_evidence", "label", "s_ok_outcome", "r_ok_outcome", "s_ok_evidence",
-                    "r_ok_evidence", "s_ok", "r_ok", "sft_target", "sft_source", "teacher_agrees"):
+                    "r_ok_evidence", "s_ok", "r_ok", "sft_target", "sft_source", "teacher_agrees", "sufficiency_veto",
+                    "answers_generated", "cost_estimated"):
             rec[key] = None
         rec["drop_reason"], rec["error"] = "error", f"{type(exc).__name__}: {exc}"
         ctx.tick("errors")
@@ -439,7 +489,12 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
             try:
                 memory = runtime.memory if _workers(ctx) == 1 else Serialized(
                     runtime.memory, threading.RLock(), nested=("raw", "summaries", "keyword"))
-                work = functools.partial(label_question, ctx, memory, conv, page_turns=page_turns)
+                # Without generation, retrieval dominates: embed the conversation's questions in one batch.
+                retrieved = None if cfg.generate_answers else dict(zip(
+                    [q.qid for q in todo], memory.search_summaries_many([q.question for q in todo], cfg.memory.top_k),
+                    strict=True))
+                work = functools.partial(label_question, ctx, memory, conv, page_turns=page_turns,
+                                         count_tokens=runtime.count_tokens, retrieved=retrieved)
                 for rec in _results(ctx, [(q, split) for q in todo], work):
                     store.put(rec)
                     bar.update(1)

@@ -19,7 +19,8 @@ FEATURES = Features({
     "s_ok_outcome": _B, "r_ok_outcome": _B, "s_ok_evidence": _B, "r_ok_evidence": _B,
     "answer_recall": _F, "gold_in_summary_pages": _I, "gold_in_research_pages": _I, "n_gold": _I,
     "label_outcome": _S, "drop_reason_outcome": _S, "label_evidence": _S, "drop_reason_evidence": _S,
-    "label_rule": _S, "label": _S, "drop_reason": _S, "s_ok": _B, "r_ok": _B,
+    "label_rule": _S, "label": _S, "drop_reason": _S, "s_ok": _B, "r_ok": _B, "sufficiency_veto": _B,
+    "answers_generated": _B, "cost_estimated": _B,  # false / true: generator-free labels, research cost estimated
     "teacher": _S, "teacher_agrees": _B, "sft_target": _S, "sft_source": _S,  # teacher: JSON string
     **{f"cost_{path}_{k}": (_F if k == "wall_s" else _I) for path in ("summary", "research") for k in PATH_COST_FIELDS},
     "label_wall_s": _F, "error": _S,

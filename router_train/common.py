@@ -24,13 +24,25 @@ class LoraSettings:
     target_modules: list[str] | str = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
+    # Adapt only the top N decoder layers (None: all). Frozen lower layers need no backward pass, which is most
+    # of a CPU step; the decision is read at the last position, where the top layers decide.
+    top_layers: int | None = None
 
-    def to_peft(self) -> Any:
+    def __post_init__(self) -> None:
+        if self.top_layers is not None and self.top_layers < 1:
+            raise ValueError(f"lora.top_layers must be >= 1 or null (all layers), got {self.top_layers}")
+
+    def to_peft(self, num_layers: int | None = None) -> Any:
         from peft import LoraConfig
 
+        layers = None
+        if self.top_layers is not None:
+            if num_layers is None:
+                raise ValueError("lora.top_layers needs the model's number of layers")
+            layers = list(range(max(0, num_layers - self.top_layers), num_layers))
         return LoraConfig(
             r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
-            target_modules=self.target_modules, task_type="CAUSAL_LM",
+            target_modules=self.target_modules, task_type="CAUSAL_LM", layers_to_transform=layers,
         )
 
 

@@ -7,21 +7,27 @@ through contract.parse so format failures are visible too.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from router_train.stats import auroc
 from serving import contract
 
 
 def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
-    """Token ids that start ANSWER and ESCALATE right after prompt + OUTPUT_PREFIX."""
-    base = tokenizer(prompt + contract.OUTPUT_PREFIX)["input_ids"]
+    """Token ids that start ANSWER and ESCALATE right after prompt + OUTPUT_PREFIX, tokenized as serving does
+    (add_special_tokens=False: the chat template already holds the special tokens)."""
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    base = encode(prompt + contract.OUTPUT_PREFIX)
     firsts = []
     for action in contract.ACTIONS:
-        ids = tokenizer(prompt + contract.OUTPUT_PREFIX + action)["input_ids"]
+        ids = encode(prompt + contract.OUTPUT_PREFIX + action)
         if ids[: len(base)] != base or len(ids) == len(base):
             raise ValueError(
                 f"tokenizer merges {contract.OUTPUT_PREFIX!r} with {action!r}: the action cannot be read after "
@@ -33,34 +39,23 @@ def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
     return firsts[0], firsts[1]
 
 
-@torch.no_grad()
-def escalation_probs(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> list[float]:
-    """P(ESCALATE) from the two actions' first-token logits after OUTPUT_PREFIX, renormalized over both.
+def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> list[float]:
+    """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.router.LocalRouter.score_prompts):
+    training metrics and serving decisions come from one scorer, so they cannot drift apart."""
+    from serving.router import LocalRouter
 
-    Right padding and a gather at each row's last real token keep positions identical to an unbatched pass.
-    """
     if not prompts:
         return []
-    answer_id, escalate_id = action_first_tokens(tokenizer, prompts[0])
-    device = next(model.parameters()).device
     was_training = model.training
-    model.eval()
-    out: list[float] = []
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    for start in range(0, len(prompts), batch_size):
-        encoded = [tokenizer(p + contract.OUTPUT_PREFIX)["input_ids"] for p in prompts[start : start + batch_size]]
-        width = max(len(ids) for ids in encoded)
-        input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, ids in enumerate(encoded):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention[row, : len(ids)] = 1
-        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-        last = attention.sum(dim=1).to(device) - 1
-        picked = logits[torch.arange(len(encoded), device=device), last][:, [answer_id, escalate_id]].float()
-        out += torch.softmax(picked, dim=-1)[:, 1].tolist()
-    model.train(was_training)
-    return out
+    try:
+        return LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size).score_prompts(list(prompts))
+    finally:
+        model.train(was_training)
+
+
+def escalation_probs(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> list[float]:
+    """P(ESCALATE) renormalized over the two actions' first tokens (sigmoid of the log-odds)."""
+    return [1.0 / (1.0 + math.exp(-s)) for s in escalation_scores(model, tokenizer, prompts, batch_size)]
 
 
 @torch.no_grad()
@@ -125,11 +120,15 @@ def evaluate_router(
     max_new_tokens: int = 48,
 ) -> dict[str, Any]:
     """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
-    probs = escalation_probs(model, tokenizer, prompts, batch_size)
+    scores = escalation_scores(model, tokenizer, prompts, batch_size)
+    probs = [1.0 / (1.0 + math.exp(-s)) for s in scores]
     predicted = ["ESCALATE" if p >= threshold else "ANSWER" for p in probs]
     result = decision_metrics(predicted, labels, train_majority)
     result["threshold"] = threshold
     result["mean_p_escalate"] = sum(probs) / len(probs) if probs else None
+    positive = [label == "ESCALATE" for label in labels]
+    # Ranking quality is what calibration can use; accuracy at 0.5 hides a router that ranks well but is shifted.
+    result["auroc"] = auroc(scores, positive) if 0 < sum(positive) < len(positive) else None
     if generate_limit and prompts:
         k = min(generate_limit, len(prompts))
         parsed = generate_decisions(model, tokenizer, prompts[:k], max_new_tokens, batch_size)

@@ -1,4 +1,5 @@
-"""Writers for routing-evaluation results: eval.json, eval.md and the accuracy-vs-tokens plot.
+"""Writers for routing-evaluation results: eval.json, eval.md, the accuracy-vs-tokens plot (with bootstrap
+error bars) and the reliability plot.
 
 The input is the plain dict that `evaluate.py` builds (see `build_report`), so reports can be
 regenerated from a saved eval.json without rerunning a router.
@@ -29,10 +30,13 @@ def build_report(
     baselines: Mapping[str, PolicyMetrics],
     sweep: SweepResult | None,
     meta: Mapping[str, Any],
+    others: Mapping[str, PolicyMetrics] | None = None,
 ) -> dict[str, Any]:
+    """`others`: compared routers by row name, listed after `routed` and before the baselines."""
     policies: dict[str, Any] = {}
     if routed is not None:
         policies["routed"] = routed.to_dict()
+    policies.update({k: v.to_dict() for k, v in (others or {}).items()})
     policies.update({k: v.to_dict() for k, v in baselines.items()})
     return {"meta": dict(meta), "policies": policies, "sweep": sweep.to_dict() if sweep else None}
 
@@ -53,7 +57,43 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _ordered(policies: Mapping[str, Any]) -> list[str]:
-    return [k for k in POLICY_ORDER if k in policies] + [k for k in policies if k not in POLICY_ORDER]
+    """routed, the compared routers (in config order), then the baselines."""
+    routers = [k for k in policies if k not in POLICY_ORDER]
+    head = ["routed"] if "routed" in policies else []
+    return head + routers + [k for k in POLICY_ORDER[1:] if k in policies]
+
+
+def _ci(iv: Mapping[str, Any] | None, digits: int = 3) -> str:
+    """`0.750 [0.612, 0.861]`; n/a when undefined."""
+    if not iv or iv.get("estimate") is None:
+        return "n/a"
+    if iv.get("lo") is None:
+        return _fmt(iv["estimate"], digits)
+    return f"{_fmt(iv['estimate'], digits)} [{_fmt(iv['lo'], digits)}, {_fmt(iv['hi'], digits)}]"
+
+
+def interval_table(report: Mapping[str, Any]) -> str:
+    intervals = report.get("intervals") or {}
+    level = round(100 * (report.get("uncertainty") or {}).get("level", 0.95))
+    lines = [f"| policy ({level}% intervals) | accuracy | escalation rate | hard-recall | false-cache-hit rate "
+             "| false-cache-miss rate | mean input tokens |", "|" + "---|" * 7]
+    for key in _ordered(report["policies"]):
+        iv = intervals.get(key)
+        if not iv:
+            continue
+        lines.append(f"| {POLICY_TITLES.get(key, key)} | {_ci(iv['accuracy'])} | {_ci(iv['escalation_rate'])} "
+                     f"| {_ci(iv['hard_recall'])} | {_ci(iv['false_cache_hit_rate'])} "
+                     f"| {_ci(iv['false_cache_miss_rate'])} | {_ci(iv['mean_input_tokens'], 1)} |")
+    return "\n".join(lines)
+
+
+def ranking_table(report: Mapping[str, Any]) -> str:
+    lines = ["| router | AUROC | AUPRC | APGR | ECE | labeled | ESCALATE share |", "|---|---|---|---|---|---|---|"]
+    for key, r in (report.get("ranking") or {}).items():
+        lines.append(f"| {POLICY_TITLES.get(key, key)} | {_ci(r.get('auroc'))} | {_ci(r.get('auprc'))} "
+                     f"| {_ci(r.get('apgr'))} | {_ci(r.get('ece'))} | {r.get('n_labeled')} "
+                     f"| {_fmt(r.get('escalate_share'))} |")
+    return "\n".join(lines)
 
 
 def headline_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
@@ -76,13 +116,45 @@ def headline_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
 def render_markdown(report: Mapping[str, Any]) -> str:
     meta, policies, sweep = report["meta"], report["policies"], report.get("sweep")
     out = [f"# Routing evaluation: {meta.get('router', 'router')} on `{meta.get('split', '?')}`", ""]
-    for key in ("dataset", "split", "router", "threshold", "correctness_rule", "label_rule", "n", "n_error",
-                "n_unlabeled", "n_unknown", "router_errors", "routing_wall_s", "mode"):
+    for key in ("dataset", "split", "router", "threshold", "correctness_rule", "label_rule", "n",
+                "n_conversations", "n_error", "n_unlabeled", "n_unknown", "router_errors", "routing_wall_s", "mode"):
         if key in meta:
             out.append(f"- {key}: {_fmt(meta[key])}")
+    prov = meta.get("provenance")
+    if prov:
+        made = (f"labeling config `{prov['label_config']}` (data `{prov.get('data_path')}`, rule "
+                f"`{prov.get('label_rule_config')}`)" if prov.get("label_config")
+                else "no labeling config.yaml next to the dataset (unknown labeling config)")
+        contract_v = prov.get("contract_version") or "not recorded in the dataset"
+        out.append(f"- made by: {made}; contract: {contract_v} (this code: {prov.get('current_contract_version')})")
+    for key, c in (meta.get("compared") or {}).items():
+        out.append(f"- compared router `{key}`: {c['router']}, threshold {_fmt(c.get('threshold'))}")
     for note in meta.get("notes", []):
         out.append(f"- note: {note}")
     out += ["", headline_table(policies), ""]
+    if report.get("intervals"):
+        unc = report["uncertainty"]
+        out += [f"### Uncertainty ({unc['method']}, {unc['n_boot']} replicates, seed {unc['seed']}; "
+                f"{unc['n']} questions in {unc['n_clusters']} conversation(s))", ""]
+        for note in unc.get("notes", []):
+            out.append(f"- **caution**: {note}")
+        out += ["", interval_table(report), ""]
+    if report.get("ranking"):
+        out += ["### Ranking quality (score vs label, ESCALATE positive; labeled records; random AUROC = 0.5, "
+                "APGR = 0.5)", "", ranking_table(report), ""]
+    verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random")]
+    if verdicts:
+        out += ["### In words", ""]
+        out += [f"- {c['reading']} (difference {_fmt(c['estimate'])} [{_fmt(c['lo'])}, {_fmt(c['hi'])}])"
+                for c in verdicts]
+        out.append("")
+    if report.get("comparisons"):
+        out += ["### Paired comparisons (difference a - b, same resampled questions)", "",
+                "| a | b | metric | difference | interval | reading |", "|---|---|---|---|---|---|"]
+        for c in report["comparisons"]:
+            out.append(f"| {c['a']} | {c['b']} | {c['metric']} | {_fmt(c['estimate'])} "
+                       f"| [{_fmt(c['lo'])}, {_fmt(c['hi'])}] | {c['reading']} |")
+        out.append("")
     out.append(
         "Accuracy is counterfactual replay: the summary path's correctness when routed ANSWER, the "
         "research path's when ESCALATE. Tokens and latency include the router's own prompt and time."
@@ -104,16 +176,20 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             )
     if sweep:
         rec = sweep["rate_to_recover"]
+        apgr_iv = (report.get("ranking") or {}).get("routed", {}).get("apgr")
         out += ["", "## Threshold sweep", "",
                 f"- points: {len(sweep['points'])}",
                 f"- gap (raw-only - summary-only accuracy): {_fmt(sweep['gap'])}",
-                f"- APGR (average gap recovered over escalation rates 0..1; random = 0.5): {_fmt(sweep['apgr'])}",
+                f"- APGR (average gap recovered over escalation rates 0..1; random = 0.5): "
+                f"{_ci(apgr_iv) if apgr_iv else _fmt(sweep['apgr'])}",
                 f"- AUC of accuracy vs mean input tokens, normalized by the token range: "
                 f"{_fmt(sweep['auc_accuracy_tokens'])}"]
         for share, rate in rec.items():
             out.append(f"- escalation rate needed to recover {share}% of the gap: {_fmt(rate)}")
     if meta.get("plot"):
         out += ["", f"![accuracy vs input tokens]({Path(meta['plot']).name})"]
+    if meta.get("reliability_plot"):
+        out += ["", f"![reliability of p_escalate]({Path(meta['reliability_plot']).name})"]
     return "\n".join(out) + "\n"
 
 
@@ -125,35 +201,85 @@ def write_markdown(report: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def write_plot(report: Mapping[str, Any], path: str | Path) -> Path:
-    """Accuracy vs mean input tokens: the sweep curve, the routed operating point, baselines as points."""
+    """Accuracy vs mean input tokens: each router's sweep curve and operating point, baselines as points; error
+    bars are the bootstrap intervals of accuracy and tokens."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless; must precede pyplot
     import matplotlib.pyplot as plt
 
-    policies, sweep = report["policies"], report.get("sweep")
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    if sweep and sweep["points"]:
-        pts = sorted(sweep["points"], key=lambda p: p["mean_input_tokens"])
-        ax.plot([p["mean_input_tokens"] for p in pts], [p["accuracy"] for p in pts], "-o", ms=3,
-                color="tab:blue", label="router threshold sweep")
+    policies = report["policies"]
+    sweeps = dict(report.get("sweeps") or {})
+    if not sweeps and report.get("sweep"):
+        sweeps = {"routed": report["sweep"]}
+    intervals = report.get("intervals") or {}
+    fig, ax = plt.subplots(figsize=(7.0, 4.8), dpi=120)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    router_colors = {k: cycle[i % len(cycle)] for i, k in enumerate(k for k in _ordered(policies)
+                                                                      if k not in POLICY_ORDER[1:])}
+    for key, sw in sweeps.items():
+        if sw and sw["points"]:
+            pts = sorted(sw["points"], key=lambda p: p["mean_input_tokens"])
+            ax.plot([p["mean_input_tokens"] for p in pts], [p["accuracy"] for p in pts], "-", lw=1, alpha=0.8,
+                    color=router_colors.get(key, "tab:blue"), label=f"{POLICY_TITLES.get(key, key)} sweep")
     if "summary_only" in policies and "raw_only" in policies:
         s, r = policies["summary_only"], policies["raw_only"]
         ax.plot([s["mean_input_tokens"], r["mean_input_tokens"]], [s["accuracy"], r["accuracy"]], "--",
                 color="gray", lw=1, label="random routing")
     markers = {"summary_only": ("s", "tab:orange"), "raw_only": ("^", "tab:red"), "oracle": ("*", "tab:green"),
-               "random": ("x", "gray"), "routed": ("D", "tab:blue")}
+               "random": ("x", "gray")}
     for key in _ordered(policies):
         m = policies[key]
-        marker, color = markers.get(key, ("o", "black"))
-        ax.scatter([m["mean_input_tokens"]], [m["accuracy"]], marker=marker, s=70, color=color, zorder=3,
-                   edgecolors="black" if key == "routed" else None, label=POLICY_TITLES.get(key, key))
+        marker, color = markers.get(key, ("D", router_colors.get(key, "black")))
+        iv = intervals.get(key) or {}
+        acc, tok = iv.get("accuracy"), iv.get("mean_input_tokens")
+        if acc and acc.get("lo") is not None and tok and tok.get("lo") is not None:
+            ax.errorbar([m["mean_input_tokens"]], [m["accuracy"]],
+                        yerr=[[m["accuracy"] - acc["lo"]], [acc["hi"] - m["accuracy"]]],
+                        xerr=[[m["mean_input_tokens"] - tok["lo"]], [tok["hi"] - m["mean_input_tokens"]]],
+                        fmt="none", ecolor=color, elinewidth=0.8, capsize=2, alpha=0.7, zorder=2)
+        ax.scatter([m["mean_input_tokens"]], [m["accuracy"]], marker=marker, s=60, color=color, zorder=3,
+                   edgecolors="black" if key not in POLICY_ORDER[1:] else None, label=POLICY_TITLES.get(key, key))
     ax.set_xlabel("mean input tokens per query (incl. router)")
     ax.set_ylabel("accuracy (counterfactual replay)")
     meta = report.get("meta", {})
-    ax.set_title(f"{meta.get('router', 'router')} on {meta.get('split', '')} (n={meta.get('n', '?')})", fontsize=10)
+    level = round(100 * (report.get("uncertainty") or {}).get("level", 0.95))
+    ax.set_title(f"{meta.get('router', 'router')} on {meta.get('split', '')} (n={meta.get('n', '?')}; "
+                 f"bars: {level}% bootstrap intervals)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_reliability_plot(report: Mapping[str, Any], path: str | Path) -> Path:
+    """Observed ESCALATE share vs mean p_escalate per bin, one curve per router with probabilities."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.0, 5.0), dpi=120)
+    ax.plot([0, 1], [0, 1], "--", color="gray", lw=1, label="perfectly calibrated")
+    for key, r in (report.get("ranking") or {}).items():
+        rel = r.get("reliability")
+        if not rel:
+            continue
+        curve = rel["curve"]
+        ece = r.get("ece") or {}
+        ax.plot([b["mean_p"] for b in curve], [b["observed"] for b in curve], "-o", ms=3,
+                label=f"{POLICY_TITLES.get(key, key)} (ECE {_ci(ece)})")
+    ax.set_xlabel("mean p_escalate in bin")
+    ax.set_ylabel("observed ESCALATE share (labeled records)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+    ax.set_title("reliability of p_escalate", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,12 @@
 Reads the label DatasetDict (or the labeling JSONL), asks the router for every record's decision on
 the stored router input (`router_summaries`, never re-retrieved), replays the decisions through the
 records' per-path correctness and costs (router_train.metrics) and writes eval.json, eval.md,
-eval.png and predictions.jsonl under `out_dir`. `live.enabled=true` additionally runs the memory
-runtime end to end on held-out conversations (router_train.live_eval).
+eval.png (+ eval_reliability.png) and predictions.jsonl under `out_dir`. Routers are built through
+serving.router's registry; `compare:` adds more routers on the same records, each with its own threshold.
+Every rate, APGR, AUROC/AUPRC and ECE carries a 95% two-stage cluster-bootstrap interval, and paired
+intervals compare each router with random at its rate, the baselines and the main router
+(router_train.eval_analysis). `live.enabled=true` additionally runs the memory runtime end to end on
+held-out conversations (router_train.live_eval).
 """
 
 from __future__ import annotations
@@ -22,29 +26,60 @@ from pathlib import Path
 from typing import Any
 
 from labeling.dataset import load_split  # noqa: F401  (re-exported: evaluate.load_split)
-from router_train import eval_report, metrics
+from router_train import eval_analysis, eval_report, metrics
 from serving import contract
 from serving.artifacts import RunMetaError
 from serving.router import Decision, RouterLoadError
-from tiermem.config import ConfigError, parse_cli
+from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.llm.base import LLMConfig
 from tiermem.models import ModelSpecError
 from tiermem.rundir import claim_output_dir
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"
-ROUTER_KINDS = ("trained", "llm", "none")
+ROUTER_KINDS = ("local", "remote", "teacher", "features", "top1-score", "always-answer", "always-escalate", "none")
+KIND_ALIASES = {"trained": "local", "llm": "teacher"}  # older config names
+RESERVED_NAMES = ("routed", "summary_only", "raw_only", "random", "oracle")
 
 
 @dataclass
 class RouterSpec:
-    kind: str = "trained"  # trained: a run dir / hub id; llm: an LLM prompted with the contract; none: baselines only
-    path: str = "runs/grpo"  # kind=trained: passed to serving.router.Router.from_pretrained
-    mode: str = "fast"  # kind=trained: fast (action-token probabilities, sweepable) | generate (parsed JSON)
-    threshold: float | None = None  # None: the calibrated threshold saved with the router
+    """One router built through serving.router's registry."""
+
+    kind: str = "local"  # local | remote | teacher | features | top1-score | always-answer | always-escalate | none
+    name: str | None = None  # row name in the table (compare list; the main router's row is `routed`)
+    path: str | None = "runs/grpo"  # local: run dir / hub id; features / top1-score: fit-features directory
+    mode: str = "fast"  # local: fast (log-odds of the action tokens, sweepable) | generate (parsed JSON)
+    threshold: float | None = None  # log-odds; None: the calibrated threshold saved with the router
     batch_size: int = 8
-    llm: LLMConfig = field(default_factory=LLMConfig)  # kind=llm: the teacher / any chat model
-    max_tokens: int = 64  # kind=llm: the action comes first, so short completions suffice
+    llm: LLMConfig = field(default_factory=LLMConfig)  # teacher: the chat model prompted with the contract
+    max_tokens: int = 64  # teacher / remote: the action comes first, so short completions suffice
+    base_url: str | None = None  # remote: OpenAI-compatible endpoint serving the router adapter
+    model: str | None = None  # remote: the model name the endpoint serves the adapter under
+    api_key_env: str = "OPENAI_API_KEY"  # remote
+    strategy: str = "auto"  # remote: auto | logprobs | choice | generate
+
+    def __post_init__(self) -> None:
+        self.kind = KIND_ALIASES.get(self.kind, self.kind)
+        if self.kind not in ROUTER_KINDS:
+            raise ValueError(f"router.kind must be one of {ROUTER_KINDS} (or trained / llm), got {self.kind!r}")
+        if self.mode not in ("fast", "generate"):
+            raise ValueError(f"router.mode must be fast or generate, got {self.mode!r}")
+        if self.kind == "remote" and not (self.base_url and self.model):
+            raise ValueError("router.kind=remote needs base_url and model")
+        if self.kind == "features" and not self.path:
+            raise ValueError("router.kind=features needs path (a `tiermem-router fit-features` directory)")
+
+
+@dataclass
+class BootstrapConfig:
+    n_boot: int = 1000  # replicates of the two-stage (conversation, question) bootstrap; 0 turns intervals off
+    seed: int = 0
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.n_boot < 0 or not 0.5 < self.level < 1:
+            raise ValueError(f"bootstrap: n_boot must be >= 0 and level in (0.5, 1), got {self.n_boot}, {self.level}")
 
 
 @dataclass
@@ -61,45 +96,66 @@ class LiveConfig:
 
 @dataclass
 class EvalConfig:
-    dataset: str = "runs/label/dataset"  # DatasetDict dir (save_to_disk) or the labeling records .jsonl
+    dataset: str = "runs/label/dataset"  # DatasetDict dir (save_to_disk) or a labeling records .jsonl (any file)
     split: str = "test"
     correctness: str = "label_rule"  # label_rule | outcome | evidence (see metrics.correctness_fields)
     include_unlabeled: bool = True  # keep records the label rule dropped (both paths wrong) in accuracy
     max_records: int | None = None
     router: RouterSpec = field(default_factory=RouterSpec)
+    compare: list[Any] = field(default_factory=list)  # more routers on the same records: RouterSpec mappings
     sweep: bool = True
     recover_shares: list[float] = field(default_factory=lambda: [0.8, 0.95])
+    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
+    reliability_bins: int = 10
     out_dir: str = "runs/eval"
     live: LiveConfig = field(default_factory=LiveConfig)
 
     def __post_init__(self) -> None:
         if self.correctness not in metrics.CORRECTNESS_RULES:
             raise ValueError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
-        if self.router.kind not in ROUTER_KINDS:
-            raise ValueError(f"router.kind must be one of {ROUTER_KINDS}, got {self.router.kind!r}")
-        if self.router.mode not in ("fast", "generate"):
-            raise ValueError(f"router.mode must be fast or generate, got {self.router.mode!r}")
-
-
-# ---- data ------------------------------------------------------------------------------------
+        specs: list[RouterSpec] = []
+        for i, item in enumerate(self.compare):
+            spec = item if isinstance(item, RouterSpec) else from_dict(RouterSpec, item, f"compare[{i}]")
+            if not spec.name:
+                raise ValueError(f"compare[{i}]: every compared router needs a name (its row in the table)")
+            if spec.kind == "none":
+                raise ValueError(f"compare[{i}]: kind none builds no router")
+            specs.append(spec)
+        names = [s.name for s in specs]
+        clash = sorted({n for n in names if names.count(n) > 1 or n in RESERVED_NAMES})
+        if clash:
+            raise ValueError(f"compare: router names {clash} are repeated or reserved {RESERVED_NAMES}")
+        self.compare = specs
 
 
 # ---- routers ---------------------------------------------------------------------------------
 
 
 def build_router(spec: RouterSpec) -> tuple[Any, str]:
-    if spec.kind == "trained":
-        from serving.router import Router
+    """Build `spec` through serving.router's registry; returns (router, display name)."""
+    from serving import router as registry
 
-        router = Router.from_pretrained(spec.path, mode=spec.mode, batch_size=spec.batch_size)
-        return router, f"trained:{spec.path} ({spec.mode})"
-    if spec.kind == "llm":
-        from serving.router import TeacherRouter
+    if spec.kind == "none":
+        raise ValueError("router.kind=none builds no router")
+    if spec.kind == "local":
+        # Routers of one base with top-layer adapters share the frozen trunk's states over the same records.
+        router = registry.build_router("local", path=spec.path, mode=spec.mode, batch_size=spec.batch_size,
+                                       shared_trunk=spec.mode == "fast")
+        return router, f"local:{spec.path} ({spec.mode})"
+    if spec.kind == "teacher":
         from tiermem.llm import build_llm
 
         llm = build_llm(spec.llm)
-        return TeacherRouter(llm, max_tokens=spec.max_tokens), f"llm-prompt:{llm.name}"
-    raise ValueError(f"router.kind={spec.kind!r} builds no router")
+        return registry.build_router("teacher", llm=llm, max_tokens=spec.max_tokens), f"llm-prompt:{llm.name}"
+    if spec.kind == "remote":
+        router = registry.build_router("remote", base_url=spec.base_url, model=spec.model,
+                                       api_key_env=spec.api_key_env, strategy=spec.strategy,
+                                       max_tokens=spec.max_tokens)
+        return router, f"remote:{spec.model}@{spec.base_url}"
+    if spec.kind in ("features", "top1-score"):
+        router = registry.build_router(spec.kind, path=spec.path) if spec.path else registry.build_router(spec.kind)
+        return router, f"{spec.kind}:{spec.path}" if spec.path else spec.kind
+    return registry.build_router(spec.kind), spec.kind
 
 
 def route_records(router: Any, records: Sequence[dict[str, Any]], threshold: float | None,
@@ -139,26 +195,79 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def _replayable(rec: dict[str, Any], cfg: EvalConfig) -> bool:
-    """The records metrics.load_cases keeps, in the same order (decisions must line up with cases)."""
-    if rec.get("error"):
-        return False
-    if rec.get("label") is None:
-        fields = metrics.correctness_fields(rec, cfg.correctness)
-        return cfg.include_unlabeled and all(rec.get(f) is not None for f in fields)
-    return True
+def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Which labeling config and router contract made the dataset: the label run's config.yaml next to it (the
+    label stage writes it beside `dataset/` and the records JSONL), and the contract version stamped in the records
+    when labeling recorded one."""
+    import yaml
+
+    path = Path(dataset)
+    config = (path.parent if path.is_dir() or path.is_file() else path).joinpath("config.yaml")
+    out: dict[str, Any] = {"label_config": None, "data_path": None, "label_rule_config": None,
+                           "contract_version": None, "current_contract_version": contract.CONTRACT_VERSION}
+    if config.is_file():
+        out["label_config"] = str(config)
+        try:
+            data = yaml.safe_load(config.read_text()) or {}
+        except yaml.YAMLError as exc:
+            data = {}
+            out["label_config_error"] = f"not valid YAML: {exc}"
+        if isinstance(data, dict):
+            out["data_path"] = data.get("data_path")
+            out["label_rule_config"] = data.get("label_rule")
+            out["contract_version"] = data.get("contract_version")
+    stamped = sorted({str(r["contract_version"]) for r in records if r.get("contract_version")})
+    if stamped:
+        out["contract_version"] = ", ".join(stamped)
+    return out
+
+
+def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold: float | None, batch_size: int,
+               cases: Sequence[metrics.Case], cfg: EvalConfig, notes: list[str]) -> dict[str, Any]:
+    """Decisions of one router on the replayed records, its replay metrics, sweep and per-case predictions."""
+    t0 = time.perf_counter()
+    decisions = route_records(router, kept, threshold, batch_size)
+    wall = round(time.perf_counter() - t0, 3)
+    escalate = [1.0 if d.action == "ESCALATE" else 0.0 for d in decisions]
+    rtok = [float(d.prompt_tokens) for d in decisions]
+    rlat = [float(d.latency_s) for d in decisions]
+    policy = metrics.replay(cases, escalate, key, rtok, rlat, [d.parsed_ok for d in decisions])
+    errors = sum(getattr(d, "error", None) is not None for d in decisions)
+    if errors:
+        notes.append(f"{key}: {errors} router call(s) failed after retries; routed as ESCALATE and counted")
+    raw_scores = [getattr(d, "score", None) for d in decisions]
+    if all(x is not None for x in raw_scores):
+        scores: list[float] | None = [float(x) for x in raw_scores]  # type: ignore[arg-type]
+    elif all(d.p_escalate is not None for d in decisions):
+        scores = [float(d.p_escalate) for d in decisions]  # type: ignore[arg-type]
+    else:
+        scores = None
+    probs = [float(d.p_escalate) for d in decisions] if all(d.p_escalate is not None for d in decisions) else None
+    sweep = None
+    if cfg.sweep:
+        if scores is None:
+            notes.append(f"{key}: the router gives no score (log-odds or p_escalate); the sweep uses its hard "
+                         "decisions (operating point only)")
+        sweep = metrics.sweep(cases, scores if scores is not None else escalate, rtok, rlat, cfg.recover_shares)
+    preds = [{"router": key, "conv_id": rec.get("conv_id"), "qid": rec["qid"], "label": rec.get("label"),
+              "action": d.action, "score": getattr(d, "score", None), "p_escalate": d.p_escalate, "reason": d.reason,
+              "parsed_ok": d.parsed_ok, "latency_s": d.latency_s, "prompt_tokens": d.prompt_tokens,
+              "error": getattr(d, "error", None)} for rec, d in zip(kept, decisions, strict=True)]
+    threshold_used = threshold if threshold is not None else getattr(router, "threshold", None)
+    output = eval_analysis.RouterOutput(key, escalate, scores, probs, rtok)
+    return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
+            "errors": errors, "threshold": threshold_used}
 
 
 def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router: Any | None = None,
-                     router_name: str = "none") -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Replay `router` (or only the baselines) on `records`; returns the report dict and per-case predictions."""
-    case_set = metrics.load_cases(records, cfg.correctness, cfg.include_unlabeled)
+                     router_name: str = "none",
+                     compare: Sequence[tuple[str, Any, str]] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Replay `router` (or only the baselines) and the `compare` routers ((row name, router, display name)) on
+    `records`; returns the report dict and per-case predictions."""
+    kept, case_set = metrics.replayable_records(records, cfg.correctness, cfg.include_unlabeled)
     cases = case_set.cases
     if not cases:
         raise ConfigError(f"no evaluable records in split {cfg.split!r} of {cfg.dataset}")
-    kept = [r for r in records if _replayable(r, cfg)]
-    if len(kept) != len(cases):
-        raise RuntimeError(f"internal: {len(kept)} routable records but {len(cases)} replay cases")
     label_rules = sorted({str(r.get("label_rule")) for r in kept})
     notes: list[str] = []
     if case_set.n_unknown:
@@ -166,42 +275,48 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
                      f"under rule {cfg.correctness!r}")
     if case_set.n_error:
         notes.append(f"{case_set.n_error} labeling error record(s) skipped (no verdicts)")
+    clusters = [str(r.get("conv_id")) if r.get("conv_id") is not None else f"record-{i}" for i, r in enumerate(kept)]
+    if any(r.get("conv_id") is None for r in kept):
+        notes.append("some records have no conv_id: each is its own cluster in the bootstrap")
     meta: dict[str, Any] = {
         "dataset": str(cfg.dataset), "split": cfg.split, "router": router_name, "mode": "replay",
         "correctness_rule": cfg.correctness, "label_rule": ", ".join(label_rules), "n": len(cases),
+        "n_conversations": len(set(clusters)),
         "n_error": case_set.n_error, "n_unlabeled": case_set.n_unlabeled, "n_unknown": case_set.n_unknown,
-        "machine": machine_info(), "notes": notes,
+        "provenance": dataset_provenance(cfg.dataset, kept), "machine": machine_info(), "notes": notes,
     }
     predictions: list[dict[str, Any]] = []
-    routed = sweep = None
-    random_rate = None
+    runs: dict[str, dict[str, Any]] = {}
     if router is not None:
-        t0 = time.perf_counter()
-        decisions = route_records(router, kept, cfg.router.threshold, cfg.router.batch_size)
-        meta["routing_wall_s"] = round(time.perf_counter() - t0, 3)
-        meta["threshold"] = cfg.router.threshold if cfg.router.threshold is not None else getattr(
-            router, "threshold", None)
-        escalate = [1.0 if d.action == "ESCALATE" else 0.0 for d in decisions]
-        rtok = [float(d.prompt_tokens) for d in decisions]
-        rlat = [float(d.latency_s) for d in decisions]
-        routed = metrics.replay(cases, escalate, "routed", rtok, rlat, [d.parsed_ok for d in decisions])
-        random_rate = routed.escalation_rate
-        n_router_errors = sum(getattr(d, "error", None) is not None for d in decisions)
-        meta["router_errors"] = n_router_errors
-        if n_router_errors:
-            notes.append(f"{n_router_errors} router call(s) failed after retries; routed as ESCALATE and counted")
-        if cfg.sweep:
-            if any(d.p_escalate is None for d in decisions):
-                notes.append("router gives no p_escalate; sweep uses its hard decisions (operating point only)")
-            probs = [d.p_escalate if d.p_escalate is not None else e for d, e in zip(decisions, escalate, strict=True)]
-            sweep = metrics.sweep(cases, probs, rtok, rlat, cfg.recover_shares)
-        for rec, d in zip(kept, decisions, strict=True):
-            predictions.append({"conv_id": rec.get("conv_id"), "qid": rec["qid"], "label": rec.get("label"),
-                                "action": d.action, "p_escalate": d.p_escalate, "reason": d.reason,
-                                "parsed_ok": d.parsed_ok, "latency_s": d.latency_s,
-                                "prompt_tokens": d.prompt_tokens, "error": getattr(d, "error", None)})
-    report = eval_report.build_report(routed=routed, baselines=metrics.baselines(cases, random_rate),
-                                      sweep=sweep, meta=meta)
+        runs["routed"] = _route_one(router, "routed", kept, cfg.router.threshold, cfg.router.batch_size, cases,
+                                    cfg, notes)
+        meta["routing_wall_s"] = runs["routed"]["wall_s"]
+        meta["threshold"] = runs["routed"]["threshold"]
+        meta["router_errors"] = runs["routed"]["errors"]
+    specs = {s.name: s for s in cfg.compare}
+    meta["compared"] = {}
+    for key, other, display in compare:
+        spec = specs.get(key)
+        runs[key] = _route_one(other, key, kept, spec.threshold if spec else None,
+                               spec.batch_size if spec else cfg.router.batch_size, cases, cfg, notes)
+        meta["compared"][key] = {"router": display, "threshold": runs[key]["threshold"],
+                                 "routing_wall_s": runs[key]["wall_s"], "router_errors": runs[key]["errors"]}
+    for run_ in runs.values():
+        predictions += run_["predictions"]
+    random_rate = runs["routed"]["policy"].escalation_rate if "routed" in runs else None
+    base = metrics.baselines(cases, random_rate)
+    report = eval_report.build_report(routed=runs["routed"]["policy"] if "routed" in runs else None,
+                                      baselines=base, sweep=runs["routed"]["sweep"] if "routed" in runs else None,
+                                      meta=meta, others={k: r["policy"] for k, r in runs.items() if k != "routed"})
+    report["sweeps"] = {k: r["sweep"].to_dict() for k, r in runs.items() if r["sweep"] is not None}
+    weights = {"summary_only": [0.0] * len(cases), "raw_only": [1.0] * len(cases),
+               "oracle": metrics.oracle_escalations(cases)}
+    if random_rate is not None:
+        weights["random"] = [random_rate] * len(cases)
+    report.update(eval_analysis.analyze(
+        cases, clusters, [r["output"] for r in runs.values()], weights, main="routed" if "routed" in runs else None,
+        n_boot=cfg.bootstrap.n_boot, seed=cfg.bootstrap.seed, level=cfg.bootstrap.level,
+        bins=cfg.reliability_bins))
     return report, predictions
 
 
@@ -210,6 +325,10 @@ def write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], out
     paths = {"plot": out / "eval.png"}
     report["meta"]["plot"] = str(paths["plot"])
     eval_report.write_plot(report, paths["plot"])
+    if any(r.get("reliability") for r in report.get("ranking", {}).values()):
+        paths["reliability_plot"] = out / "eval_reliability.png"
+        report["meta"]["reliability_plot"] = str(paths["reliability_plot"])
+        eval_report.write_reliability_plot(report, paths["reliability_plot"])
     paths["json"] = eval_report.write_json(report, out / "eval.json")
     paths["markdown"] = eval_report.write_markdown(report, out / "eval.md")
     if predictions:
@@ -223,7 +342,8 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
     if cfg.max_records is not None:
         records = records[: cfg.max_records]
     router, name = (None, "baselines only") if cfg.router.kind == "none" else build_router(cfg.router)
-    report, predictions = evaluate_records(records, cfg, router, name)
+    compare = [(spec.name, *build_router(spec)) for spec in cfg.compare]
+    report, predictions = evaluate_records(records, cfg, router, name, compare)
     paths = write_outputs(report, predictions, cfg.out_dir)
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
@@ -241,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_cli(EvalConfig, list(sys.argv[1:] if argv is None else argv), default_config=DEFAULT_CONFIG)
         run(cfg)
     except (ConfigError, FileNotFoundError, metrics.RecordError, contract.ContractVersionError, RouterLoadError,
-            RunMetaError, ModelSpecError) as exc:
+            RunMetaError, ModelSpecError, ValueError) as exc:
         print(f"eval: error: {exc}", file=sys.stderr)
         return 2
     return 0

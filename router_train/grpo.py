@@ -136,6 +136,19 @@ def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, d
     return balanced, val, info
 
 
+def completion_tokens_needed(cfg: GRPORecipeConfig, tokenizer: Any, rows: Any) -> dict[str, int]:
+    """Tokens each action's completion needs under the format scope: its prefix, or its longest full target."""
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    if cfg.rewards.format_scope == "action":
+        return {a: count(contract.OUTPUT_PREFIX + a + '"') for a in contract.ACTIONS}
+    needed: dict[str, int] = {}
+    for label, completion in zip(rows["label"], rows["completion"], strict=True):
+        needed[label] = max(needed.get(label, 0), count(completion))  # the eos is part of a finished completion
+    return needed
+
+
 def reward_curves(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     curves = []
     for entry in log_history:
@@ -170,7 +183,7 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     clear_run_meta(cfg.output_dir)
     train_rows, val_rows, data_info = load_reward_rows(cfg, tokenizer)
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
-                                      args.max_completion_length)
+                                      args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows))
     data_info["cost_scale_tokens"] = reward_funcs[0].cost_scale
     columns = ["prompt", "label", "s_ok", "r_ok", "cost_research_input_tokens"]
     trainer = GRPOTrainer(

@@ -83,7 +83,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     from tiermem.memory import MemoryRuntime
 
     if router is None:
-        raise ConfigError("live eval needs a router (router.kind=trained or llm)")
+        raise ConfigError("live eval needs a router (router.kind=local, teacher, remote, features, ...)")
     label_cfg = _label_config(cfg)
     convs = held_out(cfg, label_cfg)
     fmt = data_format(label_cfg, cfg.live.data if cfg.live.data is not None else label_cfg.data_path)
@@ -114,7 +114,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
                            "router_error": ans.router_error, "router_parsed_ok": ans.router_parsed_ok,
                            "input_tokens": ans.cost.input_tokens + (int(d.prompt_tokens) if d is not None else 0),
                            "latency_s": ans.retrieval_s + ans.router_s + ans.cost.wall_s,
-                           "p_escalate": getattr(d, "p_escalate", None)}
+                           "p_escalate": getattr(d, "p_escalate", None), "score": getattr(d, "score", None)}
                     if ans.error is None:
                         row.update(_judged(q, ans, page_turns, label_cfg, judge, fmt))
                     rows.append(row)

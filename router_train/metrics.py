@@ -130,6 +130,26 @@ def load_cases(
     return CaseSet(cases, n_error, n_unlabeled, n_unknown)
 
 
+def replayable(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> bool:
+    """Whether load_cases keeps `record` (no labeling error; labeled, or dropped with both verdicts known)."""
+    if record.get("error"):
+        return False
+    if record.get("label") is None:
+        return include_unlabeled and all(record.get(f) is not None for f in correctness_fields(record, rule))
+    return True
+
+
+def replayable_records(
+    records: Sequence[Mapping[str, Any]], rule: str = "label_rule", include_unlabeled: bool = True
+) -> tuple[list[Mapping[str, Any]], CaseSet]:
+    """The records replay scores and their cases, aligned one to one (what eval and calibration share)."""
+    case_set = load_cases(records, rule, include_unlabeled)
+    kept = [r for r in records if replayable(r, rule, include_unlabeled)]
+    if len(kept) != len(case_set.cases):
+        raise RuntimeError(f"internal: {len(kept)} routable records but {len(case_set.cases)} replay cases")
+    return kept, case_set
+
+
 @dataclass
 class PolicyMetrics:
     name: str

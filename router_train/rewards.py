@@ -19,6 +19,7 @@ from typing import Any
 from serving import contract
 
 COST_MODES = ("wasted", "every_escalation")
+FORMAT_SCOPES = ("action", "full")
 CASES = (
     "answer_correct",
     "answer_wrong",
@@ -41,11 +42,17 @@ class RewardConfig:
     cost_weight: float = 0.0  # cost = cost_weight * min(tokens / cost_scale, 1)
     cost_scale: float | None = None  # research input tokens that count as cost 1; None: the train split's max
     cost_on: str = "wasted"  # charge cost on wasted escalations only, or on every escalation
-    format_valid: float = 1.0  # the whole completion is the contract JSON
-    format_truncated: float = 0.5  # the action parsed but the length limit cut the rest: cannot tell
+    # "action": the format reward reads the action prefix only (`{"action": "ANSWER"` or ESCALATE), so it is the
+    # same for both actions whatever the length limit; "full": the whole JSON must be valid, and the length limit
+    # must fit every target (checked), else the longer ESCALATE targets are always cut and GRPO learns to ANSWER.
+    format_scope: str = "action"
+    format_valid: float = 1.0  # scope full: the whole completion is the contract JSON; scope action: prefix read
+    format_truncated: float = 0.5  # scope full: the action parsed but the length limit cut the rest
     format_invalid: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.format_scope not in FORMAT_SCOPES:
+            raise ValueError(f"format_scope must be one of {FORMAT_SCOPES}, got {self.format_scope!r}")
         if self.cost_on not in COST_MODES:
             raise ValueError(f"cost_on must be one of {COST_MODES}, got {self.cost_on!r}")
         if self.cost_scale is not None and self.cost_scale <= 0:
@@ -173,7 +180,10 @@ class FormatReward:
                 and self.max_completion_length is not None
                 and len(token_ids) >= self.max_completion_length
             )
-            if parsed.valid_json:
+            if self.cfg.format_scope == "action":
+                kind, value = ("valid_action", self.cfg.format_valid) if parsed.parsed_ok else (
+                    "invalid", self.cfg.format_invalid)
+            elif parsed.valid_json:
                 kind, value = "valid_json", self.cfg.format_valid
             elif parsed.parsed_ok and truncated:
                 kind, value = "truncated", self.cfg.format_truncated
@@ -182,7 +192,9 @@ class FormatReward:
             kinds[kind] += 1
             rewards.append(value)
         if log_metric is not None:
-            for kind in ("valid_json", "truncated", "invalid"):
+            kinds_logged = ("valid_action", "invalid") if self.cfg.format_scope == "action" else (
+                "valid_json", "truncated", "invalid")
+            for kind in kinds_logged:
                 log_metric(f"format/{kind}_rate", kinds[kind] / max(len(rewards), 1))
         return rewards
 
@@ -195,7 +207,25 @@ def resolve_cost_scale(cfg: RewardConfig, train_tokens: Sequence[float]) -> floa
     return top if top > 0 else None
 
 
+def check_completion_length(cfg: RewardConfig, max_completion_length: int | None,
+                            needed_tokens: dict[str, int] | None) -> None:
+    """The length limit must let every action earn the same format reward (see RewardConfig.format_scope).
+
+    `needed_tokens`: for each action, the tokens its completion needs under the scope (the action prefix, or the
+    longest full target of that action)."""
+    if max_completion_length is None or not needed_tokens:
+        return
+    short = {a: n for a, n in needed_tokens.items() if n > max_completion_length}
+    if short:
+        raise ValueError(
+            f"max_completion_length={max_completion_length} cuts the {cfg.format_scope!r}-scope format of "
+            f"{sorted(short)} (needs {short} tokens): the format reward would depend on the action taken; raise "
+            "max_completion_length or use rewards.format_scope=action")
+
+
 def build_reward_funcs(
-    cfg: RewardConfig, train_tokens: Sequence[float], max_completion_length: int | None
+    cfg: RewardConfig, train_tokens: Sequence[float], max_completion_length: int | None,
+    needed_tokens: dict[str, int] | None = None,
 ) -> list[Any]:
+    check_completion_length(cfg, max_completion_length, needed_tokens)
     return [DecisionReward(cfg, resolve_cost_scale(cfg, train_tokens)), FormatReward(cfg, max_completion_length)]

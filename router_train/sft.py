@@ -30,6 +30,7 @@ from .common import (
     clear_run_meta,
     decision_report,
     is_main_process,
+    load_adapter_run,
     majority_label,
     print_summary,
     run_main,
@@ -37,6 +38,9 @@ from .common import (
     trainer_args,
     training_device,
 )
+from .decisions import action_first_tokens
+from .objectives import REWARD_COLUMNS, ObjectiveConfig, RouterSFTTrainer, balanced_class_weights
+from .rewards import RewardConfig, resolve_cost_scale, score_decision
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "smollm2_135m_cpu.yaml"
@@ -66,6 +70,9 @@ class SFTRecipeConfig:
     train_split: str = "train"
     eval_split: str = "validation"
     lora: LoraSettings = field(default_factory=LoraSettings)
+    objective: ObjectiveConfig = field(default_factory=lambda: ObjectiveConfig(kind="lm"))
+    rewards: RewardConfig = field(default_factory=RewardConfig)  # objective expected_reward: the GRPO table
+    init_adapter: str | None = None  # continue training this router run's adapter (e.g. runs/sft) instead of a new one
     balance: str = "none"  # none | oversample | undersample (train split only)
     seed: int = 42
     cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
@@ -84,10 +91,22 @@ def build_sft_config(cfg: SFTRecipeConfig) -> Any:
     return build_trl_config(SFTConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
 
 
+def with_action_rewards(rows: Any, rewards: RewardConfig, scale: float | None) -> Any:
+    """reward_answer / reward_escalate per row: what each action would earn under the reward table."""
+    def both(row: dict[str, Any]) -> dict[str, float]:
+        return {col: score_decision(action, bool(row["s_ok"]), bool(row["r_ok"]), row["cost_research_input_tokens"],
+                                    rewards, scale).total
+                for col, action in zip(REWARD_COLUMNS, ("ANSWER", "ESCALATE"), strict=True)}
+
+    return rows.map(both)
+
+
 def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
     dataset = data_lib.load_label_dataset(cfg.dataset_dir)
     source = f"label dataset {cfg.dataset_dir}"
-    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, limit=cfg.max_train_rows)
+    need_rewards = cfg.objective.kind == "expected_reward"
+    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, limit=cfg.max_train_rows,
+                                with_rewards=need_rewards)
     if len(train) == 0:
         raise data_lib.LabelDataError(f"{source}: no labeled rows in split {cfg.train_split!r}; nothing to train on")
     val = (
@@ -95,6 +114,10 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
         if cfg.eval_split in dataset
         else None
     )
+    scale = None
+    if need_rewards:
+        scale = resolve_cost_scale(cfg.rewards, train["cost_research_input_tokens"])
+        train = with_action_rewards(train, cfg.rewards, scale)
     balanced = data_lib.balance(train, cfg.balance, cfg.seed)
     info = {
         "dataset_dir": cfg.dataset_dir,
@@ -103,6 +126,8 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
         "train_labels_after_balance": data_lib.label_counts(balanced),
         "validation_labels": data_lib.label_counts(val) if val is not None else None,
         "balance": cfg.balance,
+        "objective": cfg.objective.kind,
+        **({"cost_scale_tokens": scale} if need_rewards else {}),
     }
     return balanced, val, info
 
@@ -113,7 +138,6 @@ def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
 
 def train(cfg: SFTRecipeConfig) -> RunResult:
     from transformers import set_seed
-    from trl import SFTTrainer
 
     from tiermem.models import load_causal_lm
 
@@ -121,7 +145,12 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     set_seed(cfg.seed)
     claim_output_dir(cfg.output_dir, "sft")
     clear_run_meta(cfg.output_dir)
-    model, tokenizer = load_causal_lm(cfg.model, device=training_device())
+    if cfg.init_adapter:  # continue an existing router's adapter (its base model wins over cfg.model)
+        model, tokenizer, init_meta = load_adapter_run(cfg.init_adapter, trainable=True)
+        base_spec, peft_config = init_meta.base_model, None
+    else:
+        model, tokenizer = load_causal_lm(cfg.model, device=training_device())
+        base_spec, peft_config = cfg.model, cfg.lora.to_peft(model.config.num_hidden_layers)
     train_rows, val_rows, data_info = load_rows(cfg, tokenizer)
     lengths = _token_lengths(train_rows, tokenizer)
     over = sum(n > args.max_length for n in lengths) if args.max_length else 0
@@ -132,17 +161,27 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
                      train_rows_over_max_length=over)
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
              data_info["validation_labels"])
-    trainer = SFTTrainer(
+    columns = ["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.objective.kind == "expected_reward" else [])
+    weights = balanced_class_weights(list(train_rows["label"])) if cfg.objective.class_weight == "balanced" else (
+        1.0, 1.0)
+    data_info["class_weights"] = list(weights) if cfg.objective.kind == "decision" else None
+    trainer = RouterSFTTrainer(
         model=model,
         args=args,
-        train_dataset=train_rows.select_columns(["prompt", "completion"]),
+        train_dataset=train_rows.select_columns(columns),
         eval_dataset=(val_rows.select_columns(["prompt", "completion"])
-                      if val_rows is not None and args.eval_strategy != "no" else None),
+                      if val_rows is not None and args.eval_strategy != "no" and cfg.objective.kind != "expected_reward"
+                      else None),
         processing_class=tokenizer,
-        peft_config=cfg.lora.to_peft(),
+        peft_config=peft_config,
+        objective=cfg.objective,
+        action_ids=action_first_tokens(tokenizer, train_rows["prompt"][0]),
+        class_weights=weights,
     )
     started = time.perf_counter()
     result = trainer.train()
+    if getattr(trainer, "trunk", None) is not None:
+        trainer.trunk.save()
     train_metrics = dict(result.metrics)
     steps = trainer.state.global_step
     train_metrics.update(global_step=steps, seconds_per_step=(time.perf_counter() - started) / max(steps, 1))
@@ -159,7 +198,8 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     if metrics["validation"] is None:
         log.warning("no labeled validation rows: validation metrics are missing from this run")
     meta = RunMeta(
-        contract_version=contract.CONTRACT_VERSION, base_model=cfg.model, stage="sft", adapter=True,
+        contract_version=contract.CONTRACT_VERSION, base_model=base_spec,
+        stage="sft" if cfg.objective.kind != "expected_reward" else "expected_reward", adapter=True,
         training={**asdict(cfg), "resolved_trainer_args": _resolved(args)}, data=data_info, metrics=metrics,
     )
     path = save_run(tokenizer, cfg.output_dir, meta)

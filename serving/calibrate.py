@@ -1,9 +1,32 @@
-"""`calibrate`: pick the router's threshold on a labeled split and store it in tiermem_router.json.
+"""`calibrate`: pick the router's threshold on a split and store it in tiermem_router.json.
 
-RouteLLM-style: score every record (p_escalate from the fast path), then choose the threshold that hits a
-target escalation rate (the (1 - rate) quantile of the scores) or a target hard-recall (the share of
-ESCALATE-labeled records that are escalated). The decision rule is `p_escalate >= threshold`; the stored
-threshold becomes the router's default at load time.
+Every record eval replays is scored (labeled ones, and dropped ones whose path correctness is known: what the
+router will meet), with the router's log-odds `score()`; the decision rule is `score >= threshold_logit`.
+Objectives:
+
+- `max_reward` (default): the threshold with the largest total reward under the GRPO reward table
+  (router_train.rewards: RewardConfig + score_decision). Every record knows both paths' outcomes, so both
+  actions' rewards are exact; ties go to the higher threshold (fewer escalations).
+- `token_budget`: the best replayed accuracy with mean path input tokens <= `value` (ties: fewer tokens).
+- `hard_recall`: the largest threshold escalating at least `value` of the ESCALATE-labeled records.
+- `escalation_rate`: the largest threshold escalating at least `value` of the records.
+- `risk_control`: a false-cache-hit rate (ANSWER where only research was right, over all replayable records)
+  <= `alpha` on new data with probability >= 1 - `delta`, by Learn-then-Test (Angelopoulos et al., 2021) with
+  fixed-sequence testing. Why LTT and not conformal risk control: CRC bounds the *expected* risk only, while the
+  issue asks for a high-probability bound (alpha, delta); LTT gives exactly that, and for a 0/1 loss the exact
+  binomial tail is its tightest valid p-value. The hypotheses H_t: risk(t) > alpha are tested on a grid of
+  log-odds thresholds fixed before seeing data (`risk_grid`), in order from the safest (lowest, most
+  escalation) upwards; the first non-rejection stops the walk, and the largest rejected threshold is used. Fixed
+  sequence testing controls the family-wise error at delta without a multiplicity correction because the
+  order is set in advance. Units: `question` treats questions as exchangeable (exact binomial p-value);
+  `conversation` treats conversations as the exchangeable units (each one's false-cache-hit share is a loss in
+  [0, 1]; Hoeffding-Bentkus p-value), which is what "new conversations" strictly needs but needs many of them.
+  With the question unit, questions of one conversation are correlated and the guarantee is approximate for
+  new conversations; the stored guarantee says which unit was used. When no threshold is certified the router
+  escalates everything (zero false cache hits by construction).
+
+The chosen threshold is stored as `calibration.threshold_logit` (and `calibration.threshold` =
+sigmoid(threshold_logit), a probability, for displays and older readers), with `guarantee` (or null).
 """
 
 from __future__ import annotations
@@ -11,34 +34,91 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.artifacts import update_run_meta
+import numpy as np
 
-TARGETS = ("escalation_rate", "hard_recall")
+from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
+from serving.artifacts import update_run_meta
+from serving.router import ESCALATE_ALL, sigmoid
+
+OBJECTIVES = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
+TARGETS = OBJECTIVES  # older name
+ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)
+RISK_UNITS = ("question", "conversation")
 
 
 @dataclass
 class CalibrateConfig:
-    router: str = "runs/grpo"  # run directory (or hub id) of the router to calibrate
+    router: str = "runs/grpo"  # run directory of the router (LM, features or top1-score)
     data: str = "runs/label/dataset"  # DatasetDict saved by `make label`, or a .jsonl of label records
     split: str = "validation"
-    target: str = "escalation_rate"  # escalation_rate | hard_recall
-    value: float = 0.5  # the target share, in (0, 1]
+    objective: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
+    value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
+    target: str | None = None  # deprecated alias of `objective` (older configs)
+    reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
+    alpha: float = 0.1  # risk_control: allowed false-cache-hit rate
+    delta: float = 0.1  # risk_control: allowed probability that the bound fails
+    risk_unit: str = "question"  # risk_control: question | conversation (exchangeable units)
+    risk_grid: list[float] = field(default_factory=lambda: [-20.0, 20.0, 4001])  # [lo, hi, points] log-odds
+    correctness: str = "label_rule"  # label_rule | outcome | evidence: which s_ok / r_ok columns
+    include_unlabeled: bool = True  # score dropped records too (eval replays them)
     batch_size: int = 8
-    limit: int | None = None  # score only the first N labeled records (quick runs)
+    limit: int | None = None  # score only the first N replayable records (quick runs)
     write: bool = True  # store the threshold in the run directory's tiermem_router.json
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
-        if not 0.0 < self.value <= 1.0:
-            raise ValueError(f"value must be in (0, 1], got {self.value}")
+        if self.target is not None:
+            self.objective, self.target = self.target, None
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.objective in ("hard_recall", "escalation_rate"):
+            if self.value is None or not 0.0 < self.value <= 1.0:
+                raise ValueError(f"objective {self.objective}: value must be a share in (0, 1], got {self.value}")
+        if self.objective == "token_budget" and (self.value is None or self.value <= 0):
+            raise ValueError(f"objective token_budget: value must be a mean input-token budget > 0, got {self.value}")
+        if not (0 < self.alpha < 1 and 0 < self.delta < 1):
+            raise ValueError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
+        if self.risk_unit not in RISK_UNITS:
+            raise ValueError(f"risk_unit must be one of {RISK_UNITS}, got {self.risk_unit!r}")
+        if len(self.risk_grid) != 3 or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2:
+            raise ValueError(f"risk_grid must be [lo, hi, points] with lo < hi and points >= 2, got {self.risk_grid}")
 
 
-def threshold_for_rate(scores: list[float], rate: float) -> float:
+@dataclass
+class CalibrationSet:
+    """What calibration needs per replayable record."""
+
+    scores: list[float]  # router log-odds
+    labels: list[str | None]  # ANSWER | ESCALATE | None (dropped)
+    s_ok: list[bool] | None = None
+    r_ok: list[bool] | None = None
+    s_tokens: list[float] | None = None
+    r_tokens: list[float] | None = None
+    clusters: list[str] | None = None  # conv_id per record
+
+    def __post_init__(self) -> None:
+        n = len(self.scores)
+        for name in ("labels", "s_ok", "r_ok", "s_tokens", "r_tokens", "clusters"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"calibration set: {len(value)} {name} for {n} scores")
+        if not n:
+            raise ValueError("no scores to calibrate on")
+
+    def need(self, *names: str) -> None:
+        missing = [n for n in names if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"this objective needs per-record {missing}")
+
+
+# ---- thresholds ------------------------------------------------------------------------------------------
+
+
+def threshold_for_rate(scores: Sequence[float], rate: float) -> float:
     """Largest threshold with at least `rate` of the scores >= it: the k-th largest score, k = ceil(rate * n)."""
     if not scores:
         raise ValueError("no scores to calibrate on")
@@ -48,7 +128,7 @@ def threshold_for_rate(scores: list[float], rate: float) -> float:
     return sorted(scores, reverse=True)[k - 1]
 
 
-def threshold_for_hard_recall(scores: list[float], labels: list[str], recall: float) -> float:
+def threshold_for_hard_recall(scores: Sequence[float], labels: Sequence[str | None], recall: float) -> float:
     """Largest threshold that escalates at least `recall` of the ESCALATE-labeled records."""
     hard = [s for s, label in zip(scores, labels, strict=True) if label == "ESCALATE"]
     if not hard:
@@ -56,62 +136,242 @@ def threshold_for_hard_recall(scores: list[float], labels: list[str], recall: fl
     return threshold_for_rate(hard, recall)
 
 
-def summarize(scores: list[float], labels: list[str], threshold: float) -> dict[str, Any]:
+def _candidates(scores: Sequence[float]) -> list[float]:
+    """Every distinct decision: nothing escalates, then each distinct score from the top (escalate >= it)."""
+    return [ANSWER_ALL] + sorted(set(float(s) for s in scores), reverse=True)
+
+
+def threshold_max_reward(cs: CalibrationSet, reward: RewardConfig) -> tuple[float, float]:
+    """(threshold, mean reward) maximizing the total reward table value; ties go to the higher threshold."""
+    cs.need("s_ok", "r_ok", "r_tokens")
+    scale = resolve_cost_scale(reward, cs.r_tokens)  # type: ignore[arg-type]
+    gain = {}  # reward(ESCALATE) - reward(ANSWER) per record
+    base = 0.0
+    for i, (s, r, tok) in enumerate(zip(cs.s_ok, cs.r_ok, cs.r_tokens, strict=True)):  # type: ignore[arg-type]
+        answer = score_decision("ANSWER", s, r, tok, reward, scale).total
+        escalate = score_decision("ESCALATE", s, r, tok, reward, scale).total
+        base += answer
+        gain[i] = escalate - answer
+    return _best_prefix(cs.scores, [gain[i] for i in range(len(cs.scores))], base)
+
+
+def _best_prefix(scores: Sequence[float], gain: Sequence[float], base: float) -> tuple[float, float]:
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    best_t, best_v, total, k = ANSWER_ALL, base, base, 0
+    for t in _candidates(scores)[1:]:
+        while k < len(order) and scores[order[k]] >= t:
+            total += gain[order[k]]
+            k += 1
+        if total > best_v + 1e-12:
+            best_t, best_v = t, total
+    return best_t, best_v / len(scores)
+
+
+def threshold_token_budget(cs: CalibrationSet, budget: float) -> float:
+    """Best accuracy with mean path input tokens <= budget; among equal accuracies the fewest tokens."""
+    cs.need("s_ok", "r_ok", "s_tokens", "r_tokens")
+    best: tuple[float, float, float] | None = None  # (accuracy, -tokens, threshold)
+    for t in _candidates(cs.scores):
+        esc = [s >= t for s in cs.scores]
+        n = len(esc)
+        tokens = sum(r if e else s for e, s, r in zip(esc, cs.s_tokens, cs.r_tokens, strict=True)) / n  # type: ignore[arg-type]
+        if tokens > budget:
+            continue
+        acc = sum(r if e else s for e, s, r in zip(esc, cs.s_ok, cs.r_ok, strict=True)) / n  # type: ignore[arg-type]
+        if best is None or (acc, -tokens) > best[:2]:
+            best = (acc, -tokens, t)
+    if best is None:
+        floor = sum(cs.s_tokens) / len(cs.s_tokens)  # type: ignore[arg-type]
+        raise ValueError(f"token budget {budget} is below the summary-only mean input tokens {floor:.1f}: "
+                         "no threshold meets it")
+    return best[2]
+
+
+# ---- risk control ----------------------------------------------------------------------------------------
+
+
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """P(Binomial(n, p) <= k), summed in log space (no scipy)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+            + (n - i) * math.log1p(-p) for i in range(k + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+
+
+def binomial_p_value(risk_hat: float, n: int, alpha: float) -> float:
+    """Exact p-value of H0: risk > alpha for a mean of n Bernoulli losses (risk_hat = k / n)."""
+    return binom_cdf(int(round(risk_hat * n)), n, alpha)
+
+
+def hb_p_value(risk_hat: float, n: int, alpha: float) -> float:
+    """Hoeffding-Bentkus p-value of H0: risk > alpha for a mean of n losses in [0, 1] (Bates et al., 2021)."""
+    a = min(risk_hat, alpha)
+
+    def h(x: float, y: float) -> float:
+        t1 = x * math.log(x / y) if x > 0 else 0.0
+        t2 = (1 - x) * math.log((1 - x) / (1 - y)) if x < 1 else 0.0
+        return t1 + t2
+
+    hoeffding = math.exp(-n * h(a, alpha))
+    bentkus = math.e * binom_cdf(math.ceil(n * risk_hat), n, alpha)
+    return min(1.0, hoeffding, bentkus)
+
+
+def false_cache_hit_losses(cs: CalibrationSet) -> list[bool]:
+    """Whether ANSWER on the record would be a false cache hit (only research was right)."""
+    cs.need("s_ok", "r_ok")
+    return [bool(r and not s) for s, r in zip(cs.s_ok, cs.r_ok, strict=True)]  # type: ignore[arg-type]
+
+
+def threshold_risk_control(cs: CalibrationSet, alpha: float, delta: float, unit: str = "question",
+                           grid: Sequence[float] = (-20.0, 20.0, 4001)) -> tuple[float, dict[str, Any]]:
+    """Learn-then-Test with fixed-sequence testing (see the module docstring). Returns (threshold, guarantee)."""
+    loss = np.asarray(false_cache_hit_losses(cs), dtype=np.float64)
+    scores = np.asarray(cs.scores, dtype=np.float64)
+    if unit == "question":
+        groups = np.arange(len(scores))
+        p_value, method = binomial_p_value, "learn-then-test, fixed sequence, exact binomial p-value"
+    elif unit == "conversation":
+        cs.need("clusters")
+        ids = {c: i for i, c in enumerate(dict.fromkeys(cs.clusters))}  # type: ignore[arg-type]
+        groups = np.asarray([ids[c] for c in cs.clusters])  # type: ignore[union-attr]
+        p_value, method = hb_p_value, "learn-then-test, fixed sequence, Hoeffding-Bentkus p-value"
+    else:
+        raise ValueError(f"risk unit must be one of {RISK_UNITS}, got {unit!r}")
+    n_units = int(groups.max()) + 1
+    sizes = np.bincount(groups, minlength=n_units)
+    chosen, chosen_p, chosen_risk = ESCALATE_ALL, None, 0.0
+    for t in np.round(np.linspace(grid[0], grid[1], int(grid[2])), 9):  # rounded: readable stored thresholds
+        per_unit = np.bincount(groups, weights=loss * (scores < t), minlength=n_units) / sizes
+        risk_hat = float(per_unit.mean())
+        p = p_value(risk_hat, n_units, alpha)
+        if p > delta:
+            break
+        chosen, chosen_p, chosen_risk = float(t), p, risk_hat
+    guarantee = {
+        "method": method, "alpha": alpha, "delta": delta, "unit": unit, "n_calibration": n_units,
+        "n_questions": len(scores), "achieved": chosen_risk, "p_value": chosen_p,
+        "statement": (f"false-cache-hit rate <= {alpha} on new exchangeable {unit}s with probability >= "
+                      f"{1 - delta:.3g}" if chosen_p is not None else
+                      f"no threshold certified with {n_units} {unit}s: the router escalates everything"),
+    }
+    return chosen, guarantee
+
+
+# ---- the whole objective ---------------------------------------------------------------------------------
+
+
+def summarize(scores: Sequence[float], labels: Sequence[str | None], threshold: float,
+              cs: CalibrationSet | None = None, reward: RewardConfig | None = None) -> dict[str, Any]:
+    """What the threshold does on the calibration records."""
     escalate = [s >= threshold for s in scores]
+    n = len(scores)
     hard = [e for e, label in zip(escalate, labels, strict=True) if label == "ESCALATE"]
-    agree = [e == (label == "ESCALATE") for e, label in zip(escalate, labels, strict=True)]
-    return {
-        "n": len(scores),
-        "escalation_rate": sum(escalate) / len(scores),
+    labeled = [(e, label) for e, label in zip(escalate, labels, strict=True) if label in ("ANSWER", "ESCALATE")]
+    out: dict[str, Any] = {
+        "n": n,
+        "escalation_rate": sum(escalate) / n,
         "hard_recall": sum(hard) / len(hard) if hard else None,
-        "label_accuracy": sum(agree) / len(agree),
-        "label_escalate_share": sum(label == "ESCALATE" for label in labels) / len(labels),
+        "label_accuracy": sum(e == (label == "ESCALATE") for e, label in labeled) / len(labeled) if labeled else None,
+        "label_escalate_share": sum(label == "ESCALATE" for _, label in labeled) / len(labeled) if labeled else None,
+    }
+    if cs is not None and cs.s_ok is not None and cs.r_ok is not None:
+        out["accuracy"] = sum(r if e else s for e, s, r in zip(escalate, cs.s_ok, cs.r_ok, strict=True)) / n
+        out["false_cache_hit_rate"] = sum((not e) and r and not s
+                                          for e, s, r in zip(escalate, cs.s_ok, cs.r_ok, strict=True)) / n
+        if cs.s_tokens is not None and cs.r_tokens is not None:
+            out["mean_input_tokens"] = sum(r if e else s for e, s, r in
+                                           zip(escalate, cs.s_tokens, cs.r_tokens, strict=True)) / n
+            if reward is not None:
+                scale = resolve_cost_scale(reward, cs.r_tokens)
+                out["mean_reward"] = sum(
+                    score_decision("ESCALATE" if e else "ANSWER", s, r, tok, reward, scale).total
+                    for e, s, r, tok in zip(escalate, cs.s_ok, cs.r_ok, cs.r_tokens, strict=True)) / n
+    return out
+
+
+def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
+    """Pick the threshold for cfg.objective on cs; returns the calibration dict stored with the router."""
+    guarantee = None
+    if cfg.objective == "max_reward":
+        threshold, _ = threshold_max_reward(cs, cfg.reward)
+        params: dict[str, Any] = {"reward": asdict(cfg.reward)}
+    elif cfg.objective == "token_budget":
+        threshold = threshold_token_budget(cs, float(cfg.value))  # type: ignore[arg-type]
+        params = {"budget_mean_input_tokens": cfg.value}
+    elif cfg.objective == "hard_recall":
+        threshold = threshold_for_hard_recall(cs.scores, cs.labels, float(cfg.value))  # type: ignore[arg-type]
+        params = {}
+    elif cfg.objective == "escalation_rate":
+        threshold = threshold_for_rate(cs.scores, float(cfg.value))  # type: ignore[arg-type]
+        params = {}
+    elif cfg.objective == "risk_control":
+        threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_unit, cfg.risk_grid)
+        params = {"alpha": cfg.alpha, "delta": cfg.delta, "unit": cfg.risk_unit}
+    else:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {cfg.objective!r}")
+    return {
+        "objective": cfg.objective, "value": cfg.value, **params,
+        "threshold_logit": float(threshold), "threshold": sigmoid(float(threshold)),
+        "target": {"kind": cfg.objective, "value": cfg.value},  # read by the model card
+        "n_calibration": len(cs.scores),
+        "achieved": summarize(cs.scores, cs.labels, threshold, cs, cfg.reward),
+        "guarantee": guarantee,
     }
 
 
-def calibrate(scores: list[float], labels: list[str], target: str, value: float) -> dict[str, Any]:
-    if target == "escalation_rate":
-        threshold = threshold_for_rate(scores, value)
-    elif target == "hard_recall":
-        threshold = threshold_for_hard_recall(scores, labels, value)
-    else:
-        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
-    return {"threshold": threshold, "target": {"kind": target, "value": value},
-            "achieved": summarize(scores, labels, threshold)}
-
-
-def load_labeled(data: str, split: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """Records with a label (ANSWER/ESCALATE) from a saved DatasetDict or a JSONL file."""
+def load_replayable(data: str, split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
+                    limit: int | None = None) -> list[dict[str, Any]]:
+    """The records eval replays: labeled, plus dropped ones whose path correctness is known."""
     from labeling.dataset import load_split
+    from router_train.metrics import replayable_records
 
     path = Path(data)
     rows = load_split(path, split)
-    out = []
     for i, row in enumerate(rows):
         for key in ("question", "router_summaries", "label"):
             if key not in row:
                 raise ValueError(f"{path} [{split}] record {i}: missing field {key!r}")
-        if row["label"] in ("ANSWER", "ESCALATE"):
-            out.append(row)
-    if not out:
-        raise ValueError(f"{path} [{split}]: no labeled records to calibrate on")
-    return out[:limit] if limit else out
+    kept, _ = replayable_records(rows, correctness, include_unlabeled)
+    if not kept:
+        raise ValueError(f"{path} [{split}]: no replayable records to calibrate on")
+    return list(kept[:limit] if limit else kept)
 
 
-def run(cfg: CalibrateConfig) -> dict[str, Any]:
-    from serving.router import LocalRouter
+def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
+                    correctness: str = "label_rule") -> CalibrationSet:
+    from router_train.metrics import to_case
 
-    records = load_labeled(cfg.data, cfg.split, cfg.limit)
-    router = LocalRouter.from_pretrained(cfg.router, mode="fast", batch_size=cfg.batch_size)
+    cases = [to_case(r, correctness, i) for i, r in enumerate(records)]
+    return CalibrationSet(
+        scores=[float(s) for s in scores], labels=[c.label for c in cases], s_ok=[c.s_ok for c in cases],
+        r_ok=[c.r_ok for c in cases], s_tokens=[c.s_tokens for c in cases], r_tokens=[c.r_tokens for c in cases],
+        clusters=[str(r.get("conv_id", i)) for i, r in enumerate(records)])
+
+
+def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: int) -> list[float]:
     from tqdm import tqdm
 
     scores: list[float] = []
-    for i in tqdm(range(0, len(records), cfg.batch_size), desc="calibrate: scoring", unit="batch"):
-        chunk = records[i: i + cfg.batch_size]
+    for i in tqdm(range(0, len(records), batch_size), desc="calibrate: scoring", unit="batch"):
+        chunk = records[i: i + batch_size]
         scores += router.score([r["question"] for r in chunk], [r["router_summaries"] for r in chunk])
-    labels = [r["label"] for r in records]
-    result = calibrate(scores, labels, cfg.target, cfg.value)
-    result.update({"data": cfg.data, "split": cfg.split, "scored_by": "fast path p_escalate"})
+    return scores
+
+
+def run(cfg: CalibrateConfig) -> dict[str, Any]:
+    from serving.router import load_router
+
+    records = load_replayable(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled, cfg.limit)
+    router = load_router(cfg.router, mode="fast", batch_size=cfg.batch_size, shared_trunk=True)
+    scores = score_records(router, records, cfg.batch_size)
+    result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)
+    result.update({"data": cfg.data, "split": cfg.split, "correctness": cfg.correctness,
+                   "scored_by": f"{router.kind} score (log-odds of ESCALATE)"})
     if cfg.write:
         if not Path(cfg.router).is_dir():
             raise FileNotFoundError(f"{cfg.router}: calibration is stored in a local run directory")

@@ -2,11 +2,18 @@
 
 `Router.from_pretrained(path_or_hub_id)` loads a trained router (base + LoRA adapter, or merged weights)
 and checks its contract version. Modes:
-- fast (default): one forward pass over the prompt + contract.OUTPUT_PREFIX; p_escalate is the softmax over
-  the first tokens of "ANSWER" and "ESCALATE"; the decision is p_escalate >= threshold. No generation.
+- fast (default): one forward pass over the prompt + contract.OUTPUT_PREFIX; the score is the log-odds margin
+  logit(ESCALATE) - logit(ANSWER) of the two actions' first tokens, computed in float64 so that no two distinct
+  margins tie (a float32 softmax saturates at 1.0); the decision is score >= threshold, the threshold being in
+  log-odds too (p_escalate = sigmoid(score) is kept for display). No generation.
 - generate: greedy generation of the full JSON, parsed by the contract (audits, reasons).
 Other routers: `RemoteRouter` (an OpenAI-compatible endpoint serving the adapter, e.g. vLLM --enable-lora),
-`TeacherRouter` (any tiermem LLM prompted with the contract), `AlwaysAnswer`, `AlwaysEscalate`.
+`TeacherRouter` (any tiermem LLM prompted with the contract), `AlwaysAnswer`, `AlwaysEscalate`, and the
+serve-time baselines of serving/feature_router.py (`top1-score`, `features`), which need no language model.
+
+Every router with a `score()` returns log-odds of ESCALATE (higher = escalate), so calibration, sweeps and
+evaluation treat them alike. `load_router(path)` / `Router.from_pretrained(path)` read tiermem_router.json and
+build the router kind it names (a LoRA/merged LM unless `router_kind` says otherwise).
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ from typing import Any, ClassVar
 
 from serving import contract
 from serving.artifacts import RunMeta, read_run_meta
+from serving.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
 
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = 0.0  # log-odds: p_escalate = 0.5, the argmax decision
+ESCALATE_ALL = -1.0e9  # a log-odds threshold below any model margin: every question escalates (JSON-safe -inf)
 Summaries = Sequence[Any]  # dicts / objects with text and date, see contract.as_view
 
 
@@ -37,6 +46,38 @@ class Decision:
     latency_s: float  # wall time of the call that produced it, divided by the batch size
     prompt_tokens: int
     error: str | None = None  # an LLM/endpoint error after retries; the action is then ESCALATE, flagged
+    score: float | None = None  # log-odds of ESCALATE (float64 margin); None when the router has no score
+
+
+def sigmoid(x: float) -> float:
+    """Numerically stable logistic function (no overflow for large |x|)."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+def logit(p: float) -> float:
+    """Inverse of sigmoid for a probability threshold; 0 and 1 map to -inf / +inf."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"probability must be in [0, 1], got {p}")
+    if p == 0.0:
+        return -math.inf
+    if p == 1.0:
+        return math.inf
+    return math.log(p) - math.log1p(-p)
+
+
+def calibrated_threshold(calibration: dict[str, Any] | None) -> float | None:
+    """The log-odds threshold stored by serving.calibrate: `threshold_logit`, or (older runs) the probability
+    `threshold`, converted."""
+    if not calibration:
+        return None
+    if calibration.get("threshold_logit") is not None:
+        return float(calibration["threshold_logit"])
+    if calibration.get("threshold") is not None:
+        return logit(float(calibration["threshold"]))
+    return None
 
 
 class RouterLoadError(RuntimeError):
@@ -56,12 +97,40 @@ def register(name: str) -> Callable[[type[Router]], type[Router]]:
 
 
 def build_router(kind: str, **kwargs: Any) -> Router:
-    """`build_router("local", path=...)`, `build_router("remote", base_url=..., model=...)`, ..."""
+    """`build_router("local", path=...)`, `build_router("remote", base_url=..., model=...)`,
+    `build_router("features", path=...)`, `build_router("top1-score", threshold=...)`, ..."""
+    import serving.feature_router  # noqa: F401  (registers top1-score and features)
+
     if kind not in ROUTERS:
         raise ValueError(f"unknown router kind {kind!r}; known: {sorted(ROUTERS)}")
     if kind == "local":
+        if "path" in kwargs:
+            kwargs["path_or_hub_id"] = kwargs.pop("path")
         return LocalRouter.from_pretrained(**kwargs)
     return ROUTERS[kind](**kwargs)
+
+
+def router_kind_of(run_dir: str | Path) -> str:
+    """The router kind a run directory holds: tiermem_router.json's `router_kind`, else a LoRA/merged LM."""
+    path = Path(run_dir).expanduser()
+    if not path.is_dir():
+        return "local"  # a hub id: LM routers are what the hub holds
+    return str(read_run_meta(path).extra.get("router_kind") or "local")
+
+
+def load_router(path_or_hub_id: str | Path, **kwargs: Any) -> Router:
+    """Load any saved router (LM, features, top1-score) by what its tiermem_router.json says.
+
+    Keyword arguments a kind does not use (mode, revision, batch_size, ...) are dropped for the non-LM kinds."""
+    kind = router_kind_of(path_or_hub_id)
+    if kind == "local":
+        return LocalRouter.from_pretrained(path_or_hub_id, **kwargs)
+    import serving.feature_router  # noqa: F401
+
+    if kind not in ROUTERS or not hasattr(ROUTERS[kind], "load"):
+        raise RouterLoadError(f"{path_or_hub_id}: tiermem_router.json names router_kind {kind!r}, which cannot be "
+                              f"loaded from a directory; known: {sorted(ROUTERS)}")
+    return ROUTERS[kind].load(path_or_hub_id, threshold=kwargs.get("threshold"))
 
 
 class Router(ABC):
@@ -78,14 +147,23 @@ class Router(ABC):
         """One Decision per question, in order."""
 
     def _threshold(self, override: float | None) -> float:
+        """The decision threshold in log-odds (escalate when score >= threshold)."""
         value = self.threshold if override is None else override
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {value}")
-        return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise ValueError(f"threshold must be a log-odds number, got {value!r}")
+        return float(value)
+
+    def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        """Log-odds of ESCALATE per question (what calibration and sweeps order by). Routers without a score
+        (fixed, parsed-only) raise."""
+        raise NotImplementedError(f"router kind {self.kind!r} gives no score")
 
     @staticmethod
     def from_pretrained(path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",
-                        **kwargs: Any) -> LocalRouter:
+                        **kwargs: Any) -> Router:
+        """Any saved router: an LM run directory or hub id, or a features / top1-score directory."""
+        if router_kind_of(path_or_hub_id) != "local":
+            return load_router(path_or_hub_id, **kwargs)
         return LocalRouter.from_pretrained(path_or_hub_id, revision=revision, mode=mode, **kwargs)
 
 
@@ -146,11 +224,6 @@ class TeacherRouter(Router):
         return out
 
 
-def _softmax2(logit_answer: float, logit_escalate: float) -> float:
-    """P(ESCALATE) from two logits, numerically stable."""
-    return 1.0 / (1.0 + math.exp(logit_answer - logit_escalate))
-
-
 @register("remote")
 class RemoteRouter(Router):
     """A router served by an OpenAI-compatible endpoint, selected by model name.
@@ -179,7 +252,8 @@ class RemoteRouter(Router):
         self.used: dict[str, int] = {"logprobs": 0, "choice": 0, "generate": 0}
 
     def _p_from_logprobs(self, content: Any) -> float | None:
-        """Walk the generated tokens up to OUTPUT_PREFIX; read both actions' first tokens among the top log-probs."""
+        """Walk the generated tokens up to OUTPUT_PREFIX; read both actions' first tokens among the top log-probs.
+        Returns the log-odds margin of ESCALATE over ANSWER (None when they are not both among the top)."""
         if not content:
             return None
         text = ""
@@ -192,7 +266,7 @@ class RemoteRouter(Router):
                         if piece and action.startswith(piece) and cand.logprob > best.get(action, -math.inf):
                             best[action] = cand.logprob
                 if len(best) == 2:
-                    return _softmax2(best["ANSWER"], best["ESCALATE"])
+                    return best["ESCALATE"] - best["ANSWER"]  # log-odds; renormalized over the two actions
                 return None
             text += tok.token
             if len(text.lstrip()) > len(contract.OUTPUT_PREFIX):
@@ -209,14 +283,14 @@ class RemoteRouter(Router):
                 logprobs=True, top_logprobs=self.top_logprobs)
             choice = resp.choices[0]
             content = getattr(choice.logprobs, "content", None) if choice.logprobs else None
-            p = self._p_from_logprobs(content)
+            margin = self._p_from_logprobs(content)
             dt = time.perf_counter() - started
             tokens = resp.usage.prompt_tokens if resp.usage else 0
             parsed = contract.parse(choice.message.content or "")
-            if p is not None:
+            if margin is not None:
                 self.used["logprobs"] += 1
-                action = "ESCALATE" if p >= threshold else "ANSWER"
-                return Decision(action, p, parsed.reason, True, dt, tokens)
+                action = "ESCALATE" if margin >= threshold else "ANSWER"
+                return Decision(action, sigmoid(margin), parsed.reason, True, dt, tokens, score=margin)
             if strategy == "logprobs" or content is not None:
                 # Log-probs were returned but the action tokens are not among them: the text is all we have.
                 self.used["generate"] += 1
@@ -263,13 +337,37 @@ class RemoteRouter(Router):
         return out
 
 
+_SHARED_TRUNK_STATES: dict[str, dict] = {}  # trunk fingerprint -> states, shared by the routers of one process
+
+
+def adapter_top_layers(model: Any) -> int | None:
+    """N when a PEFT model's LoRA weights sit only in its top N decoder layers (else None: no shared trunk)."""
+    import re
+
+    try:
+        n = len(decoder_of(model).layers)
+    except ValueError:
+        return None
+    layers = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
+              for m in [re.search(r"\.layers\.(\d+)\.", name)] if m}
+    if not layers or any("lora_" in name and ".layers." not in name for name, _ in model.named_parameters()):
+        return None
+    return n - min(layers) if 0 < min(layers) else None
+
+
 @register("local")
 class LocalRouter(Router):
-    """An in-process router model (base + LoRA adapter, or merged weights)."""
+    """An in-process router model (base + LoRA adapter, or merged weights).
+
+    `threshold` is in log-odds (0.0 = the argmax decision). __init__ puts the model in eval mode and, with
+    `prefix_cache=True`, caches the KV of the shared instruction prefix computed with the weights of that moment:
+    a training loop that scores with a LocalRouter must build it with `prefix_cache=False` (or call
+    `refresh_prefix_cache()` after each update) and restore `model.train()` itself afterwards.
+    """
 
     def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
                  threshold: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
-                 max_new_tokens: int = 64) -> None:
+                 max_new_tokens: int = 64, trunk_layers: int | None = None) -> None:
         import torch
 
         if mode not in ("fast", "generate"):
@@ -279,7 +377,7 @@ class LocalRouter(Router):
         self.tokenizer = tokenizer
         self.meta = meta
         self.mode = mode
-        calibrated = (meta.calibration or {}).get("threshold") if meta else None
+        calibrated = calibrated_threshold(meta.calibration) if meta else None
         self.threshold = threshold if threshold is not None else (
             calibrated if calibrated is not None else DEFAULT_THRESHOLD)
         self.batch_size = batch_size
@@ -289,6 +387,12 @@ class LocalRouter(Router):
         self.device = next(model.parameters()).device
         self.answer_id, self.escalate_id = self._action_token_ids()
         self.prefix_ids, self._prefix_cache = self._fixed_prefix() if prefix_cache else ([], None)
+        # Offline stages that score the same records with several routers of one base (eval, calibrate) share
+        # the frozen bottom layers' output: the adapters only differ in the top `trunk_layers` layers.
+        self.trunk = None
+        if trunk_layers and supports_trunk(model):
+            self.trunk = FrozenTrunk(model, trunk_layers, batch_size=batch_size)
+            self.trunk.cache = _SHARED_TRUNK_STATES.setdefault(self.trunk.fingerprint, {})
 
     # -- loading -----------------------------------------------------------------------------------
     @classmethod
@@ -306,13 +410,20 @@ class LocalRouter(Router):
             from serving.hub import pull
 
             run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir)
+        shared_trunk = bool(kwargs.pop("shared_trunk", False))
         meta = read_run_meta(run_dir)
+        kind = meta.extra.get("router_kind")
+        if kind not in (None, "local"):
+            raise RouterLoadError(f"{run_dir} holds a {kind!r} router, not a language model: load it with "
+                                  f"kind={kind} (or serving.router.load_router / Router.from_pretrained)")
         contract.check_version(meta.contract_version, where=f"router {path_or_hub_id}")
         if (run_dir / "adapter_config.json").is_file():
             from peft import PeftModel
 
             model, tokenizer = load_causal_lm(meta.base_model, dtype=dtype, device=device)
             model = PeftModel.from_pretrained(model, str(run_dir))
+            if shared_trunk:
+                kwargs["trunk_layers"] = adapter_top_layers(model)
             if merge:  # one set of weights: no LoRA matmuls per layer at inference
                 model = model.merge_and_unload()
         elif (run_dir / "config.json").is_file():
@@ -341,6 +452,10 @@ class LocalRouter(Router):
             raise RouterLoadError(f"ANSWER and ESCALATE share their first token {ids[0]}; use mode='generate'")
         return ids[0], ids[1]
 
+    def refresh_prefix_cache(self) -> None:
+        """Recompute the cached prefix KV (after the weights changed)."""
+        self.prefix_ids, self._prefix_cache = self._fixed_prefix()
+
     def _fixed_prefix(self) -> tuple[list[int], Any]:
         """Token ids and KV cache of the prompt part every request shares (system prompt, chat markup)."""
         a = self._encode(contract.render_prompt(self.tokenizer, "first question", []))
@@ -358,9 +473,18 @@ class LocalRouter(Router):
 
     # -- fast path ---------------------------------------------------------------------------------
     def _score(self, rows: list[list[int]]) -> list[float]:
-        """p_escalate per row. Rows are right-padded after the (optional) cached prefix and read at their last
-        real token; pads never sit between the prefix and a row, so no position shifts are needed."""
+        """Log-odds margin logit(ESCALATE) - logit(ANSWER) per row. Rows are right-padded after the (optional)
+        cached prefix and read at their last real token; pads never sit between the prefix and a row, so no
+        position shifts are needed."""
         torch = self.torch
+        if self.trunk is not None:
+            ids, mask = right_padded(rows, self.tokenizer.pad_token_id)
+            last = (mask.sum(dim=1) - 1).to(self.device)
+            with torch.inference_mode():
+                logits = self.trunk.logits(self.model, ids.to(self.device), mask.to(self.device),
+                                           logits_to_keep=last[:, None])
+            picked = logits[:, 0, [self.answer_id, self.escalate_id]].double()
+            return (picked[:, 1] - picked[:, 0]).tolist()
         p_len = len(self.prefix_ids)
         use_cache = self._prefix_cache is not None and all(r[:p_len] == self.prefix_ids for r in rows)
         start = p_len if use_cache else 0
@@ -381,11 +505,26 @@ class LocalRouter(Router):
                                 use_cache=use_cache, **kwargs).logits
         last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
         picked = logits[torch.arange(len(rows), device=self.device), last][:, [self.answer_id, self.escalate_id]]
-        return torch.softmax(picked.float(), dim=-1)[:, 1].tolist()
+        # The margin in float64: a float32 softmax saturates at exactly 1.0 for large margins, which ties
+        # distinct decisions and collapses sweeps and quantile thresholds.
+        picked = picked.double()
+        return (picked[:, 1] - picked[:, 0]).tolist()
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        """p_escalate for each (question, summaries), batched; what calibration and evaluation sweep over."""
-        return [d.p_escalate for d in self._fast(questions, summaries, self.threshold)]  # type: ignore[misc]
+        """Log-odds of ESCALATE for each (question, summaries), batched; what calibration and evaluation sweep
+        over."""
+        return [d.score for d in self._fast(questions, summaries, self.threshold)]  # type: ignore[misc]
+
+    def score_prompts(self, prompts: Sequence[str]) -> list[float]:
+        """Log-odds of ESCALATE for already-rendered prompts (contract.render_prompt output, without
+        OUTPUT_PREFIX): the same tokenization (add_special_tokens=False) and forward pass as the fast path, so
+        training metrics and serving read the same number. Puts nothing in train mode: callers that train
+        restore `model.train()` themselves (see the class docstring about the prefix cache)."""
+        out: list[float] = []
+        for i in range(0, len(prompts), self.batch_size):
+            rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts[i: i + self.batch_size]]
+            out += self._score(rows)
+        return out
 
     def _fast(self, questions, summaries, threshold: float) -> list[Decision]:
         out: list[Decision] = []
@@ -394,11 +533,12 @@ class LocalRouter(Router):
             started = time.perf_counter()
             rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
                     for q, s in zip(qs, ss, strict=True)]
-            probs = self._score(rows)
+            margins = self._score(rows)
             dt = (time.perf_counter() - started) / len(rows)
-            for p, row in zip(probs, rows, strict=True):
-                action = "ESCALATE" if p >= threshold else "ANSWER"
-                out.append(Decision(action, p, f"p_escalate={p:.3f} vs threshold {threshold:.3f}", True, dt, len(row)))
+            for m, row in zip(margins, rows, strict=True):
+                action = "ESCALATE" if m >= threshold else "ANSWER"
+                out.append(Decision(action, sigmoid(m), f"log-odds {m:.3f} vs threshold {threshold:.3f}", True, dt,
+                                    len(row), score=m))
         return out
 
     # -- generate path -----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """`make serve`: a small JSON API over an in-process router.
 
-POST /route {question, summaries: [{text, date}], threshold?} -> the Decision as JSON
+POST /route {question, summaries: [{text, date, score?}], threshold? | threshold_logit?} -> the Decision as JSON
+     (`threshold` is a probability, `threshold_logit` log-odds; the router decides score >= threshold_logit;
+     `score` is the retrieval score the top1-score and features routers read)
 GET  /health                                                   -> router kind, contract version, threshold
 POST /v1/chat/completions                                      -> OpenAI-style greedy completion from the router
                                                                   model (with token log-probs), so RemoteRouter and
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 import threading
 import time
@@ -31,6 +34,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from serving import contract
+from serving.router import logit, sigmoid
 
 
 @dataclass
@@ -38,7 +42,7 @@ class ServeConfig:
     router: str = "runs/grpo"  # run directory or hub id; or "always-answer" / "always-escalate"
     revision: str | None = None
     mode: str = "fast"  # fast | generate
-    threshold: float | None = None  # default: the calibrated one stored with the router
+    threshold: float | None = None  # log-odds; default: the calibrated one stored with the router
     host: str = "127.0.0.1"
     port: int = 8088
     max_body_bytes: int = 200_000
@@ -52,8 +56,8 @@ class ServeConfig:
     route_batch_size: int = 16  # /route requests scored together when they queue up
 
     def __post_init__(self) -> None:
-        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1] or null, got {self.threshold!r}")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError(f"threshold must be a finite log-odds number or null, got {self.threshold!r}")
         if not 0 <= self.port <= 65_535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.mode not in ("fast", "generate"):
@@ -76,9 +80,10 @@ def validate_route_request(body: Any, cfg: ServeConfig) -> tuple[str, list[dict[
     """Check a /route body; every failure names the field. Returns (question, summaries, threshold)."""
     if not isinstance(body, dict):
         raise RequestError(400, "body must be a JSON object with 'question' and 'summaries'")
-    unknown = sorted(set(body) - {"question", "summaries", "threshold"})
+    unknown = sorted(set(body) - {"question", "summaries", "threshold", "threshold_logit"})
     if unknown:
-        raise RequestError(422, f"unknown field(s) {unknown}; allowed: question, summaries, threshold")
+        raise RequestError(422, f"unknown field(s) {unknown}; allowed: question, summaries, threshold, "
+                                "threshold_logit")
     question = body.get("question")
     if not isinstance(question, str) or not question.strip():
         raise RequestError(422, "'question' must be a non-empty string")
@@ -100,12 +105,25 @@ def validate_route_request(body: Any, cfg: ServeConfig) -> tuple[str, list[dict[
         date = s.get("date")
         if date is not None and not isinstance(date, str):
             raise RequestError(422, f"summaries[{i}].date must be a string or null")
-        clean.append({"text": s["text"], "date": date})
+        unit = {"text": s["text"], "date": date}
+        if s.get("score") is not None:
+            if isinstance(s["score"], bool) or not isinstance(s["score"], int | float) \
+                    or not math.isfinite(s["score"]):
+                raise RequestError(422, f"summaries[{i}].score must be a number or absent")
+            unit["score"] = float(s["score"])
+        clean.append(unit)
     threshold = body.get("threshold")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
                                   or not 0.0 <= threshold <= 1.0):
         raise RequestError(422, "'threshold' must be a number in [0, 1] or absent")
-    return question, clean, threshold
+    logit_t = body.get("threshold_logit")
+    if logit_t is not None:
+        if threshold is not None:
+            raise RequestError(422, "give 'threshold' (a probability) or 'threshold_logit', not both")
+        if isinstance(logit_t, bool) or not isinstance(logit_t, int | float) or math.isnan(logit_t):
+            raise RequestError(422, "'threshold_logit' must be a number or absent")
+        return question, clean, float(logit_t)
+    return question, clean, None if threshold is None else logit(threshold)
 
 
 def _is_int(value: Any) -> bool:
@@ -263,7 +281,8 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "router": router.kind, "mode": getattr(router, "mode", None),
-                "contract_version": contract.CONTRACT_VERSION, "threshold": router.threshold,
+                "contract_version": contract.CONTRACT_VERSION, "threshold_logit": router.threshold,
+                "threshold": sigmoid(router.threshold),
                 "base_model": meta.base_model if meta else None, "chat_passthrough": _chat_enabled()}
 
     def _chat_enabled() -> bool:
@@ -285,11 +304,12 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
 
 
 def load_router(cfg: ServeConfig) -> Any:
-    from serving.router import ROUTERS, LocalRouter
+    from serving.router import ROUTERS, Router
 
     if cfg.router in ("always-answer", "always-escalate"):
         return ROUTERS[cfg.router]()
-    return LocalRouter.from_pretrained(cfg.router, revision=cfg.revision, mode=cfg.mode, threshold=cfg.threshold)
+    # any saved router: an LM run directory / hub id, or a features / top1-score directory
+    return Router.from_pretrained(cfg.router, revision=cfg.revision, mode=cfg.mode, threshold=cfg.threshold)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,40 +10,37 @@ import pytest
 from serving import contract
 from serving.contract import ParsedDecision, parse
 
-GOLDEN_VERSION = "tiermem-router-contract/1"
+GOLDEN_VERSION = "tiermem-router-contract/2"
 
 GOLDEN_SYSTEM = (
-    "You route questions for a two-tier memory. Tier 1 holds short summaries; tier 2 holds the raw conversation. "
-    "Decide if the summaries below are enough to answer the question exactly.\n"
-    "ANSWER only if a summary states the answer explicitly and completely: exact dates, numbers and names, every "
-    "item of a list, no guessing, no inferring causes from effects.\n"
-    "ESCALATE if anything is missing, vague, only implied, or in doubt.\n"
+    "ANSWER if the summaries state the answer exactly and completely (dates, numbers, names, every list item); "
+    "else ESCALATE to read the raw conversation.\n"
     'Reply with JSON only: {"action": "ANSWER" or "ESCALATE", "reason": "<one short sentence>"}'
 )
 
 SUMMARIES = [
     {"unit_id": "u1", "text": "Caroline attended an LGBTQ support group on 7 May 2023.", "date": "2023-05-08",
      "score": 0.91, "page_ids": ["p1"]},
-    {"text": "  Melanie   paints\nsunsets. ", "date": None},
-    {"text": "x" * 450, "date": ""},
+    {"text": "  Melanie   paints\nsunsets. ", "date": None, "score": float("nan")},
+    {"text": "x" * 450, "date": "", "score": 0.123456},
 ]
 
 GOLDEN_USER = (
     "Question: When did Caroline go to the LGBTQ support group?\n"
-    "\n"
-    "Summaries (best match first):\n"
-    "[1] (2023-05-08) Caroline attended an LGBTQ support group on 7 May 2023.\n"
-    "[2] (undated) Melanie paints sunsets.\n"
-    "[3] (undated) " + "x" * 397 + "..."
+    "Question words in no summary: go\n"
+    "Summaries (best match first; retrieval score, date):\n"
+    "[1] 0.91 (2023-05-08) Caroline attended an LGBTQ support group on 7 May 2023.\n"
+    "[2] - (undated) Melanie paints sunsets.\n"
+    "[3] 0.12 (undated) " + "x" * 197 + "..."
 )
 
 GOLDEN_SMOLLM2_PROMPT = (
     "<|im_start|>system\n" + GOLDEN_SYSTEM + "<|im_end|>\n"
     "<|im_start|>user\n"
     "Question: What did Melanie paint?\n"
-    "\n"
-    "Summaries (best match first):\n"
-    "[1] (2023-05-08) Melanie painted a sunrise over a lake.<|im_end|>\n"
+    "Question words in no summary: (none)\n"
+    "Summaries (best match first; retrieval score, date):\n"
+    "[1] - (2023-05-08) Melanie painted a sunrise over a lake.<|im_end|>\n"
     "<|im_start|>assistant\n"
 )
 
@@ -61,9 +58,10 @@ def test_render_messages_golden():
 
 
 def test_render_user_without_summaries_and_rank_order_kept():
-    assert contract.render_user("Q?", []) == "Question: Q?\n\nSummaries (best match first):\n(none retrieved)"
+    assert contract.render_user("Q?", []) == ("Question: Q?\nQuestion words in no summary: q\n"
+                                              "Summaries (best match first; retrieval score, date):\n(none retrieved)")
     user = contract.render_user("Q?", [{"text": "second", "date": "d2"}, {"text": "first", "date": "d1"}])
-    assert user.endswith("[1] (d2) second\n[2] (d1) first")
+    assert user.endswith("[1] - (d2) second\n[2] - (d1) first")
 
 
 def test_render_user_caps_summaries_and_accepts_objects():
@@ -72,7 +70,7 @@ def test_render_user_caps_summaries_and_accepts_objects():
             self.text, self.date = f"fact {i}", None
 
     user = contract.render_user("Q?", [Unit(i) for i in range(contract.MAX_SUMMARIES + 3)])
-    assert f"[{contract.MAX_SUMMARIES}] (undated) fact {contract.MAX_SUMMARIES - 1}" in user
+    assert f"[{contract.MAX_SUMMARIES}] - (undated) fact {contract.MAX_SUMMARIES - 1}" in user
     assert f"[{contract.MAX_SUMMARIES + 1}]" not in user
     with pytest.raises(TypeError, match="text"):
         contract.render_user("Q?", [{"date": "2023"}])
@@ -148,6 +146,15 @@ def test_parse_cases(text, expected):
 def test_garbage_parses_to_flagged_escalate(garbage):
     decision = parse(garbage)
     assert decision == ParsedDecision("ESCALATE", "", parsed_ok=False, valid_json=False)
+
+
+def test_missing_words_fold_plurals_and_tenses_and_skip_question_form():
+    assert contract.missing_words("How many agencies did Caroline contact?", ["She called an agency."]) == [
+        "caroline", "contact"]
+    assert contract.missing_words("When did Melanie paint?", ["Melanie painted a lake"]) == []
+    # only the text the router sees counts: words clipped away are missing
+    user = contract.render_user("Where is the zebra?", [{"text": "y" * 300 + " zebra", "date": None}])
+    assert "Question words in no summary: zebra" in user
 
 
 def test_check_version():

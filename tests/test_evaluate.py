@@ -207,3 +207,122 @@ def test_main_with_a_trained_router_run(tmp_path):
     assert data["sweep"]["apgr"] > 0.5  # better than random: the escalations go to the right questions
     preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
     assert all(0.0 <= p["p_escalate"] <= 1.0 for p in preds)
+
+
+def _many(n_conv=6, per=20, seed=0):
+    """Records over several conversations; a 'SAYS IT' summary marks questions the summary path answers."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for c in range(n_conv):
+        for i in range(per):
+            s_ok = rng.random() < 0.4
+            r_ok = rng.random() < (0.95 if not s_ok else 0.8)
+            label = "ANSWER" if s_ok else ("ESCALATE" if r_ok else None)
+            says = s_ok if rng.random() < 0.85 else not s_ok  # the keyword router is right 85% of the time
+            rows.append(rec(f"c{c}q{i}", f"c{c}", s_ok, r_ok, label, "test", summary="SAYS IT" if says else "no"))
+    return rows
+
+
+class NoiseRouter:
+    """Random scores: a router that knows nothing (log-odds, like the LM routers)."""
+
+    threshold = 0.0
+
+    def __init__(self, seed=1):
+        import random
+
+        self.rng = random.Random(seed)
+
+    def route_batch(self, questions, summaries, threshold=None):
+        from serving.router import Decision as D
+
+        t = self.threshold if threshold is None else threshold
+        out = []
+        for _ in questions:
+            s = self.rng.gauss(0, 1)
+            out.append(D("ESCALATE" if s >= t else "ANSWER", 1 / (1 + 2.718281828 ** -s), "noise", True, 0.0, 50,
+                         score=s))
+        return out
+
+
+def test_intervals_ranking_and_paired_comparisons_in_the_report(tmp_path):
+    records = _many()
+    cfg = E.EvalConfig(dataset=str(tmp_path / "none"), out_dir=str(tmp_path / "eval"))
+    cfg.bootstrap.n_boot = 300
+    report, preds = E.evaluate_records(records, cfg, KeywordRouter(), "keyword",
+                                       compare=[("noise", NoiseRouter(), "noise router")])
+    assert list(report["policies"])[:2] == ["routed", "noise"]
+    iv = report["intervals"]["routed"]["accuracy"]
+    assert iv["lo"] < iv["estimate"] < iv["hi"]
+    assert iv["estimate"] == pytest.approx(report["policies"]["routed"]["accuracy"])
+    for key in ("summary_only", "raw_only", "random", "oracle", "noise"):
+        assert report["intervals"][key]["escalation_rate"] is not None
+    assert report["uncertainty"]["n_clusters"] == 6 and report["uncertainty"]["n"] == len(records)
+    rk, rn = report["ranking"]["routed"], report["ranking"]["noise"]
+    assert rk["auroc"]["lo"] > 0.6 and rk["apgr"]["lo"] > 0.5  # the keyword router beats chance ...
+    assert rn["auroc"]["lo"] < 0.5 < rn["auroc"]["hi"]  # ... noise does not
+    assert "reliability" in rk and "ece" in rn
+    readings = {(c["a"], c["b"], c["metric"]): c for c in report["comparisons"]}
+    assert "no better than random" in readings[("noise", "random (0.5)", "AUROC")]["reading"]
+    assert "better than" in readings[("routed", "random (0.5)", "AUROC")]["reading"]
+    vs_main = readings[("noise", "routed", "AUROC")]
+    assert vs_main["hi"] < 0 and "worse" in vs_main["reading"]  # paired AUROC difference vs the main router
+    assert {p["router"] for p in preds} == {"routed", "noise"}
+    paths = E.write_outputs(report, preds, cfg.out_dir)
+    md = paths["markdown"].read_text()
+    assert "no better than random" in md and "| noise |" in md and "AUROC" in md
+    assert "conversation(s): the bootstrap" not in md  # 6 conversations: at or above the few-clusters cutoff
+    assert paths["reliability_plot"].stat().st_size > 0 and "eval_reliability.png" in md
+    data = json.loads(paths["json"].read_text())
+    assert data["ranking"]["routed"]["auroc"]["estimate"] > 0.7 and data["sweeps"]["noise"]["apgr"] is not None
+
+
+def test_small_test_sets_are_called_small(dataset_dir):
+    cfg = E.EvalConfig(dataset=str(dataset_dir))
+    cfg.bootstrap.n_boot = 50
+    report, _ = E.evaluate_records(E.load_split(dataset_dir, "test"), cfg, KeywordRouter(), "keyword")
+    notes = " ".join(report["uncertainty"]["notes"])
+    assert "only 4 questions" in notes and "prove nothing" in notes and "only 1 conversation" in notes
+    assert "caution" in E.eval_report.render_markdown(report)
+
+
+def test_compare_config_builds_routers_through_the_registry(tmp_path, capsys):
+    """Any labeled JSONL with a label config.yaml beside it; main + compared routers from the registry."""
+    from serving.feature_router import Top1ScoreRouter
+
+    data_dir = tmp_path / "other_label"
+    data_dir.mkdir()
+    (data_dir / "config.yaml").write_text("data_path: my_convs.json\nlabel_rule: evidence\n")
+    rows = _many(n_conv=3, per=10)
+    for r in rows:
+        r["router_summaries"][0]["score"] = 0.9 if r["router_summaries"][0]["text"] == "SAYS IT" else 0.2
+    (data_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    Top1ScoreRouter().save(tmp_path / "top1")  # uncalibrated: the spec's threshold applies
+    out = tmp_path / "eval"
+    rc = E.main([f"dataset={data_dir / 'records.jsonl'}", "router.kind=always-escalate", f"out_dir={out}",
+                 "bootstrap.n_boot=100",
+                 f"compare=[{{name: top1, kind: top1-score, path: {tmp_path / 'top1'}, threshold: -0.5}}, "
+                 "{name: never, kind: always-answer}]"])
+    assert rc == 0, capsys.readouterr().err
+    data = json.loads((out / "eval.json").read_text())
+    assert set(data["policies"]) >= {"routed", "top1", "never"}
+    assert data["policies"]["top1"]["accuracy"] > data["policies"]["never"]["accuracy"]
+    assert data["meta"]["compared"]["top1"]["threshold"] == -0.5
+    assert data["ranking"]["top1"]["auroc"]["estimate"] > 0.7
+    assert data["ranking"]["never"]["auroc"]["estimate"] == 0.5  # a constant score ranks at chance
+    prov = data["meta"]["provenance"]
+    assert prov["label_config"].endswith("other_label/config.yaml") and prov["data_path"] == "my_convs.json"
+    md = (out / "eval.md").read_text()
+    assert "my_convs.json" in md and "contract: not recorded" in md
+    assert E.main(["router.kind=none", "compare=[{kind: always-answer}]"]) == 2
+    assert "needs a name" in capsys.readouterr().err
+    assert E.main(["router.kind=none", "compare=[{name: random, kind: always-answer}]"]) == 2
+    assert "reserved" in capsys.readouterr().err
+
+
+def test_old_router_kind_names_still_parse():
+    cfg = E.parse_cli(E.EvalConfig, ["router.kind=trained"], default_config=None)
+    assert cfg.router.kind == "local"
+    assert E.parse_cli(E.EvalConfig, ["router.kind=llm"], default_config=None).router.kind == "teacher"

@@ -105,7 +105,7 @@ def test_decision_reward_reads_conversational_completions():
 
 def test_format_reward_valid_truncated_invalid():
     logged: dict[str, float] = {}
-    fmt = FormatReward(RewardConfig(), max_completion_length=4)
+    fmt = FormatReward(RewardConfig(format_scope="full"), max_completion_length=4)
     out = fmt(
         prompts=["p"] * 4,
         completions=[ANSWER, '{"action": "ANSWER", "rea', '{"action": "ANSWER", "rea', "nope"],
@@ -122,3 +122,27 @@ def test_build_reward_funcs_names():
     funcs = build_reward_funcs(RewardConfig(), [10, 20], max_completion_length=24)
     assert [f.__name__ for f in funcs] == ["decision", "format"]
     assert funcs[0].cost_scale == 20
+
+
+def test_action_scope_format_reward_is_action_neutral_under_any_length_limit():
+    from router_train.grpo import GRPORecipeConfig, completion_tokens_needed
+    from tiermem.models import DEFAULT_LM, load_tokenizer
+
+    tokenizer = load_tokenizer(DEFAULT_LM)
+    needed = completion_tokens_needed(GRPORecipeConfig(), tokenizer, None)
+    limit = max(needed.values())
+    fmt = FormatReward(RewardConfig(), max_completion_length=limit)
+    cut = []
+    for action in contract.ACTIONS:  # each target cut at the limit, as generation would cut it
+        ids = tokenizer(contract.render_target(action, "a long reason " * 5), add_special_tokens=False)["input_ids"]
+        cut.append(tokenizer.decode(ids[:limit]))
+    assert fmt(prompts=["p", "p"], completions=cut, completion_ids=[[0] * limit] * 2) == [1.0, 1.0]
+    assert fmt(prompts=["p"], completions=['{"act'], completion_ids=[[0] * 2]) == [0.0]
+    build_reward_funcs(RewardConfig(), [10], limit, needed)  # fits: no error
+
+
+def test_a_length_limit_that_cuts_one_action_more_than_the_other_is_refused():
+    with pytest.raises(ValueError, match="depend on the action"):
+        build_reward_funcs(RewardConfig(format_scope="full"), [10], 24, {"ANSWER": 20, "ESCALATE": 29})
+    with pytest.raises(ValueError, match="ESCALATE"):
+        build_reward_funcs(RewardConfig(), [10], 6, {"ANSWER": 6, "ESCALATE": 7})

@@ -37,6 +37,7 @@ def test_fast_path_equals_generate_path_on_fixtures(run_dir, fast):
     assert [d.action for d in fast_d] == [d.action for d in gen_d] == LABELS
     assert all(d.reason for d in gen_d)  # the generate path returns the model's reason
     assert all(0.0 <= d.p_escalate <= 1.0 and d.prompt_tokens > 0 for d in fast_d)
+    assert all((d.score >= 0) == (d.action == "ESCALATE") for d in fast_d)  # log-odds vs the default 0
 
 
 def test_adapter_is_applied(run_dir, fast):
@@ -62,24 +63,85 @@ def test_batch_equals_single_and_prefix_cache_changes_nothing(run_dir, fast):
 
 
 def test_threshold_override_and_stored_calibration(run_dir, tmp_path, fast):
-    p = [d.p_escalate for d in fast.route_batch(QUESTIONS, SUMMARIES)]
-    assert fast.threshold == 0.5
-    everything = fast.route_batch(QUESTIONS, SUMMARIES, threshold=0.0)
-    assert [d.action for d in everything] == ["ESCALATE"] * len(p)
-    cut = sorted(p)[1]  # strictly between the two smallest -> only the smallest is ANSWER
-    mid = (sorted(p)[0] + cut) / 2
-    actions = [d.action for d in fast.route_batch(QUESTIONS, SUMMARIES, threshold=mid)]
-    assert actions.count("ANSWER") == 1 and actions[p.index(min(p))] == "ANSWER"
+    import math
+
+    from serving.router import logit
+
+    d = fast.route_batch(QUESTIONS, SUMMARIES)
+    m = [x.score for x in d]
+    assert fast.threshold == 0.0  # log-odds: the argmax decision
+    assert [x.p_escalate for x in d] == pytest.approx([1 / (1 + math.exp(-x)) for x in m])
+    everything = fast.route_batch(QUESTIONS, SUMMARIES, threshold=-1e9)
+    assert [x.action for x in everything] == ["ESCALATE"] * len(m)
+    cut = sorted(m)[1]  # strictly between the two smallest -> only the smallest is ANSWER
+    mid = (sorted(m)[0] + cut) / 2
+    actions = [x.action for x in fast.route_batch(QUESTIONS, SUMMARIES, threshold=mid)]
+    assert actions.count("ANSWER") == 1 and actions[m.index(min(m))] == "ANSWER"
     with pytest.raises(ValueError, match="threshold"):
-        fast.route(QUESTIONS[0], SUMMARIES[0], threshold=1.5)
+        fast.route(QUESTIONS[0], SUMMARIES[0], threshold=float("nan"))
 
     calibrated = tmp_path / "calibrated"
     shutil.copytree(run_dir, calibrated)
-    update_run_meta(calibrated, calibration={"threshold": mid, "target": {"kind": "escalation_rate", "value": 0.8}})
+    update_run_meta(calibrated, calibration={"threshold_logit": mid, "threshold": 0.3,
+                                             "target": {"kind": "escalation_rate", "value": 0.8}})
     loaded = LocalRouter.from_pretrained(calibrated)
-    assert loaded.threshold == mid
-    assert [d.action for d in loaded.route_batch(QUESTIONS, SUMMARIES)] == actions
-    assert loaded.route(QUESTIONS[0], SUMMARIES[0], threshold=0.0).action == "ESCALATE"
+    assert loaded.threshold == mid  # threshold_logit wins over the display probability
+    assert [x.action for x in loaded.route_batch(QUESTIONS, SUMMARIES)] == actions
+    assert loaded.route(QUESTIONS[0], SUMMARIES[0], threshold=-1e9).action == "ESCALATE"
+    # an older run stored a probability threshold: read it as its log-odds
+    update_run_meta(calibrated, calibration={"threshold": 0.25})
+    assert LocalRouter.from_pretrained(calibrated).threshold == pytest.approx(logit(0.25))
+
+
+def test_margins_are_float64_and_never_saturate(run_dir):
+    """Scaled-up logits saturate a float32 softmax at exactly 0/1; the log-odds margins stay distinct."""
+    import copy
+
+    import torch
+
+    base = Router.from_pretrained(run_dir)
+    model = copy.deepcopy(base.model)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(300.0)  # tied embeddings: every logit grows ~300x
+    sharp = LocalRouter(model, base.tokenizer)
+    d = sharp.route_batch(QUESTIONS, SUMMARIES)
+    scores = [x.score for x in d]
+    assert all(isinstance(s, float) for s in scores)
+    f32 = torch.softmax(torch.tensor([[0.0, s] for s in scores], dtype=torch.float32), dim=-1)[:, 1].tolist()
+    assert len(set(f32)) < len(f32)  # the float32 probabilities tie ...
+    assert len(set(scores)) == len(scores)  # ... the margins do not
+    assert [x.action for x in d] == ["ESCALATE" if s >= 0 else "ANSWER" for s in scores]
+
+
+class _BosTokenizer:
+    """The fixture tokenizer, except that add_special_tokens=True (the default) prepends BOS."""
+
+    def __init__(self, inner):
+        self.__dict__["inner"] = inner
+
+    def __call__(self, text, add_special_tokens=True, **kw):
+        out = self.inner(text, add_special_tokens=False, **kw)
+        if add_special_tokens:
+            out["input_ids"] = [self.inner.bos_token_id, *out["input_ids"]]
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.inner, name, value)
+
+
+def test_score_prompts_equals_score_with_a_bos_adding_tokenizer(fast):
+    tok = _BosTokenizer(fast.tokenizer)
+    assert tok("hi").input_ids[0] == fast.tokenizer.bos_token_id != tok("hi", add_special_tokens=False).input_ids[0]
+    router = LocalRouter(fast.model, tok)
+    prompts = [contract.render_prompt(tok, q, s) for q, s in zip(QUESTIONS, SUMMARIES, strict=True)]
+    from_prompts = router.score_prompts(prompts)
+    assert from_prompts == pytest.approx(router.score(QUESTIONS, SUMMARIES), abs=1e-9)
+    assert from_prompts == pytest.approx(fast.score(QUESTIONS, SUMMARIES), abs=1e-5)
+    uncached = LocalRouter(fast.model, tok, prefix_cache=False)
+    assert uncached.score_prompts(prompts) == pytest.approx(from_prompts, abs=1e-5)
 
 
 def test_contract_version_mismatch_is_refused(run_dir, tmp_path):
@@ -100,7 +162,8 @@ def test_missing_run_files_fail_clearly(tmp_path):
 
 
 def test_fixed_routers_and_registry():
-    assert {"local", "remote", "teacher", "always-answer", "always-escalate"} <= set(ROUTERS)
+    build_router("top1-score")  # the registry registers the serve-time baselines on first use
+    assert {"local", "remote", "teacher", "always-answer", "always-escalate", "top1-score", "features"} <= set(ROUTERS)
     assert isinstance(build_router("always-answer"), AlwaysAnswer)
     a = AlwaysAnswer().route_batch(QUESTIONS, SUMMARIES)
     e = AlwaysEscalate().route("q", [])
@@ -136,3 +199,22 @@ def test_memory_runtime_answers_with_a_loaded_router(tmp_path, fast):
     assert out.decided_by == "router" and out.router_parsed_ok and out.router_error is None
     assert out.action == direct.action
     assert (out.research is not None) == (direct.action == "ESCALATE")
+
+
+def test_training_metrics_and_serving_share_one_scorer_with_a_bos_adding_tokenizer(fast):
+    """Train/serve skew guard: router_train.decisions (validation metrics during training) and the serving
+    router read identical scores and action tokens even when the tokenizer adds BOS by default."""
+    import math
+
+    from router_train.decisions import action_first_tokens, escalation_probs, escalation_scores
+
+    tok = _BosTokenizer(fast.tokenizer)
+    prompts = [contract.render_prompt(tok, q, s) for q, s in zip(QUESTIONS, SUMMARIES, strict=True)]
+    served = LocalRouter(fast.model, tok).score(QUESTIONS, SUMMARIES)
+    fast.model.train()
+    trained = escalation_scores(fast.model, tok, prompts)
+    assert fast.model.training  # the scorer restores train mode
+    fast.model.eval()
+    assert trained == pytest.approx(served, abs=1e-5)
+    assert escalation_probs(fast.model, tok, prompts) == pytest.approx([1 / (1 + math.exp(-s)) for s in served])
+    assert action_first_tokens(tok, prompts[0]) == (fast.answer_id, fast.escalate_id)

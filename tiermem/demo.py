@@ -1,7 +1,11 @@
-"""`make demo`: label -> sft -> grpo -> calibrate -> eval on the embedded default, one stage after another.
+"""`make demo`: the main job on the embedded default, one real stage command after another.
 
-Each stage is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
-proves the real commands work together. Stage outputs are resumable/reused where the stage supports it.
+    label -> sft -> expected_reward -> grpo -> features -> calibrate (every router) -> eval (one table)
+
+Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
+proves the real commands work together. The routers compared on the held-out test conversations:
+SFT (decision-focused objective), SFT + GRPO (the paper's recipe), SFT + the exact expected-reward objective
+(the documented alternative to GRPO), and the serve-time baselines (feature logistic regression, top-1 score).
 """
 
 from __future__ import annotations
@@ -15,69 +19,97 @@ from pathlib import Path
 
 from tiermem.config import parse_cli
 
+STEPS = ("label", "sft", "expected_reward", "grpo", "features", "calibrate", "eval")
+LM_ROUTERS = ("sft", "expected_reward", "grpo")
+
 
 @dataclass
 class DemoConfig:
     root: str = "runs"
     data_path: str | None = "../shared/data/locomo10_dev.json"  # falls back to the shipped sample when absent
-    label_config: str = "configs/label/locomo_local.yaml"
+    label_config: str = "configs/label/locomo_cpu_evidence.yaml"
     sample_label_config: str = "configs/label/sample_local.yaml"
     sft_config: str = "configs/sft/smollm2_135m_cpu.yaml"
+    expected_reward_config: str = "configs/sft/smollm2_135m_cpu_expected_reward.yaml"
     grpo_config: str = "configs/grpo/smollm2_135m_cpu.yaml"
+    features_config: str = "configs/features/default.yaml"
     calibrate_config: str = "configs/calibrate/default.yaml"
     eval_config: str = "configs/eval/default.yaml"
-    stages: list[str] = field(default_factory=lambda: ["label", "sft", "grpo", "calibrate", "eval"])
-    # extra key=value overrides per stage, e.g. {"sft": ["trainer.max_steps=10"]}
+    main_router: str = "grpo"  # the eval table's main row; the others are compared against it
+    stages: list[str] = field(default_factory=lambda: list(STEPS))
+    # extra key=value overrides per stage, e.g. {"sft": ["trainer.num_train_epochs=1"]}
     overrides: dict[str, list[str]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.stages if s not in STEPS]
+        if unknown:
+            raise ValueError(f"demo: unknown stage(s) {unknown}; stages are {STEPS}")
+        if self.main_router not in LM_ROUTERS:
+            raise ValueError(f"demo: main_router must be one of {LM_ROUTERS}, got {self.main_router!r}")
 
-def stage_argv(cfg: DemoConfig) -> dict[str, list[str]]:
+
+def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str]]]:
+    """(step name, CLI stage, argv) in order; a step's overrides from cfg.overrides are appended."""
     root = Path(cfg.root)
-    label, dataset = root / "label", root / "label" / "dataset"
+    dataset = root / "label" / "dataset"
+    trunk = f"objective.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by its refinement
     if cfg.data_path and Path(cfg.data_path).is_file():
         label_args = ["--config", cfg.label_config, f"data_path={cfg.data_path}"]
     else:
         print(f"demo: no data at {cfg.data_path!r}; labeling the shipped sample conversations instead")
         label_args = ["--config", cfg.sample_label_config]
-    return {
-        "label": label_args + [f"output_dir={label}"],
-        "sft": ["--config", cfg.sft_config, f"dataset_dir={dataset}", f"output_dir={root / 'sft'}"],
-        "grpo": ["--config", cfg.grpo_config, f"dataset_dir={dataset}", f"sft_dir={root / 'sft'}",
-                 f"output_dir={root / 'grpo'}"],
-        "calibrate": ["--config", cfg.calibrate_config, f"router={root / 'grpo'}", f"data={dataset}"],
-        "eval": ["--config", cfg.eval_config, f"dataset={dataset}", f"router.path={root / 'grpo'}",
-                 f"out_dir={root / 'eval'}"],
+    out: dict[str, list[tuple[str, str, list[str]]]] = {
+        "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
+        "sft": [("sft", "sft", ["--config", cfg.sft_config, f"dataset_dir={dataset}", f"output_dir={root / 'sft'}",
+                                trunk])],
+        "expected_reward": [("expected_reward", "sft", [
+            "--config", cfg.expected_reward_config, f"dataset_dir={dataset}", f"init_adapter={root / 'sft'}",
+            f"output_dir={root / 'expected_reward'}", trunk])],
+        "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, f"dataset_dir={dataset}", f"sft_dir={root / 'sft'}",
+                                   f"output_dir={root / 'grpo'}"])],
+        "features": [
+            ("features", "fit-features", ["--config", cfg.features_config, f"data={dataset}",
+                                          f"output_dir={root / 'features'}"]),
+            ("top1", "fit-features", ["kind=top1-score", f"data={dataset}", f"output_dir={root / 'top1'}"]),
+        ],
+        "calibrate": [(f"calibrate {name}", "calibrate", ["--config", cfg.calibrate_config, f"router={root / name}",
+                                                          f"data={dataset}"])
+                      for name in (*LM_ROUTERS, "features", "top1")],
+        "eval": [("eval", "eval", [
+            "--config", cfg.eval_config, f"dataset={dataset}", "router.kind=local",
+            f"router.path={root / cfg.main_router}", f"out_dir={root / 'eval'}",
+            "compare=" + json.dumps(
+                [{"name": n, "kind": "local", "path": str(root / n)} for n in LM_ROUTERS if n != cfg.main_router]
+                + [{"name": "features", "kind": "features", "path": str(root / "features")},
+                   {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}])])],
     }
+    return [(name, stage, args + cfg.overrides.get(step, []))
+            for step in cfg.stages for name, stage, args in out[step]]
 
 
 def main(argv: list[str]) -> int:
     from tiermem.cli import STAGES
 
     cfg = parse_cli(DemoConfig, argv, default_config="configs/demo/default.yaml")
-    unknown = [s for s in cfg.stages if s not in ("label", "sft", "grpo", "calibrate", "eval")]
-    if unknown:
-        raise ValueError(f"demo: unknown stage(s) {unknown}")
-    argvs = stage_argv(cfg)
     timings: dict[str, float] = {}
-    for stage in cfg.stages:
-        args = argvs[stage] + cfg.overrides.get(stage, [])
-        print(f"\n=== demo: {stage}: tiermem-router {stage} {' '.join(args)}", flush=True)
+    for name, stage, args in steps(cfg):
+        print(f"\n=== demo: {name}: tiermem-router {stage} {' '.join(args)}", flush=True)
         module, func = STAGES[stage][0].split(":")
         started = time.perf_counter()
         rc = int(getattr(importlib.import_module(module), func)(args) or 0)
-        timings[stage] = round(time.perf_counter() - started, 1)
+        timings[name] = round(time.perf_counter() - started, 1)
         if rc != 0:
-            print(f"demo: stage {stage} failed with exit code {rc}; later stages not run", file=sys.stderr)
+            print(f"demo: step {name} failed with exit code {rc}; later steps not run", file=sys.stderr)
             return rc
     root = Path(cfg.root)
     summary = {"stage_seconds": timings, "total_seconds": round(sum(timings.values()), 1)}
     (root / "demo_timings.json").write_text(json.dumps(summary, indent=2))
     print("\n=== demo: artefacts")
     for name, path in [("labeled dataset", root / "label" / "dataset"), ("label report", root / "label" / "report.md"),
-                       ("SFT adapter", root / "sft"), ("GRPO adapter (calibrated)", root / "grpo"),
+                       *[(f"{n} router (calibrated)", root / n) for n in (*LM_ROUTERS, "features", "top1")],
                        ("eval table", root / "eval" / "eval.md"), ("eval JSON", root / "eval" / "eval.json"),
                        ("trade-off plot", root / "eval" / "eval.png")]:
-        print(f"  {name:<26} {path}{'' if path.exists() else '  (missing)'}")
+        print(f"  {name:<30} {path}{'' if path.exists() else '  (missing)'}")
     table = root / "eval" / "eval.md"
     if table.is_file():
         print("\n" + table.read_text())

@@ -274,6 +274,27 @@ def research_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
     return [{"role": "system", "content": ANSWER_SYSTEM}, {"role": "user", "content": user}]
 
 
+def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
+                      pages_per_round: int = 2, keyword_k: int = 3) -> list[str]:
+    """The pages the research policy reads in its first round; they depend on retrieval only, not on any LLM.
+
+    Interleaves the two first signals (dense summaries' provenance, BM25 over raw pages) so a small
+    pages_per_round still reads the best of each rather than only the summary-linked pages.
+    """
+    linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
+    keyword = memory.search_pages(q, keyword_k)
+    return list(dict.fromkeys(pid for pair in zip_longest(linked, keyword) for pid in pair if pid is not None))
+
+
+def estimated_research_input_tokens(q: str, date: str | None, pages: Sequence[Page], count_tokens: Any,
+                                    max_snippets: int = 8) -> int:
+    """Input tokens a one-round research path would send (integrate prompt over `pages`, then the answer prompt
+    over the best snippets), without calling any model: the cost field of generator-free labels."""
+    integrate = integrate_messages(q, date, [], pages)
+    answer = research_messages(q, date, [], select_snippets(q, pages, [], max_snippets))
+    return sum(count_tokens(m["content"]) for m in integrate + answer)
+
+
 def research_policy(
     memory: TwoTierMemory, question: str | Question, llm: LLM, retrieved: Sequence[RetrievedUnit],
     max_rounds: int = 3, *, pages_per_round: int = 2, keyword_k: int = 3, search_k: int = 3,
@@ -297,11 +318,7 @@ def research_policy(
             if pid not in read and pid not in queue:
                 queue.append(pid)
 
-    # Interleave the two first signals (dense summaries' provenance, BM25 over raw pages) so a small
-    # pages_per_round still reads the best of each rather than only the summary-linked pages.
-    linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
-    keyword = memory.search_pages(q, keyword_k)
-    enqueue([pid for pair in zip_longest(linked, keyword) for pid in pair if pid is not None])
+    enqueue(first_round_pages(memory, q, retrieved, pages_per_round=pages_per_round, keyword_k=keyword_k))
     asked = {("keyword", normalize(q)), ("summary", normalize(q))}  # both already ran for the question
     searches: list[Search] = []
     quotes: list[LinkedQuote] = []

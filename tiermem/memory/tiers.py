@@ -23,6 +23,9 @@ class TwoTierMemory:
     def search_summaries(self, query: str, k: int) -> list[RetrievedUnit]:
         return self.summaries.search(query, k)
 
+    def search_summaries_many(self, queries: list[str], k: int) -> list[list[RetrievedUnit]]:
+        return self.summaries.search_many(queries, k)
+
     def search_pages(self, query: str, k: int) -> list[str]:
         return [page_id for page_id, _ in self.keyword.search(query, k)]
 

@@ -1,0 +1,167 @@
+"""Intervals, ranking quality and paired comparisons for `make eval` (router_train.stats on replay cases).
+
+Everything is computed from one count matrix of the two-stage cluster bootstrap (conversations, then questions
+within them), so the intervals of differences are paired: both sides see the same resampled questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from router_train import stats
+from router_train.metrics import Case
+
+RATE_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "hard_recall", "false_cache_hit_rate",
+                "false_cache_miss_rate", "repair_rate", "regress_rate")
+SMALL_N = 100  # questions: below this, say that the test set is small
+FEW_CLUSTERS = 5  # conversations: below this the bootstrap cannot see between-conversation variation
+
+
+@dataclass
+class RouterOutput:
+    key: str  # its row in the table
+    escalate: list[float]  # 1 / 0 per case
+    scores: list[float] | None  # log-odds (any score where higher = escalate); None: the router gives none
+    p: list[float] | None  # fitted probabilities of ESCALATE, for the reliability curve; None: not a probability
+    router_tokens: list[float]
+
+
+def _arrays(cases: Sequence[Case]) -> dict[str, np.ndarray]:
+    return {
+        "s_ok": np.array([c.s_ok for c in cases], dtype=float), "r_ok": np.array([c.r_ok for c in cases], dtype=float),
+        "hard": np.array([c.label == "ESCALATE" for c in cases], dtype=float),
+        "labeled": np.array([c.label in ("ANSWER", "ESCALATE") for c in cases]),
+        "s_tok": np.array([c.s_tokens for c in cases], dtype=float),
+        "r_tok": np.array([c.r_tokens for c in cases], dtype=float),
+    }
+
+
+def _rates(a: Mapping[str, np.ndarray], w: Sequence[float], rtok: Sequence[float], counts: np.ndarray):
+    return stats.policy_rates(w, a["s_ok"], a["r_ok"], a["hard"], a["s_tok"], a["r_tok"], rtok, counts)
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or np.isnan(x) else float(x)
+
+
+def _reading(a: str, b: str, metric: str, lo: float | None, hi: float | None, random: bool = False) -> str:
+    if lo is None or hi is None:
+        return f"{metric}: undefined on this sample"
+    if lo > 0:
+        return f"{a} is better than {b} on {metric} (interval above 0)" if metric != "mean input tokens" else \
+            f"{a} uses more tokens than {b}"
+    if hi < 0:
+        return f"{a} is worse than {b} on {metric} (interval below 0)" if metric != "mean input tokens" else \
+            f"{a} uses fewer tokens than {b}"
+    if random:
+        return f"{a} is no better than random on {metric}: the interval includes the random value"
+    return f"{a} and {b} are not distinguishable on {metric}: the interval of the difference includes 0"
+
+
+def _diff(a: str, b: str, metric: str, point: float, reps: np.ndarray, level: float,
+          random: bool = False) -> dict[str, Any]:
+    iv = stats.interval(point, reps, level) or {"estimate": None, "lo": None, "hi": None}
+    return {"a": a, "b": b, "metric": metric, "estimate": iv["estimate"], "lo": iv.get("lo"), "hi": iv.get("hi"),
+            "reading": _reading(a, b, metric, iv.get("lo"), iv.get("hi"), random)}
+
+
+def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[RouterOutput],
+            baselines: Mapping[str, Sequence[float]], *, main: str | None = "routed", n_boot: int = 1000,
+            seed: int = 0, level: float = 0.95, bins: int = 10) -> dict[str, Any]:
+    """Intervals for every policy's rates, ranking quality per router and paired comparisons.
+
+    `baselines`: row key -> escalation weights (constant r for the random router: its exact expected value).
+    """
+    n = len(cases)
+    a = _arrays(cases)
+    point = stats.ones(n)
+    reps = stats.bootstrap_counts(list(clusters), n_boot, seed) if n_boot else np.zeros((0, n))
+    n_clusters = len(set(clusters))
+    zeros = [0.0] * n
+    intervals: dict[str, dict[str, Any]] = {}
+    rate_reps: dict[str, dict[str, np.ndarray]] = {}
+    rate_points: dict[str, dict[str, np.ndarray]] = {}
+    policies = [(o.key, o.escalate, o.router_tokens) for o in outputs]
+    policies += [(k, list(w), zeros) for k, w in baselines.items()]
+    for key, w, rtok in policies:
+        rate_points[key] = _rates(a, w, rtok, point)
+        rate_reps[key] = _rates(a, w, rtok, reps)
+        intervals[key] = {m: stats.interval(_num(rate_points[key][m][0]), rate_reps[key][m], level)
+                          for m in RATE_METRICS}
+
+    ranking: dict[str, Any] = {}
+    comparisons: list[dict[str, Any]] = []
+    lab = a["labeled"]
+    y = a["hard"][lab]
+    score_reps: dict[str, dict[str, np.ndarray]] = {}
+    score_points: dict[str, dict[str, float | None]] = {}
+    for o in outputs:
+        entry: dict[str, Any] = {"n_labeled": int(lab.sum()), "escalate_share": float(y.mean()) if lab.any() else None}
+        if o.scores is None:
+            entry["note"] = "no score: ranking metrics need a router score (log-odds or probability)"
+            ranking[o.key] = entry
+            continue
+        s = np.asarray(o.scores, dtype=float)
+        both = lab.any() and 0 < y.sum() < len(y)
+        pts: dict[str, float | None] = {}
+        rps: dict[str, np.ndarray] = {}
+        if both:
+            for name, fn in (("auroc", stats.auroc_reps), ("auprc", stats.average_precision_reps)):
+                pts[name] = _num(fn(s[lab], y, point[:, lab])[0])
+                rps[name] = fn(s[lab], y, reps[:, lab])
+        else:
+            entry["note"] = "AUROC/AUPRC need both labels among the replayed records"
+        pts["apgr"] = _num(stats.apgr_reps(s, a["s_ok"], a["r_ok"], point)[0])
+        rps["apgr"] = stats.apgr_reps(s, a["s_ok"], a["r_ok"], reps)
+        if o.p is not None and lab.any():
+            p = np.asarray(o.p, dtype=float)
+            entry["reliability"] = stats.reliability(p[lab], y, bins)
+            pts["ece"] = entry["reliability"]["ece"]
+            rps["ece"] = stats.ece_reps(p[lab], y, reps[:, lab], bins)
+        for name, value in pts.items():
+            entry[name] = stats.interval(value, rps[name], level)
+        ranking[o.key] = entry
+        score_points[o.key], score_reps[o.key] = pts, rps
+
+    for o in outputs:
+        rp, rr = rate_points[o.key], rate_reps[o.key]
+        rand_p = stats.random_accuracy(rp["escalation_rate"], a["s_ok"], a["r_ok"], point)
+        rand_r = stats.random_accuracy(rr["escalation_rate"], a["s_ok"], a["r_ok"], reps)
+        comparisons.append(_diff(o.key, "random at its escalation rate", "accuracy",
+                                 float(rp["accuracy"][0] - rand_p[0]), rr["accuracy"] - rand_r, level, random=True))
+        pts, rps = score_points.get(o.key, {}), score_reps.get(o.key, {})
+        for metric in ("auroc", "apgr"):
+            if pts.get(metric) is not None:
+                comparisons.append(_diff(o.key, "random (0.5)", metric.upper(), pts[metric] - 0.5,
+                                         rps[metric] - 0.5, level, random=True))
+        for base in ("summary_only", "raw_only"):
+            if base in rate_points:
+                for metric, label in (("accuracy", "accuracy"), ("mean_input_tokens", "mean input tokens")):
+                    comparisons.append(_diff(o.key, base, label, float(rp[metric][0] - rate_points[base][metric][0]),
+                                             rr[metric] - rate_reps[base][metric], level))
+        if main is not None and o.key != main and main in rate_points:
+            comparisons.append(_diff(o.key, main, "accuracy",
+                                     float(rp["accuracy"][0] - rate_points[main]["accuracy"][0]),
+                                     rr["accuracy"] - rate_reps[main]["accuracy"], level))
+            for metric in ("auroc", "apgr"):
+                mp = score_points.get(main, {}).get(metric)
+                if pts.get(metric) is not None and mp is not None:
+                    comparisons.append(_diff(o.key, main, metric.upper(), pts[metric] - mp,
+                                             rps[metric] - score_reps[main][metric], level))
+
+    notes = []
+    if n < SMALL_N:
+        notes.append(f"only {n} questions: intervals are wide, and a few dozen questions prove nothing either way")
+    if n_clusters < FEW_CLUSTERS:
+        notes.append(f"only {n_clusters} conversation(s): the bootstrap cannot see how much results vary between "
+                     "conversations, so even these intervals are optimistic about new conversations")
+    return {
+        "uncertainty": {"method": "two-stage cluster bootstrap (conversations, then questions), percentile",
+                        "n_boot": n_boot, "seed": seed, "level": level, "n": n, "n_clusters": n_clusters,
+                        "notes": notes},
+        "intervals": intervals, "ranking": ranking, "comparisons": comparisons,
+    }

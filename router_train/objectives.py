@@ -1,0 +1,170 @@
+"""Decision-focused training objectives for the router, on top of TRL's SFTTrainer.
+
+The router's decision is ONE token (the action's first token after contract.OUTPUT_PREFIX) among ~25 tokens of
+templated JSON. Plain completion-only SFT spends almost all of its loss on the template, and in our runs the
+decision logit stayed near ln 2 while the template was learned. These objectives put the loss where the decision is:
+
+- `lm`: TRL's completion-only NLL (the previous recipe).
+- `decision`: cross-entropy over the two actions' first-token logits at the decision position, plus
+  `lm_weight` x the completion NLL so the JSON format keeps being generated.
+- `expected_reward`: maximize the exact expected reward of the two-action policy at the decision position,
+  E[R] = p(ESCALATE) R(ESCALATE) + p(ANSWER) R(ANSWER), with both rewards known per row from labeling
+  (router_train.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
+  knows the reward of both actions, so the expectation is exact and its gradient has no variance.
+
+The decision position is found in the labels themselves (first completion token that is an action's first
+token), so it is the same token serving scores (serving.router reads the same logits).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from trl import SFTTrainer
+
+from serving.trunk import FrozenTrunk, decoder_of, supports_trunk
+
+OBJECTIVES = ("lm", "decision", "expected_reward")
+REWARD_COLUMNS = ("reward_answer", "reward_escalate")
+
+
+@dataclass
+class ObjectiveConfig:
+    kind: str = "decision"  # lm | decision | expected_reward
+    lm_weight: float = 0.1  # weight of the completion NLL beside the decision term (keeps the JSON format)
+    class_weight: str = "balanced"  # decision only: balanced (inverse label frequency in train) | none
+    # Compute the frozen bottom layers once per row and reuse them every epoch (router_train.trunk), when the
+    # adapter trains only the top layers (lora.top_layers) and the model type allows it.
+    frozen_trunk: bool = True
+    trunk_cache: str | None = None  # a file keeping the trunk states between runs (same data, model and split)
+
+    def __post_init__(self) -> None:
+        if self.kind not in OBJECTIVES:
+            raise ValueError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
+        if self.class_weight not in ("balanced", "none"):
+            raise ValueError(f"objective.class_weight must be balanced|none, got {self.class_weight!r}")
+        if self.lm_weight < 0:
+            raise ValueError(f"objective.lm_weight must be >= 0, got {self.lm_weight}")
+
+
+def _positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For each row, the positions whose logits predict a completion token (labels shifted by one).
+
+    Returns (idx [B, K], targets [B, K], valid [B, K]); rows with fewer than K such positions repeat their
+    last one, masked out by `valid`."""
+    shifted = labels[:, 1:]
+    mask = shifted != -100
+    counts = mask.sum(dim=1)
+    width = max(int(counts.max()), 1)
+    idx = torch.zeros(labels.size(0), width, dtype=torch.long, device=labels.device)
+    for b in range(labels.size(0)):
+        pos = mask[b].nonzero().flatten()
+        if len(pos):
+            idx[b, : len(pos)] = pos
+            idx[b, len(pos):] = pos[-1]
+    valid = torch.arange(width, device=labels.device)[None, :] < counts[:, None]
+    return idx, shifted.gather(1, idx), valid
+
+
+class RouterSFTTrainer(SFTTrainer):
+    """SFTTrainer with the decision-focused objectives above; `objective.kind=lm` is SFTTrainer's own loss."""
+
+    def __init__(self, *args: Any, objective: ObjectiveConfig, action_ids: tuple[int, int],
+                 class_weights: tuple[float, float] = (1.0, 1.0), **kwargs: Any) -> None:
+        self.objective = objective
+        self.action_ids = action_ids
+        self.class_weights = class_weights
+        super().__init__(*args, **kwargs)
+        self.trunk = None
+        top = trainable_top_layers(self.model)
+        if objective.kind != "lm" and objective.frozen_trunk and top is not None and supports_trunk(self.model):
+            self.trunk = FrozenTrunk(self.model, top, cache_file=objective.trunk_cache)
+        if objective.kind == "expected_reward":
+            collate = self.data_collator
+
+            def with_rewards(examples: list[dict[str, Any]]) -> dict[str, Any]:
+                batch = collate(examples)
+                batch["reward_pair"] = torch.tensor([[e[c] for c in REWARD_COLUMNS] for e in examples],
+                                                    dtype=torch.float32)
+                return batch
+
+            self.data_collator = with_rewards
+
+    def _set_signature_columns_if_needed(self) -> None:
+        super()._set_signature_columns_if_needed()
+        if self.objective.kind == "expected_reward" and self._signature_columns is not None:
+            self._signature_columns = list(self._signature_columns) + list(REWARD_COLUMNS)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.objective.kind == "lm":
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        reward_pair = inputs.pop("reward_pair", None)
+        labels = inputs["labels"]
+        idx, targets, valid = _positions(labels)
+        # Logits only where a completion token is predicted: the vocabulary projection is the costly part.
+        if self.trunk is not None:
+            logits = self.trunk.logits(model, inputs["input_ids"], inputs["attention_mask"], logits_to_keep=idx)
+        else:
+            model_inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "position_ids")}
+            logits = model(**model_inputs, logits_to_keep=idx, use_cache=False).logits
+        logits = logits.float()
+        logp = F.log_softmax(logits, dim=-1)
+        token_logp = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        lm_loss = -(token_logp * valid).sum() / valid.sum().clamp(min=1)
+
+        answer_id, escalate_id = self.action_ids
+        is_action = ((targets == answer_id) | (targets == escalate_id)) & valid
+        if not bool(is_action.any(dim=1).all()):
+            raise ValueError("a training row has no action token in its completion: it is not a contract target")
+        first = is_action.float().argmax(dim=1)  # first action token of each row
+        rows = torch.arange(labels.size(0), device=labels.device)
+        pair = logits[rows, first][:, [answer_id, escalate_id]]  # [B, 2]: ANSWER, ESCALATE
+        if self.objective.kind == "decision":
+            y = (targets[rows, first] == escalate_id).long()
+            weight = torch.tensor(self.class_weights, device=pair.device)
+            decision_loss = F.cross_entropy(pair, y, weight=weight)
+        else:
+            if reward_pair is None:
+                raise ValueError("objective expected_reward needs the reward_answer/reward_escalate columns")
+            probs = torch.softmax(pair, dim=-1)
+            decision_loss = -(probs * reward_pair.to(probs.device)).sum(dim=-1).mean()
+        loss = decision_loss + self.objective.lm_weight * lm_loss
+        mode = "train" if model.training else "eval"
+        with torch.no_grad():
+            p_escalate = torch.softmax(pair, dim=-1)[:, 1]
+            self._metrics[mode]["decision_loss"].append(float(decision_loss))
+            self._metrics[mode]["lm_loss"].append(float(lm_loss))
+            self._metrics[mode]["mean_p_escalate"].append(float(p_escalate.mean()))
+        return (loss, None) if return_outputs else loss
+
+
+def trainable_top_layers(model: Any) -> int | None:
+    """How many top decoder layers hold trainable parameters, if every trainable one sits in a contiguous top
+    block (LoRA with layers_to_transform); None when a lower layer or a non-layer module also trains."""
+    try:
+        n = len(decoder_of(model).layers)
+    except ValueError:
+        return None
+    lowest = n
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        match = re.search(r"\.layers\.(\d+)\.", name)
+        if match is None:
+            return None
+        lowest = min(lowest, int(match.group(1)))
+    return n - lowest if 0 < lowest < n else None
+
+
+def balanced_class_weights(labels: list[str]) -> tuple[float, float]:
+    """Inverse-frequency weights (ANSWER, ESCALATE), normalized to mean 1 over the rows."""
+    n = len(labels)
+    n_escalate = sum(label == "ESCALATE" for label in labels)
+    n_answer = n - n_escalate
+    if not n_answer or not n_escalate:
+        return 1.0, 1.0
+    return n / (2 * n_answer), n / (2 * n_escalate)

@@ -1,0 +1,162 @@
+"""Serve-time baseline routers: features, fitting, save/load through the registry, calibration and the CLI."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from serving import feature_router as F
+from serving.router import ROUTERS, Router, build_router, load_router
+
+
+def test_features_of_a_hand_example():
+    summaries = [{"text": "Caroline adopted two dogs in May.", "score": 0.8, "date": "2023-05-08"},
+                 {"text": "Melanie paints.", "score": 0.5, "date": None}]
+    f = F.features("When did Caroline adopt the dogs?", summaries)
+    assert f["top1"] == 0.8 and f["mean_score"] == pytest.approx(0.65) and f["gap12"] == pytest.approx(0.3)
+    # content words of the question: caroline, adopt, dog -> caroline and dog appear ("dogs" -> "dog")
+    assert f["overlap"] == pytest.approx(2 / 3) and f["overlap_best"] == pytest.approx(2 / 3)
+    assert f["when"] == 1 and f["how_many"] == 0 and f["yes_no"] == 0 and f["has_date"] == 1
+    assert f["n_summaries"] == 2
+    g = F.features("How many books did Mel read?", [])
+    assert g["how_many"] == 1 and g["top1"] == F.NO_SUMMARY_SCORE and g["overlap"] == 0 and g["n_summaries"] == 0
+    assert F.question_form("Did Jon run a race?")["yes_no"] == 1
+    assert F.question_form("What are Mel's hobbies?")["list_like"] == 1
+    assert F.question_form("Why did Jon quit?")["why"] == 1
+    with pytest.raises(ValueError, match=r"record 3: summaries\[0\]: retrieval 'score'"):
+        F.features("q", [{"text": "no score"}], where="record 3")
+
+
+def _synthetic(n, seed):
+    """Questions whose answer is in the summaries (high retrieval score, overlapping words) are ANSWER."""
+    rng = random.Random(seed)
+    qs, ss, ys = [], [], []
+    for _ in range(n):
+        escalate = rng.random() < 0.4
+        name = rng.choice(["Caroline", "Melanie", "Jon", "Gina"])
+        thing = rng.choice(["painting", "guitar", "marathon", "bakery", "garden"])
+        q = f"{rng.choice(['When did', 'What did', 'Where did'])} {name} start the {thing}?"
+        top = rng.uniform(0.2, 0.55) if escalate else rng.uniform(0.45, 0.9)
+        text = f"{name} talked about the weather." if escalate and rng.random() < 0.7 else f"{name} likes {thing}."
+        ss.append([{"text": text, "score": top, "date": None}, {"text": "Other talk.", "score": top - 0.1,
+                                                                 "date": None}])
+        qs.append(q)
+        ys.append(escalate)
+    return qs, ss, ys
+
+
+def test_fit_logistic_learns_and_ranks():
+    from router_train.stats import auroc
+
+    qs, ss, ys = _synthetic(300, 0)
+    model = F.fit_logistic(F.feature_matrix(qs, ss), np.array(ys, dtype=float))
+    router = F.FeatureRouter(model)
+    tq, ts, ty = _synthetic(200, 1)
+    assert auroc(router.score(tq, ts), ty) > 0.85
+    d = router.route_batch(tq[:3], ts[:3])
+    assert all(x.score is not None and 0 < x.p_escalate < 1 for x in d)
+    with pytest.raises(ValueError, match="one class"):
+        F.fit_logistic(np.ones((3, 2)), np.zeros(3))
+
+
+def test_top1_router_escalates_below_the_cutoff():
+    r = build_router("top1-score", threshold=-0.5)  # escalate when top1 < 0.5
+    s = [[{"text": "a", "score": 0.7}], [{"text": "b", "score": 0.3}], []]
+    d = r.route_batch(["q1", "q2", "q3"], s)
+    assert [x.action for x in d] == ["ANSWER", "ESCALATE", "ESCALATE"]
+    assert [x.score for x in d] == [-0.7, -0.3, 1.0] and d[0].p_escalate is None
+
+
+def _label_dataset(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    from tests.test_evaluate import rec
+
+    splits = {}
+    for split, seed, n in (("train", 0, 120), ("validation", 1, 60), ("test", 2, 60)):
+        rows = []
+        for i, (q, s, y) in enumerate(zip(*_synthetic(n, seed), strict=True)):
+            r = rec(f"{split}{i}", f"{split}-c{i % 4}", not y, True, "ESCALATE" if y else "ANSWER", split)
+            r.update(question=q, router_summaries=[dict(u, unit_id="u", page_ids=[]) for u in s])
+            rows.append(r)
+        splits[split] = Dataset.from_list(rows)
+    path = tmp_path / "label" / "dataset"
+    DatasetDict(splits).save_to_disk(str(path))
+    return path
+
+
+def test_fit_save_load_roundtrip_through_the_registry_and_calibration(tmp_path):
+    from serving.calibrate import main as calibrate_main
+    from tiermem.cli import main as cli_main
+
+    data = _label_dataset(tmp_path)
+    out = tmp_path / "features"
+    assert cli_main(["fit-features", f"data={data}", f"output_dir={out}"]) == 0
+    meta = json.loads((out / "tiermem_router.json").read_text())
+    assert meta["router_kind"] == "features" and meta["adapter"] is False
+    assert meta["metrics"]["validation"]["auroc"] > 0.8 and meta["data"]["train_records"] == 120
+    from labeling.dataset import load_split
+
+    rows = load_split(data, "test")
+    qs, ss = [r["question"] for r in rows], [r["router_summaries"] for r in rows]
+    via = [load_router(out), Router.from_pretrained(out), build_router("features", path=str(out)),
+           ROUTERS["features"].load(out)]
+    assert all(isinstance(r, F.FeatureRouter) for r in via)
+    scores = [r.score(qs, ss) for r in via]
+    assert all(s == scores[0] for s in scores) and len(set(scores[0])) > 50  # identical, and no ties
+    # calibration stores its log-odds threshold in the directory; loading applies it
+    assert calibrate_main([f"router={out}", f"data={data}", "objective=escalation_rate", "value=0.3"]) == 0
+    cal = json.loads((out / "tiermem_router.json").read_text())["calibration"]
+    loaded = load_router(out)
+    assert loaded.threshold == cal["threshold_logit"] != 0.0
+    d = loaded.route_batch(qs, ss)
+    assert [x.action for x in d] == ["ESCALATE" if s >= cal["threshold_logit"] else "ANSWER" for s in scores[0]]
+    # a top1-score directory: made by the same command, calibrated the same way
+    top = tmp_path / "top1"
+    assert cli_main(["fit-features", "kind=top1-score", f"data={data}", f"output_dir={top}"]) == 0
+    assert calibrate_main([f"router={top}", f"data={data}"]) == 0
+    t = load_router(top)
+    assert isinstance(t, F.Top1ScoreRouter) and t.threshold == json.loads(
+        (top / "tiermem_router.json").read_text())["calibration"]["threshold_logit"]
+
+
+def test_loading_the_wrong_kind_fails_clearly(tmp_path):
+    from serving.router import RouterLoadError
+
+    F.Top1ScoreRouter().save(tmp_path / "t")
+    with pytest.raises(RouterLoadError, match="router_kind 'top1-score', not 'features'"):
+        F.FeatureRouter.load(tmp_path / "t")
+    (tmp_path / "f").mkdir()
+    F.Top1ScoreRouter().save(tmp_path / "f")
+    meta = json.loads((tmp_path / "f" / "tiermem_router.json").read_text())
+    meta["router_kind"] = "features"
+    (tmp_path / "f" / "tiermem_router.json").write_text(json.dumps(meta))
+    with pytest.raises(RouterLoadError, match="feature_model.json not found"):
+        load_router(tmp_path / "f")
+    from serving.router import LocalRouter
+
+    with pytest.raises(RouterLoadError, match="holds a 'top1-score' router"):
+        LocalRouter.from_pretrained(tmp_path / "t")
+
+
+def test_served_through_the_http_endpoint_with_retrieval_scores():
+    from fastapi.testclient import TestClient
+
+    from serving.server import RequestError, ServeConfig, create_app, validate_route_request
+
+    cfg = ServeConfig()
+    _, clean, t = validate_route_request({"question": "q", "summaries": [{"text": "a", "score": 0.4}],
+                                          "threshold": 0.5}, cfg)
+    assert clean == [{"text": "a", "date": None, "score": 0.4}] and t == 0.0  # probability 0.5 = log-odds 0
+    assert validate_route_request({"question": "q", "summaries": [], "threshold_logit": -2.5}, cfg)[2] == -2.5
+    with pytest.raises(RequestError, match="not both"):
+        validate_route_request({"question": "q", "summaries": [], "threshold": 0.5, "threshold_logit": 1}, cfg)
+    with pytest.raises(RequestError, match=r"summaries\[0\].score"):
+        validate_route_request({"question": "q", "summaries": [{"text": "a", "score": "high"}]}, cfg)
+    client = TestClient(create_app(F.Top1ScoreRouter(threshold=-0.5), cfg))
+    health = client.get("/health").json()
+    assert health["router"] == "top1-score" and health["threshold_logit"] == -0.5
+    low = client.post("/route", json={"question": "q", "summaries": [{"text": "a", "score": 0.3}]}).json()
+    high = client.post("/route", json={"question": "q", "summaries": [{"text": "a", "score": 0.7}]}).json()
+    assert (low["action"], high["action"]) == ("ESCALATE", "ANSWER") and low["score"] == -0.3

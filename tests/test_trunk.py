@@ -1,0 +1,68 @@
+"""The frozen trunk: running the cached bottom layers + the top layers equals the full model, adapter included."""
+
+import pytest
+import torch
+
+from serving.trunk import FrozenTrunk, right_padded
+
+
+def _tiny(num_layers=3, seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=num_layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_trunk_plus_top_equals_full_model_with_a_top_layer_adapter():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], layers_to_transform=[2]))
+    for name, p in model.named_parameters():  # a non-zero adapter, so the top layer really differs from the base
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)
+    ids, mask = right_padded([[5, 6, 7, 8, 9], [3, 4, 5]], pad=0)
+    trunk = FrozenTrunk(model, top_layers=1)
+    full = model(input_ids=ids, attention_mask=mask).logits
+    via_trunk = trunk.logits(model, ids, mask)
+    for b, n in enumerate([5, 3]):  # pads differ (zeros vs pad embeddings); real positions must match
+        assert torch.allclose(full[b, :n], via_trunk[b, :n], atol=1e-5)
+    assert trunk.misses == 2
+    trunk.logits(model, ids, mask)
+    assert trunk.misses == 2  # the second pass reuses the cache
+    assert len(model.get_base_model().model.layers) == 3  # layers restored after each pass
+
+
+def test_gradients_flow_only_through_the_top_layers():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
+    ids, mask = right_padded([[1, 2, 3, 4]], pad=0)
+    FrozenTrunk(model, top_layers=1).logits(model, ids, mask, logits_to_keep=1).sum().backward()
+    grads = [n for n, p in model.named_parameters() if p.grad is not None]
+    assert grads and all(".layers.2." in n for n in grads)
+
+
+def test_unsupported_models_and_bad_splits_are_refused():
+    model = _tiny()
+    with pytest.raises(ValueError, match="top_layers"):
+        FrozenTrunk(model, top_layers=3)
+    model.config.model_type = "gemma"
+    with pytest.raises(ValueError, match="not supported"):
+        FrozenTrunk(model, top_layers=1)
+
+
+def test_trunk_states_persist_for_the_same_model_only(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
+    ids, mask = right_padded([[5, 6, 7]], pad=0)
+    first = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "t.pt")
+    expected = first.logits(model, ids, mask)
+    first.save()
+    again = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "t.pt")
+    assert torch.allclose(again.logits(model, ids, mask), expected) and again.misses == 0
+    other = get_peft_model(_tiny(seed=1), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
+    with pytest.raises(ValueError, match="another model"):
+        FrozenTrunk(other, top_layers=1, cache_file=tmp_path / "t.pt")
