@@ -1,4 +1,4 @@
-"""`make bench`: router decision paths, labeling cache, training step time. One run, ratios side by side.
+"""`make bench`: router decision paths, server latency, labeling cache, training step time; ratios side by side.
 
     python benchmarks/run.py [--config configs/bench/default.yaml] [router.n_prompts=8] [training.enabled=false]
 
@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script (`python benchmarks/run.py`): m
 from benchmarks.common import machine_label, machine_line  # noqa: E402
 from benchmarks.labeling_bench import LabelingBenchConfig  # noqa: E402
 from benchmarks.router_bench import RouterBenchConfig  # noqa: E402
+from benchmarks.server_bench import ServerBenchConfig  # noqa: E402
 from benchmarks.training_bench import TrainingBenchConfig  # noqa: E402
 from tiermem.config import ConfigError, parse_cli  # noqa: E402
 
@@ -34,6 +35,7 @@ class BenchConfig:
     out_dir: str = "runs/bench"
     threads: int | None = None  # torch threads; None: the cores really available
     router: RouterBenchConfig = field(default_factory=RouterBenchConfig)
+    server: ServerBenchConfig = field(default_factory=ServerBenchConfig)
     labeling: LabelingBenchConfig = field(default_factory=LabelingBenchConfig)
     training: TrainingBenchConfig = field(default_factory=TrainingBenchConfig)
 
@@ -54,7 +56,7 @@ def _section(name: str, fn: Any, cfg: Any) -> dict[str, Any]:
 
 
 def run(cfg: BenchConfig) -> dict[str, Any]:
-    from benchmarks import labeling_bench, router_bench, training_bench
+    from benchmarks import labeling_bench, router_bench, server_bench, training_bench
     from tiermem.models import setup_cpu_threads
 
     setup_cpu_threads(cfg.threads)
@@ -62,6 +64,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     print(machine_line(machine), flush=True)
     report: dict[str, Any] = {"machine": machine, "config": json.loads(json.dumps(cfg, default=vars))}
     sections = (("router decision", router_bench.run, cfg.router),
+                ("server: /route latency, 1 and N clients, and during a chat request", server_bench.run, cfg.server),
                 ("labeling: first run vs cached rerun", labeling_bench.run, cfg.labeling),
                 ("training: seconds per step, CPU-aware vs TRL defaults", training_bench.run, cfg.training))
     for name, fn, sub in sections:

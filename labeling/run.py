@@ -41,6 +41,7 @@ from tiermem.data.conversations import Conversation, Question, detect_format, lo
 from tiermem.llm import LLM, LLMConfig, LLMError, build_llm
 from tiermem.memory import MemoryConfig, MemoryRuntime, PathCost, research_policy, summary_policy
 from tiermem.memory.policies import estimated_research_input_tokens, first_round_pages, summary_messages
+from tiermem.rundir import RunError, claim_output_dir
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / "locomo_local.yaml"
@@ -94,6 +95,8 @@ class LabelConfig:
             raise ValueError(f"question_sampling must be random|first, got {self.question_sampling!r}")
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if any(v is not None and v < 1 for v in (self.max_conversations, self.max_questions_per_conversation)):
+            raise ValueError("max_conversations and max_questions_per_conversation must be >= 1 (null = all)")
         if not 0 <= self.judge_threshold <= 1:
             raise ValueError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
 
@@ -401,7 +404,7 @@ FINAL_OUTPUTS = ("dataset", "all_records.jsonl", "stats.json", "report.md")
 RESUME_IGNORED = {"output_dir", "tiers_dir", "llm_cache", "concurrency", "retry_errors", "push_to_hub", "hub_private",
                   "split", "conversations", "max_conversations", "max_questions_per_conversation",
                   "question_sampling", "categories", "seed"}
-LLM_RESUME_IGNORED = {"max_concurrency", "timeout_s", "max_retries", "cache_path", "batch_size"}
+LLM_RESUME_IGNORED = {"max_concurrency", "timeout_s", "max_retries", "cache_path", "batch_size", "base_url"}
 
 
 def resume_fingerprint(cfg: LabelConfig) -> dict[str, Any]:
@@ -450,6 +453,7 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
     conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
     if not any(c.questions for c in conversations):
         raise ValueError("no questions selected: check conversations, categories and max_questions_per_conversation")
+    claim_output_dir(out, "label")  # refuses a directory this stage did not make, before touching it
     check_resumable(cfg, out)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     for stale in FINAL_OUTPUTS:  # until this run finishes, nothing in output_dir looks finished
@@ -528,7 +532,8 @@ def finish(cfg: LabelConfig, ctx: Context, records: list[dict[str, Any]], resume
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     write_report(stats, out / "report.md", cfg)
     if not good:
-        raise RuntimeError(f"every record is an error ({len(records)}); no dataset written. See {out}/report.md")
+        raise RunError(f"every record is an error ({len(records)}); no dataset written. First error: "
+                       f"{records[0]['error']}. See {out}/report.md; fix the cause and rerun (errors are retried)")
     if cfg.push_to_hub:
         push_dataset(out / "dataset", cfg.push_to_hub, cfg.hub_private)
     return stats

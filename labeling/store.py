@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tiermem.errors import StoreError
+
 Key = tuple[str, str]
 
 
@@ -24,6 +26,8 @@ def record_key(record: dict[str, Any]) -> Key:
 class RecordStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_file():
+            raise StoreError(f"{self.path}: the record store must be a file (it is a directory or device)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.torn_lines = 0
         self._records: dict[Key, dict[str, Any]] = {}

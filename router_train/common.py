@@ -80,8 +80,9 @@ def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict
 
 def build_trl_config(config_cls: type, kwargs: dict[str, Any]) -> Any:
     """TRL validates its own keys; its complaint becomes one ConfigError line naming the `trainer:` section."""
-    from tiermem.config import ConfigError
+    from tiermem.config import ConfigError, check_field_types
 
+    kwargs = check_field_types(config_cls, kwargs, f"trainer ({config_cls.__name__})")
     try:
         return config_cls(**kwargs)
     except (TypeError, ValueError) as exc:

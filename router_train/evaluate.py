@@ -33,6 +33,7 @@ from serving.router import Decision, RouterLoadError
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.llm.base import LLMConfig
 from tiermem.models import ModelSpecError
+from tiermem.rundir import claim_output_dir
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"
@@ -320,8 +321,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
 
 
 def write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_output_dir(out_dir, "eval")
     paths = {"plot": out / "eval.png"}
     report["meta"]["plot"] = str(paths["plot"])
     eval_report.write_plot(report, paths["plot"])

@@ -21,6 +21,7 @@ from serving import contract
 from serving.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
 from tiermem.models import DEFAULT_LM
+from tiermem.rundir import claim_output_dir
 
 from . import data as data_lib
 from .common import (
@@ -176,6 +177,7 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     args = build_grpo_config(cfg)
     if cfg.sft_dir and Path(cfg.sft_dir).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
+    claim_output_dir(cfg.output_dir, "grpo")
     set_seed(cfg.seed)
     model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
     clear_run_meta(cfg.output_dir)

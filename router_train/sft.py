@@ -20,6 +20,7 @@ from serving import contract
 from serving.artifacts import RunMeta
 from tiermem.config import parse_cli
 from tiermem.models import DEFAULT_LM
+from tiermem.rundir import claim_output_dir
 
 from . import data as data_lib
 from .common import (
@@ -142,6 +143,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
 
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
     set_seed(cfg.seed)
+    claim_output_dir(cfg.output_dir, "sft")
     clear_run_meta(cfg.output_dir)
     if cfg.init_adapter:  # continue an existing router's adapter (its base model wins over cfg.model)
         model, tokenizer, init_meta = load_adapter_run(cfg.init_adapter, trainable=True)

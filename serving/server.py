@@ -7,12 +7,19 @@ GET  /health                                                   -> router kind, c
 POST /v1/chat/completions                                      -> OpenAI-style greedy completion from the router
                                                                   model (with token log-probs), so RemoteRouter and
                                                                   other OpenAI clients can talk to it
-Binds 127.0.0.1 unless told otherwise. Requests are served one at a time under a lock: on CPU two concurrent
-forward passes only contend for the same cores.
+Binds 127.0.0.1 unless told otherwise.
+
+Concurrency model (see README "Server concurrency and limits"): /route and chat have separate lanes, so a chat
+request never holds the lock /route waits on. Each lane runs one model call at a time; /route requests that
+arrive while one runs are scored together in the next batch (up to `route_batch_size`). A lane holds at most
+`max_queue` requests (running + waiting): the next one gets 503 at once, and a request that cannot start
+within `queue_timeout_s` gets 503 too. Chat work is bounded by `max_prompt_tokens` and `max_chat_tokens`, and
+bodies are counted while they stream in (413 as soon as `max_body_bytes` is passed).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -43,6 +50,24 @@ class ServeConfig:
     max_summary_chars: int = 4_000  # per summary; the contract clips what the model sees further
     chat_passthrough: bool = True
     max_chat_tokens: int = 256
+    max_prompt_tokens: int = 2_048  # chat: rendered prompt tokens; 413 above (bounds one request's compute)
+    max_queue: int = 32  # per lane (route / chat): running + waiting requests; 503 beyond
+    queue_timeout_s: float = 10.0  # a request that cannot start within this gets 503
+    route_batch_size: int = 16  # /route requests scored together when they queue up
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError(f"threshold must be a finite log-odds number or null, got {self.threshold!r}")
+        if not 0 <= self.port <= 65_535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if self.mode not in ("fast", "generate"):
+            raise ValueError(f"mode must be fast|generate, got {self.mode!r}")
+        for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_chat_tokens",
+                     "max_prompt_tokens", "max_queue", "route_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.queue_timeout_s > 0:
+            raise ValueError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
 
 
 class RequestError(ValueError):
@@ -101,22 +126,113 @@ def validate_route_request(body: Any, cfg: ServeConfig) -> tuple[str, list[dict[
     return question, clean, None if threshold is None else logit(threshold)
 
 
-def _chat_response(router: Any, body: Any, cfg: ServeConfig) -> dict[str, Any]:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Lane:
+    """One model call at a time, at most `max_queue` requests running or waiting; waiting requests are run
+    together in the next batch (`batch_size`). Used by the server's /route lane (batched) and chat lane (1)."""
+
+    def __init__(self, run_batch: Any, max_queue: int, batch_size: int, timeout_s: float) -> None:
+        self.run_batch, self.max_queue, self.batch_size, self.timeout_s = run_batch, max_queue, batch_size, timeout_s
+        self.lock = threading.Lock()  # held while the model runs
+        self.cv = threading.Lock()  # guards the queue below
+        self.pending: list[_Job] = []
+        self.in_flight = 0
+
+    def submit(self, item: Any) -> Any:
+        """Run `item` (in a batch with others waiting); RequestError(503) when full or it cannot start in time."""
+        job = _Job(item)
+        with self.cv:
+            if self.in_flight >= self.max_queue:
+                raise RequestError(503, f"server busy: {self.in_flight} requests queued (limit {self.max_queue}); "
+                                        "retry later")
+            self.in_flight += 1
+            self.pending.append(job)
+        try:
+            deadline = time.monotonic() + self.timeout_s
+            while not job.done.is_set():
+                if self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    try:
+                        self._drain_one_batch()
+                    finally:
+                        self.lock.release()
+                    continue
+                with self.cv:
+                    if job in self.pending:  # not started: give up its place
+                        self.pending.remove(job)
+                        raise RequestError(503, f"server busy: the request did not start within "
+                                                f"{self.timeout_s:g} s; retry later")
+                job.done.wait()  # already running in another thread's batch
+        finally:
+            with self.cv:
+                self.in_flight -= 1
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _drain_one_batch(self) -> None:
+        with self.cv:
+            batch, self.pending = self.pending[: self.batch_size], self.pending[self.batch_size:]
+        if not batch:
+            return
+        try:
+            results = self.run_batch([j.item for j in batch])
+            for job, res in zip(batch, results, strict=True):
+                job.result = res
+        except Exception as exc:  # every request of the failed batch gets the error
+            for job in batch:
+                job.error = exc
+        for job in batch:
+            job.done.set()
+
+
+class _Job:
+    def __init__(self, item: Any) -> None:
+        self.item, self.result, self.error, self.done = item, None, None, threading.Event()
+
+
+def _route_many(router: Any, items: list[tuple[str, list[dict[str, Any]], float | None]]) -> list[Any]:
+    """Route queued requests with one route_batch call per distinct threshold, answers in request order."""
+    out: list[Any] = [None] * len(items)
+    for threshold in dict.fromkeys(t for _, _, t in items):
+        idx = [i for i, (_, _, t) in enumerate(items) if t == threshold]
+        decisions = router.route_batch([items[i][0] for i in idx], [items[i][1] for i in idx], threshold=threshold)
+        for i, d in zip(idx, decisions, strict=True):
+            out[i] = d
+    return out
+
+
+def _chat_prepare(router: Any, body: Any, cfg: ServeConfig) -> Any:
+    """Validate a chat body (RequestError naming the field) and return the generation to run in the chat lane."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
         raise RequestError(422, "'messages' must be a non-empty list of {role, content}")
     for i, m in enumerate(body["messages"]):
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
                 or not isinstance(m.get("content"), str):
             raise RequestError(422, f"messages[{i}] must be {{role: system|user|assistant, content: string}}")
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 64
-    if not isinstance(max_tokens, int) or not 1 <= max_tokens <= cfg.max_chat_tokens:
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    max_tokens = 64 if max_tokens is None else max_tokens
+    if not _is_int(max_tokens) or not 1 <= max_tokens <= cfg.max_chat_tokens:
         raise RequestError(422, f"'max_tokens' must be an integer in [1, {cfg.max_chat_tokens}]")
-    top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
-    if not 0 <= top <= 20:
-        raise RequestError(422, "'top_logprobs' must be in [0, 20]")
-    if (body.get("temperature") or 0) != 0:
+    if not isinstance(body.get("logprobs", False), bool | None):
+        raise RequestError(422, "'logprobs' must be true or false")
+    top = body.get("top_logprobs") or 0
+    if not _is_int(top) or not 0 <= top <= 20:
+        raise RequestError(422, "'top_logprobs' must be an integer in [0, 20]")
+    top = top if body.get("logprobs") else 0
+    temperature = body.get("temperature") or 0
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature != 0:
         raise RequestError(422, "this endpoint decodes greedily; send temperature 0 or omit it")
     prompt = router.tokenizer.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
+    n_prompt = len(router.tokenizer(prompt, add_special_tokens=False).input_ids)
+    if n_prompt > cfg.max_prompt_tokens:
+        raise RequestError(413, f"prompt has {n_prompt} tokens; the limit is {cfg.max_prompt_tokens}")
+    return functools.partial(_chat_generate, router, body, prompt, max_tokens, top)
+
+
+def _chat_generate(router: Any, body: dict[str, Any], prompt: str, max_tokens: int, top: int) -> dict[str, Any]:
     gen = router.generate([prompt], max_new_tokens=max_tokens, top_logprobs=max(top, 1) if body.get("logprobs")
                           else 0)[0]
     choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": gen["text"]},
@@ -134,18 +250,29 @@ def _chat_response(router: Any, body: Any, cfg: ServeConfig) -> dict[str, Any]:
 
 def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     cfg = cfg or ServeConfig()
-    lock = threading.Lock()
     app = FastAPI(title="tiermem router", docs_url=None, redoc_url=None)
     meta = getattr(router, "meta", None)
+    route_lane = Lane(functools.partial(_route_many, router), cfg.max_queue, cfg.route_batch_size,
+                      cfg.queue_timeout_s)
+    chat_lane = Lane(lambda jobs: [job() for job in jobs], cfg.max_queue, 1, cfg.queue_timeout_s)
+    app.state.lanes = {"route": route_lane, "chat": chat_lane}
 
     async def read_json(request: Request) -> Any:
-        raw = await request.body()
-        if len(raw) > cfg.max_body_bytes:
-            raise RequestError(413, f"body has {len(raw)} bytes; the limit is {cfg.max_body_bytes}")
+        limit = cfg.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise RequestError(413, f"body has {declared} bytes; the limit is {limit}")
+        raw = bytearray()
+        async for chunk in request.stream():  # counted as it arrives: an oversized body is never held whole
+            raw += chunk
+            if len(raw) > limit:
+                raise RequestError(413, f"body has more than {limit} bytes; the limit is {limit}")
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise RequestError(400, "body is not valid JSON: nested too deeply") from None
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
@@ -164,22 +291,14 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     @app.post("/route")
     async def route(request: Request) -> dict[str, Any]:
         question, summaries, threshold = validate_route_request(await read_json(request), cfg)
-        def _run() -> Any:
-            with lock:
-                return router.route(question, summaries, threshold=threshold)
-
-        return asdict(await run_in_threadpool(_run))
+        return asdict(await run_in_threadpool(route_lane.submit, (question, summaries, threshold)))
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict[str, Any]:
         if not _chat_enabled():
             raise RequestError(404, "chat passthrough is off (or the router has no local model)")
-        body = await read_json(request)
-        def _run() -> Any:
-            with lock:
-                return _chat_response(router, body, cfg)
-
-        return await run_in_threadpool(_run)
+        job = _chat_prepare(router, await read_json(request), cfg)
+        return await run_in_threadpool(chat_lane.submit, job)
 
     return app
 

@@ -9,6 +9,7 @@ mapping in the YAML, so TRL validates its own fields.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -23,14 +24,52 @@ class ConfigError(ValueError):
     """A config file or override that does not fit its dataclass."""
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads `1e-3` as a float (YAML 1.2; PyYAML's 1.1 rules want `1.0e-3` and return the
+    string "1e-3") and refuses a key given twice in one mapping (1.1 silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str) -> Any:
+    """YAML with numbers read as the numbers they are and duplicate keys refused (see _Loader)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506  (_Loader is a SafeLoader)
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    """One line: `line L, column C: problem` (PyYAML's own text spans several lines with a caret)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f"{exc.context}, " if exc.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {context}{exc.problem}"
+    return " ".join(str(exc).split())
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml_load(path.read_text(encoding="utf-8-sig")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_message(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
@@ -73,8 +112,14 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = _strip_optional(hints[name])
+        if name.endswith("_dir") and isinstance(value, str) and not value.strip():
+            # an empty directory means the current one: a stage would write (and clean up) there
+            raise ConfigError(f"{where}.{name}: empty path; give a directory (or null where allowed)")
         if dataclasses.is_dataclass(tp) and isinstance(value, dict):
             kwargs[name] = from_dict(tp, value, f"{where}.{name}")
+        elif dataclasses.is_dataclass(tp) and not (value is None and tp is not hints[name]):
+            # e.g. `memory=5` or `memory=null` for a section that is not optional
+            raise ConfigError(f"{where}.{name}: expected a mapping of {tp.__name__} settings, got {value!r}")
         else:
             kwargs[name] = _check_scalar(hints[name], value, f"{where}.{name}")
     try:
@@ -85,7 +130,10 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
+    """The config as plain data, credentials removed (this is what config.yaml and fingerprints record)."""
+    from tiermem.redact import redact
+
+    return redact(dataclasses.asdict(obj))
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides") -> dict[str, Any]:
@@ -94,7 +142,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "ov
         if "=" not in item:
             raise ConfigError(f"{where}: expected key=value, got {item!r}")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = yaml_load(raw) if raw != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: {key}: value {raw!r} is not valid YAML: {_yaml_message(exc)}") from None
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:
@@ -120,8 +171,8 @@ def parse_cli(cls: type[T], argv: list[str], default_config: str | Path | None =
     while args:
         arg = args.pop(0)
         if arg in ("--config", "-c"):
-            if not args:
-                raise ConfigError("--config needs a path")
+            if not args or "=" in args[0] or args[0].startswith("-"):
+                raise ConfigError(f"{arg} needs a path (got {args[0] if args else 'nothing'!r})")
             path = args.pop(0)
         elif arg.startswith("--config="):
             path = arg.split("=", 1)[1]
@@ -130,3 +181,20 @@ def parse_cli(cls: type[T], argv: list[str], default_config: str | Path | None =
         else:
             overrides.append(arg)
     return parse_config(cls, path, overrides)
+
+
+def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Type-check `data` against dataclass `cls` (e.g. TRL's SFTConfig) before it is built: plain int, float,
+    bool and str fields must get values of that type (ints are accepted for floats). Libraries often
+    accept a wrong type at construction and fail deep inside training (`learning_rate="1e-3"` reaches
+    torch's AdamW as a string)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # forward references a library did not make resolvable: check what is resolvable
+        hints = {f.name: f.type for f in dataclasses.fields(cls) if isinstance(f.type, type)}
+    out = dict(data)
+    for name, value in data.items():
+        tp = _strip_optional(hints.get(name))
+        if tp in (int, float, bool, str):
+            out[name] = _check_scalar(tp, value, f"{where}.{name}")
+    return out

@@ -10,6 +10,7 @@ with `unknown_evidence="error"`.
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
+# LoCoMo's question categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
+LOCOMO_CATEGORIES = frozenset({1, 2, 3, 4, 5})
 
 
 class DataError(ValueError):
@@ -53,12 +56,16 @@ class Conversation:
 
 def _read_json(path: str | Path) -> Any:
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, not a benchmark JSON file")
     if not path.is_file():
         raise FileNotFoundError(f"benchmark file not found: {path}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a UTF-8 byte-order mark is fine
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to be a benchmark file") from None
 
 
 def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -80,7 +87,31 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 def _answer_text(value: Any, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise DataError(f"{where}: field 'answer' must be a string or number, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DataError(f"{where}: field 'answer' is {value!r}, not an answer")  # json reads NaN/Infinity
+    if not str(value).strip():
+        # an empty gold answer would judge every prediction wrong and label the question ESCALATE
+        raise DataError(f"{where}: field 'answer' is empty")
     return str(value)
+
+
+def _question_text(obj: Any, where: str) -> str:
+    text = _get(obj, "question", str, where)
+    if not text.strip():
+        raise DataError(f"{where}: field 'question' is empty or whitespace")
+    return text
+
+
+def _check_turn_text(turns: list[Turn], where: str) -> None:
+    if not any(t.text.strip() for t in turns):
+        raise DataError(f"{where}: every turn's text is empty; nothing to remember")
+
+
+def _first_seen(seen: dict[str, int], key: str, index: int, what: str, where: str) -> None:
+    """Record `key` at `index`; a repeat is an error naming both positions (a repeat would overwrite data)."""
+    if key in seen:
+        raise DataError(f"{where}: duplicate {what} {key!r} at positions {seen[key]} and {index}")
+    seen[key] = index
 
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
@@ -135,13 +166,11 @@ def _parse_locomo(
         raise DataError(f"{path}: expected a non-empty list of LoCoMo samples")
     excluded = {str(c) for c in exclude_categories}
     conversations: list[Conversation] = []
-    seen_ids: set[str] = set()
+    seen_ids: dict[str, int] = {}
     for index, sample in enumerate(data):
         where = f"{path}: sample {index}"
         conv_id = _get(sample, "sample_id", str, where)
-        if conv_id in seen_ids:
-            raise DataError(f"{where}: duplicate sample_id {conv_id!r}")
-        seen_ids.add(conv_id)
+        _first_seen(seen_ids, conv_id, index, "sample_id", str(path))
         where = f"{path}: sample {conv_id!r}"
         conv = _get(sample, "conversation", dict, where)
         speakers = [_get(conv, k, str, f"{where}.conversation") for k in ("speaker_a", "speaker_b")]
@@ -166,6 +195,7 @@ def _parse_locomo(
                         session_id=skey,
                     )
                 )
+        _check_turn_text(turns, where)
         known = {t.turn_id for t in turns}
         if len(known) != len(turns):
             raise DataError(f"{where}: field 'dia_id' repeats a turn id")
@@ -173,6 +203,9 @@ def _parse_locomo(
         for q_index, qa in enumerate(_get(sample, "qa", list, where)):
             qwhere = f"{where}.qa[{q_index}]"
             category = _get(qa, "category", int, qwhere)
+            if category not in LOCOMO_CATEGORIES:
+                raise DataError(f"{qwhere}: field 'category' must be one of {sorted(LOCOMO_CATEGORIES)}, "
+                                f"got {category}")
             if str(category) in excluded:
                 continue
             evidence = _evidence_ids(_get(qa, "evidence", list, qwhere), qwhere)
@@ -182,7 +215,7 @@ def _parse_locomo(
             questions.append(
                 Question(
                     qid=f"{conv_id}:q{q_index:03d}",
-                    question=_get(qa, "question", str, qwhere),
+                    question=_question_text(qa, qwhere),
                     answer=_answer_text(_get(qa, "answer", (str, int, float), qwhere), qwhere),
                     category=str(category),
                     evidence=_check_evidence(evidence, known, qwhere, unknown_evidence),
@@ -204,9 +237,11 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
     if not isinstance(data, list) or not data:
         raise DataError(f"{path}: expected a non-empty list of LongMemEval instances")
     conversations: list[Conversation] = []
+    seen_qids: dict[str, int] = {}
     for index, item in enumerate(data):
         where = f"{path}: instance {index}"
         qid = _get(item, "question_id", str, where)
+        _first_seen(seen_qids, qid, index, "question_id", str(path))
         where = f"{path}: instance {qid!r}"
         session_ids = _get(item, "haystack_session_ids", list, where)
         dates = _get(item, "haystack_dates", list, where)
@@ -220,10 +255,12 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
             )
         turns: list[Turn] = []
         evidence: list[str] = []
+        seen_sessions: dict[str, int] = {}
         for s_index, (sid, date, session) in enumerate(zip(session_ids, dates, sessions, strict=True)):
             swhere = f"{where}.haystack_sessions[{s_index}]"
             if not isinstance(sid, str) or not isinstance(date, str):
                 raise DataError(f"{where}: session {s_index} id and date must be strings")
+            _first_seen(seen_sessions, sid, s_index, "haystack_session_ids entry", where)
             if not isinstance(session, list) or not session:
                 raise DataError(f"{swhere}: expected a non-empty list of turns")
             for t_index, turn in enumerate(session):
@@ -240,13 +277,14 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
                 )
                 if turn.get("has_answer") is True:
                     evidence.append(turn_id)
+        _check_turn_text(turns, where)
         category = _get(item, "question_type", str, where)
         if category in exclude_categories:
             continue
         date = item.get("question_date")
         question = Question(
             qid=qid,
-            question=_get(item, "question", str, where),
+            question=_question_text(item, where),
             answer=_answer_text(_get(item, "answer", (str, int, float), where), where),
             category=category,
             evidence=evidence,

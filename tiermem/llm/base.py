@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
@@ -12,6 +13,7 @@ from typing import Any
 from tiermem.llm.cache import ResponseCache
 
 Messages = list[dict[str, str]]
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -64,6 +66,21 @@ class LLMConfig:
             raise ValueError(f"llm.backend must be 'local' or 'openai', got {self.backend!r}")
         if self.structured not in ("vllm", "openai", "none"):
             raise ValueError(f"llm.structured must be vllm|openai|none, got {self.structured!r}")
+        # 0 or negative would hang (a zero-size semaphore), loop forever or silently fall back to a default
+        for name in ("max_concurrency", "max_tokens", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"llm.{name} must be an integer >= 1, got {value!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"llm.timeout_s must be > 0 seconds, got {self.timeout_s!r}")
+        if self.max_retries < 0:
+            raise ValueError(f"llm.max_retries must be >= 0, got {self.max_retries!r}")
+        if not 0 <= self.temperature <= 2:
+            raise ValueError(f"llm.temperature must be in [0, 2], got {self.temperature!r}")
+        if not _ENV_NAME.match(self.api_key_env):
+            # never echo it: what does not look like a variable name is most likely the key itself
+            raise ValueError("llm.api_key_env must be the NAME of an environment variable (letters, digits, "
+                             "underscores), not the key; the value given is not shown")
 
 
 @dataclass
@@ -104,7 +121,10 @@ class LLM(ABC):
     def chat_many(self, batch: list[Messages], *, max_tokens: int | None = None, temperature: float | None = None,
                   choices: list[str] | None = None, json_schema: dict[str, Any] | None = None,
                   logprobs: bool = False) -> list[ChatResult | LLMError]:
-        params = CallParams(max_tokens or self.default_max_tokens,
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 1):
+            raise ValueError(f"{self.name}: max_tokens must be an integer >= 1, got {max_tokens!r}")
+        params = CallParams(self.default_max_tokens if max_tokens is None else max_tokens,
                             self.default_temperature if temperature is None else temperature,
                             list(choices) if choices else None, json_schema, logprobs)
         out: list[ChatResult | LLMError | None] = [None] * len(batch)

@@ -8,15 +8,23 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tiermem.errors import StoreError
+
 
 class ResponseCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: LLM cache path is a directory, not a SQLite file")
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: the LLM response cache is not a readable SQLite database ({exc}); "
+                             "delete it (responses are only a cache)") from None
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:

@@ -9,6 +9,9 @@ from typing import Any
 
 from tiermem.llm.base import LLM, CallParams, ChatResult, LLMError, Messages
 from tiermem.llm.cache import ResponseCache
+from tiermem.redact import install_log_filter, redact_text, redact_url
+
+install_log_filter("httpx", "openai", "openai._base_client")
 
 
 class OpenAIChatLLM(LLM):
@@ -19,7 +22,8 @@ class OpenAIChatLLM(LLM):
                  max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 4,
                  structured: str = "vllm", seed: int = 0) -> None:
         super().__init__(model, cache, max_tokens, temperature)
-        self.name = f"openai:{base_url or 'api.openai.com'}:{model}"
+        # the name is recorded (stats.json, report.md, cached responses, errors): never with credentials
+        self.name = f"openai:{redact_url(base_url) or 'api.openai.com'}:{model}"
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.max_concurrency = max_concurrency
@@ -55,7 +59,7 @@ class OpenAIChatLLM(LLM):
             try:
                 resp = await client.chat.completions.create(**self._request(messages, params))
             except openai.OpenAIError as exc:  # raised after the client's own retries with backoff
-                return LLMError(f"{self.name}: {type(exc).__name__}: {exc}")
+                return LLMError(redact_text(f"{self.name}: {type(exc).__name__}: {exc}"))
         latency = time.perf_counter() - started
         if not resp.choices:
             return LLMError(f"{self.name}: response without choices")

@@ -16,8 +16,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tiermem.data.conversations import Turn
+from tiermem.errors import StoreError
+
+__all__ = ["Page", "RawPageStore", "StoreError", "content_hash", "open_sqlite", "paginate"]
 
 TokenCounter = Callable[[str], int]
+
+
+def open_sqlite(path: Path, what: str) -> sqlite3.Connection:
+    """Connect and touch the schema, so a file that is not SQLite fails here, named, not on first use."""
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: {what} is not a readable SQLite database ({exc}); delete it to rebuild") from None
+    return conn
 
 
 def whitespace_tokens(text: str) -> int:
@@ -114,11 +128,16 @@ class RawPageStore:
     def __init__(self, db_path: str | Path) -> None:
         self.db_path = Path(db_path)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.db_path, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(_SCHEMA)
+        self._conn = open_sqlite(self.db_path, "the tier-2 page store")
+        try:
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.db_path}: not a tier-2 page store ({exc})") from None
         self._cache: dict[str, Page] = {}
         self._lock = threading.Lock()  # one connection shared by threads (concurrent answering)
+        # page id -> sha256 as verified by verify(); reads are checked against it, so a page changed after
+        # the store was opened (even with its hash rewritten) is refused, not served
+        self._trusted: dict[str, str] | None = None
 
     def append(self, pages: Iterable[Page]) -> None:
         """Insert pages in one transaction: all of them or none."""
@@ -130,7 +149,12 @@ class RawPageStore:
             raise ValueError(f"{self.db_path}: cannot append pages ({exc}); pages are never overwritten") from None
 
     def _row_to_page(self, row: tuple) -> Page:
-        page_id, conv_id, index, turns_json, token_count, _ = row
+        page_id, conv_id, index, turns_json, token_count, sha = row
+        actual = content_hash(page_id, conv_id, index, turns_json, token_count)
+        trusted = self._trusted.get(page_id) if self._trusted is not None else sha
+        if actual != sha or actual != trusted:
+            raise StoreError(f"{self.db_path}: page {page_id!r} changed since it was written or verified "
+                             "(tier-2 integrity); rebuild this memory")
         turns = tuple(Turn(**t) for t in json.loads(turns_json))
         return Page(page_id, conv_id, index, turns, token_count)
 
@@ -158,14 +182,28 @@ class RawPageStore:
     def __len__(self) -> int:
         return self._conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
 
-    def verify(self) -> list[str]:
-        """Ids of pages whose stored content no longer matches their sha256 (empty list: intact)."""
-        bad = []
-        for page_id, conv_id, index, turns_json, token_count, sha in self._conn.execute(
-            "SELECT * FROM pages ORDER BY conv_id, page_index"
-        ):
+    def verify(self, expected_pages: dict[str, int] | None = None) -> list[str]:
+        """Problems found (empty list: intact): ids of pages whose content no longer matches their sha256,
+        and `<page id> (missing)` for pages gone from a conversation's sequence (index gaps, or fewer pages
+        than `expected_pages[conv_id]`, e.g. from the manifest). Afterwards reads are checked against the
+        hashes seen here."""
+        bad: list[str] = []
+        trusted: dict[str, str] = {}
+        indices: dict[str, list[int]] = {}
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM pages ORDER BY conv_id, page_index").fetchall()
+        for page_id, conv_id, index, turns_json, token_count, sha in rows:
+            indices.setdefault(conv_id, []).append(index)
             if content_hash(page_id, conv_id, index, turns_json, token_count) != sha:
                 bad.append(page_id)
+            else:
+                trusted[page_id] = sha
+        for conv_id in sorted(set(indices) | set(expected_pages or {})):
+            have = set(indices.get(conv_id, []))
+            n = max((expected_pages or {}).get(conv_id, 0), max(have, default=-1) + 1)
+            bad += [f"{conv_id}:p{i:04d} (missing)" for i in range(n) if i not in have]
+        self._trusted = trusted
+        self._cache.clear()
         return bad
 
     def root_hash(self) -> str:

@@ -30,7 +30,7 @@ from tiermem.memory.policies import (
     research_policy,
     summary_policy,
 )
-from tiermem.memory.raw_store import RawPageStore, TokenCounter, make_token_counter, paginate
+from tiermem.memory.raw_store import RawPageStore, StoreError, TokenCounter, make_token_counter, paginate
 from tiermem.memory.summaries import (
     Embedder,
     RetrievedUnit,
@@ -44,7 +44,7 @@ from tiermem.memory.tiers import TwoTierMemory
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
-TIERS_VERSION = "tiers/2"
+TIERS_VERSION = "tiers/3"  # 3: tier-1 units carry a sha256; the manifest keeps tier 1's root hash
 
 
 @dataclass
@@ -79,8 +79,17 @@ class MemoryConfig:
             raise ValueError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
         if not 1 <= self.max_rounds <= 3:
             raise ValueError(f"max_rounds must be 1..3 (bounded research), got {self.max_rounds}")
-        if self.page_tokens < 1 or self.top_k < 1 or self.pages_per_round < 1:
-            raise ValueError("page_tokens, top_k and pages_per_round must be >= 1")
+        positive = ("page_tokens", "top_k", "pages_per_round", "max_units_per_page", "summarizer_max_tokens",
+                    "step_max_tokens", "answer_max_tokens")
+        for name in positive:  # 0 would silently become a default further down; negatives slice from the end
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"memory.{name} must be an integer >= 1, got {value!r}")
+        for name in ("keyword_k", "search_k", "max_snippets"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"memory.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0 < self.keep_ratio <= 1:
+            raise ValueError(f"memory.keep_ratio must be in (0, 1], got {self.keep_ratio!r}")
         if not self.writeback_update_similarity <= self.writeback_skip_similarity:
             raise ValueError("writeback_update_similarity must be <= writeback_skip_similarity")
 
@@ -163,8 +172,10 @@ class MemoryRuntime:
         self.manifest: dict[str, Any] = {}
         if (self.workdir / MANIFEST).is_file():
             self._open()
+        elif self.workdir.exists() and not self.workdir.is_dir():
+            raise StoreError(f"{self.workdir}: memory directory is a file")
         elif self.workdir.exists() and any(self.workdir.iterdir()):
-            raise RuntimeError(f"{self.workdir}: not a complete memory (no {MANIFEST}); delete it and ingest again")
+            raise StoreError(f"{self.workdir}: not a complete memory (no {MANIFEST}); delete it and ingest again")
 
     @property
     def embedder(self) -> Embedder:
@@ -202,6 +213,7 @@ class MemoryRuntime:
                 root_hash = raw.root_hash()
             index = SummaryIndex(tmp / "tier1", embedder)
             index.add(units)
+            tier1_root = index.root_hash()
             index.close()
             stats = IngestStats(
                 conv.conv_id, len(conv.turns), len(pages), len(units), max(p.token_count for p in pages),
@@ -210,7 +222,7 @@ class MemoryRuntime:
             )
             manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id, "tier_key": self.tier_key(conv),
                         "tiers": self.cfg.tier_fields(),
-                        "root_hash": root_hash, "stats": asdict(stats)}
+                        "root_hash": root_hash, "tier1_root_hash": tier1_root, "stats": asdict(stats)}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
             if self.workdir.exists() and not any(self.workdir.iterdir()):
                 self.workdir.rmdir()
@@ -221,19 +233,57 @@ class MemoryRuntime:
         self._open()
         return stats
 
+    def _read_manifest(self) -> dict[str, Any]:
+        path = self.workdir / MANIFEST
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            for key in ("conv_id", "tiers", "root_hash", "tier1_root_hash", "stats"):
+                manifest[key]  # noqa: B018  (presence check)
+            manifest["tiers"]["embedder"]  # noqa: B018
+            int(manifest["stats"]["pages"])
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"{path}: unreadable or incomplete memory manifest ({type(exc).__name__}: {exc}); "
+                             "delete the memory directory and ingest again") from None
+        return manifest
+
     def _open(self) -> None:
-        self.manifest = json.loads((self.workdir / MANIFEST).read_text())
+        self.manifest = self._read_manifest()
         built_with = self.manifest["tiers"]["embedder"]
         if built_with != self.cfg.embedder:
             raise RuntimeError(f"{self.workdir}: tier 1 was embedded with {built_with!r}, but memory.embedder is "
                                f"{self.cfg.embedder!r}; queries must use the same embedder")
+        conv_id = self.manifest["conv_id"]
         raw = RawPageStore(self.workdir / "raw.db")
-        bad = raw.verify()
-        if bad or raw.root_hash() != self.manifest["root_hash"]:
+        try:
+            bad = raw.verify({conv_id: int(self.manifest["stats"]["pages"])})
+            if bad or raw.root_hash() != self.manifest["root_hash"]:
+                raise StoreError(f"{raw.db_path}: tier-2 integrity check failed (pages changed or missing: "
+                                 f"{bad or 'rehashed, root hash differs from the manifest'}); rebuild this memory")
+            summaries = SummaryIndex(self.workdir / "tier1", self.embedder)
+        except BaseException:
             raw.close()
-            raise RuntimeError(f"{self.workdir}: tier-2 integrity check failed (changed pages: {bad or 'rehashed'})")
-        summaries = SummaryIndex(self.workdir / "tier1", self.embedder)
-        self.memory = TwoTierMemory.open(self.manifest["conv_id"], raw, summaries)
+            raise
+        try:
+            if summaries.root_hash() != self.manifest["tier1_root_hash"]:
+                raise StoreError(f"{summaries.path}: tier-1 integrity check failed (units added, removed or "
+                                 "rehashed since the manifest was written); rebuild this memory")
+            pages = {p.page_id for p in raw.pages(conv_id)}
+            dangling = [u.unit_id for u in summaries.units if not set(u.page_ids) <= pages]
+            if dangling:
+                raise StoreError(f"{summaries.path}: summary unit(s) {dangling[:5]} link to pages missing from "
+                                 f"{raw.db_path}; rebuild this memory")
+        except BaseException:
+            raw.close()
+            summaries.close()
+            raise
+        self.memory = TwoTierMemory.open(conv_id, raw, summaries)
+
+    def _save_tier1_root(self) -> None:
+        """After a write-back: the manifest's tier-1 root hash follows the index (written atomically)."""
+        self.manifest["tier1_root_hash"] = self._require().summaries.root_hash()
+        tmp = self.workdir / f".{MANIFEST}.tmp"
+        tmp.write_text(json.dumps(self.manifest, indent=2))
+        os.replace(tmp, self.workdir / MANIFEST)
 
     @classmethod
     def open_or_build(cls, root: str | Path, conv: Conversation, cfg: MemoryConfig | None = None,
@@ -350,4 +400,6 @@ class MemoryRuntime:
             index.add([SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id], day_of(turn.timestamp),
                                    "writeback")])
             actions.append(WriteBack("add", unit_id, quote.fact, similarity))
+        if any(a.action != "skip" for a in actions):
+            self._save_tier1_root()
         return actions

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tiermem.llm import LLM, LLMError
-from tiermem.memory.raw_store import Page
+from tiermem.memory.raw_store import Page, StoreError, open_sqlite
 from tiermem.memory.text import best_overlap_turn, content_words, split_sentences
 
 
@@ -138,6 +138,12 @@ def absolutize(text: str, timestamp: str) -> str:
     return _RELATIVE.sub(resolve, text)
 
 
+def unit_hash(unit: SummaryUnit, embedding: bytes) -> str:
+    blob = json.dumps([unit.unit_id, unit.text, unit.page_ids, unit.turn_ids, unit.date, unit.origin],
+                      ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8") + embedding).hexdigest()
+
+
 class SummaryIndex:
     """Summary units + normalized embeddings in `<directory>/summaries.db`; cosine top-k search."""
 
@@ -146,17 +152,28 @@ class SummaryIndex:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder
         self.batch_size = batch_size
-        self._conn = sqlite3.connect(self.directory / "summaries.db", check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS units (unit_id TEXT PRIMARY KEY, text TEXT NOT NULL, page_ids TEXT NOT NULL,"
-            " turn_ids TEXT NOT NULL, date TEXT, origin TEXT NOT NULL, embedding BLOB NOT NULL)"
-        )
+        self.path = self.directory / "summaries.db"
+        self._conn = open_sqlite(self.path, "the tier-1 summary index")
+        try:
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS units (unit_id TEXT PRIMARY KEY, text TEXT NOT NULL, page_ids TEXT NOT "
+                "NULL, turn_ids TEXT NOT NULL, date TEXT, origin TEXT NOT NULL, embedding BLOB NOT NULL, "
+                "sha256 TEXT NOT NULL)"
+            )
+            rows = self._conn.execute("SELECT * FROM units ORDER BY rowid").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a tier-1 summary index of this version ({exc}); "
+                             "delete the memory directory and ingest again") from None
         self.units: list[SummaryUnit] = []
-        vectors = []
-        for uid, text, pids, tids, date, origin, blob in self._conn.execute("SELECT * FROM units ORDER BY rowid"):
-            self.units.append(SummaryUnit(uid, text, json.loads(pids), json.loads(tids), date, origin))
+        vectors, bad = [], []
+        for uid, text, pids, tids, date, origin, blob, sha in rows:
+            unit = SummaryUnit(uid, text, json.loads(pids), json.loads(tids), date, origin)
+            if unit_hash(unit, blob) != sha:
+                bad.append(uid)
+            self.units.append(unit)
             vectors.append(np.frombuffer(blob, dtype=np.float32))
+        if bad:  # tier 1 is what the router reads: edited or injected text must never reach it
+            raise StoreError(f"{self.path}: tier-1 integrity check failed (units changed outside the index: {bad})")
         self._position = {u.unit_id: i for i, u in enumerate(self.units)}
         self.matrix = np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
 
@@ -186,9 +203,9 @@ class SummaryIndex:
         self._check_dim(vectors)
         with self._conn:
             self._conn.executemany(
-                "INSERT INTO units VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(u.unit_id, u.text, json.dumps(u.page_ids), json.dumps(u.turn_ids), u.date, u.origin,
-                  v.tobytes()) for u, v in zip(units, vectors, strict=True)],
+                  v.tobytes(), unit_hash(u, v.tobytes())) for u, v in zip(units, vectors, strict=True)],
             )
         for u in units:
             self._position[u.unit_id] = len(self.units)
@@ -202,15 +219,24 @@ class SummaryIndex:
         self._check_dim(vector)
         with self._conn:
             self._conn.execute(
-                "UPDATE units SET text=?, page_ids=?, turn_ids=?, date=?, origin=?, embedding=? WHERE unit_id=?",
+                "UPDATE units SET text=?, page_ids=?, turn_ids=?, date=?, origin=?, embedding=?, sha256=? "
+                "WHERE unit_id=?",
                 (unit.text, json.dumps(unit.page_ids), json.dumps(unit.turn_ids), unit.date, unit.origin,
-                 vector[0].tobytes(), unit.unit_id),
+                 vector[0].tobytes(), unit_hash(unit, vector[0].tobytes()), unit.unit_id),
             )
         self.units[i] = unit
         self.matrix[i] = vector[0]
 
     def get(self, unit_id: str) -> SummaryUnit:
         return self.units[self._position[unit_id]]
+
+    def root_hash(self) -> str:
+        """One hash over every unit's hash in insertion order; the manifest keeps it to catch rehashed edits
+        and injected rows."""
+        digest = hashlib.sha256()
+        for (sha,) in self._conn.execute("SELECT sha256 FROM units ORDER BY rowid"):
+            digest.update(sha.encode())
+        return digest.hexdigest()
 
     def __len__(self) -> int:
         return len(self.units)
