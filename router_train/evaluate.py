@@ -225,6 +225,9 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
     router, name = (None, "baselines only") if cfg.router.kind == "none" else build_router(cfg.router)
     report, predictions = evaluate_records(records, cfg, router, name)
     paths = write_outputs(report, predictions, cfg.out_dir)
+    from serving.model_card import record_eval
+
+    record_eval(cfg.router.path if cfg.router.kind == "trained" else None, report, paths["json"])  # run card
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
         from router_train.live_eval import run_live

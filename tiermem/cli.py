@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 
 from tiermem.config import ConfigError
+from tiermem.logs import setup_logging
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.
 STAGES: dict[str, tuple[str, str]] = {
@@ -42,8 +42,10 @@ _USER_ERRORS = (ConfigError, FileNotFoundError, ValueError, PermissionError)
 
 
 def _usage() -> str:
-    lines = ["usage: tiermem-router <stage> [--config PATH] [key=value ...]", "", "stages:"]
+    lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
     lines += [f"  {name:<10} {help_}" for name, (_, help_) in STAGES.items()]
+    lines += ["", "--verbose (or -v, anywhere on the line) also shows library INFO/DEBUG logs and deprecation",
+              "warnings; TIERMEM_LOG=<level> sets one level for every logger."]
     return "\n".join(lines)
 
 
@@ -66,6 +68,8 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(a in ("--verbose", "-v") for a in argv)
+    argv = [a for a in argv if a not in ("--verbose", "-v")]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -73,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if stage not in STAGES:
         print(f"tiermem-router: unknown stage {stage!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=os.environ.get("TIERMEM_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
     target, _ = STAGES[stage]
     module, func = target.split(":")
     try:
+        setup_logging(verbose)
         fn = getattr(importlib.import_module(module), func)
         return int(fn(rest) or 0)
     except _user_error_types() as exc:
