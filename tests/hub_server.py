@@ -291,7 +291,10 @@ class _Handler(BaseHTTPRequestHandler):
         if (repo := self._repo(repo_id)) is None or (sha := self._commit_of(repo, rev)) is None:
             return
         if path not in repo.commits[sha]:
-            return self._error(404, f"Entry not found: {path}", "EntryNotFound")
+            # like the real hub, name the commit: the client caches "no such file" and trusts it offline
+            message = f"Entry not found: {path}"
+            return self._send(404, {"error": message}, {"X-Error-Message": message, "X-Error-Code": "EntryNotFound",
+                                                        "X-Repo-Commit": sha}, head=head)
         data = repo.commits[sha][path]
         self._send(200, raw=data, head=head,
                    headers={"X-Repo-Commit": sha, "ETag": f'"{git_blob_sha1(data)}"'})
