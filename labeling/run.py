@@ -57,7 +57,7 @@ class LLMRoles:
 @dataclass
 class LabelConfig:
     data_path: str | None = None  # None: the sample conversation shipped in tiermem/data
-    dataset_format: str = "auto"  # auto | locomo | longmemeval
+    dataset_format: str = "auto"  # auto | locomo | longmemeval | tiermem (your own conversations)
     conversations: list[str] = field(default_factory=list)  # subset by id; empty = all
     max_conversations: int | None = None
     max_questions_per_conversation: int | None = None
@@ -81,8 +81,8 @@ class LabelConfig:
 
     def __post_init__(self) -> None:
         check_rule(self.label_rule)
-        if self.dataset_format not in ("auto", "locomo", "longmemeval"):
-            raise ValueError(f"dataset_format must be auto|locomo|longmemeval, got {self.dataset_format!r}")
+        if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
+            raise ValueError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):
             raise ValueError(f"question_sampling must be random|first, got {self.question_sampling!r}")
         if self.concurrency < 1:
@@ -127,6 +127,8 @@ def data_format(cfg: LabelConfig, path: str | Path | None) -> str:
     from tiermem.data.conversations import SAMPLE_PATH
 
     file = Path(path) if path else SAMPLE_PATH
+    if file.suffix == ".jsonl":  # line-delimited files are only ever the tiermem format
+        return "tiermem"
     return detect_format(json.loads(file.read_text(encoding="utf-8")), file)
 
 

@@ -19,6 +19,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "push": ("serving.hub:main", "push a trained router with its model card to the hub"),
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
     "ingest": ("tiermem.ingest:main", "ingest one conversation and answer a question through the router"),
+    "ask": ("tiermem.ingest:main", "ask any question about a conversation (ingest's alias): route, answer, cost"),
     "demo": ("tiermem.demo:main", "label -> sft -> grpo -> calibrate -> eval on the embedded default"),
 }
 
