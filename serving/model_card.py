@@ -100,6 +100,7 @@ def _data_section(meta: RunMeta) -> str:
     lines = [_table(data), ""]
     lines.append("Labels are hindsight labels: ANSWER when the summary-only path was right, ESCALATE when only the "
                  "research path (the linked raw pages) was right; questions where both paths failed are dropped.")
+    lines.append("")
     for rule in rules:
         lines.append(f"- Label rule `{rule}`: right according to {LABEL_RULE_TEXT.get(rule, 'an unknown rule')}.")
     return "\n".join(lines)
@@ -139,7 +140,7 @@ def _calibration_section(meta: RunMeta) -> str:
     cal = meta.calibration
     if not cal:
         return "Not calibrated: the default threshold 0.5 applies (run `make calibrate`)."
-    target = cal.get("target") if isinstance(cal.get("target"), dict) else {}
+    target = cal.get("target") if isinstance(cal.get("target"), dict) else {"value": cal.get("target")}
     objective = cal.get("objective") or target.get("kind")
     goal = cal.get("value", target.get("value"))
     threshold, logit = _number(cal.get("threshold")), _number(cal.get("threshold_logit"))
@@ -165,8 +166,11 @@ def _calibration_section(meta: RunMeta) -> str:
 
 def _usage_section(meta: RunMeta, ref: str, base_id: str | None) -> str:
     base = base_id or "<base model>"
-    peft = "" if not meta.adapter else f"""
-With plain PEFT (the adapter config names the base by its hub id, `{base}`):
+    if not meta.adapter:
+        peft = ""
+    elif base_id:
+        peft = f"""
+With plain PEFT (the adapter config names the base by its hub id, `{base_id}`):
 
 ```python
 from peft import AutoPeftModelForCausalLM
@@ -175,7 +179,21 @@ from transformers import AutoTokenizer
 model = AutoPeftModelForCausalLM.from_pretrained("{ref}")
 tokenizer = AutoTokenizer.from_pretrained("{ref}")   # the chat template the router was trained with
 ```
+"""
+    else:
+        peft = f"""
+With plain PEFT: the base `{meta.base_model}` is a local directory with no hub id, so load it yourself:
 
+```python
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("<the base model>"), "{ref}")
+tokenizer = AutoTokenizer.from_pretrained("{ref}")   # the chat template the router was trained with
+```
+"""
+    if peft:
+        peft += f"""
 Render prompts with `serving.contract.render_prompt` (contract `{meta.contract_version}`); other prompt formats
 are out of distribution.
 """
@@ -244,7 +262,7 @@ Tier-2 raw pages (bounded multi-hop research, then answer).
 
 {_table({k: v for k, v in meta.training.items() if not isinstance(v, dict | list)})}
 {_rewards_section(meta)}
-## Validation metrics
+## Training and validation metrics
 
 {_table({k: v for k, v in meta.metrics.items() if k not in ("log_history",)})}
 
