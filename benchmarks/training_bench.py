@@ -17,9 +17,9 @@ from benchmarks.common import PeakRSS, ratio, table
 # variant -> (recipe cpu_defaults flag, trainer overrides)
 VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
     "cpu_defaults": (True, {}),  # what the recipes pick without a GPU
-    "trl_defaults": (False, {}),  # TRL's own: bf16=True, gradient_checkpointing=True (+ use_cpu without a GPU)
+    "trl_defaults": (False, {}),  # TRL's own: bf16=True, activation checkpointing on (+ use_cpu without a GPU)
     "bf16_only": (True, {"bf16": True}),
-    "grad_ckpt_only": (True, {"gradient_checkpointing": True}),
+    "grad_ckpt_only": (True, {"activation_checkpointing": True}),  # the non-deprecated name
 }
 
 

@@ -59,7 +59,7 @@ class LLMRoles:
 @dataclass
 class LabelConfig:
     data_path: str | None = None  # None: the sample conversation shipped in tiermem/data
-    dataset_format: str = "auto"  # auto | locomo | longmemeval
+    dataset_format: str = "auto"  # auto | locomo | longmemeval | tiermem (your own conversations)
     conversations: list[str] = field(default_factory=list)  # subset by id; empty = all
     max_conversations: int | None = None
     max_questions_per_conversation: int | None = None
@@ -89,8 +89,8 @@ class LabelConfig:
         if not self.generate_answers and self.label_rule != "evidence":
             raise ValueError("generate_answers=false labels without answers: it needs label_rule=evidence "
                              f"(got {self.label_rule!r}); the outcome rule judges generated answers")
-        if self.dataset_format not in ("auto", "locomo", "longmemeval"):
-            raise ValueError(f"dataset_format must be auto|locomo|longmemeval, got {self.dataset_format!r}")
+        if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
+            raise ValueError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):
             raise ValueError(f"question_sampling must be random|first, got {self.question_sampling!r}")
         if self.concurrency < 1:
@@ -137,6 +137,8 @@ def data_format(cfg: LabelConfig, path: str | Path | None) -> str:
     from tiermem.data.conversations import SAMPLE_PATH
 
     file = Path(path) if path else SAMPLE_PATH
+    if file.suffix == ".jsonl":  # line-delimited files are only ever the tiermem format
+        return "tiermem"
     return detect_format(json.loads(file.read_text(encoding="utf-8")), file)
 
 

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from serving import contract
-from serving.artifacts import RUN_META_FILE, RunMeta, RunMetaError, read_run_meta, write_run_meta
+from serving.artifacts import (
+    RUN_META_FILE,
+    RunMeta,
+    RunMetaError,
+    make_adapter_portable,
+    read_run_meta,
+    write_run_meta,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +111,10 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
     base, _ = load_causal_lm(meta.base_model, device=training_device())
     tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
     model = PeftModel.from_pretrained(base, str(run_dir), is_trainable=trainable)
+    # The saved config names the base by hub id (portable); in memory it names the local copy just loaded, so
+    # PEFT's save-time vocabulary check reads that copy instead of querying the hub (offline: a warning).
+    for adapter_config in model.peft_config.values():
+        adapter_config.base_model_name_or_path = base.name_or_path
     model.train(trainable)
     return model, tokenizer, meta
 
@@ -114,9 +125,19 @@ def clear_run_meta(output_dir: str | Path) -> None:
 
 
 def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
-    """Main process, after `trainer.save_model` (which every process calls): tokenizer, then the metadata,
-    written last because it marks a complete run."""
+    """Main process, after `trainer.save_model` (which every process calls): tokenizer, the adapter config made
+    portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
+    template, then the metadata, written last because it marks a complete run."""
+    from serving.model_card import write_run_card
+
     tokenizer.save_pretrained(str(output_dir))
+    if meta.adapter:
+        base = make_adapter_portable(output_dir, meta.base_model)
+        if base is None:
+            log.warning("base model %s has no hub id: %s/adapter_config.json names a local path, so plain PEFT "
+                        "loads it only on this machine (our loaders use tiermem_router.json)", meta.base_model,
+                        output_dir)
+    write_run_card(output_dir, meta)
     return write_run_meta(output_dir, meta)
 
 

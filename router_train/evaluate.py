@@ -345,6 +345,9 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
     compare = [(spec.name, *build_router(spec)) for spec in cfg.compare]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
     paths = write_outputs(report, predictions, cfg.out_dir)
+    from serving.model_card import record_eval
+
+    record_eval(cfg.router.path if cfg.router.kind == "trained" else None, report, paths["json"])  # run card
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
         from router_train.live_eval import run_live

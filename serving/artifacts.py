@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 RUN_META_FILE = "tiermem_router.json"
+ADAPTER_CONFIG_FILE = "adapter_config.json"
 _REQUIRED = ("contract_version", "base_model")
 
 
@@ -76,3 +77,33 @@ def update_run_meta(run_dir: str | Path, **changes: Any) -> RunMeta:
         setattr(meta, key, value)
     write_run_meta(run_dir, meta)
     return meta
+
+
+def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
+    """Name the base model by its hub id in adapter_config.json, so plain PEFT / vLLM load the adapter on any
+    machine (PEFT writes the local directory it loaded the base from). Returns the base the file now names, or
+    None when the spec has no hub id (a local directory) and the file is left as written.
+
+    tiermem_router.json keeps `base_model` (the spec, e.g. `packaged:...`): that is how our own loaders
+    resolve the base offline, and they never read the adapter config's base.
+    """
+    from tiermem.models import hub_id
+
+    path = Path(run_dir) / ADAPTER_CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: not a LoRA adapter run")
+    base_id = hub_id(base_spec)
+    if base_id is None:
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
+    if config.get("base_model_name_or_path") != base_id:
+        config["base_model_name_or_path"] = base_id
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".adapter_config.", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(config, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    return base_id

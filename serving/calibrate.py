@@ -376,6 +376,9 @@ def run(cfg: CalibrateConfig) -> dict[str, Any]:
         if not Path(cfg.router).is_dir():
             raise FileNotFoundError(f"{cfg.router}: calibration is stored in a local run directory")
         update_run_meta(cfg.router, calibration=result)
+        from serving.model_card import refresh_card
+
+        refresh_card(cfg.router)  # the run's README.md shows the stored threshold
     return result
 
 

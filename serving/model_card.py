@@ -1,33 +1,57 @@
-"""The model card (README.md with YAML metadata) for a router run directory.
+"""The model card (README.md with YAML metadata) of a router run directory.
 
-Every number and name comes from tiermem_router.json; nothing is hard-coded here except the wording.
+The card travels with the weights: training writes it next to the adapter (replacing PEFT's empty template),
+`make calibrate` and `make eval` refresh it (`refresh_card`, `record_eval`), `make push` renders it once more
+with the hub repo id. Every number and name comes from tiermem_router.json; only the wording lives here.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from serving import contract
-from serving.artifacts import RunMeta, read_run_meta
+from serving.artifacts import RunMeta, read_run_meta, write_run_meta
+from tiermem.models import PACKAGED_HUB_IDS, hub_id
 
-# The packaged default is a converted copy of this hub model; a card must name a hub id, not our spec.
-PACKAGED_HUB_IDS = {"packaged:smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+__all__ = ["PACKAGED_HUB_IDS", "base_model_hub_id", "record_eval", "refresh_card", "render_card",
+           "write_model_card", "write_run_card"]
+
+CARD_FILE = "README.md"
+EVAL_KEY = "eval"  # tiermem_router.json: {path, dataset, split, n, router, threshold, policies, sweep}
+EVAL_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
+                "repair_rate", "regress_rate")
+LABEL_RULE_TEXT = {
+    "outcome": "the judged answers: a path is right when every enabled judge (LoCoMo token F1 >= threshold, plus "
+               "an LLM judge when configured) says CORRECT",
+    "evidence": "generator-free evidence signals: the summary path is right when the retrieved summaries recall the "
+                "gold answer (or link every gold evidence turn), the research path when the pages it read hold "
+                "every gold evidence turn",
+}
 
 
 def base_model_hub_id(spec: str) -> str | None:
-    if spec in PACKAGED_HUB_IDS:
-        return PACKAGED_HUB_IDS[spec]
-    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and not Path(spec).exists():
-        return spec
-    return None  # a local directory: nothing the hub could link to
+    """Kept for callers of the old name: see tiermem.models.hub_id."""
+    return hub_id(spec)
 
 
-def _table(rows: dict[str, Any]) -> str:
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value) if isinstance(value, list | dict) else str(value)
+
+
+def _table(rows: dict[str, Any], head: tuple[str, str] = ("metric", "value")) -> str:
     if not rows:
         return "_none recorded_"
-    lines = ["| metric | value |", "|---|---|"]
+    lines = [f"| {head[0]} | {head[1]} |", "|---|---|"]
     for key, value in rows.items():
         if isinstance(value, dict):
             for sub, v in value.items():
@@ -37,63 +61,218 @@ def _table(rows: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return json.dumps(value) if isinstance(value, list | dict) else str(value)
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def render_card(meta: RunMeta, repo_id: str, license: str = "apache-2.0", datasets: list[str] | None = None,
-                tags: list[str] | None = None) -> Any:
+def _interval(policy: dict[str, Any], metric: str) -> tuple[float, float] | None:
+    """A confidence interval for `metric`, in whichever of the shapes an eval report uses: `{metric: {value,
+    low, high}}`, `intervals[metric]` / `ci[metric]` as [low, high] or {low, high}, or `{metric}_ci`."""
+    candidates = [policy.get(metric), policy.get(f"{metric}_ci")]
+    for key in ("intervals", "ci"):
+        if isinstance(policy.get(key), dict):
+            candidates.append(policy[key].get(metric))
+    for c in candidates:
+        if isinstance(c, list | tuple) and len(c) == 2 and all(_number(x) is not None for x in c):
+            return float(c[0]), float(c[1])
+        if isinstance(c, dict):
+            low, high = c.get("low", c.get("lo")), c.get("high", c.get("hi"))
+            if _number(low) is not None and _number(high) is not None:
+                return float(low), float(high)
+    return None
+
+
+def _metric_cell(policy: dict[str, Any], metric: str) -> str:
+    value = policy.get(metric)
+    if isinstance(value, dict):
+        value = value.get("value", value.get("mean", value.get("point")))
+    cell = _fmt(_number(value)) if _number(value) is not None else "n/a"
+    interval = _interval(policy, metric)
+    return f"{cell} [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else cell
+
+
+# ---------------------------------------------------------------------------------------------- sections
+
+
+def _data_section(meta: RunMeta) -> str:
+    data = dict(meta.data)
+    rules = data.get("label_rules") or ([data["label_rule"]] if data.get("label_rule") else [])
+    lines = [_table(data), ""]
+    lines.append("Labels are hindsight labels: ANSWER when the summary-only path was right, ESCALATE when only the "
+                 "research path (the linked raw pages) was right; questions where both paths failed are dropped.")
+    lines.append("")
+    for rule in rules:
+        lines.append(f"- Label rule `{rule}`: right according to {LABEL_RULE_TEXT.get(rule, 'an unknown rule')}.")
+    return "\n".join(lines)
+
+
+def _rewards_section(meta: RunMeta) -> str:
+    rewards = meta.training.get("rewards")
+    if meta.stage != "grpo" or not isinstance(rewards, dict):
+        return ""
+    return ("\n## GRPO rewards\n\nThe reward table the policy was optimised against (per sampled decision; "
+            "`cost_weight` scales the research cost penalty):\n\n" + _table(rewards, ("reward", "value")) + "\n")
+
+
+def _eval_section(meta: RunMeta) -> str:
+    ev = meta.extra.get(EVAL_KEY)
+    if not isinstance(ev, dict) or not isinstance(ev.get("policies"), dict):
+        return "Not evaluated yet: run `make eval` (the table then appears here)."
+    metrics = [m for m in EVAL_METRICS if any(m in p for p in ev["policies"].values() if isinstance(p, dict))]
+    head = ["policy", *metrics]
+    lines = [f"On `{ev.get('dataset')}` [{ev.get('split')}], n = {_fmt(ev.get('n'))}, threshold "
+             f"{_fmt(ev.get('threshold'))}; counterfactual replay of the labeled paths"
+             + (f" (full report: `{ev['path']}`)" if ev.get("path") else "") + ". Intervals, where shown, are "
+             "as the eval report computed them.", "",
+             "| " + " | ".join(h.replace("_", " ") for h in head) + " |", "|" + "---|" * len(head)]
+    for name, policy in ev["policies"].items():
+        if isinstance(policy, dict):
+            lines.append("| " + " | ".join([name, *(_metric_cell(policy, m) for m in metrics)]) + " |")
+    sweep = ev.get("sweep") or {}
+    extras = {k: sweep[k] for k in ("apgr", "auc_accuracy_tokens", "gap") if k in sweep}
+    if extras:
+        lines += ["", "Threshold sweep: " + ", ".join(f"{k} {_fmt(v)}" for k, v in extras.items())
+                  + " (APGR: average gap recovered over escalation rates, random = 0.5)."]
+    return "\n".join(lines)
+
+
+def _calibration_section(meta: RunMeta) -> str:
+    cal = meta.calibration
+    if not cal:
+        return "Not calibrated: the default threshold 0.5 applies (run `make calibrate`)."
+    target = cal.get("target") if isinstance(cal.get("target"), dict) else {"value": cal.get("target")}
+    objective = cal.get("objective") or target.get("kind")
+    goal = cal.get("value", target.get("value"))
+    threshold, logit = _number(cal.get("threshold")), _number(cal.get("threshold_logit"))
+    if threshold is None and logit is not None:
+        threshold = 1.0 / (1.0 + math.exp(-logit))
+    parts = [f"Threshold **{_fmt(threshold)}** on p_escalate"
+             + (f" (logit {_fmt(logit)})" if logit is not None else "")
+             + f", chosen for {objective or 'an unrecorded objective'}"
+             + (f" = {_fmt(goal)}" if goal is not None else "")
+             + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
+    if isinstance(cal.get("achieved"), dict):
+        parts += ["", "Achieved on the calibration data:", "", _table(cal["achieved"])]
+    guarantee = cal.get("guarantee", "absent")
+    if isinstance(guarantee, dict):
+        parts += ["", f"Statistical guarantee (method `{guarantee.get('method')}`, alpha = "
+                      f"{_fmt(guarantee.get('alpha'))}, delta = {_fmt(guarantee.get('delta'))}, on "
+                      f"{_fmt(guarantee.get('n_calibration'))} calibration questions):", "", _table(guarantee)]
+    elif guarantee is None:
+        parts += ["", "No statistical guarantee is claimed for this threshold: it meets its target on the "
+                      "calibration data only."]
+    return "\n".join(parts)
+
+
+def _usage_section(meta: RunMeta, ref: str, base_id: str | None) -> str:
+    base = base_id or "<base model>"
+    if not meta.adapter:
+        peft = ""
+    elif base_id:
+        peft = f"""
+With plain PEFT (the adapter config names the base by its hub id, `{base_id}`):
+
+```python
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoTokenizer
+
+model = AutoPeftModelForCausalLM.from_pretrained("{ref}")
+tokenizer = AutoTokenizer.from_pretrained("{ref}")   # the chat template the router was trained with
+```
+"""
+    else:
+        peft = f"""
+With plain PEFT: the base `{meta.base_model}` is a local directory with no hub id, so load it yourself:
+
+```python
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("<the base model>"), "{ref}")
+tokenizer = AutoTokenizer.from_pretrained("{ref}")   # the chat template the router was trained with
+```
+"""
+    if peft:
+        peft += f"""
+Render prompts with `serving.contract.render_prompt` (contract `{meta.contract_version}`); other prompt formats
+are out of distribution.
+"""
+    vllm = "" if not meta.adapter else f"""
+With vLLM (the adapter is selected by model name; log-probs of the action tokens give `p_escalate`):
+
+```bash
+vllm serve {base} --enable-lora --lora-modules router={ref}
+```
+
+```python
+from serving.router import RemoteRouter
+router = RemoteRouter(base_url="http://127.0.0.1:8000/v1", model="router")
+```
+"""
+    return f"""In the tiermem runtime (loads offline: the base is resolved from `base_model` in tiermem_router.json):
+
+```python
+from serving.router import Router
+
+router = Router.from_pretrained("{ref}")          # fast path: one forward pass, no generation
+decision = router.route("When did Caroline move?", [{{"text": "Caroline moved to Boston.", "date": "2023-05-08"}}])
+print(decision.action, decision.p_escalate)
+```
+
+As an HTTP endpoint: `tiermem-router serve router={ref}` (POST /route).
+{peft}{vllm}"""
+
+
+# ---------------------------------------------------------------------------------------------- the card
+
+
+def render_card(meta: RunMeta, repo_id: str | None = None, license: str = "apache-2.0",
+                datasets: list[str] | None = None, tags: list[str] | None = None, ref: str | None = None) -> Any:
+    """The card as a huggingface_hub ModelCard. `repo_id`: the hub repo (push); `ref`: what the usage snippets
+    load when there is no repo yet (the run directory)."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    base_id = base_model_hub_id(meta.base_model)
+    base_id = hub_id(meta.base_model)
+    ref = repo_id or ref or "<run directory or org/name>"
     data = ModelCardData(
         base_model=base_id, library_name="peft" if meta.adapter else "transformers", pipeline_tag="text-generation",
         license=license, datasets=list(datasets or []) or None,
         tags=sorted({"tiermem", "router", "agent-memory", "lora" if meta.adapter else "merged", meta.stage,
                      *(tags or [])}),
     )
-    cal = meta.calibration
-    if cal:
-        target = cal.get("target", {})
-        calibration = (f"Threshold **{_fmt(cal.get('threshold'))}** chosen for {target.get('kind')} = "
-                       f"{_fmt(target.get('value'))} on `{cal.get('data')}` [{cal.get('split')}].\n\n"
-                       + _table(cal.get("achieved", {})))
-    else:
-        calibration = "Not calibrated: the default threshold 0.5 applies (run `make calibrate`)."
     base_line = f"`{meta.base_model}`" + (f" (hub: `{base_id}`)" if base_id and base_id != meta.base_model else "")
-    vllm_base = base_id or "<base model>"
-    body = f"""# {repo_id}
+    weights = ("a PEFT LoRA adapter over " + base_line if meta.adapter else "merged weights (base " + base_line + ")")
+    body = f"""# {repo_id or "tiermem router: " + meta.stage}
 
 A **sufficiency router** for a two-tier agent memory (tiermem-router). Given a question and the top-k retrieved
 Tier-1 summaries (with dates, in rank order) it answers `{{"action": "ANSWER" | "ESCALATE", "reason": "..."}}`:
 ANSWER when the summaries state the answer exactly and completely, ESCALATE when the agent should read the linked
 Tier-2 raw pages (bounded multi-hop research, then answer).
 
-- Weights: {"a PEFT LoRA adapter over " + base_line if meta.adapter else "merged weights (base " + base_line + ")"}
+- Weights: {weights}
 - Training stage: `{meta.stage}`
 - Router contract: `{meta.contract_version}` (the prompt and output format; a router is refused by a runtime that
   speaks another contract version)
 
 ## Training data and label rule
 
-{_table(meta.data)}
-
-Labels are hindsight labels: ANSWER when the summary-only path was right, ESCALATE when only the research path was
-right, under the label rule named above; questions where both paths failed are dropped.
+{_data_section(meta)}
 
 ## Training configuration
 
 {_table({k: v for k, v in meta.training.items() if not isinstance(v, dict | list)})}
+{_rewards_section(meta)}
+## Training and validation metrics
 
-## Validation metrics
+{_table({k: v for k, v in meta.metrics.items() if k not in ("log_history",)})}
 
-{_table(meta.metrics)}
+## Evaluation
+
+{_eval_section(meta)}
 
 ## Calibration
 
-{calibration}
+{_calibration_section(meta)}
 
 The decision is `p_escalate >= threshold`, where `p_escalate` is the softmax over the first tokens of "ANSWER"
 and "ESCALATE" right after the output prefix `{contract.OUTPUT_PREFIX}`. The stored threshold is the default;
@@ -101,35 +280,13 @@ it can be overridden per call.
 
 ## How to use
 
-In the tiermem runtime:
-
-```python
-from serving.router import Router
-
-router = Router.from_pretrained("{repo_id}")          # fast path: one forward pass, no generation
-decision = router.route("When did Caroline move?", [{{"text": "Caroline moved to Boston.", "date": "2023-05-08"}}])
-print(decision.action, decision.p_escalate)
-```
-
-As an HTTP endpoint: `tiermem-router serve router={repo_id}` (POST /route).
-
-With vLLM (the adapter is selected by model name; log-probs of the action tokens give `p_escalate`):
-
-```bash
-vllm serve {vllm_base} --enable-lora --lora-modules router={repo_id}
-```
-
-```python
-from serving.router import RemoteRouter
-router = RemoteRouter(base_url="http://127.0.0.1:8000/v1", model="router")
-```
-
+{_usage_section(meta, ref, base_id)}
 ## Limitations
 
 - The router only sees the retrieved summaries; it cannot know what retrieval missed, so a retrieval failure can
   look like a sufficient set of summaries.
-- Labels inherit the judges' errors and the label rule; metrics above are on the validation split named in the
-  training data, not on other benchmarks or domains.
+- Labels inherit the judges' errors and the label rule; metrics above are on the splits named here, not on other
+  benchmarks or domains. Training data derived from LoCoMo is CC BY-NC 4.0 (non-commercial).
 - Prompts must be rendered by the same contract version (`{meta.contract_version}`); other prompt formats are out
   of distribution.
 - Unparseable outputs are treated as ESCALATE (faithfulness first), which trades tokens for safety.
@@ -137,9 +294,48 @@ router = RemoteRouter(base_url="http://127.0.0.1:8000/v1", model="router")
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 
 
-def write_model_card(run_dir: str | Path, repo_id: str, **kwargs: Any) -> Path:
-    meta = read_run_meta(run_dir)
-    card = render_card(meta, repo_id, **kwargs)
-    path = Path(run_dir) / "README.md"
-    card.save(path)
+def write_run_card(run_dir: str | Path, meta: RunMeta | None = None, repo_id: str | None = None,
+                   **kwargs: Any) -> Path:
+    """README.md of the run directory; `meta` defaults to the run's tiermem_router.json."""
+    run_dir = Path(run_dir)
+    meta = meta or read_run_meta(run_dir)
+    path = run_dir / CARD_FILE
+    render_card(meta, repo_id, ref=str(run_dir), **kwargs).save(path)
     return path
+
+
+def write_model_card(run_dir: str | Path, repo_id: str, **kwargs: Any) -> Path:
+    """The card for a push: usage snippets load `repo_id`."""
+    return write_run_card(run_dir, repo_id=repo_id, **kwargs)
+
+
+def refresh_card(run_dir: str | Path) -> Path | None:
+    """Re-render README.md from the run's current tiermem_router.json (after calibrate, eval). A router given
+    by hub id (no local run directory) has no card to refresh: None."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "tiermem_router.json").is_file():
+        return None
+    return write_run_card(run_dir)
+
+
+def record_eval(run_dir: str | Path | None, report: dict[str, Any], eval_path: str | Path | None = None
+                ) -> Path | None:
+    """Store an eval report's summary in the run's tiermem_router.json (`eval`) and refresh the card.
+
+    `report` is the eval stage's report ({meta, policies, sweep}); per policy every scalar metric and any
+    interval keys are kept, bulky breakdowns (confusion, per category) are left in the eval's own files.
+    `run_dir` None or not a local run directory (a hub id, an LLM router): nothing to record, None."""
+    if not run_dir or not (Path(run_dir) / "tiermem_router.json").is_file():
+        return None
+    meta = read_run_meta(run_dir)
+    info = report.get("meta") or {}
+    policies = {}
+    for name, policy in (report.get("policies") or {}).items():
+        if isinstance(policy, dict):
+            policies[name] = {k: v for k, v in policy.items() if k not in ("name", "confusion", "per_category")}
+    sweep = {k: v for k, v in (report.get("sweep") or {}).items() if k != "points"}
+    meta.extra[EVAL_KEY] = {"path": str(eval_path) if eval_path else None,
+                            **{k: info.get(k) for k in ("dataset", "split", "n", "router", "threshold", "mode")},
+                            "policies": policies, "sweep": sweep}
+    write_run_meta(run_dir, meta)
+    return write_run_card(run_dir, meta)

@@ -71,7 +71,8 @@ class FrozenTrunk:
             self.cache = saved["states"]
 
     def save(self) -> None:
-        if self.cache_file is None:
+        """Write the states when this run computed new ones (a run that only read them leaves the file alone)."""
+        if self.cache_file is None or (self.misses == 0 and self.cache_file.is_file()):
             return
         self.cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.cache_file.with_suffix(".tmp")

@@ -2,7 +2,9 @@
 
 It implements only the routes huggingface_hub (2.x) calls for create_repo, create_branch, upload_folder
 (validate-yaml, preupload, NDJSON commit, optionally as a PR), repo_info / model_info, list_repo_tree and
-file HEAD/GET (hf_hub_download, snapshot_download). Every file is committed as a "regular" (base64) blob:
+file HEAD/GET (hf_hub_download, snapshot_download), for model repos and (`repo_type="dataset"`) dataset repos.
+Dataset repos are keyed `datasets/<org>/<name>` in `HubState.repos`, model repos by their plain id.
+Every file is committed as a "regular" (base64) blob:
 the server decides the upload mode in its preupload answer, so no LFS/Xet transfer is needed. Point the
 client at it with HF_ENDPOINT. Writes need `Authorization: Bearer <token>`; tokens are counted, never stored.
 """
@@ -21,6 +23,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
+
+_KINDS = ("models", "datasets")
+
+
+def repo_key(kind: str, repo_id: str) -> str:
+    return repo_id if kind == "models" else f"{kind}/{repo_id}"
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -113,8 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._create_repo()
             if parts == ["api", "validate-yaml"]:
                 return self._validate_yaml()
-            if len(parts) >= 6 and parts[:2] == ["api", "models"]:
-                repo_id, op, rev = f"{parts[2]}/{parts[3]}", parts[4], "/".join(parts[5:])
+            if len(parts) >= 6 and parts[0] == "api" and parts[1] in _KINDS:
+                repo_id, op, rev = repo_key(parts[1], f"{parts[2]}/{parts[3]}"), parts[4], "/".join(parts[5:])
                 if op == "preupload":
                     return self._preupload(repo_id, rev)
                 if op == "commit":
@@ -135,8 +143,8 @@ class _Handler(BaseHTTPRequestHandler):
         parts, _ = self._split()
         self.state.requests.append(f"{'HEAD' if head else 'GET'} {'/'.join(parts)}")
         with self.state.lock:
-            if len(parts) >= 4 and parts[:2] == ["api", "models"]:
-                repo_id = f"{parts[2]}/{parts[3]}"
+            if len(parts) >= 4 and parts[0] == "api" and parts[1] in _KINDS:
+                repo_id = repo_key(parts[1], f"{parts[2]}/{parts[3]}")
                 if len(parts) == 4:
                     return self._model_info(repo_id, "main")
                 if parts[4] == "revision" and len(parts) >= 6:
@@ -147,6 +155,9 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._pr_details(repo_id, int(parts[5]))
             if len(parts) >= 5 and parts[2] == "resolve":
                 return self._resolve(f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]), head)
+            if len(parts) >= 6 and parts[0] == "datasets" and parts[3] == "resolve":
+                return self._resolve(repo_key("datasets", f"{parts[1]}/{parts[2]}"), parts[4], "/".join(parts[5:]),
+                                     head)
         self._error(404, f"no route for GET {self.path}")
 
     # -- routes --------------------------------------------------------------------------------------
@@ -154,11 +165,13 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         payload = json.loads(self._body())
-        if payload.get("type", "model") != "model":
-            return self._error(400, "this test hub serves model repos only")
+        kind = (payload.get("type") or "model") + "s"
+        if kind not in _KINDS:
+            return self._error(400, "this test hub serves model and dataset repos only")
         if not payload.get("organization"):
             return self._error(400, "pass a namespaced repo id (org/name)")
-        repo_id = f"{payload['organization']}/{payload['name']}"
+        plain_id = f"{payload['organization']}/{payload['name']}"
+        repo_id = repo_key(kind, plain_id)
         if repo_id in self.state.repos:
             # the real hub answers 409 with the url; create_repo(exist_ok=True) reads it
             message = "You already created this model repo"
@@ -264,7 +277,8 @@ class _Handler(BaseHTTPRequestHandler):
         if (repo := self._repo(repo_id)) is None or (sha := self._commit_of(repo, rev)) is None:
             return
         files = repo.commits[sha]
-        self._send(200, {"id": repo_id, "modelId": repo_id, "sha": sha, "private": repo.private,
+        plain_id = repo_id.removeprefix("datasets/")
+        self._send(200, {"id": plain_id, "modelId": plain_id, "sha": sha, "private": repo.private,
                          "siblings": [{"rfilename": p} for p in sorted(files)], "tags": [], "downloads": 0})
 
     def _tree(self, repo_id: str, rev: str) -> None:
@@ -277,7 +291,10 @@ class _Handler(BaseHTTPRequestHandler):
         if (repo := self._repo(repo_id)) is None or (sha := self._commit_of(repo, rev)) is None:
             return
         if path not in repo.commits[sha]:
-            return self._error(404, f"Entry not found: {path}", "EntryNotFound")
+            # like the real hub, name the commit: the client caches "no such file" and trusts it offline
+            message = f"Entry not found: {path}"
+            return self._send(404, {"error": message}, {"X-Error-Message": message, "X-Error-Code": "EntryNotFound",
+                                                        "X-Repo-Commit": sha}, head=head)
         data = repo.commits[sha][path]
         self._send(200, raw=data, head=head,
                    headers={"X-Repo-Commit": sha, "ETag": f'"{git_blob_sha1(data)}"'})

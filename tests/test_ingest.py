@@ -1,3 +1,6 @@
+import dataclasses
+import re
+
 import pytest
 
 from tiermem.config import ConfigError, parse_config
@@ -40,3 +43,57 @@ def test_ingest_cli_end_to_end(tmp_path, capsys):
                "memory.fixed_policy=research"])
     out = capsys.readouterr().out
     assert rc == 0 and "raw pages" in out and "summary units" in out and "route: ESCALATE by fixed:research" in out
+
+
+def test_pick_takes_free_questions():
+    convs = load_conversations(None)
+    assert pick(convs, "sample-1", "What did Tomas adopt?") == (convs[0], "What did Tomas adopt?")
+    assert pick(convs, "", "  where does he volunteer ") == (convs[0], "where does he volunteer")
+    assert pick(convs, "", "why?")[1] == "why?"
+    bare = [dataclasses.replace(convs[0], questions=[])]
+    assert pick(bare, "", "Who is Pepper?")[1] == "Who is Pepper?"  # no questions in the file: still askable
+    with pytest.raises(ValueError, match="no questions in the file; ask one in words"):
+        pick(bare, "", "")
+
+
+def _ask(tmp_path, question, *extra):
+    from tests.fake_openai import fake_openai
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    with fake_openai() as base_url:
+        return main([f"data={EXAMPLE_PATH}", f"question={question}", f"workdir={tmp_path / 'mem'}",
+                     "llm.backend=openai", "llm.model=fake", f"llm.base_url={base_url}", "memory.embedder=hashing",
+                     "memory.tokenizer=whitespace", "memory.page_tokens=120", *extra])
+
+
+def test_free_question_is_routed_answered_and_says_it_has_no_gold(tmp_path, capsys):
+    rc = _ask(tmp_path, "What did Tomas adopt?", "memory.fixed_policy=research")
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "question (free text): What did Tomas adopt?" in out
+    assert "gold answer: none: a question of your own has no gold answer or evidence" in out
+    assert "route: ESCALATE by fixed:research" in out
+    pages = next(line for line in out.splitlines() if line.startswith("pages read: "))
+    assert "tomas-assistant" in pages  # raw page ids of the conversation it researched
+    assert re.search(r"cost: \d+ in / \d+ out tokens, [1-9]\d* LLM call\(s\)", out)
+
+    rc = _ask(tmp_path, "Where does Tomas volunteer?", "memory.fixed_policy=summary")
+    out = capsys.readouterr().out
+    assert rc == 0 and "route: ANSWER by fixed:summary" in out and "pages read: none (answered from the 5" in out
+
+
+def test_free_question_with_a_trained_router(tmp_path, capsys):
+    from tests.router_fixture import make_router_run
+
+    rc = _ask(tmp_path, "When did Tomas adopt Pepper?", f"router={make_router_run()}")
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert re.search(r"route: (ANSWER|ESCALATE) by router \(router \d+ ms, parsed_ok=True\)", out)
+    assert "gold answer: none" in out and "+ router" in out
+
+
+def test_known_question_shows_its_gold(tmp_path, capsys):
+    assert _ask(tmp_path, "q2", "memory.fixed_policy=summary") == 0
+    out = capsys.readouterr().out
+    assert "question q2 [category temporal]: When did Tomas adopt Pepper?" in out
+    assert "gold answer: 16 March 2024   (evidence s2-1)" in out

@@ -8,6 +8,7 @@ import os
 import sys
 
 from tiermem.config import ConfigError
+from tiermem.logs import setup_logging
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.
 STAGES: dict[str, tuple[str, str]] = {
@@ -20,6 +21,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "push": ("serving.hub:main", "push a trained router with its model card to the hub"),
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
     "ingest": ("tiermem.ingest:main", "ingest one conversation and answer a question through the router"),
+    "ask": ("tiermem.ingest:main", "ask any question about a conversation (ingest's alias): route, answer, cost"),
     "demo": ("tiermem.demo:main", "label -> sft -> grpo -> calibrate -> eval on the embedded default"),
 }
 
@@ -78,13 +80,17 @@ def exit_code(exc: BaseException) -> int | None:
 
 
 def _usage() -> str:
-    lines = ["usage: tiermem-router <stage> [--config PATH] [key=value ...]", "", "stages:"]
+    lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
     lines += [f"  {name:<10} {help_}" for name, (_, help_) in STAGES.items()]
+    lines += ["", "--verbose (or -v, anywhere on the line) also shows library INFO/DEBUG logs and deprecation",
+              "warnings; TIERMEM_LOG=<level> sets one level for every logger."]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(a in ("--verbose", "-v") for a in argv)
+    argv = [a for a in argv if a not in ("--verbose", "-v")]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -92,14 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     if stage not in STAGES:
         print(f"tiermem-router: unknown stage {stage!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=os.environ.get("TIERMEM_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
-    from tiermem.redact import RedactingFilter
-
-    for handler in logging.getLogger().handlers:  # every logged line: request URLs may carry user:password@
-        handler.addFilter(RedactingFilter())
     target, _ = STAGES[stage]
     module, func = target.split(":")
     try:
+        setup_logging(verbose)
+        from tiermem.redact import RedactingFilter
+
+        for handler in logging.getLogger().handlers:  # every logged line: request URLs may carry user:password@
+            handler.addFilter(RedactingFilter())
         fn = getattr(importlib.import_module(module), func)
         return int(fn(rest) or 0)
     except Exception as exc:

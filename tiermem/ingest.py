@@ -1,7 +1,13 @@
-"""`tiermem-router ingest`: build one conversation's two tiers and answer one question through the router.
+"""`tiermem-router ingest` (alias `ask`): build one conversation's two tiers, then answer a question through the
+router, showing the route, the pages read and the cost.
 
     tiermem-router ingest data=../shared/data/locomo10_dev.json conversation=conv-26 question=conv-26:q000
-    tiermem-router ingest router=runs/grpo/router      # route with a trained router instead of a fixed policy
+    tiermem-router ask question="What did Tomas adopt?"      # any question, in your own words
+    tiermem-router ask router=runs/grpo question="When did Tomas adopt Pepper?"   # a trained router decides
+
+`question` is a question id or 0-based index from the data file (its gold answer and evidence are shown next to
+the answer) or free text: anything with a space or a question mark. A free question has no gold answer or
+evidence, and the output says so instead of inventing them.
 """
 
 from __future__ import annotations
@@ -21,16 +27,22 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ingest" / "d
 
 @dataclass
 class IngestConfig:
-    data: str = ""  # LoCoMo / LongMemEval file; "" = the sample shipped with the package
+    data: str = ""  # LoCoMo / LongMemEval / tiermem-format file; "" = the sample shipped with the package
     conversation: str = ""  # conversation id; "" = the first one in the file
-    question: str | int = ""  # question id, or 0-based index in the conversation; "" = the first
+    question: str | int = ""  # question id, 0-based index, or free text ("What did Tomas adopt?"); "" = the first
     workdir: str = "runs/memory"  # tier cache root: <workdir>/<conv_id>-<key>/
     router: str = ""  # trained router dir or hub id (serving.Router.from_pretrained); "" = memory.fixed_policy
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)  # answerer, and summarizer when memory.summarizer=llm
 
 
-def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[Conversation, Question]:
+def is_free_text(question: str) -> bool:
+    """Ids and indexes never hold spaces or question marks; a question in words does."""
+    return any(ch.isspace() for ch in question.strip()) or "?" in question
+
+
+def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[Conversation, Question | str]:
+    """The conversation and either one of its questions (by id or index) or the free question text."""
     question = str(question)
     if conv_id:
         matches = [c for c in convs if c.conv_id == conv_id]
@@ -39,8 +51,14 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
         conv = matches[0]
     else:
         conv = convs[0]
+    known = next((q for q in conv.questions if q.qid == question), None)
+    if known is not None:
+        return conv, known
+    if is_free_text(question):
+        return conv, question.strip()
     if not conv.questions:
-        raise ValueError(f"conversation {conv.conv_id!r} has no questions")
+        raise ValueError(f"conversation {conv.conv_id!r} has no questions in the file; ask one in words "
+                         "(question=\"What did ...?\")")
     if question == "":
         return conv, conv.questions[0]
     if question.isdigit():
@@ -48,10 +66,8 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
         if index >= len(conv.questions):
             raise ValueError(f"question index {index} out of range (conversation has {len(conv.questions)})")
         return conv, conv.questions[index]
-    for q in conv.questions:
-        if q.qid == question:
-            return conv, q
-    raise ValueError(f"question {question!r} not found in conversation {conv.conv_id!r}")
+    raise ValueError(f"question {question!r} not found in conversation {conv.conv_id!r}; ask a question of your "
+                     "own in words (with a space or a question mark)")
 
 
 def main(argv: list[str]) -> int:
@@ -72,19 +88,27 @@ def main(argv: list[str]) -> int:
 
         router = Router.from_pretrained(cfg.router)
     out = runtime.answer(question, router)
-    print(f"question {question.qid} [category {question.category}]: {question.question}")
-    print(f"gold answer: {question.answer}   (evidence {', '.join(question.evidence) or 'none'})")
+    if isinstance(question, Question):
+        print(f"question {question.qid} [category {question.category}]: {question.question}")
+        print(f"gold answer: {question.answer}   (evidence {', '.join(question.evidence) or 'none'})")
+    else:
+        print(f"question (free text): {question}")
+        print("gold answer: none: a question of your own has no gold answer or evidence to check the answer against")
     for i, unit in enumerate(out.retrieved, 1):
         print(f"  summary {i} ({unit.score:.3f}, {unit.date}) {unit.text[:110]}")
     print(f"route: {out.action} by {out.decided_by}"
           + (f" (router {out.router_s * 1000:.0f} ms, parsed_ok={out.router_parsed_ok})" if router else ""))
     if out.research is not None:
         r = out.research
-        print(f"research: {r.rounds} round(s), stop={r.stop_reason}, pages read {r.pages_read}, "
+        print(f"research: {r.rounds} round(s), stop={r.stop_reason}, "
               f"{len(r.linked)}/{len(r.quotes)} quotes linked, {r.parse_failures} parse failure(s)")
+        print(f"pages read: {', '.join(r.pages_read) or 'none'}")
+    else:
+        print(f"pages read: none (answered from the {len(out.retrieved)} summaries above)")
     c = out.cost
     print(f"answer: {out.answer if out.error is None else '<error> ' + out.error}")
-    print(f"cost: {c.input_tokens} in / {c.output_tokens} out tokens, {c.llm_calls} LLM call(s), {c.wall_s:.2f} s")
+    print(f"cost: {c.input_tokens} in / {c.output_tokens} out tokens, {c.llm_calls} LLM call(s), {c.wall_s:.2f} s"
+          + (f" + router {out.router_s:.2f} s" if router else ""))
     runtime.close()
     return 0 if out.error is None else 1
 

@@ -24,6 +24,13 @@ DEFAULT_LM = "packaged:smollm2-135m-instruct"
 DEFAULT_EMBEDDER = "packaged:all-minilm-l6-v2"
 _SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+# The upstream hub model each packaged spec is a copy of: what an adapter config and a model card name as the
+# base, so a router trained offline on the packaged copy loads anywhere with plain PEFT / vLLM.
+PACKAGED_HUB_IDS = {
+    "packaged:smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "packaged:all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+}
+
 
 class ModelSpecError(RuntimeError):
     """A model spec that cannot be turned into a loadable directory."""
@@ -127,6 +134,20 @@ def resolve_model(spec: str, revision: str | None = None) -> Path:
         ) from None
     except Exception as exc:  # network errors, 404, gated repos: say which model and why
         raise ModelSpecError(f"model {spec!r} could not be fetched from the hub: {exc}") from None
+
+
+def is_hub_id(spec: str) -> bool:
+    """`org/name` that is not a local path (relative or absolute) on this machine."""
+    return (spec.count("/") == 1 and all(spec.split("/")) and not spec.startswith((".", "/", "~"))
+            and not Path(spec).expanduser().exists())
+
+
+def hub_id(spec: str) -> str | None:
+    """The hub id a model spec stands for: the upstream id of a packaged model, the spec itself when it is a
+    hub id, None for a local directory (nothing another machine could resolve)."""
+    if spec in PACKAGED_HUB_IDS:
+        return PACKAGED_HUB_IDS[spec]
+    return spec if is_hub_id(spec) else None
 
 
 def default_dtype(device: str) -> Any:

@@ -300,7 +300,15 @@ def detect_format(data: Any, path: str | Path) -> str:
         return "locomo"
     if isinstance(first, dict) and "haystack_sessions" in first:
         return "longmemeval"
-    raise DataError(f"{path}: neither LoCoMo (sample_id/conversation/qa) nor LongMemEval (haystack_sessions) shaped")
+    if isinstance(data, dict) and "format" in data:  # tiermem_format validates the name and version
+        return "tiermem"
+    raise DataError(f"{path}: neither LoCoMo (sample_id/conversation/qa), LongMemEval (haystack_sessions) nor "
+                    "tiermem ({\"format\": \"tiermem-conversations\", ...}) shaped")
+
+
+def detect_file_format(path: str | Path) -> str:
+    """detect_format for a file; JSONL files are the tiermem format (the only line-delimited one)."""
+    return "tiermem" if Path(path).suffix == ".jsonl" else detect_format(_read_json(path), path)
 
 
 def load_conversations(
@@ -314,10 +322,24 @@ def load_conversations(
     `exclude_categories=None` means the benchmark's default (LoCoMo: category 5; LongMemEval: none).
     """
     path = SAMPLE_PATH if path is None or str(path) == "" else Path(path)
-    if fmt not in ("auto", "locomo", "longmemeval"):
-        raise ValueError(f"unknown benchmark format {fmt!r}; expected auto, locomo or longmemeval")
+    if fmt not in ("auto", "locomo", "longmemeval", "tiermem"):
+        raise ValueError(f"unknown benchmark format {fmt!r}; expected auto, locomo, longmemeval or tiermem")
+    if path.suffix == ".jsonl" or fmt == "tiermem":  # your own conversations: tiermem/data/tiermem_format.py
+        from tiermem.data.tiermem_format import load_tiermem
+
+        if fmt not in ("auto", "tiermem"):
+            raise DataError(f"{path}: a .jsonl file is the tiermem format, but the format is set to {fmt!r}; "
+                            "pass dataset_format=tiermem (or auto)")
+        return load_tiermem(path, tuple(str(c) for c in exclude_categories or ()))
     data = _read_json(path)
+    if fmt != "auto" and isinstance(data, dict) and "format" in data:
+        raise DataError(f"{path}: a tiermem conversation file, but the format is set to {fmt!r}; "
+                        "pass dataset_format=tiermem (or auto)")
     fmt = detect_format(data, path) if fmt == "auto" else fmt
+    if fmt == "tiermem":
+        from tiermem.data.tiermem_format import parse_document
+
+        return parse_document(data, path, tuple(str(c) for c in exclude_categories or ()))
     if fmt == "locomo":
         excluded = (5,) if exclude_categories is None else tuple(int(c) for c in exclude_categories)
         return _parse_locomo(data, path, excluded, unknown_evidence)

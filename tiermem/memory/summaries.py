@@ -88,7 +88,10 @@ def parse_timestamp(timestamp: str) -> datetime | None:
             return datetime.strptime(timestamp.strip(), fmt)
         except ValueError:
             continue
-    return None
+    try:  # ISO 8601, what the tiermem conversation format recommends ("2024-06-03T09:12:00Z")
+        return datetime.fromisoformat(timestamp.strip())
+    except ValueError:
+        return None
 
 
 def _day(moment: datetime) -> str:

@@ -1,0 +1,233 @@
+"""The tiermem conversation format (version 1): bring your own agent's history into the pipeline.
+
+A JSON file holds one object, a JSONL file one header line then one conversation per line:
+
+    {"format": "tiermem-conversations", "version": 1, "conversations": [<conversation>, ...]}     (.json)
+
+    {"format": "tiermem-conversations", "version": 1}                                            (.jsonl)
+    <conversation>
+    <conversation>
+
+    <conversation> = {
+      "id": "support-2024-06",                      # unique in the file
+      "turns": [                                    # chronological; a session's turns are contiguous
+        {"id": "t1", "session": "s1", "timestamp": "2024-06-03T09:12:00Z", "speaker": "user", "text": "..."},
+        ...
+      ],
+      "questions": [                                # optional (ingest alone needs none; labeling needs some)
+        {"id": "q1", "question": "...", "answer": "...",  # answer: string or number
+         "evidence": ["t1"],                        # optional: gold turn ids (enables the generator-free rule)
+         "category": "single-hop",                  # optional: any label you want metrics broken down by
+         "date": "2024-07-01"}                      # optional: when the question is asked
+      ]
+    }
+
+`timestamp` is the turn's absolute time as you want the memory to show it (ISO 8601 recommended; dates in the
+summaries come from it). Ids are strings; turn ids are unique within a conversation, question ids too. Any
+object may carry a free-form "metadata" field (ignored by the pipeline). Other unknown keys are errors (a typo
+such as `"speeker"` must not silently drop data). Every problem raises
+TiermemFormatError naming the file, the line (JSONL), the conversation and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tiermem.data.conversations import Conversation, DataError, Question, Turn
+
+FORMAT_NAME = "tiermem-conversations"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+EXAMPLE_PATH = Path(__file__).with_name("example_tiermem.json")
+
+_CONVERSATION_KEYS = {"id", "turns", "questions", "metadata"}
+_TURN_KEYS = {"id", "session", "timestamp", "speaker", "text", "metadata"}
+_QUESTION_KEYS = {"id", "question", "answer", "evidence", "category", "date", "metadata"}
+
+
+class TiermemFormatError(DataError):
+    """A file that does not follow the tiermem conversation format."""
+
+
+def _fail(where: str, message: str) -> TiermemFormatError:
+    return TiermemFormatError(f"{where}: {message}")
+
+
+def _string(obj: dict[str, Any], key: str, where: str, required: bool = True, empty_ok: bool = False) -> str | None:
+    if key not in obj:
+        if required:
+            raise _fail(where, f"missing field '{key}'")
+        return None
+    value = obj[key]
+    if not isinstance(value, str):
+        raise _fail(where, f"field '{key}' must be a string, got {type(value).__name__}")
+    if not empty_ok and not value.strip():
+        raise _fail(where, f"field '{key}' is empty")
+    return value
+
+
+def _object(value: Any, where: str, keys: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(where, f"expected an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - keys)
+    if unknown:
+        raise _fail(where, f"unknown field(s) {unknown}; allowed: {sorted(keys)}")
+    return value
+
+
+def _check_header(header: Any, where: str) -> None:
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise _fail(where, f"not a tiermem conversation file: expected \"format\": \"{FORMAT_NAME}\"")
+    version = header.get("version")
+    if version not in SUPPORTED_VERSIONS:
+        raise _fail(where, f"field 'version' is {version!r}; this tiermem reads versions {list(SUPPORTED_VERSIONS)}")
+
+
+def parse_conversation(raw: Any, where: str, source: str,
+                       exclude_categories: tuple[str, ...] = ()) -> Conversation:
+    obj = _object(raw, where, _CONVERSATION_KEYS)
+    conv_id = _string(obj, "id", where)
+    where = f"{where} (conversation {conv_id!r})"
+    turns_raw = obj.get("turns")
+    if not isinstance(turns_raw, list) or not turns_raw:
+        raise _fail(where, "field 'turns' must be a non-empty list")
+    turns: list[Turn] = []
+    seen_sessions: list[str] = []
+    for i, t in enumerate(turns_raw):
+        twhere = f"{where} turns[{i}]"
+        t = _object(t, twhere, _TURN_KEYS)
+        turn = Turn(turn_id=_string(t, "id", twhere), speaker=_string(t, "speaker", twhere),
+                    text=_string(t, "text", twhere, empty_ok=True), timestamp=_string(t, "timestamp", twhere),
+                    session_id=_string(t, "session", twhere))
+        if seen_sessions and turn.session_id != seen_sessions[-1] and turn.session_id in seen_sessions:
+            raise _fail(twhere, f"field 'session': session {turn.session_id!r} resumes after another session; "
+                                "a session's turns must be contiguous (give the later part its own session id)")
+        if not seen_sessions or seen_sessions[-1] != turn.session_id:
+            seen_sessions.append(turn.session_id)
+        turns.append(turn)
+    ids = [t.turn_id for t in turns]
+    repeated = sorted({x for x in ids if ids.count(x) > 1})
+    if repeated:
+        raise _fail(where, f"field 'turns': turn id(s) {repeated} repeat")
+    known = set(ids)
+    questions: list[Question] = []
+    questions_raw = obj.get("questions", [])
+    if not isinstance(questions_raw, list):
+        raise _fail(where, "field 'questions' must be a list")
+    seen_q: set[str] = set()
+    for i, q in enumerate(questions_raw):
+        qwhere = f"{where} questions[{i}]"
+        q = _object(q, qwhere, _QUESTION_KEYS)
+        qid = _string(q, "id", qwhere)
+        if qid in seen_q:
+            raise _fail(qwhere, f"field 'id': question id {qid!r} repeats")
+        seen_q.add(qid)
+        if "answer" not in q:
+            raise _fail(qwhere, "missing field 'answer'")
+        answer = q["answer"]
+        if isinstance(answer, bool) or not isinstance(answer, str | int | float) or not str(answer).strip():
+            raise _fail(qwhere, "field 'answer' must be a non-empty string or a number")
+        evidence = q.get("evidence", [])
+        if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
+            raise _fail(qwhere, "field 'evidence' must be a list of turn id strings")
+        unknown = [e for e in evidence if e not in known]
+        if unknown:
+            raise _fail(qwhere, f"field 'evidence' names unknown turn id(s) {unknown}")
+        category = q.get("category", "")
+        if isinstance(category, bool) or not isinstance(category, str | int):
+            raise _fail(qwhere, "field 'category' must be a string or an integer")
+        if str(category) in exclude_categories:
+            continue
+        questions.append(Question(qid=qid, question=_string(q, "question", qwhere), answer=str(answer),
+                                  category=str(category), evidence=list(dict.fromkeys(evidence)),
+                                  date=_string(q, "date", qwhere, required=False)))
+    speakers = list(dict.fromkeys(t.speaker for t in turns))
+    return Conversation(conv_id, turns, questions, source, speakers)
+
+
+def _check_unique(convs: list[Conversation], path: Path) -> list[Conversation]:
+    ids = [c.conv_id for c in convs]
+    repeated = sorted({x for x in ids if ids.count(x) > 1})
+    if repeated:
+        raise _fail(str(path), f"conversation id(s) {repeated} repeat")
+    if not convs:
+        raise _fail(str(path), "no conversations")
+    return convs
+
+
+def parse_document(data: Any, path: str | Path, exclude_categories: tuple[str, ...] = ()) -> list[Conversation]:
+    """A parsed .json document: the header object with its `conversations` list."""
+    path = Path(path)
+    _check_header(data, str(path))
+    unknown = sorted(set(data) - {"format", "version", "conversations", "metadata"})
+    if unknown:
+        raise _fail(str(path), f"unknown top-level field(s) {unknown}")
+    convs = data.get("conversations")
+    if not isinstance(convs, list):
+        raise _fail(str(path), "field 'conversations' must be a list")
+    return _check_unique([parse_conversation(c, f"{path}: conversations[{i}]", str(path), exclude_categories)
+                          for i, c in enumerate(convs)], path)
+
+
+def load_tiermem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> list[Conversation]:
+    """Load a tiermem-format .json or .jsonl file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"conversation file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".jsonl":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _fail(str(path), f"not valid JSON: {exc}") from None
+        return parse_document(data, path, exclude_categories)
+    convs: list[Conversation] = []
+    header_seen = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _fail(where, f"not valid JSON: {exc}") from None
+        if not header_seen:
+            _check_header(obj, where)
+            header_seen = True
+            continue
+        convs.append(parse_conversation(obj, where, str(path), exclude_categories))
+    if not header_seen:
+        raise _fail(str(path), f"empty file; the first line must be the header {{\"format\": \"{FORMAT_NAME}\", "
+                               f"\"version\": {FORMAT_VERSION}}}")
+    return _check_unique(convs, path)
+
+
+def to_dict(conv: Conversation) -> dict[str, Any]:
+    turns = [{"id": t.turn_id, "session": t.session_id, "timestamp": t.timestamp, "speaker": t.speaker,
+              "text": t.text} for t in conv.turns]
+    questions = []
+    for q in conv.questions:
+        item: dict[str, Any] = {"id": q.qid, "question": q.question, "answer": q.answer}
+        if q.evidence:
+            item["evidence"] = list(q.evidence)
+        if q.category:
+            item["category"] = q.category
+        if q.date:
+            item["date"] = q.date
+        questions.append(item)
+    return {"id": conv.conv_id, "turns": turns, "questions": questions}
+
+
+def dump_tiermem(conversations: list[Conversation], path: str | Path) -> Path:
+    """Write conversations (from any loader) in the tiermem format; .jsonl by suffix, else .json."""
+    path = Path(path)
+    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
+    if path.suffix == ".jsonl":
+        lines = [json.dumps(header)] + [json.dumps(to_dict(c), ensure_ascii=False) for c in conversations]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    else:
+        path.write_text(json.dumps({**header, "conversations": [to_dict(c) for c in conversations]},
+                                   ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return path
