@@ -77,7 +77,7 @@ def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict
         from tiermem.models import setup_cpu_threads
 
         threads = setup_cpu_threads()
-        log.info("no GPU: CPU defaults (fp32, no gradient checkpointing, %d torch threads)", threads)
+        log.debug("no GPU: CPU defaults (fp32, no gradient checkpointing, %d torch threads)", threads)
         kwargs.update(bf16=False, fp16=False, activation_checkpointing=False, use_cpu=True, dataloader_num_workers=0)
         if "gradient_checkpointing" in user:  # the deprecated alias only applies when the new name is unset
             kwargs.pop("activation_checkpointing")

@@ -347,7 +347,7 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
     paths = write_outputs(report, predictions, cfg.out_dir)
     from serving.model_card import record_eval
 
-    record_eval(cfg.router.path if cfg.router.kind == "trained" else None, report, paths["json"])  # run card
+    record_eval(cfg.router.path if cfg.router.kind in ("local", "trained") else None, report, paths["json"])  # run card
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
         from router_train.live_eval import run_live

@@ -259,14 +259,17 @@ class RemoteRouter(Router):
         text = ""
         for tok in content:
             if text.lstrip() == contract.OUTPUT_PREFIX:
-                best: dict[str, float] = {}
+                # The action's own first token is the longest piece that starts it ("AN" rather than "A", which
+                # begins another spelling): that is the token the local fast path reads.
+                best: dict[str, tuple[int, float]] = {}
                 for cand in tok.top_logprobs or []:
                     piece = cand.token
                     for action in contract.ACTIONS:
-                        if piece and action.startswith(piece) and cand.logprob > best.get(action, -math.inf):
-                            best[action] = cand.logprob
+                        if piece and action.startswith(piece) and (len(piece), cand.logprob) > best.get(
+                                action, (0, -math.inf)):
+                            best[action] = (len(piece), cand.logprob)
                 if len(best) == 2:
-                    return best["ESCALATE"] - best["ANSWER"]  # log-odds; renormalized over the two actions
+                    return best["ESCALATE"][1] - best["ANSWER"][1]  # log-odds over the two actions
                 return None
             text += tok.token
             if len(text.lstrip()) > len(contract.OUTPUT_PREFIX):

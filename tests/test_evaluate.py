@@ -192,7 +192,8 @@ def test_main_with_a_trained_router_run(tmp_path):
     rows = []
     for i, (question, summaries, label) in enumerate(FIXTURES):
         r = rec(f"f{i}", "c9", label == "ANSWER", True, label, "test")  # research right everywhere
-        r.update(question=question, router_summaries=[dict(s, unit_id="u", score=1.0, page_ids=[]) for s in summaries])
+        # no retrieval score, as in the fixture router's training prompts (contract v2 renders scores)
+        r.update(question=question, router_summaries=[dict(s, unit_id="u", page_ids=[]) for s in summaries])
         rows.append(r)
     DatasetDict({"test": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
     out = tmp_path / "eval"
