@@ -49,7 +49,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / 
 
 @dataclass
 class LLMRoles:
-    answerer: LLMConfig | None = field(default_factory=LLMConfig)  # both paths + research loop; null: generate_answers=false
+    answerer: LLMConfig | None = field(default_factory=LLMConfig)  # both paths; null with generate_answers=false
     summarizer: LLMConfig | None = None  # memory.summarizer=llm only; None = the answerer
     judge: LLMConfig | None = None  # CORRECT/WRONG judge; None = lexical judge alone
     sufficiency: LLMConfig | None = None  # strict sufficiency judge; None = not run
