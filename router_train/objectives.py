@@ -36,6 +36,10 @@ REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 class ObjectiveConfig:
     kind: str = "decision"  # lm | decision | expected_reward
     lm_weight: float = 0.1  # weight of the completion NLL beside the decision term (keeps the JSON format)
+    # weight of -log p(either action token) at the decision position, over the full vocabulary: the two-way
+    # decision terms only compare the two actions, so without it sampled completions drift to other tokens there
+    # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
+    mass_weight: float = 1.0
     class_weight: str = "balanced"  # decision only: balanced (inverse label frequency in train) | none
     # Compute the frozen bottom layers once per row and reuse them every epoch (router_train.trunk), when the
     # adapter trains only the top layers (lora.top_layers) and the model type allows it.
@@ -47,8 +51,9 @@ class ObjectiveConfig:
             raise ValueError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
         if self.class_weight not in ("balanced", "none"):
             raise ValueError(f"objective.class_weight must be balanced|none, got {self.class_weight!r}")
-        if self.lm_weight < 0:
-            raise ValueError(f"objective.lm_weight must be >= 0, got {self.lm_weight}")
+        if self.lm_weight < 0 or self.mass_weight < 0:
+            raise ValueError(f"objective.lm_weight and mass_weight must be >= 0, got {self.lm_weight}, "
+                             f"{self.mass_weight}")
 
 
 def _positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -132,10 +137,14 @@ class RouterSFTTrainer(SFTTrainer):
                 raise ValueError("objective expected_reward needs the reward_answer/reward_escalate columns")
             probs = torch.softmax(pair, dim=-1)
             decision_loss = -(probs * reward_pair.to(probs.device)).sum(dim=-1).mean()
-        loss = decision_loss + self.objective.lm_weight * lm_loss
+        # -log p(ANSWER or ESCALATE first token) over the whole vocabulary at the decision position
+        decision_logp = logp[rows, first]
+        mass_loss = -torch.logsumexp(decision_logp[:, [answer_id, escalate_id]], dim=-1).mean()
+        loss = decision_loss + self.objective.lm_weight * lm_loss + self.objective.mass_weight * mass_loss
         mode = "train" if model.training else "eval"
         with torch.no_grad():
             p_escalate = torch.softmax(pair, dim=-1)[:, 1]
+            self._metrics[mode]["action_mass"].append(float(torch.exp(-mass_loss)))
             self._metrics[mode]["decision_loss"].append(float(decision_loss))
             self._metrics[mode]["lm_loss"].append(float(lm_loss))
             self._metrics[mode]["mean_p_escalate"].append(float(p_escalate.mean()))
