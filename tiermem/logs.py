@@ -56,9 +56,15 @@ def setup_logging(verbose: bool = False) -> None:
         ours = libraries = logging.DEBUG
     else:
         ours, libraries = logging.INFO, logging.WARNING
+    quiet = libraries >= logging.WARNING
+    for message, category, module in LIBRARY_DEPRECATIONS:
+        warnings.filterwarnings("ignore" if quiet else "default", message=message, category=category,
+                                module=module)
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, "_tiermem", False)]:
         root.removeHandler(handler)
+    if root.handlers:  # the host process (an application, pytest) configured logging: leave its console alone
+        return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(_ConsoleFilter(ours, libraries))
@@ -68,7 +74,3 @@ def setup_logging(verbose: bool = False) -> None:
     # transformers and datasets log through their own handlers; keep them at warnings unless asked.
     for name in ("transformers", "datasets", "huggingface_hub"):
         logging.getLogger(name).setLevel(libraries)
-    quiet = libraries >= logging.WARNING
-    for message, category, module in LIBRARY_DEPRECATIONS:
-        warnings.filterwarnings("ignore" if quiet else "default", message=message, category=category,
-                                module=module)
