@@ -49,7 +49,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / 
 
 @dataclass
 class LLMRoles:
-    answerer: LLMConfig = field(default_factory=LLMConfig)  # answers on both paths, plans the research loop
+    answerer: LLMConfig | None = field(default_factory=LLMConfig)  # answers on both paths, plans the research loop
     summarizer: LLMConfig | None = None  # memory.summarizer=llm only; None = the answerer
     judge: LLMConfig | None = None  # CORRECT/WRONG judge; None = lexical judge alone
     sufficiency: LLMConfig | None = None  # strict sufficiency judge; None = not run
