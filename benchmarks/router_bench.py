@@ -32,7 +32,7 @@ def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str
     from pathlib import Path
 
     if cfg.dataset and Path(cfg.dataset).exists():
-        from router_train.evaluate import load_split
+        from evaluation.evaluate import load_split
 
         recs = [r for r in load_split(cfg.dataset, cfg.split) if isinstance(r.get("router_summaries"), list)]
         if recs:  # real router inputs, even when the split holds fewer than n_prompts
@@ -58,8 +58,8 @@ def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str
 
 
 def run(cfg: RouterBenchConfig) -> dict[str, Any]:
-    from serving import contract
     from serving.router import LocalRouter
+    from tiermem import contract
     from tiermem.models import load_causal_lm
 
     with PeakRSS() as load_mem:

@@ -77,7 +77,7 @@ def _rows(cfg: TrainingBenchConfig, tokenizer: Any, with_rewards: bool) -> tuple
 
     from datasets import Dataset
 
-    from serving import contract
+    from tiermem import contract
 
     if cfg.dataset and Path(cfg.dataset).exists():
         from router_train import data as data_lib

@@ -1,6 +1,6 @@
 """Teacher (optional LLM role) and SFT targets.
 
-The teacher sees exactly the router's input (serving.contract.render_messages) and answers in the router's
+The teacher sees exactly the router's input (tiermem.contract.render_messages) and answers in the router's
 contract; its output becomes the SFT target only when its action agrees with the hindsight label. Otherwise,
 or without a teacher, the target is the label with a templated rationale written from the router's point of
 view (what the summaries do or do not state), never mentioning the gold answer.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from serving import contract
+from tiermem import contract
 
 
 @dataclass

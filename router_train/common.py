@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving import contract
-from serving.artifacts import (
+from tiermem import contract
+from tiermem.artifacts import (
     RUN_META_FILE,
     RunMeta,
     RunMetaError,

@@ -1,7 +1,7 @@
 """Label dataset -> prompt/completion rows for SFT and GRPO.
 
 The labeling stage saves a `datasets.DatasetDict` (train / validation / test, split by conversation).
-Every row the router trains on is rendered through serving.contract, so the prompt is byte-identical to
+Every row the router trains on is rendered through tiermem.contract, so the prompt is byte-identical to
 what serving scores. Class balancing happens here, after the split and inside train only, so no
 duplicate ever leaks into validation.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, load_from_disk
 
-from serving import contract
+from tiermem import contract
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def _check_row(row: dict[str, Any], where: str, need_rewards: bool) -> None:
     if not parsed.valid_json or parsed.action != label:
         raise LabelDataError(
             f"{where}: field 'sft_target' {target!r} is not the contract JSON for label {label!r} "
-            "(labeling must build it with serving.contract.render_target)"
+            "(labeling must build it with tiermem.contract.render_target)"
         )
     if not isinstance(row["question"], str) or not isinstance(row["router_summaries"], list):
         raise LabelDataError(f"{where}: fields 'question' (str) and 'router_summaries' (list) are required")

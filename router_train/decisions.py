@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from router_train.stats import auroc
-from serving import contract
+from tiermem import contract
+from tiermem.stats import auroc
 
 
 def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:

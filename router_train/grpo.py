@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving import contract
-from serving.artifacts import RUN_META_FILE, RunMeta
+from tiermem import contract
+from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import claim_output_dir

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from trl import SFTTrainer
 
-from serving.trunk import FrozenTrunk, decoder_of, supports_trunk
+from tiermem.trunk import FrozenTrunk, decoder_of, supports_trunk
 
 OBJECTIVES = ("lm", "decision", "expected_reward")
 REWARD_COLUMNS = ("reward_answer", "reward_escalate")

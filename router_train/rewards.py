@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from serving import contract
+from tiermem import contract
 
 COST_MODES = ("wasted", "every_escalation")
 FORMAT_SCOPES = ("action", "full")

@@ -1,6 +1,6 @@
 """`make sft`: LoRA distillation of the hindsight labels into the router (TRL SFTTrainer + PEFT).
 
-Rows are prompt/completion pairs rendered through serving.contract; TRL trains on the completion only.
+Rows are prompt/completion pairs rendered through tiermem.contract; TRL trains on the completion only.
 The output directory holds the adapter, the tokenizer and tiermem_router.json (contract version, base
 model spec, this config, train/validation decision metrics against the trivial baselines).
 
@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving import contract
-from serving.artifacts import RunMeta
+from tiermem import contract
+from tiermem.artifacts import RunMeta
 from tiermem.config import parse_cli
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import claim_output_dir

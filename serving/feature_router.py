@@ -27,8 +27,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from serving import contract
-from serving.artifacts import RunMeta, read_run_meta, write_run_meta
 from serving.router import (
     DEFAULT_THRESHOLD,
     Decision,
@@ -40,6 +38,8 @@ from serving.router import (
     register,
     sigmoid,
 )
+from tiermem import contract
+from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
 
 FEATURE_MODEL_FILE = "feature_model.json"
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
@@ -346,7 +346,7 @@ def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
 
 
 def fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
-    from router_train.stats import auroc
+    from tiermem.stats import auroc
 
     data = {"dataset": cfg.data, "split": cfg.split}
     if cfg.kind == "top1-score":

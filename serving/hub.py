@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving import contract
-from serving.artifacts import make_adapter_portable, read_run_meta
 from serving.model_card import write_model_card
+from tiermem import contract
+from tiermem.artifacts import make_adapter_portable, read_run_meta
 
 # Never published: trainer checkpoints, optimizer state, half-written files.
 IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".tiermem_router.*", "runs/**"]

@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from serving import contract
-from serving.artifacts import RunMeta, read_run_meta, write_run_meta
+from tiermem import contract
+from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
 from tiermem.models import PACKAGED_HUB_IDS, hub_id
 
 __all__ = ["PACKAGED_HUB_IDS", "base_model_hub_id", "record_eval", "refresh_card", "render_card",
@@ -194,7 +194,7 @@ tokenizer = AutoTokenizer.from_pretrained("{ref}")   # the chat template the rou
 """
     if peft:
         peft += f"""
-Render prompts with `serving.contract.render_prompt` (contract `{meta.contract_version}`); other prompt formats
+Render prompts with `tiermem.contract.render_prompt` (contract `{meta.contract_version}`); other prompt formats
 are out of distribution.
 """
     vllm = "" if not meta.adapter else f"""

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from serving import contract
-from serving.artifacts import RunMeta, read_run_meta
-from serving.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
+from tiermem import contract
+from tiermem.artifacts import RunMeta, read_run_meta
+from tiermem.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
 
 DEFAULT_THRESHOLD = 0.0  # log-odds: p_escalate = 0.5, the argmax decision
 ESCALATE_ALL = -1.0e9  # a log-odds threshold below any model margin: every question escalates (JSON-safe -inf)
@@ -69,7 +69,7 @@ def logit(p: float) -> float:
 
 
 def calibrated_threshold(calibration: dict[str, Any] | None) -> float | None:
-    """The log-odds threshold stored by serving.calibrate: `threshold_logit`, or (older runs) the probability
+    """The log-odds threshold stored by evaluation.calibrate: `threshold_logit`, or (older runs) the probability
     `threshold`, converted."""
     if not calibration:
         return None

@@ -33,8 +33,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from serving import contract
 from serving.router import logit, sigmoid
+from tiermem import contract
 
 
 @dataclass

@@ -15,9 +15,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from serving import contract
-from serving.artifacts import RUN_META_FILE, RunMeta, read_run_meta, write_run_meta
 from tests.router_fixtures import train_on_completions
+from tiermem import contract
+from tiermem.artifacts import RUN_META_FILE, RunMeta, read_run_meta, write_run_meta
 from tiermem.models import cache_root
 
 # Rule the router learns: "When ..." questions need the raw pages, "What ..." ones do not.

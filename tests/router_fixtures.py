@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from serving import contract
+from tiermem import contract
 
 
 def build_tiny_model_dir(path: Path, seed: int = 0) -> Path:

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from serving.calibrate import (
+from evaluation.calibrate import (
     ANSWER_ALL,
     CalibrateConfig,
     CalibrationSet,
@@ -202,10 +202,10 @@ def test_main_reports_one_clear_error_line(tmp_path, capsys):
 def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     import shutil
 
-    from serving.artifacts import read_run_meta
     from serving.router import LocalRouter
     from tests.router_fixture import FIXTURES, make_router_run
     from tests.test_evaluate import rec
+    from tiermem.artifacts import read_run_meta
 
     run_dir = tmp_path / "run"
     shutil.copytree(make_router_run(), run_dir)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiermem.cli import CONFIG_CLASSES
 from tiermem.config import ConfigError, parse_cli, parse_config
+from tiermem_cli.cli import CONFIG_CLASSES
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ALL = sorted(p for p in CONFIGS.rglob("*.yaml"))

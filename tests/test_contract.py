@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from serving import contract
-from serving.contract import ParsedDecision, parse
+from tiermem import contract
+from tiermem.contract import ParsedDecision, parse
 
 GOLDEN_VERSION = "tiermem-router-contract/2"
 

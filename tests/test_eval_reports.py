@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from router_train import eval_report as R
-from router_train import metrics as M
+from evaluation import metrics as M
+from evaluation import report as R
 
 
 def rec(qid, s_ok, r_ok, label, cat):

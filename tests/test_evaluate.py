@@ -3,7 +3,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from router_train import evaluate as E
+from evaluation import evaluate as E
 
 
 def rec(qid, conv, s_ok, r_ok, label, split, cat="1", summary="nothing relevant"):
@@ -149,7 +149,7 @@ def test_teacher_router_errors_and_garbage_are_counted(dataset_dir):
 def test_live_eval_runs_the_runtime_with_each_policy(tmp_path):
     from datasets import Dataset, DatasetDict
 
-    from router_train.live_eval import run_live
+    from evaluation.live_eval import run_live
     from serving.router import AlwaysEscalate
     from tiermem.llm import ScriptedLLM
     from tiermem.memory.policies import ANSWER_SYSTEM

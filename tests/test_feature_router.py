@@ -47,7 +47,7 @@ def _synthetic(n, seed):
 
 
 def test_fit_logistic_learns_and_ranks():
-    from router_train.stats import auroc
+    from tiermem.stats import auroc
 
     qs, ss, ys = _synthetic(300, 0)
     model = F.fit_logistic(F.feature_matrix(qs, ss), np.array(ys, dtype=float))
@@ -87,8 +87,8 @@ def _label_dataset(tmp_path):
 
 
 def test_fit_save_load_roundtrip_through_the_registry_and_calibration(tmp_path):
-    from serving.calibrate import main as calibrate_main
-    from tiermem.cli import main as cli_main
+    from evaluation.calibrate import main as calibrate_main
+    from tiermem_cli.cli import main as cli_main
 
     data = _label_dataset(tmp_path)
     out = tmp_path / "features"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from serving.artifacts import RunMeta, read_run_meta
 from serving.model_card import render_card
 from tests.hub_server import git_blob_sha1, local_hub
 from tests.router_fixture import FIXTURES, make_router_run
+from tiermem.artifacts import RunMeta, read_run_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_test_secret_token_123"

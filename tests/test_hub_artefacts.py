@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from serving.artifacts import read_run_meta, write_run_meta
 from tests.hub_server import local_hub
 from tests.router_fixture import FIXTURES, make_router_run
 from tests.test_hub import TOKEN, _env, _run
+from tiermem.artifacts import read_run_meta, write_run_meta
 
 UPLOAD_BASE = """
 import sys
@@ -53,8 +53,8 @@ def test_pushed_router_loads_with_plain_peft_by_base_hub_id(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from serving import contract
     from serving.router import LocalRouter
+    from tiermem import contract
 
     original = make_router_run()
     base_dir = Path(read_run_meta(original).base_model)

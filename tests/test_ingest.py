@@ -5,8 +5,8 @@ import pytest
 
 from tiermem.config import ConfigError, parse_config
 from tiermem.data import load_conversations
-from tiermem.ingest import DEFAULT_CONFIG, IngestConfig, main, pick
 from tiermem.memory import MemoryConfig
+from tiermem_cli.ingest import DEFAULT_CONFIG, IngestConfig, main, pick
 
 
 def test_configs_validate():

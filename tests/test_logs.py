@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import logging, sys, warnings
-import tiermem.cli as cli
+import tiermem_cli.cli as cli
 
 def probe(argv):
     import bm25s  # sets its own logger to DEBUG on import, after our setup

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from router_train import metrics as M
+from evaluation import metrics as M
 
 
 def rec(qid, s_ok, r_ok, label, cat="1", s_tok=100, r_tok=1000, s_lat=1.0, r_lat=10.0, **extra):

@@ -52,7 +52,7 @@ def test_uncached_hub_id_offline_says_what_to_do(monkeypatch, tmp_path):
 
 
 def test_cli_reports_a_bad_model_spec_in_one_line(capsys):
-    from tiermem.cli import main
+    from tiermem_cli.cli import main
 
     assert main(["sft", "model=./no/such/model", "dataset_dir=./no/such/dataset"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

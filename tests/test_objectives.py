@@ -13,8 +13,8 @@ import torch
 from router_train import sft
 from router_train.common import LoraSettings
 from router_train.objectives import ObjectiveConfig, balanced_class_weights, trainable_top_layers
-from serving.artifacts import read_run_meta
 from tests.router_fixtures import build_tiny_model_dir, record
+from tiermem.artifacts import read_run_meta
 
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
                     top_layers=1)

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from serving.router import AlwaysEscalate
 from serving.server import ServeConfig, create_app
-from tiermem import cli
+from tiermem_cli import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "memory"
 LOCOMO = json.loads((FIXTURES / "locomo_tiny.json").read_text())

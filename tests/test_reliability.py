@@ -12,11 +12,11 @@ import pytest
 
 from labeling.run import LabelConfig, Roles, resume_fingerprint, run
 from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
-from tiermem import cli
 from tiermem.config import ConfigError, from_dict, parse_cli, to_dict
 from tiermem.errors import RunDirError, RunError, StoreError
 from tiermem.llm import LLMConfig, LLMError, ResponseCache, ScriptedLLM
 from tiermem.rundir import MARKER, claim_output_dir
+from tiermem_cli import cli
 
 
 def _label_cfg(out, **extra) -> LabelConfig:
@@ -90,7 +90,8 @@ def test_claim_output_dir_rules(tmp_path):
 
 
 def test_training_and_eval_refuse_foreign_directories_before_loading_anything(tmp_path, monkeypatch):
-    from router_train import evaluate, grpo, sft
+    from evaluation import evaluate
+    from router_train import grpo, sft
 
     foreign = tmp_path / "foreign"
     foreign.mkdir()

@@ -10,7 +10,7 @@ from router_train.rewards import (
     resolve_cost_scale,
     score_decision,
 )
-from serving import contract
+from tiermem import contract
 
 ANSWER = contract.render_target("ANSWER", "stated")
 ESCALATE = contract.render_target("ESCALATE", "missing")

@@ -2,10 +2,10 @@ import shutil
 
 import pytest
 
-from serving import contract
-from serving.artifacts import read_run_meta, update_run_meta, write_run_meta
 from serving.router import ROUTERS, AlwaysAnswer, AlwaysEscalate, LocalRouter, Router, TeacherRouter, build_router
 from tests.router_fixture import FIXTURES, make_router_run
+from tiermem import contract
+from tiermem.artifacts import read_run_meta, update_run_meta, write_run_meta
 
 QUESTIONS = [q for q, _, _ in FIXTURES]
 SUMMARIES = [s for _, s, _ in FIXTURES]

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from router_train import evaluate, grpo, sft
+from evaluation import calibrate, evaluate
+from router_train import grpo, sft
 from router_train.common import LoraSettings, load_adapter_run
-from serving import calibrate, contract
-from serving.artifacts import make_adapter_portable, read_run_meta, update_run_meta
 from serving.model_card import record_eval, refresh_card
 from tests.router_fixture import make_router_run
 from tests.router_fixtures import build_tiny_model_dir, record
+from tiermem import contract
+from tiermem.artifacts import make_adapter_portable, read_run_meta, update_run_meta
 
 BASE_ID = "acme/tiny-base"
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])

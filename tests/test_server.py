@@ -4,11 +4,11 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from serving import contract
 from serving.router import AlwaysEscalate, LocalRouter, RemoteRouter
 from serving.server import ServeConfig, create_app, main
 from tests.router_fixture import FIXTURES, make_router_run
 from tests.servers import free_port
+from tiermem import contract
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from datasets import Dataset, DatasetDict
 
 from router_train import data as data_lib
 from router_train.sft import SFTRecipeConfig, build_sft_config, load_rows
-from serving import contract
 from tests.router_fixtures import build_label_dataset, build_tiny_model_dir, record
+from tiermem import contract
 from tiermem.config import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""router_train.stats: hand-checked ranking metrics, bootstrap coverage, and agreement with metrics.sweep."""
+"""tiermem.stats: hand-checked ranking metrics, bootstrap coverage, and agreement with metrics.sweep."""
 
 import math
 import random
@@ -6,8 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from router_train import metrics as M
-from router_train import stats as S
+from evaluation import metrics as M
+from tiermem import stats as S
 
 SCORES = [0.9, 0.8, 0.8, 0.3, 0.1]
 POS = [True, False, True, False, True]

@@ -1,7 +1,7 @@
 import json
 
 from labeling.teacher import ask_teacher, sft_target, templated_rationale
-from serving import contract
+from tiermem import contract
 from tiermem.llm import ScriptedLLM
 
 SUMMARIES = [{"text": "Caroline went to an LGBTQ support group on 7 May 2023.", "date": "8 May 2023"}]

@@ -145,7 +145,7 @@ def test_label_cli_runs_on_the_example_file(tmp_path, capsys, monkeypatch):
     answerer is an OpenAI-compatible endpoint on loopback (the config's local model is what `make label` uses)."""
     from datasets import load_from_disk
 
-    from tiermem.cli import main
+    from tiermem_cli.cli import main
 
     monkeypatch.chdir(ROOT)
     with fake_openai() as base_url:

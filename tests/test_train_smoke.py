@@ -15,9 +15,9 @@ from safetensors.torch import load_file
 
 from router_train import grpo, sft
 from router_train.common import LoraSettings, load_adapter_run
-from serving import contract
-from serving.artifacts import RUN_META_FILE, read_run_meta
 from tests.router_fixtures import build_contract_base, build_label_dataset, build_tiny_model_dir
+from tiermem import contract
+from tiermem.artifacts import RUN_META_FILE, read_run_meta
 
 ADAPTER = "adapter_model.safetensors"
 SMALL_LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from serving.trunk import FrozenTrunk, right_padded
+from tiermem.trunk import FrozenTrunk, right_padded
 
 
 def _tiny(num_layers=3, seed=0):

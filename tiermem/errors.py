@@ -1,4 +1,4 @@
-"""Named errors shared across stages; tiermem.cli maps each to its own exit code (see README "Exit codes")."""
+"""Named errors shared across stages; tiermem_cli.cli maps each to its own exit code (see README "Exit codes")."""
 
 from __future__ import annotations
 

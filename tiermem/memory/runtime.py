@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from serving.contract import ACTIONS
+from tiermem.contract import ACTIONS
 from tiermem.data.conversations import Conversation, Question
 from tiermem.llm import LLM
 from tiermem.memory.policies import (

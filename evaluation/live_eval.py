@@ -44,7 +44,7 @@ def _label_config(cfg: Any) -> Any:
 
 
 def held_out(cfg: Any, label_cfg: Any) -> list[Any]:
-    from router_train.evaluate import load_split
+    from evaluation.evaluate import load_split
     from tiermem.data.conversations import load_conversations
 
     data = cfg.live.data if cfg.live.data is not None else label_cfg.data_path
@@ -76,9 +76,9 @@ def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, 
 
 def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> dict[str, Path]:
     """`answerer`: the LLM for both paths; None builds the label config's answerer without its cache."""
+    from evaluation.report import POLICY_TITLES, _fmt
     from labeling.judges import LexicalJudge
     from labeling.run import data_format
-    from router_train.eval_report import POLICY_TITLES, _fmt
     from tiermem.llm import build_llm
     from tiermem.memory import MemoryRuntime
 

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
-from serving.artifacts import update_run_meta
 from serving.router import ESCALATE_ALL, sigmoid
+from tiermem.artifacts import update_run_meta
 
 OBJECTIVES = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
 TARGETS = OBJECTIVES  # older name
@@ -327,8 +327,8 @@ def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
 def load_replayable(data: str, split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
                     limit: int | None = None) -> list[dict[str, Any]]:
     """The records eval replays: labeled, plus dropped ones whose path correctness is known."""
+    from evaluation.metrics import replayable_records
     from labeling.dataset import load_split
-    from router_train.metrics import replayable_records
 
     path = Path(data)
     rows = load_split(path, split)
@@ -344,7 +344,7 @@ def load_replayable(data: str, split: str, correctness: str = "label_rule", incl
 
 def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
                     correctness: str = "label_rule") -> CalibrationSet:
-    from router_train.metrics import to_case
+    from evaluation.metrics import to_case
 
     cases = [to_case(r, correctness, i) for i, r in enumerate(records)]
     return CalibrationSet(

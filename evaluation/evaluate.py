@@ -4,13 +4,13 @@
 
 Reads the label DatasetDict (or the labeling JSONL), asks the router for every record's decision on
 the stored router input (`router_summaries`, never re-retrieved), replays the decisions through the
-records' per-path correctness and costs (router_train.metrics) and writes eval.json, eval.md,
+records' per-path correctness and costs (evaluation.metrics) and writes eval.json, eval.md,
 eval.png (+ eval_reliability.png) and predictions.jsonl under `out_dir`. Routers are built through
 serving.router's registry; `compare:` adds more routers on the same records, each with its own threshold.
 Every rate, APGR, AUROC/AUPRC and ECE carries a 95% two-stage cluster-bootstrap interval, and paired
 intervals compare each router with random at its rate, the baselines and the main router
-(router_train.eval_analysis). `live.enabled=true` additionally runs the memory runtime end to end on
-held-out conversations (router_train.live_eval).
+(evaluation.analysis). `live.enabled=true` additionally runs the memory runtime end to end on
+held-out conversations (evaluation.live_eval).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evaluation import analysis as eval_analysis
+from evaluation import metrics
+from evaluation import report as eval_report
 from labeling.dataset import load_split  # noqa: F401  (re-exported: evaluate.load_split)
-from router_train import eval_analysis, eval_report, metrics
-from serving import contract
-from serving.artifacts import RunMetaError
 from serving.router import Decision, RouterLoadError
+from tiermem import contract
+from tiermem.artifacts import RunMetaError
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.llm.base import LLMConfig
 from tiermem.models import ModelSpecError
@@ -350,7 +352,7 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
     record_eval(cfg.router.path if cfg.router.kind in ("local", "trained") else None, report, paths["json"])  # run card
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
-        from router_train.live_eval import run_live
+        from evaluation.live_eval import run_live
 
         paths.update(run_live(cfg, router, name))
     for kind, path in paths.items():

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from router_train.metrics import PolicyMetrics, SweepResult, dumps
+from evaluation.metrics import PolicyMetrics, SweepResult, dumps
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
 POLICY_TITLES = {

@@ -32,7 +32,7 @@ class RunMeta:
     training: dict[str, Any] = field(default_factory=dict)  # the recipe's config, as saved
     data: dict[str, Any] = field(default_factory=dict)  # dataset path / hub id, label_rule, split sizes
     metrics: dict[str, Any] = field(default_factory=dict)  # e.g. {"validation": {"accuracy": ..}}
-    calibration: dict[str, Any] | None = None  # written by serving.calibrate
+    calibration: dict[str, Any] | None = None  # written by evaluation.calibrate
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept verbatim
 
 

@@ -15,14 +15,14 @@ STAGES: dict[str, tuple[str, str]] = {
     "label": ("labeling.run:main", "hindsight labeling -> a labeled DatasetDict"),
     "sft": ("router_train.sft:main", "LoRA SFT of the router (TRL SFTTrainer)"),
     "grpo": ("router_train.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
-    "calibrate": ("serving.calibrate:main", "pick and store the escalation threshold"),
-    "eval": ("router_train.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
+    "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
+    "eval": ("evaluation.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
     "fit-features": ("serving.feature_router:main", "fit the serve-time feature router (or make a top1-score one)"),
     "push": ("serving.hub:main", "push a trained router with its model card to the hub"),
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
-    "ingest": ("tiermem.ingest:main", "ingest one conversation and answer a question through the router"),
-    "ask": ("tiermem.ingest:main", "ask any question about a conversation (ingest's alias): route, answer, cost"),
-    "demo": ("tiermem.demo:main", "label -> sft -> grpo -> calibrate -> eval on the embedded default"),
+    "ingest": ("tiermem_cli.ingest:main", "ingest one conversation and answer a question through the router"),
+    "ask": ("tiermem_cli.ingest:main", "ask any question about a conversation (ingest's alias): route, answer, cost"),
+    "demo": ("tiermem_cli.demo:main", "label -> sft -> grpo -> calibrate -> eval on the embedded default"),
 }
 
 # configs/<folder>/*.yaml -> the dataclass each file must parse into (tests/test_configs.py validates them all).
@@ -30,14 +30,14 @@ CONFIG_CLASSES: dict[str, str] = {
     "label": "labeling.run:LabelConfig",
     "sft": "router_train.sft:SFTRecipeConfig",
     "grpo": "router_train.grpo:GRPORecipeConfig",
-    "calibrate": "serving.calibrate:CalibrateConfig",
-    "eval": "router_train.evaluate:EvalConfig",
+    "calibrate": "evaluation.calibrate:CalibrateConfig",
+    "eval": "evaluation.evaluate:EvalConfig",
     "features": "serving.feature_router:FitFeaturesConfig",
     "push": "serving.hub:PushConfig",
     "serve": "serving.server:ServeConfig",
-    "ingest": "tiermem.ingest:IngestConfig",
+    "ingest": "tiermem_cli.ingest:IngestConfig",
     "memory": "tiermem.memory.runtime:MemoryConfig",
-    "demo": "tiermem.demo:DemoConfig",
+    "demo": "tiermem_cli.demo:DemoConfig",
     "bench": "benchmarks.run:BenchConfig",
 }
 
@@ -63,7 +63,7 @@ _NAMED_ERRORS: tuple[tuple[str, str, int], ...] = (
     ("httpx", "TransportError", EXIT_NETWORK),
     ("requests.exceptions", "ConnectionError", EXIT_NETWORK),
     ("tiermem.models", "ModelSpecError", EXIT_USAGE),
-    ("serving.contract", "ContractVersionError", EXIT_USAGE),
+    ("tiermem.contract", "ContractVersionError", EXIT_USAGE),
 )
 
 

@@ -88,7 +88,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str]]]:
 
 
 def main(argv: list[str]) -> int:
-    from tiermem.cli import STAGES
+    from tiermem_cli.cli import STAGES
 
     cfg = parse_cli(DemoConfig, argv, default_config="configs/demo/default.yaml")
     timings: dict[str, float] = {}

@@ -1,4 +1,4 @@
-"""Intervals, ranking quality and paired comparisons for `make eval` (router_train.stats on replay cases).
+"""Intervals, ranking quality and paired comparisons for `make eval` (tiermem.stats on replay cases).
 
 Everything is computed from one count matrix of the two-stage cluster bootstrap (conversations, then questions
 within them), so the intervals of differences are paired: both sides see the same resampled questions.
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from router_train import stats
-from router_train.metrics import Case
+from evaluation.metrics import Case
+from tiermem import stats
 
 RATE_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "hard_recall", "false_cache_hit_rate",
                 "false_cache_miss_rate", "repair_rate", "regress_rate")

@@ -1,0 +1,1 @@
+"""The command line, the demo and the runtime's ingest/ask: everything above the stages."""
