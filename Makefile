@@ -37,9 +37,9 @@ grpo:
 	$(RUN) grpo $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 calibrate:
 	$(RUN) calibrate $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
-# `make eval dataset=PATH` evaluates any labeled DatasetDict dir or labeling .jsonl (e.g. your own conversations).
+# `make eval data=PATH` evaluates any labeled DatasetDict dir or labeling .jsonl (e.g. your own conversations).
 eval:
-	$(RUN) eval $(if $(CONFIG),--config $(CONFIG)) $(if $(dataset),dataset=$(dataset)) $(ARGS)
+	$(RUN) eval $(if $(CONFIG),--config $(CONFIG)) $(if $(data),data=$(data)) $(ARGS)
 features:
 	$(RUN) fit-features $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 push:

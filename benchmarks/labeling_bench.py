@@ -45,7 +45,7 @@ def run(cfg: LabelingBenchConfig) -> dict[str, Any]:
     from tiermem.config import parse_config
 
     path = _label_config_path(cfg)
-    out = Path(cfg.out_dir)
+    out = Path(cfg.output_dir)
     if out.exists():
         shutil.rmtree(out)  # run 1 must start cold: our own scratch directory
     common = [f"max_conversations={cfg.max_conversations}", f"max_questions_per_conversation={cfg.max_questions}",

@@ -72,7 +72,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
             report[name] = _section(name, fn, sub)
         else:
             report[name] = {"skipped": "disabled in config"}
-    out = Path(cfg.out_dir)
+    out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"\n{machine_line(machine)}\nresults: {out / 'bench.json'}")

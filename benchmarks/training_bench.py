@@ -172,7 +172,7 @@ def run(cfg: TrainingBenchConfig) -> dict[str, Any]:
         for variant in cfg.variants:
             key = f"{stage}/{variant}"
             try:
-                r = fn(cfg, variant, f"{cfg.out_dir}/{stage}_{variant}")
+                r = fn(cfg, variant, f"{cfg.output_dir}/{stage}_{variant}")
             except ModuleNotFoundError as exc:
                 notes.append(f"{stage}: skipped, module missing: {exc.name}")
                 break

@@ -31,9 +31,9 @@ sigmoid(threshold_logit), a probability, for displays and older readers), with `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,23 +42,23 @@ from typing import Any
 import numpy as np
 
 from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
-from serving.router import ESCALATE_ALL, sigmoid
+from serving.router import ESCALATE_ALL, RouterSpec, build, sigmoid
 from tiermem.artifacts import update_run_meta
+from tiermem.errors import stage_main
 
 OBJECTIVES = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
-TARGETS = OBJECTIVES  # older name
 ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)
 RISK_UNITS = ("question", "conversation")
 
 
 @dataclass
 class CalibrateConfig:
-    router: str = "runs/grpo"  # run directory of the router (LM, features or top1-score)
+    router: RouterSpec = field(default_factory=RouterSpec)  # the router to calibrate (a run directory as shorthand)
     data: str = "runs/label/dataset"  # DatasetDict saved by `make label`, or a .jsonl of label records
     split: str = "validation"
     objective: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
     value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
-    target: str | None = None  # deprecated alias of `objective` (older configs)
+    target: str | None = None  # older name of `objective` (configs written before it was renamed)
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
     alpha: float = 0.1  # risk_control: allowed false-cache-hit rate
     delta: float = 0.1  # risk_control: allowed probability that the bound fails
@@ -364,34 +364,30 @@ def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: in
 
 
 def run(cfg: CalibrateConfig) -> dict[str, Any]:
-    from serving.router import load_router
 
     records = load_replayable(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled, cfg.limit)
-    router = load_router(cfg.router, mode="fast", batch_size=cfg.batch_size, shared_trunk=True)
+    spec = dataclasses.replace(cfg.router, mode="fast", batch_size=cfg.batch_size)  # calibration needs a score
+    router, _ = build(spec, shared_trunk=True)
     scores = score_records(router, records, cfg.batch_size)
     result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)
     result.update({"data": cfg.data, "split": cfg.split, "correctness": cfg.correctness,
                    "scored_by": f"{router.kind} score (log-odds of ESCALATE)"})
     if cfg.write:
-        if not Path(cfg.router).is_dir():
-            raise FileNotFoundError(f"{cfg.router}: calibration is stored in a local run directory")
-        update_run_meta(cfg.router, calibration=result)
+        if not spec.path or not Path(spec.path).is_dir():
+            raise FileNotFoundError(f"{spec.path}: calibration is stored in a local run directory")
+        update_run_meta(spec.path, calibration=result)
         from serving.model_card import refresh_card
 
-        refresh_card(cfg.router)  # the run's README.md shows the stored threshold
+        refresh_card(spec.path)  # the run's README.md shows the stored threshold
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    from tiermem.config import ConfigError, parse_cli
+@stage_main("calibrate")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
 
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = parse_cli(CalibrateConfig, argv, default_config=None)
-        result = run(cfg)
-    except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"calibrate: error: {exc}", file=sys.stderr)
-        return 2
+    cfg = parse_cli(CalibrateConfig, argv, default_config=None)
+    result = run(cfg)
     print(json.dumps({"config": asdict(cfg), **result}, indent=2))
     return 0
 

@@ -5,7 +5,7 @@
 Reads the label DatasetDict (or the labeling JSONL), asks the router for every record's decision on
 the stored router input (`router_summaries`, never re-retrieved), replays the decisions through the
 records' per-path correctness and costs (evaluation.metrics) and writes eval.json, eval.md,
-eval.png (+ eval_reliability.png) and predictions.jsonl under `out_dir`. Routers are built through
+eval.png (+ eval_reliability.png) and predictions.jsonl under `output_dir`. Routers are built through
 serving.router's registry; `compare:` adds more routers on the same records, each with its own threshold.
 Every rate, APGR, AUROC/AUPRC and ECE carries a 95% two-stage cluster-bootstrap interval, and paired
 intervals compare each router with random at its rate, the baselines and the main router
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,49 +27,16 @@ from typing import Any
 from evaluation import analysis as eval_analysis
 from evaluation import metrics
 from evaluation import report as eval_report
-from labeling.dataset import load_split  # noqa: F401  (re-exported: evaluate.load_split)
-from serving.router import Decision, RouterLoadError
+from labeling.dataset import load_split
+from serving.router import Decision, RouterSpec, build, router_kind_of
 from tiermem import contract
-from tiermem.artifacts import RunMetaError
 from tiermem.config import ConfigError, from_dict, parse_cli
-from tiermem.llm.base import LLMConfig
-from tiermem.models import ModelSpecError
+from tiermem.errors import stage_main
 from tiermem.rundir import claim_output_dir
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"
-ROUTER_KINDS = ("local", "remote", "teacher", "features", "top1-score", "always-answer", "always-escalate", "none")
-KIND_ALIASES = {"trained": "local", "llm": "teacher"}  # older config names
 RESERVED_NAMES = ("routed", "summary_only", "raw_only", "random", "oracle")
-
-
-@dataclass
-class RouterSpec:
-    """One router built through serving.router's registry."""
-
-    kind: str = "local"  # local | remote | teacher | features | top1-score | always-answer | always-escalate | none
-    name: str | None = None  # row name in the table (compare list; the main router's row is `routed`)
-    path: str | None = "runs/grpo"  # local: run dir / hub id; features / top1-score: fit-features directory
-    mode: str = "fast"  # local: fast (log-odds of the action tokens, sweepable) | generate (parsed JSON)
-    threshold: float | None = None  # log-odds; None: the calibrated threshold saved with the router
-    batch_size: int = 8
-    llm: LLMConfig = field(default_factory=LLMConfig)  # teacher: the chat model prompted with the contract
-    max_tokens: int = 64  # teacher / remote: the action comes first, so short completions suffice
-    base_url: str | None = None  # remote: OpenAI-compatible endpoint serving the router adapter
-    model: str | None = None  # remote: the model name the endpoint serves the adapter under
-    api_key_env: str = "OPENAI_API_KEY"  # remote
-    strategy: str = "auto"  # remote: auto | logprobs | choice | generate
-
-    def __post_init__(self) -> None:
-        self.kind = KIND_ALIASES.get(self.kind, self.kind)
-        if self.kind not in ROUTER_KINDS:
-            raise ValueError(f"router.kind must be one of {ROUTER_KINDS} (or trained / llm), got {self.kind!r}")
-        if self.mode not in ("fast", "generate"):
-            raise ValueError(f"router.mode must be fast or generate, got {self.mode!r}")
-        if self.kind == "remote" and not (self.base_url and self.model):
-            raise ValueError("router.kind=remote needs base_url and model")
-        if self.kind == "features" and not self.path:
-            raise ValueError("router.kind=features needs path (a `tiermem-router fit-features` directory)")
 
 
 @dataclass
@@ -87,8 +53,8 @@ class BootstrapConfig:
 @dataclass
 class LiveConfig:
     enabled: bool = False
-    label_config: str | None = None  # the labeling config; None: the config.yaml labeling saved next to `dataset`
-    data: str | None = None  # conversations file; None: the one the label config used
+    label_config: str | None = None  # the labeling config; None: the config.yaml labeling saved next to `data`
+    data_path: str | None = None  # conversations file; None: the one the label config used
     split_from_dataset: bool = True  # only conversations of `split` in the label dataset (held out)
     max_conversations: int = 1
     max_questions: int = 10  # per conversation (the first ones, in file order)
@@ -98,7 +64,7 @@ class LiveConfig:
 
 @dataclass
 class EvalConfig:
-    dataset: str = "runs/label/dataset"  # DatasetDict dir (save_to_disk) or a labeling records .jsonl (any file)
+    data: str = "runs/label/dataset"  # DatasetDict dir (save_to_disk) or a labeling records .jsonl (any file)
     split: str = "test"
     correctness: str = "label_rule"  # label_rule | outcome | evidence (see metrics.correctness_fields)
     include_unlabeled: bool = True  # keep records the label rule dropped (both paths wrong) in accuracy
@@ -109,7 +75,7 @@ class EvalConfig:
     recover_shares: list[float] = field(default_factory=lambda: [0.8, 0.95])
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     reliability_bins: int = 10
-    out_dir: str = "runs/eval"
+    output_dir: str = "runs/eval"
     live: LiveConfig = field(default_factory=LiveConfig)
 
     def __post_init__(self) -> None:
@@ -131,33 +97,6 @@ class EvalConfig:
 
 
 # ---- routers ---------------------------------------------------------------------------------
-
-
-def build_router(spec: RouterSpec) -> tuple[Any, str]:
-    """Build `spec` through serving.router's registry; returns (router, display name)."""
-    from serving import router as registry
-
-    if spec.kind == "none":
-        raise ValueError("router.kind=none builds no router")
-    if spec.kind == "local":
-        # Routers of one base with top-layer adapters share the frozen trunk's states over the same records.
-        router = registry.build_router("local", path=spec.path, mode=spec.mode, batch_size=spec.batch_size,
-                                       shared_trunk=spec.mode == "fast")
-        return router, f"local:{spec.path} ({spec.mode})"
-    if spec.kind == "teacher":
-        from tiermem.llm import build_llm
-
-        llm = build_llm(spec.llm)
-        return registry.build_router("teacher", llm=llm, max_tokens=spec.max_tokens), f"llm-prompt:{llm.name}"
-    if spec.kind == "remote":
-        router = registry.build_router("remote", base_url=spec.base_url, model=spec.model,
-                                       api_key_env=spec.api_key_env, strategy=spec.strategy,
-                                       max_tokens=spec.max_tokens)
-        return router, f"remote:{spec.model}@{spec.base_url}"
-    if spec.kind in ("features", "top1-score"):
-        router = registry.build_router(spec.kind, path=spec.path) if spec.path else registry.build_router(spec.kind)
-        return router, f"{spec.kind}:{spec.path}" if spec.path else spec.kind
-    return registry.build_router(spec.kind), spec.kind
 
 
 def route_records(router: Any, records: Sequence[dict[str, Any]], threshold: float | None,
@@ -269,7 +208,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     kept, case_set = metrics.replayable_records(records, cfg.correctness, cfg.include_unlabeled)
     cases = case_set.cases
     if not cases:
-        raise ConfigError(f"no evaluable records in split {cfg.split!r} of {cfg.dataset}")
+        raise ConfigError(f"no evaluable records in split {cfg.split!r} of {cfg.data}")
     label_rules = sorted({str(r.get("label_rule")) for r in kept})
     notes: list[str] = []
     if case_set.n_unknown:
@@ -281,11 +220,11 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     if any(r.get("conv_id") is None for r in kept):
         notes.append("some records have no conv_id: each is its own cluster in the bootstrap")
     meta: dict[str, Any] = {
-        "dataset": str(cfg.dataset), "split": cfg.split, "router": router_name, "mode": "replay",
+        "dataset": str(cfg.data), "split": cfg.split, "router": router_name, "mode": "replay",
         "correctness_rule": cfg.correctness, "label_rule": ", ".join(label_rules), "n": len(cases),
         "n_conversations": len(set(clusters)),
         "n_error": case_set.n_error, "n_unlabeled": case_set.n_unlabeled, "n_unknown": case_set.n_unknown,
-        "provenance": dataset_provenance(cfg.dataset, kept), "machine": machine_info(), "notes": notes,
+        "provenance": dataset_provenance(cfg.data, kept), "machine": machine_info(), "notes": notes,
     }
     predictions: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Any]] = {}
@@ -339,17 +278,24 @@ def write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], out
     return paths
 
 
+def _lm_run_dir(spec: RouterSpec) -> bool:
+    """A local LM router's run directory: the one whose model card eval refreshes."""
+    if spec.kind not in ("auto", "local") or not spec.path or not Path(spec.path).is_dir():
+        return False
+    return router_kind_of(spec.path) == "local"
+
+
 def run(cfg: EvalConfig) -> dict[str, Path]:
-    records = load_split(cfg.dataset, cfg.split)
+    records = load_split(cfg.data, cfg.split)
     if cfg.max_records is not None:
         records = records[: cfg.max_records]
-    router, name = (None, "baselines only") if cfg.router.kind == "none" else build_router(cfg.router)
-    compare = [(spec.name, *build_router(spec)) for spec in cfg.compare]
+    router, name = (None, "baselines only") if cfg.router.kind == "none" else build(cfg.router, shared_trunk=True)
+    compare = [(spec.name, *build(spec, shared_trunk=True)) for spec in cfg.compare]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
-    paths = write_outputs(report, predictions, cfg.out_dir)
+    paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval
 
-    record_eval(cfg.router.path if cfg.router.kind in ("local", "trained") else None, report, paths["json"])  # run card
+    record_eval(cfg.router.path if _lm_run_dir(cfg.router) else None, report, paths["json"])  # the run's card
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
         from evaluation.live_eval import run_live
@@ -360,15 +306,9 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = parse_cli(EvalConfig, list(sys.argv[1:] if argv is None else argv), default_config=DEFAULT_CONFIG)
-        run(cfg)
-    except (ConfigError, FileNotFoundError, metrics.RecordError, contract.ContractVersionError, RouterLoadError,
-            RunMetaError, ModelSpecError, ValueError) as exc:
-        print(f"eval: error: {exc}", file=sys.stderr)
-        return 2
+@stage_main("eval")
+def main(argv: list[str]) -> int:
+    run(parse_cli(EvalConfig, argv, default_config=DEFAULT_CONFIG))
     return 0
 
 

@@ -37,27 +37,27 @@ def _label_config(cfg: Any) -> Any:
     from labeling.run import LabelConfig
     from tiermem.config import parse_config
 
-    path = Path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.dataset).parent / "config.yaml"
+    path = Path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"live eval: label config {path} not found (set live.label_config=PATH)")
     return parse_config(LabelConfig, path)
 
 
 def held_out(cfg: Any, label_cfg: Any) -> list[Any]:
-    from evaluation.evaluate import load_split
+    from labeling.dataset import load_split
     from tiermem.data.conversations import load_conversations
 
-    data = cfg.live.data if cfg.live.data is not None else label_cfg.data_path
+    data = cfg.live.data_path if cfg.live.data_path is not None else label_cfg.data_path
     convs = load_conversations(data, label_cfg.dataset_format)
     if cfg.live.split_from_dataset:
-        wanted = list(dict.fromkeys(r["conv_id"] for r in load_split(cfg.dataset, cfg.split)))
+        wanted = list(dict.fromkeys(r["conv_id"] for r in load_split(cfg.data, cfg.split)))
         by_id = {c.conv_id: c for c in convs}
         missing = [c for c in wanted if c not in by_id]
         if missing:
             raise ConfigError(f"live eval: conversations {missing} of split {cfg.split!r} are not in {data}")
         convs = [by_id[c] for c in wanted]
     if not convs:
-        raise ConfigError(f"live eval: no held-out conversations (split {cfg.split!r} of {cfg.dataset} is empty)")
+        raise ConfigError(f"live eval: no held-out conversations (split {cfg.split!r} of {cfg.data} is empty)")
     convs = convs[: cfg.live.max_conversations]
     return [dataclasses.replace(c, questions=c.questions[: cfg.live.max_questions]) for c in convs]
 
@@ -86,7 +86,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
         raise ConfigError("live eval needs a router (router.kind=local, teacher, remote, features, ...)")
     label_cfg = _label_config(cfg)
     convs = held_out(cfg, label_cfg)
-    fmt = data_format(label_cfg, cfg.live.data if cfg.live.data is not None else label_cfg.data_path)
+    fmt = data_format(label_cfg, cfg.live.data_path if cfg.live.data_path is not None else label_cfg.data_path)
     # No response cache: a cached call would make the second policy on the same path look free.
     if answerer is None:
         answerer = build_llm(dataclasses.replace(label_cfg.llm.answerer, cache_path=None))
@@ -126,7 +126,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     meta = {"router": router_name, "split": cfg.split, "conversations": [c.conv_id for c in convs],
             "questions": total, "label_rule": label_cfg.label_rule, "answerer": answerer.name,
             "judge": f"lexical LoCoMo F1 >= {cfg.live.judge_threshold}"}
-    out = Path(cfg.out_dir)
+    out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = {"meta": meta, "policies": summary, "rows": rows}
     json_path = out / "live_eval.json"

@@ -18,12 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tiermem.errors import DataError
+
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
 CORRECTNESS_RULES = ("label_rule", "outcome", "evidence")
 COST_FIELDS = ("input_tokens", "wall_s")
 
 
-class RecordError(ValueError):
+class RecordError(DataError):
     """A label record that lacks a field the replay needs, or has it in the wrong type."""
 
 

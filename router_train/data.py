@@ -17,6 +17,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from tiermem import contract
+from tiermem.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +26,14 @@ REWARD_COLUMNS = ("s_ok", "r_ok", "cost_research_input_tokens")
 BALANCE_MODES = ("none", "oversample", "undersample")
 
 
-class LabelDataError(ValueError):
+class LabelDataError(DataError):
     """A label dataset that is missing, or a record that does not fit the router contract."""
 
 
 def load_label_dataset(dataset_dir: str | Path) -> DatasetDict:
     path = Path(dataset_dir)
     if not path.exists():
-        raise FileNotFoundError(f"label dataset {path} not found: run `make label` first or set dataset_dir=...")
+        raise FileNotFoundError(f"label dataset {path} not found: run `make label` first or set data=...")
     try:
         data = load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as exc:

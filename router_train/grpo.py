@@ -20,6 +20,7 @@ from typing import Any
 from tiermem import contract
 from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
+from tiermem.errors import stage_main
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import claim_output_dir
 
@@ -34,7 +35,6 @@ from .common import (
     load_adapter_run,
     majority_label,
     print_summary,
-    run_main,
     save_run,
     trainer_args,
     training_device,
@@ -64,10 +64,10 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class GRPORecipeConfig:
-    sft_dir: str | None = "runs/sft"  # the SFT run to start from (adapter + tiermem_router.json)
+    router: str | None = "runs/sft"  # the SFT router run to refine (adapter + tiermem_router.json)
     allow_no_sft: bool = False  # start from the bare base model with a fresh adapter (not recommended)
-    model: str = DEFAULT_LM  # base spec, used only with allow_no_sft and no sft_dir
-    dataset_dir: str = "runs/label/dataset"
+    model: str = DEFAULT_LM  # base spec, used only with allow_no_sft and no router
+    data: str = "runs/label/dataset"
     output_dir: str = "runs/grpo"
     train_split: str = "train"
     eval_split: str = "validation"
@@ -95,18 +95,18 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
     """(model, tokenizer, base spec, SFT run info, peft_config for a fresh adapter or None)."""
     from tiermem.models import load_causal_lm
 
-    if cfg.sft_dir:
-        if not (Path(cfg.sft_dir) / RUN_META_FILE).is_file():
+    if cfg.router:
+        if not (Path(cfg.router) / RUN_META_FILE).is_file():
             raise FileNotFoundError(
-                f"no SFT router run at {cfg.sft_dir} ({RUN_META_FILE} missing): run `make sft` first, or point "
-                "sft_dir= at an SFT output directory"
+                f"no SFT router run at {cfg.router} ({RUN_META_FILE} missing): run `make sft` first, or point "
+                "router= at an SFT output directory"
             )
-        model, tokenizer, meta = load_adapter_run(cfg.sft_dir, trainable=True)
-        sft_info = {"sft_dir": cfg.sft_dir, "stage": meta.stage, "validation": meta.metrics.get("validation")}
+        model, tokenizer, meta = load_adapter_run(cfg.router, trainable=True)
+        sft_info = {"sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation")}
         return model, tokenizer, meta.base_model, sft_info, None
     if not cfg.allow_no_sft:
         raise FileNotFoundError(
-            "GRPO starts from an SFT adapter: set sft_dir= to a `make sft` output, or allow_no_sft=true to start "
+            "GRPO starts from an SFT adapter: set router= to a `make sft` output, or allow_no_sft=true to start "
             "from the bare base model (its rewards had zero variance in our probe: no learning signal)"
         )
     log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n" + "=" * 70,
@@ -116,8 +116,8 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
 
 
 def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    dataset = data_lib.load_label_dataset(cfg.dataset_dir)
-    source = f"label dataset {cfg.dataset_dir}"
+    dataset = data_lib.load_label_dataset(cfg.data)
+    source = f"label dataset {cfg.data}"
     train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=True,
                                 limit=cfg.max_train_rows)
     if len(train) == 0:
@@ -126,7 +126,7 @@ def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, d
                                limit=cfg.max_eval_rows) if cfg.eval_split in dataset else None)
     balanced = data_lib.balance(train, cfg.balance, cfg.seed)
     info = {
-        "dataset_dir": cfg.dataset_dir,
+        "data": cfg.data,
         "label_rules": data_lib.label_rules(dataset),
         "train_labels": data_lib.label_counts(train),
         "train_labels_after_balance": data_lib.label_counts(balanced),
@@ -175,7 +175,7 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     from trl import GRPOTrainer
 
     args = build_grpo_config(cfg)
-    if cfg.sft_dir and Path(cfg.sft_dir).resolve() == Path(cfg.output_dir).resolve():
+    if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
     claim_output_dir(cfg.output_dir, "grpo")
     set_seed(cfg.seed)
@@ -234,10 +234,10 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     return RunResult(out, metrics, trainer.model, tokenizer)
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    default = DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
-    return run_main(lambda a: train(parse_cli(GRPORecipeConfig, a, default_config=default)), argv)
+@stage_main("grpo")
+def main(argv: list[str]) -> int:
+    train(parse_cli(GRPORecipeConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None))
+    return 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from typing import Any
 from tiermem import contract
 from tiermem.artifacts import RunMeta
 from tiermem.config import parse_cli
+from tiermem.errors import stage_main
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import claim_output_dir
 
@@ -33,7 +34,6 @@ from .common import (
     load_adapter_run,
     majority_label,
     print_summary,
-    run_main,
     save_run,
     trainer_args,
     training_device,
@@ -65,14 +65,14 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 @dataclass
 class SFTRecipeConfig:
     model: str = DEFAULT_LM  # router base: packaged:..., a local dir or a hub id
-    dataset_dir: str = "runs/label/dataset"  # DatasetDict saved by `make label`
+    data: str = "runs/label/dataset"  # DatasetDict saved by `make label`
     output_dir: str = "runs/sft"
     train_split: str = "train"
     eval_split: str = "validation"
     lora: LoraSettings = field(default_factory=LoraSettings)
     objective: ObjectiveConfig = field(default_factory=lambda: ObjectiveConfig(kind="lm"))
     rewards: RewardConfig = field(default_factory=RewardConfig)  # objective expected_reward: the GRPO table
-    init_adapter: str | None = None  # continue training this router run's adapter (e.g. runs/sft) instead of a new one
+    router: str | None = None  # continue training this router run's adapter (e.g. runs/sft); None: a new adapter
     balance: str = "none"  # none | oversample | undersample (train split only)
     seed: int = 42
     cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
@@ -102,8 +102,8 @@ def with_action_rewards(rows: Any, rewards: RewardConfig, scale: float | None) -
 
 
 def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    dataset = data_lib.load_label_dataset(cfg.dataset_dir)
-    source = f"label dataset {cfg.dataset_dir}"
+    dataset = data_lib.load_label_dataset(cfg.data)
+    source = f"label dataset {cfg.data}"
     need_rewards = cfg.objective.kind == "expected_reward"
     train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, limit=cfg.max_train_rows,
                                 with_rewards=need_rewards)
@@ -120,7 +120,7 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
         train = with_action_rewards(train, cfg.rewards, scale)
     balanced = data_lib.balance(train, cfg.balance, cfg.seed)
     info = {
-        "dataset_dir": cfg.dataset_dir,
+        "data": cfg.data,
         "label_rules": data_lib.label_rules(dataset),
         "train_labels": data_lib.label_counts(train),
         "train_labels_after_balance": data_lib.label_counts(balanced),
@@ -145,8 +145,8 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     set_seed(cfg.seed)
     claim_output_dir(cfg.output_dir, "sft")
     clear_run_meta(cfg.output_dir)
-    if cfg.init_adapter:  # continue an existing router's adapter (its base model wins over cfg.model)
-        model, tokenizer, init_meta = load_adapter_run(cfg.init_adapter, trainable=True)
+    if cfg.router:  # continue an existing router's adapter (its base model wins over cfg.model)
+        model, tokenizer, init_meta = load_adapter_run(cfg.router, trainable=True)
         base_spec, peft_config = init_meta.base_model, None
     else:
         model, tokenizer = load_causal_lm(cfg.model, device=training_device())
@@ -215,10 +215,10 @@ def _resolved(args: Any) -> dict[str, Any]:
     return {k: getattr(args, k) for k in keys if hasattr(args, k)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    default = DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
-    return run_main(lambda a: train(parse_cli(SFTRecipeConfig, a, default_config=default)), argv)
+@stage_main("sft")
+def main(argv: list[str]) -> int:
+    train(parse_cli(SFTRecipeConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None))
+    return 0
 
 
 if __name__ == "__main__":

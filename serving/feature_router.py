@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,6 +39,7 @@ from serving.router import (
 )
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
+from tiermem.errors import stage_main
 
 FEATURE_MODEL_FILE = "feature_model.json"
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
@@ -383,16 +383,12 @@ def fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
     return {"output_dir": cfg.output_dir, "kind": cfg.kind, "metrics": metrics, "weights": weights}
 
 
-def main(argv: list[str] | None = None) -> int:
-    from tiermem.config import ConfigError, parse_cli
+@stage_main("fit-features")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
 
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = parse_cli(FitFeaturesConfig, argv, default_config=None)
-        result = fit(cfg)
-    except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"fit-features: error: {exc}", file=sys.stderr)
-        return 2
+    cfg = parse_cli(FitFeaturesConfig, argv, default_config=None)
+    result = fit(cfg)
     print(json.dumps({"config": asdict(cfg), **result}, indent=2))
     return 0
 

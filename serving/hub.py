@@ -8,7 +8,6 @@ reads, prints or writes it. HF_ENDPOINT points the client at another hub (the te
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from serving.model_card import write_model_card
 from tiermem import contract
 from tiermem.artifacts import make_adapter_portable, read_run_meta
+from tiermem.errors import UsageError, stage_main
 
 # Never published: trainer checkpoints, optimizer state, half-written files.
 IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".tiermem_router.*", "runs/**"]
@@ -23,7 +23,7 @@ IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".ti
 
 @dataclass
 class PushConfig:
-    run_dir: str = "runs/grpo"
+    router: str = "runs/grpo"  # the router run directory to push
     repo_id: str = ""  # org/name on the hub (required)
     private: bool = True
     revision: str | None = None  # a branch to push to (created from main if missing); None: main
@@ -38,7 +38,7 @@ class PushConfig:
             raise ValueError("create_pr opens the PR against main; leave revision unset")
 
 
-class HubError(RuntimeError):
+class HubError(UsageError):
     """A push or pull that the hub refused or could not serve."""
 
 
@@ -48,7 +48,7 @@ def push(cfg: PushConfig) -> dict[str, Any]:
 
     if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
         raise ValueError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
-    run_dir = Path(cfg.run_dir)
+    run_dir = Path(cfg.router)
     meta = read_run_meta(run_dir)
     contract.check_version(meta.contract_version, where=str(run_dir))
     weights = ["adapter_model.safetensors", "adapter_config.json"] if meta.adapter else ["config.json"]
@@ -183,7 +183,7 @@ from datasets import load_dataset
 ds = load_dataset("{repo_id}")
 ```
 
-Train a router on it with `tiermem-router sft dataset_dir=...` after `ds.save_to_disk(...)`.
+Train a router on it with `tiermem-router sft data=...` after `ds.save_to_disk(...)`.
 """
     return DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 
@@ -230,17 +230,13 @@ def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: 
             "splits": {name: len(dataset[name]) for name in dataset}}
 
 
-def main(argv: list[str] | None = None) -> int:
-    from tiermem.config import ConfigError, parse_cli
+@stage_main("push")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
 
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = parse_cli(PushConfig, argv, default_config=None)
-        result = push(cfg)
-    except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"push: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps({"config": {k: v for k, v in asdict(cfg).items()}, **result}, indent=2))
+    cfg = parse_cli(PushConfig, argv, default_config=None)
+    result = push(cfg)
+    print(json.dumps({"config": asdict(cfg), **result}, indent=2))
     return 0
 
 

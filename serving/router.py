@@ -24,12 +24,14 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta
+from tiermem.errors import UsageError
+from tiermem.llm.base import LLMConfig
 from tiermem.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
 
 DEFAULT_THRESHOLD = 0.0  # log-odds: p_escalate = 0.5, the argmax decision
@@ -80,7 +82,7 @@ def calibrated_threshold(calibration: dict[str, Any] | None) -> float | None:
     return None
 
 
-class RouterLoadError(RuntimeError):
+class RouterLoadError(UsageError):
     """A router directory or model that cannot be served (missing files, tokenizer mismatch)."""
 
 
@@ -131,6 +133,78 @@ def load_router(path_or_hub_id: str | Path, **kwargs: Any) -> Router:
         raise RouterLoadError(f"{path_or_hub_id}: tiermem_router.json names router_kind {kind!r}, which cannot be "
                               f"loaded from a directory; known: {sorted(ROUTERS)}")
     return ROUTERS[kind].load(path_or_hub_id, threshold=kwargs.get("threshold"))
+
+
+# "none": no router (eval then reports the baselines only)
+SPEC_KINDS = ("auto", "local", "remote", "teacher", "features", "top1-score", "always-answer", "always-escalate",
+              "none")
+
+
+@dataclass
+class RouterSpec:
+    """What every stage that uses a router (eval, calibrate, serve, bench) reads from its config: `router:` is
+    this mapping, or a plain path / hub id / fixed kind as shorthand (`router: runs/grpo`)."""
+
+    path: str | None = "runs/grpo"  # run directory or hub id (LM, features or top1-score router)
+    kind: str = "auto"  # auto: what the directory's tiermem_router.json names; or one of SPEC_KINDS
+    name: str | None = None  # display name (eval's compare rows)
+    revision: str | None = None  # hub revision
+    mode: str = "fast"  # LM routers: fast (log-odds of the action tokens) | generate (parsed JSON)
+    threshold: float | None = None  # log-odds; None: the calibrated threshold saved with the router
+    batch_size: int = 8
+    llm: LLMConfig = field(default_factory=LLMConfig)  # teacher: the chat model prompted with the contract
+    max_tokens: int = 64  # teacher / remote: the action comes first, so short completions suffice
+    base_url: str | None = None  # remote: OpenAI-compatible endpoint serving the router adapter (vLLM, ...)
+    model: str | None = None  # remote: the model name the endpoint serves the adapter under
+    api_key_env: str = "OPENAI_API_KEY"  # remote
+    strategy: str = "auto"  # remote: auto | logprobs | choice | generate
+
+    @classmethod
+    def from_shorthand(cls, value: str) -> RouterSpec:
+        if value in ("always-answer", "always-escalate"):
+            return cls(path=None, kind=value)
+        return cls(path=value)
+
+    def __post_init__(self) -> None:
+        if self.kind not in SPEC_KINDS:
+            raise ValueError(f"router.kind must be one of {SPEC_KINDS}, got {self.kind!r}")
+        if self.mode not in ("fast", "generate"):
+            raise ValueError(f"router.mode must be fast or generate, got {self.mode!r}")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError(f"router.threshold must be a finite log-odds number or null, got {self.threshold!r}")
+        if self.kind == "remote" and not (self.base_url and self.model):
+            raise ValueError("router.kind=remote needs base_url and model")
+        if self.kind in ("auto", "local") and not self.path:
+            raise ValueError(f"router.kind={self.kind} needs router.path (a run directory or hub id)")
+
+
+def build(spec: RouterSpec, shared_trunk: bool = False) -> tuple[Router, str]:
+    """The one router factory every stage uses; returns (router, display name). `shared_trunk`: LM routers of
+    one base share the frozen trunk's states (offline scoring of the same records)."""
+    kind = spec.kind
+    if kind == "none":
+        raise ValueError("router.kind=none builds no router")
+    if kind == "auto":
+        kind = router_kind_of(spec.path)
+    if kind == "local":
+        router = LocalRouter.from_pretrained(spec.path, revision=spec.revision, mode=spec.mode,
+                                             threshold=spec.threshold, batch_size=spec.batch_size,
+                                             shared_trunk=shared_trunk and spec.mode == "fast")
+        return router, f"local:{spec.path} ({spec.mode})"
+    if kind == "teacher":
+        from tiermem.llm import build_llm
+
+        llm = build_llm(spec.llm)
+        return build_router("teacher", llm=llm, max_tokens=spec.max_tokens), f"llm-prompt:{llm.name}"
+    if kind == "remote":
+        router = build_router("remote", base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
+                              strategy=spec.strategy, max_tokens=spec.max_tokens)
+        return router, f"remote:{spec.model}@{spec.base_url}"
+    if kind in ("features", "top1-score"):
+        if spec.path:
+            return load_router(spec.path, threshold=spec.threshold), f"{kind}:{spec.path}"
+        return build_router(kind), kind
+    return build_router(kind), kind
 
 
 class Router(ABC):

@@ -26,23 +26,21 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from serving.router import logit, sigmoid
+from serving.router import RouterSpec, logit, sigmoid
 from tiermem import contract
+from tiermem.errors import stage_main
 
 
 @dataclass
 class ServeConfig:
-    router: str = "runs/grpo"  # run directory or hub id; or "always-answer" / "always-escalate"
-    revision: str | None = None
-    mode: str = "fast"  # fast | generate
-    threshold: float | None = None  # log-odds; default: the calibrated one stored with the router
+    router: RouterSpec = field(default_factory=RouterSpec)  # a run directory / hub id, always-answer, or a mapping
     host: str = "127.0.0.1"
     port: int = 8088
     max_body_bytes: int = 200_000
@@ -56,12 +54,8 @@ class ServeConfig:
     route_batch_size: int = 16  # /route requests scored together when they queue up
 
     def __post_init__(self) -> None:
-        if self.threshold is not None and not math.isfinite(self.threshold):
-            raise ValueError(f"threshold must be a finite log-odds number or null, got {self.threshold!r}")
         if not 0 <= self.port <= 65_535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
-        if self.mode not in ("fast", "generate"):
-            raise ValueError(f"mode must be fast|generate, got {self.mode!r}")
         for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_chat_tokens",
                      "max_prompt_tokens", "max_queue", "route_batch_size"):
             if getattr(self, name) < 1:
@@ -304,33 +298,26 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
 
 
 def load_router(cfg: ServeConfig) -> Any:
-    from serving.router import ROUTERS, Router
+    from serving.router import build
 
-    if cfg.router in ("always-answer", "always-escalate"):
-        return ROUTERS[cfg.router]()
-    # any saved router: an LM run directory / hub id, or a features / top1-score directory
-    return Router.from_pretrained(cfg.router, revision=cfg.revision, mode=cfg.mode, threshold=cfg.threshold)
+    return build(cfg.router)[0]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from tiermem.config import ConfigError, parse_cli
+@stage_main("serve")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
 
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = parse_cli(ServeConfig, argv, default_config=None)
-        router = load_router(cfg)
-    except (ConfigError, FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"serve: error: {exc}", file=sys.stderr)
-        return 2
+    cfg = parse_cli(ServeConfig, argv, default_config=None)
+    router = load_router(cfg)
     import uvicorn
 
     if cfg.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"serve: warning: binding {cfg.host}; the API has no authentication", file=sys.stderr)
-    print(f"serve: router {cfg.router} ({router.kind}, threshold {router.threshold}) on http://{cfg.host}:{cfg.port}",
+    where = cfg.router.path or cfg.router.kind
+    print(f"serve: router {where} ({router.kind}, threshold {router.threshold}) on http://{cfg.host}:{cfg.port}",
           file=sys.stderr)
     uvicorn.run(create_app(router, cfg), host=cfg.host, port=cfg.port, log_level="info")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -75,7 +75,7 @@ def test_load_split_from_datasetdict_and_jsonl(dataset_dir, tmp_path):
 
 
 def test_evaluate_records_with_router(dataset_dir, tmp_path):
-    cfg = E.EvalConfig(dataset=str(dataset_dir), out_dir=str(tmp_path / "eval"))
+    cfg = E.EvalConfig(data=str(dataset_dir), output_dir=str(tmp_path / "eval"))
     records = E.load_split(dataset_dir, "test")
     report, preds = E.evaluate_records(records, cfg, KeywordRouter(), "keyword")
     routed = report["policies"]["routed"]
@@ -88,14 +88,14 @@ def test_evaluate_records_with_router(dataset_dir, tmp_path):
     assert report["policies"]["random"]["escalation_rate"] == pytest.approx(0.5)
     assert report["meta"]["label_rule"] == "evidence" and report["meta"]["threshold"] == 0.5
     assert [p["qid"] for p in preds] == ["q2", "q3", "q4", "q5"]
-    paths = E.write_outputs(report, preds, cfg.out_dir)
+    paths = E.write_outputs(report, preds, cfg.output_dir)
     assert {"json", "markdown", "plot", "predictions"} <= set(paths)
     assert json.loads(paths["json"].read_text())["policies"]["routed"]["n"] == 4
     assert "| routed | 0.750 | 0.500 |" in paths["markdown"].read_text()
 
 
 def test_threshold_override_moves_decisions(dataset_dir):
-    cfg = E.EvalConfig(dataset=str(dataset_dir))
+    cfg = E.EvalConfig(data=str(dataset_dir))
     cfg.router.threshold = 0.05  # everything escalates
     report, _ = E.evaluate_records(E.load_split(dataset_dir, "test"), cfg, KeywordRouter(), "keyword")
     assert report["policies"]["routed"]["escalation_rate"] == 1.0
@@ -104,7 +104,7 @@ def test_threshold_override_moves_decisions(dataset_dir):
 
 def test_main_baselines_only(dataset_dir, tmp_path, capsys):
     out = tmp_path / "base"
-    rc = E.main([f"dataset={dataset_dir}", "router.kind=none", f"out_dir={out}"])
+    rc = E.main([f"data={dataset_dir}", "router.kind=none", f"output_dir={out}"])
     assert rc == 0
     data = json.loads((out / "eval.json").read_text())
     assert "routed" not in data["policies"] and data["sweep"] is None
@@ -113,7 +113,7 @@ def test_main_baselines_only(dataset_dir, tmp_path, capsys):
 
 
 def test_main_errors_are_one_line(tmp_path, capsys):
-    assert E.main([f"dataset={tmp_path / 'nope'}", "router.kind=none"]) == 2
+    assert E.main([f"data={tmp_path / 'nope'}", "router.kind=none"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "label dataset not found" in err[0]
     assert E.main(["router.kind=magic"]) == 2
@@ -134,7 +134,7 @@ def test_teacher_router_errors_and_garbage_are_counted(dataset_dir):
             return "I think we should look it up"
         return '{"action": "ANSWER", "reason": "stated"}'
 
-    cfg = E.EvalConfig(dataset=str(dataset_dir))
+    cfg = E.EvalConfig(data=str(dataset_dir))
     report, preds = E.evaluate_records(E.load_split(dataset_dir, "test"), cfg,
                                        TeacherRouter(ScriptedLLM(responder)), "teacher")
     routed = report["policies"]["routed"]
@@ -167,7 +167,7 @@ def test_live_eval_runs_the_runtime_with_each_policy(tmp_path):
         return "Eleven" if messages[0]["content"] == ANSWER_SYSTEM else "DONE"
 
     llm = ScriptedLLM(respond)
-    cfg = E.EvalConfig(dataset=str(tmp_path / "label" / "dataset"), out_dir=str(tmp_path / "eval"))
+    cfg = E.EvalConfig(data=str(tmp_path / "label" / "dataset"), output_dir=str(tmp_path / "eval"))
     cfg.live = E.LiveConfig(enabled=True, max_questions=2, workdir=str(tmp_path / "live"))
     paths = run_live(cfg, AlwaysEscalate(), "always-escalate", answerer=llm)
     report = json.loads(paths["live_json"].read_text())
@@ -197,7 +197,7 @@ def test_main_with_a_trained_router_run(tmp_path):
         rows.append(r)
     DatasetDict({"test": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
     out = tmp_path / "eval"
-    assert E.main([f"dataset={tmp_path / 'ds'}", f"router.path={run_dir}", f"out_dir={out}"]) == 0
+    assert E.main([f"data={tmp_path / 'ds'}", f"router.path={run_dir}", f"output_dir={out}"]) == 0
     data = json.loads((out / "eval.json").read_text())
     routed, oracle = data["policies"]["routed"], data["policies"]["oracle"]
     assert routed["accuracy"] == 1.0 == oracle["accuracy"]
@@ -250,7 +250,7 @@ class NoiseRouter:
 
 def test_intervals_ranking_and_paired_comparisons_in_the_report(tmp_path):
     records = _many()
-    cfg = E.EvalConfig(dataset=str(tmp_path / "none"), out_dir=str(tmp_path / "eval"))
+    cfg = E.EvalConfig(data=str(tmp_path / "none"), output_dir=str(tmp_path / "eval"))
     cfg.bootstrap.n_boot = 300
     report, preds = E.evaluate_records(records, cfg, KeywordRouter(), "keyword",
                                        compare=[("noise", NoiseRouter(), "noise router")])
@@ -271,7 +271,7 @@ def test_intervals_ranking_and_paired_comparisons_in_the_report(tmp_path):
     vs_main = readings[("noise", "routed", "AUROC")]
     assert vs_main["hi"] < 0 and "worse" in vs_main["reading"]  # paired AUROC difference vs the main router
     assert {p["router"] for p in preds} == {"routed", "noise"}
-    paths = E.write_outputs(report, preds, cfg.out_dir)
+    paths = E.write_outputs(report, preds, cfg.output_dir)
     md = paths["markdown"].read_text()
     assert "no better than random" in md and "| noise |" in md and "AUROC" in md
     assert "conversation(s): the bootstrap" not in md  # 6 conversations: at or above the few-clusters cutoff
@@ -281,7 +281,7 @@ def test_intervals_ranking_and_paired_comparisons_in_the_report(tmp_path):
 
 
 def test_small_test_sets_are_called_small(dataset_dir):
-    cfg = E.EvalConfig(dataset=str(dataset_dir))
+    cfg = E.EvalConfig(data=str(dataset_dir))
     cfg.bootstrap.n_boot = 50
     report, _ = E.evaluate_records(E.load_split(dataset_dir, "test"), cfg, KeywordRouter(), "keyword")
     notes = " ".join(report["uncertainty"]["notes"])
@@ -302,7 +302,7 @@ def test_compare_config_builds_routers_through_the_registry(tmp_path, capsys):
     (data_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     Top1ScoreRouter().save(tmp_path / "top1")  # uncalibrated: the spec's threshold applies
     out = tmp_path / "eval"
-    rc = E.main([f"dataset={data_dir / 'records.jsonl'}", "router.kind=always-escalate", f"out_dir={out}",
+    rc = E.main([f"data={data_dir / 'records.jsonl'}", "router.kind=always-escalate", f"output_dir={out}",
                  "bootstrap.n_boot=100",
                  f"compare=[{{name: top1, kind: top1-score, path: {tmp_path / 'top1'}, threshold: -0.5}}, "
                  "{name: never, kind: always-answer}]"])

@@ -58,7 +58,7 @@ def test_push_pull_round_trip(tmp_path):
     q, s, _ = FIXTURES[1]
     with local_hub(TOKEN) as (endpoint, hub):
         env = _env(endpoint, tmp_path / "hf")
-        push = _run(["-m", "serving.hub", f"run_dir={local}", "repo_id=acme/router", "private=true",
+        push = _run(["-m", "serving.hub", f"router={local}", "repo_id=acme/router", "private=true",
                      "datasets=[acme/locomo-labels]"], env)
         assert push.returncode == 0, push.stderr
         result = json.loads(push.stdout)
@@ -93,7 +93,7 @@ def test_push_pull_round_trip(tmp_path):
         (local / "tiermem_router.json").write_text(
             (local / "tiermem_router.json").read_text().replace('"calibration": null',
                                                                '"calibration": {"threshold": 0.25}'))
-        pr = _run(["-m", "serving.hub", f"run_dir={local}", "repo_id=acme/router", "create_pr=true"], env)
+        pr = _run(["-m", "serving.hub", f"router={local}", "repo_id=acme/router", "create_pr=true"], env)
         assert pr.returncode == 0, pr.stderr
         pr_out = json.loads(pr.stdout)
         assert pr_out["revision"] == "refs/pr/1" and pr_out["pr_url"].endswith("/acme/router/discussions/1")
@@ -109,9 +109,9 @@ def test_push_refuses_without_token_or_bad_repo(tmp_path):
     with local_hub(TOKEN) as (endpoint, hub):
         env = _env(endpoint, tmp_path / "hf")
         env.pop("HF_TOKEN")
-        proc = _run(["-m", "serving.hub", f"run_dir={make_router_run()}", "repo_id=acme/router"], env)
+        proc = _run(["-m", "serving.hub", f"router={make_router_run()}", "repo_id=acme/router"], env)
         assert proc.returncode == 2 and "no hub token" in proc.stderr
-        proc = _run(["-m", "serving.hub", f"run_dir={make_router_run()}", "repo_id=router"], env)
+        proc = _run(["-m", "serving.hub", f"router={make_router_run()}", "repo_id=router"], env)
         assert proc.returncode == 2 and "org/name" in proc.stderr
         assert hub.repos == {}
 

@@ -75,7 +75,7 @@ def test_pushed_router_loads_with_plain_peft_by_base_hub_id(tmp_path):
     with local_hub(TOKEN) as (endpoint, hub):
         env = _env(endpoint, tmp_path / "hf")
         assert _run(["-c", UPLOAD_BASE, "acme/tiny-base", str(base_dir)], env).returncode == 0
-        push = _run(["-m", "serving.hub", f"run_dir={run}", "repo_id=acme/router"], env)
+        push = _run(["-m", "serving.hub", f"router={run}", "repo_id=acme/router"], env)
         assert push.returncode == 0, push.stderr
         pushed = hub.repos["acme/router"].commits[hub.repos["acme/router"].refs["main"]]
         assert json.loads(pushed["adapter_config.json"])["base_model_name_or_path"] == "acme/tiny-base"

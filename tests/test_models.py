@@ -54,6 +54,6 @@ def test_uncached_hub_id_offline_says_what_to_do(monkeypatch, tmp_path):
 def test_cli_reports_a_bad_model_spec_in_one_line(capsys):
     from tiermem_cli.cli import main
 
-    assert main(["sft", "model=./no/such/model", "dataset_dir=./no/such/dataset"]) == 2
+    assert main(["sft", "model=./no/such/model", "data=./no/such/dataset"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error:" in err[0] and "./no/such/model" in err[0]

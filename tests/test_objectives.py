@@ -44,7 +44,7 @@ def workdir(tmp_path_factory):
 
 def _cfg(root, name, objective, **extra) -> sft.SFTRecipeConfig:
     return sft.SFTRecipeConfig(
-        model=str(root / "base"), dataset_dir=str(root / "dataset"), output_dir=str(root / name), lora=LORA,
+        model=str(root / "base"), data=str(root / "dataset"), output_dir=str(root / name), lora=LORA,
         objective=objective, eval_generate_limit=0, metrics_train_rows=6,
         trainer={"max_steps": 30, "per_device_train_batch_size": 6, "learning_rate": 3e-2, "logging_steps": 1,
                  "lr_scheduler_type": "constant", "warmup_steps": 0}, **extra)
@@ -111,7 +111,7 @@ def test_trunk_and_full_forward_give_the_same_loss(workdir):
 
 def test_expected_reward_objective_continues_an_adapter(decision_run, workdir):
     cfg = _cfg(workdir, "er", ObjectiveConfig(kind="expected_reward", lm_weight=0.0),
-               init_adapter=str(decision_run.output_dir))
+               router=str(decision_run.output_dir))
     cfg.trainer = {**cfg.trainer, "max_steps": 2}
     run = sft.train(cfg)
     meta = read_run_meta(run.output_dir)

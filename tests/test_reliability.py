@@ -102,11 +102,11 @@ def test_training_and_eval_refuse_foreign_directories_before_loading_anything(tm
 
     monkeypatch.setattr("tiermem.models.load_causal_lm", no_model)
     with pytest.raises(RunDirError):
-        sft.train(sft.SFTRecipeConfig(output_dir=str(foreign), dataset_dir=str(tmp_path / "ds")))
+        sft.train(sft.SFTRecipeConfig(output_dir=str(foreign), data=str(tmp_path / "ds")))
     monkeypatch.setattr(grpo, "load_policy", no_model)
     with pytest.raises(RunDirError):
-        grpo.train(grpo.GRPORecipeConfig(output_dir=str(foreign), sft_dir=str(tmp_path / "sft"),
-                                         dataset_dir=str(tmp_path / "ds")))
+        grpo.train(grpo.GRPORecipeConfig(output_dir=str(foreign), router=str(tmp_path / "sft"),
+                                         data=str(tmp_path / "ds")))
     with pytest.raises(RunDirError):
         evaluate.write_outputs({"meta": {}}, [], foreign)
     assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt"]

@@ -88,7 +88,7 @@ def runs(tmp_path_factory):
         cards["grpo"] = card(grpo_dir)
         cal = calibrate.run(calibrate.CalibrateConfig(router=str(grpo_dir), data=str(data), value=0.5))
         cards["calibrate"] = card(grpo_dir)
-        paths = evaluate.run(evaluate.EvalConfig(dataset=str(data), split="test", out_dir=str(root / "eval"),
+        paths = evaluate.run(evaluate.EvalConfig(data=str(data), split="test", output_dir=str(root / "eval"),
                                                  router=evaluate.RouterSpec(path=str(grpo_dir))))
         cards["eval"] = card(grpo_dir)
         yield {"sft": sft_dir, "grpo": grpo_dir, "cards": cards, "calibration": cal, "eval": paths,

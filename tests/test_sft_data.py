@@ -40,7 +40,7 @@ def test_reward_rows_carry_reward_columns(dataset_dir, tokenizer):
 
 
 def test_balancing_is_seeded_and_train_only(dataset_dir, tokenizer):
-    cfg = SFTRecipeConfig(dataset_dir=str(dataset_dir), balance="oversample", seed=3)
+    cfg = SFTRecipeConfig(data=str(dataset_dir), balance="oversample", seed=3)
     train, val, info = load_rows(cfg, tokenizer)
     assert info["train_labels"] == {"ANSWER": 4, "ESCALATE": 2}
     assert data_lib.label_counts(train) == {"ANSWER": 4, "ESCALATE": 4}
@@ -82,7 +82,7 @@ def test_trainer_collator_masks_everything_but_the_completion(dataset_dir, token
 
     model_dir = build_tiny_model_dir(tmp_path / "tiny")
     model, tok = load_causal_lm(str(model_dir), device="cpu")
-    cfg = SFTRecipeConfig(model=str(model_dir), dataset_dir=str(dataset_dir), output_dir=str(tmp_path / "out"),
+    cfg = SFTRecipeConfig(model=str(model_dir), data=str(dataset_dir), output_dir=str(tmp_path / "out"),
                           trainer={"max_steps": 1, "per_device_train_batch_size": 3})
     train, _, _ = load_rows(cfg, tok)
     trainer = SFTTrainer(model=model, args=build_sft_config(cfg),

@@ -25,7 +25,7 @@ SMALL_LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "
 
 def _sft_config(root, base) -> sft.SFTRecipeConfig:
     return sft.SFTRecipeConfig(
-        model=str(base), dataset_dir=str(root / "dataset"), output_dir=str(root / f"sft_{base.name}"),
+        model=str(base), data=str(root / "dataset"), output_dir=str(root / f"sft_{base.name}"),
         lora=SMALL_LORA, eval_generate_limit=2, metrics_train_rows=4,
         trainer={"max_steps": 2, "per_device_train_batch_size": 2, "learning_rate": 1e-3, "logging_steps": 1},
     )
@@ -86,19 +86,19 @@ def test_contract_version_mismatch_is_refused(sft_run, workdir, capsys):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(contract.ContractVersionError, match="contract/0"):
         load_adapter_run(stale, trainable=False)
-    code = grpo.main([f"sft_dir={stale}", f"dataset_dir={workdir / 'dataset'}", f"output_dir={workdir / 'never'}"])
+    code = grpo.main([f"router={stale}", f"data={workdir / 'dataset'}", f"output_dir={workdir / 'never'}"])
     assert code == 2 and "retrain" in capsys.readouterr().err
     assert not (workdir / "never" / RUN_META_FILE).exists()
 
 
 def test_grpo_refuses_to_start_without_sft(workdir, capsys):
-    args = [f"dataset_dir={workdir / 'dataset'}", f"output_dir={workdir / 'never'}"]
-    assert grpo.main(["sft_dir=null", *args]) == 2
+    args = [f"data={workdir / 'dataset'}", f"output_dir={workdir / 'never'}"]
+    assert grpo.main(["router=null", *args]) == 2
     assert "allow_no_sft" in capsys.readouterr().err
-    assert grpo.main([f"sft_dir={workdir / 'missing'}", *args]) == 2
+    assert grpo.main([f"router={workdir / 'missing'}", *args]) == 2
     assert "make sft" in capsys.readouterr().err
     same = workdir / "same"
-    assert grpo.main([f"sft_dir={same}", f"output_dir={same}", f"dataset_dir={workdir / 'dataset'}"]) == 2
+    assert grpo.main([f"router={same}", f"output_dir={same}", f"data={workdir / 'dataset'}"]) == 2
     assert "overwrite the SFT adapter" in capsys.readouterr().err
 
 
@@ -107,7 +107,7 @@ def test_grpo_changes_adapter_and_logs_reward_curves(workdir):
     build_contract_base(workdir / "contract_base", workdir / "dataset")
     sft_run = sft.train(_sft_config(workdir, workdir / "contract_base"))
     cfg = grpo.GRPORecipeConfig(
-        sft_dir=str(sft_run.output_dir), dataset_dir=str(workdir / "dataset"), output_dir=str(workdir / "grpo"),
+        router=str(sft_run.output_dir), data=str(workdir / "dataset"), output_dir=str(workdir / "grpo"),
         eval_generate_limit=2, metrics_train_rows=4,
         trainer={"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4,
                  "max_completion_length": 12, "learning_rate": 5e-3},

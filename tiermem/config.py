@@ -100,6 +100,28 @@ def _check_scalar(tp: Any, value: Any, where: str) -> Any:
     return value
 
 
+SHORTHAND = "__shorthand__"  # a section given as one string (`router: runs/grpo`), then overridden (`router.mode=...`)
+
+# Keys an earlier version used, and the one word every stage now uses for the same thing.
+RENAMED_KEYS = {"dataset_dir": "data", "dataset": "data", "out_dir": "output_dir", "sft_dir": "router",
+                "init_adapter": "router"}
+
+
+def _expand_shorthand(tp: Any, value: Any, where: str) -> Any:
+    """A dataclass with `from_shorthand(str)` (e.g. RouterSpec) may be given as a string."""
+    if isinstance(value, str):
+        value = {SHORTHAND: value}
+    if isinstance(value, dict) and SHORTHAND in value:
+        if not hasattr(tp, "from_shorthand"):
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} settings, got {value[SHORTHAND]!r}")
+        try:
+            base = dataclasses.asdict(tp.from_shorthand(value[SHORTHAND]))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        value = {**base, **{k: v for k, v in value.items() if k != SHORTHAND}}
+    return value
+
+
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     """Build dataclass `cls` from a mapping; nested dataclass fields are built recursively."""
     if not isinstance(data, dict):
@@ -108,13 +130,17 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
+        renamed = [f"{k} is now {RENAMED_KEYS[k]}" for k in unknown if RENAMED_KEYS.get(k) in fields]
+        hint = f" ({'; '.join(renamed)})" if renamed else ""
+        raise ConfigError(f"{where}: unknown key(s) {unknown}{hint}; valid keys: {sorted(fields)}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = _strip_optional(hints[name])
         if name.endswith("_dir") and isinstance(value, str) and not value.strip():
             # an empty directory means the current one: a stage would write (and clean up) there
             raise ConfigError(f"{where}.{name}: empty path; give a directory (or null where allowed)")
+        if dataclasses.is_dataclass(tp) and hasattr(tp, "from_shorthand"):
+            value = _expand_shorthand(tp, value, f"{where}.{name}")
         if dataclasses.is_dataclass(tp) and isinstance(value, dict):
             kwargs[name] = from_dict(tp, value, f"{where}.{name}")
         elif dataclasses.is_dataclass(tp) and not (value is None and tp is not hints[name]):
@@ -149,6 +175,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "ov
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:
+            if isinstance(node.get(part), str):  # a shorthand section overridden key by key
+                node[part] = {SHORTHAND: node[part]}
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{where}: {key!r} goes through a non-mapping value")

@@ -60,12 +60,12 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str]]]:
         label_args = ["--config", cfg.sample_label_config]
     out: dict[str, list[tuple[str, str, list[str]]]] = {
         "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
-        "sft": [("sft", "sft", ["--config", cfg.sft_config, f"dataset_dir={dataset}", f"output_dir={root / 'sft'}",
+        "sft": [("sft", "sft", ["--config", cfg.sft_config, f"data={dataset}", f"output_dir={root / 'sft'}",
                                 trunk])],
         "expected_reward": [("expected_reward", "sft", [
-            "--config", cfg.expected_reward_config, f"dataset_dir={dataset}", f"init_adapter={root / 'sft'}",
+            "--config", cfg.expected_reward_config, f"data={dataset}", f"router={root / 'sft'}",
             f"output_dir={root / 'expected_reward'}", trunk])],
-        "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, f"dataset_dir={dataset}", f"sft_dir={root / 'sft'}",
+        "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, f"data={dataset}", f"router={root / 'sft'}",
                                    f"output_dir={root / 'grpo'}"])],
         "features": [
             ("features", "fit-features", ["--config", cfg.features_config, f"data={dataset}",
@@ -76,8 +76,8 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str]]]:
                                                           f"data={dataset}"])
                       for name in (*LM_ROUTERS, "features", "top1")],
         "eval": [("eval", "eval", [
-            "--config", cfg.eval_config, f"dataset={dataset}", "router.kind=local",
-            f"router.path={root / cfg.main_router}", f"out_dir={root / 'eval'}",
+            "--config", cfg.eval_config, f"data={dataset}", "router.kind=local",
+            f"router.path={root / cfg.main_router}", f"output_dir={root / 'eval'}",
             "compare=" + json.dumps(
                 [{"name": n, "kind": "local", "path": str(root / n)} for n in LM_ROUTERS if n != cfg.main_router]
                 + [{"name": "features", "kind": "features", "path": str(root / "features")},

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tiermem.errors import DataError  # noqa: F401  (raised here; importers catch it by this name)
+
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
 # LoCoMo's question categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
 LOCOMO_CATEGORIES = frozenset({1, 2, 3, 4, 5})
 
 
-class DataError(ValueError):
-    """A benchmark file that does not have the expected shape."""
 
 
 @dataclass
