@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from tiermem.config import ConfigError
+from tiermem.errors import EXIT_DATA, EXIT_USAGE, error_line, exit_code  # noqa: F401  (EXIT_*: tests, docs)
 from tiermem.logs import setup_logging
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.
@@ -41,44 +41,6 @@ CONFIG_CLASSES: dict[str, str] = {
     "bench": "benchmarks.run:BenchConfig",
 }
 
-# Errors that mean "bad input", reported as one line instead of a traceback.
-_USER_ERRORS = (ConfigError, FileNotFoundError, ValueError, PermissionError)
-
-# Exit codes (README "Exit codes"): 0 done, 1 done with some error records, then one code per kind of failure.
-EXIT_USAGE = 2  # bad config, override, argument or value (ConfigError, ValueError, ...)
-EXIT_DATA = 3  # a benchmark/label data file that does not have the expected shape (DataError, LabelDataError)
-EXIT_RUN_DIR = 4  # refused output directory: not made by this stage (RunDirError)
-EXIT_STORE = 5  # unreadable, incomplete or tampered store: SQLite, manifest, records file (StoreError)
-EXIT_FAILED = 6  # the stage ran but produced nothing usable (RunError), or an LLM call failed (LLMError)
-EXIT_NETWORK = 7  # an endpoint or hub that cannot be reached
-
-# (module, error class, exit code), most specific first; the first isinstance match decides.
-_NAMED_ERRORS: tuple[tuple[str, str, int], ...] = (
-    ("tiermem.errors", "RunDirError", EXIT_RUN_DIR),
-    ("tiermem.errors", "StoreError", EXIT_STORE),
-    ("tiermem.errors", "RunError", EXIT_FAILED),
-    ("tiermem.data.conversations", "DataError", EXIT_DATA),
-    ("router_train.data", "LabelDataError", EXIT_DATA),
-    ("tiermem.llm.base", "LLMError", EXIT_FAILED),
-    ("httpx", "TransportError", EXIT_NETWORK),
-    ("requests.exceptions", "ConnectionError", EXIT_NETWORK),
-    ("tiermem.models", "ModelSpecError", EXIT_USAGE),
-    ("tiermem.contract", "ContractVersionError", EXIT_USAGE),
-)
-
-
-def exit_code(exc: BaseException) -> int | None:
-    """The exit code for a named error, or None for an unexpected one (which keeps its traceback)."""
-    for module, name, code in _NAMED_ERRORS:
-        try:
-            cls = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-        if isinstance(exc, cls):
-            return code
-    return EXIT_USAGE if isinstance(exc, _USER_ERRORS) else None
-
-
 def _usage() -> str:
     lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
     lines += [f"  {name:<10} {help_}" for name, (_, help_) in STAGES.items()]
@@ -97,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     stage, rest = argv[0], argv[1:]
     if stage not in STAGES:
         print(f"tiermem-router: unknown stage {stage!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     target, _ = STAGES[stage]
     module, func = target.split(":")
     try:
@@ -108,14 +70,11 @@ def main(argv: list[str] | None = None) -> int:
             handler.addFilter(RedactingFilter())
         fn = getattr(importlib.import_module(module), func)
         return int(fn(rest) or 0)
-    except Exception as exc:
+    except Exception as exc:  # stages without their own stage_main wrapper, and logging setup
         code = exit_code(exc)
         if code is None or os.environ.get("TIERMEM_DEBUG"):
             raise
-        from tiermem.redact import redact_text
-
-        kind = "" if isinstance(exc, ConfigError) else f"{type(exc).__name__}: "
-        print(f"tiermem-router {stage}: error: {kind}{redact_text(str(exc))}", file=sys.stderr)
+        print(error_line(stage, exc), file=sys.stderr)
         return code
 
 
