@@ -40,7 +40,7 @@ def _label_config_path(cfg: LabelingBenchConfig) -> Path:
 
 
 def run(cfg: LabelingBenchConfig) -> dict[str, Any]:
-    from labeling.run import LabelConfig
+    from labeling.config import LabelConfig
     from labeling.run import run as label_run
     from tiermem.config import parse_config
 

@@ -34,7 +34,7 @@ class _RecordingRouter:
 
 def _label_config(cfg: Any) -> Any:
     """The labeling config that built the dataset (saved next to it), so the runtime matches labeling."""
-    from labeling.run import LabelConfig
+    from labeling.config import LabelConfig
     from tiermem.config import parse_config
 
     path = Path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
@@ -77,8 +77,8 @@ def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, 
 def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> dict[str, Path]:
     """`answerer`: the LLM for both paths; None builds the label config's answerer without its cache."""
     from evaluation.report import POLICY_TITLES, _fmt
+    from labeling.config import data_format
     from labeling.judges import LexicalJudge
-    from labeling.run import data_format
     from tiermem.llm import build_llm
     from tiermem.memory import MemoryRuntime
 

@@ -14,6 +14,14 @@ from dataclasses import dataclass
 
 RULES = ("outcome", "evidence")
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
+# How each rule decides that a path was right, worded for the model and dataset cards.
+LABEL_RULE_TEXT = {
+    "outcome": "the judged answers: a path is right when every enabled judge (LoCoMo token F1 >= threshold, plus "
+               "an LLM judge when configured) says CORRECT",
+    "evidence": "generator-free evidence signals: the summary path is right when the retrieved summaries recall the "
+                "gold answer (or link every gold evidence turn), the research path when the pages it read hold "
+                "every gold evidence turn",
+}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from labeling.rules import LABEL_RULE_TEXT
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
 from tiermem.models import PACKAGED_HUB_IDS, hub_id
@@ -23,13 +24,6 @@ CARD_FILE = "README.md"
 EVAL_KEY = "eval"  # tiermem_router.json: {path, dataset, split, n, router, threshold, policies, sweep}
 EVAL_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
                 "repair_rate", "regress_rate")
-LABEL_RULE_TEXT = {
-    "outcome": "the judged answers: a path is right when every enabled judge (LoCoMo token F1 >= threshold, plus "
-               "an LLM judge when configured) says CORRECT",
-    "evidence": "generator-free evidence signals: the summary path is right when the retrieved summaries recall the "
-                "gold answer (or link every gold evidence turn), the research path when the pages it read hold "
-                "every gold evidence turn",
-}
 
 
 def base_model_hub_id(spec: str) -> str | None:

@@ -97,7 +97,7 @@ def test_pushed_router_loads_with_plain_peft_by_base_hub_id(tmp_path):
 PUSH_DATASET = """
 import json, sys
 from pathlib import Path
-from labeling.run import push_dataset
+from labeling.hub import push_dataset
 push_dataset(Path(sys.argv[1]), sys.argv[2], True)
 """
 
@@ -111,7 +111,9 @@ print(json.dumps({"path": path, "data": card.data.to_dict(), "text": card.text})
 
 
 def _labeled(out: Path, data_path: Path | None) -> Path:
-    from labeling.run import LabelConfig, Roles, run
+    from labeling.config import LabelConfig
+    from labeling.roles import Roles
+    from labeling.run import run
     from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
     from tiermem.config import from_dict
     from tiermem.llm import ScriptedLLM
@@ -157,7 +159,7 @@ def test_label_dataset_push_carries_a_dataset_card(tmp_path):
 
 
 def test_dataset_license_follows_the_source():
-    from serving.hub import _dataset_license
+    from labeling.hub import _dataset_license
 
     assert _dataset_license({"locomo"}, {"data_path": None})[0] == "apache-2.0"  # the invented sample
     assert _dataset_license({"locomo"}, {"data_path": "x.json"})[0] == "cc-by-nc-4.0"

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from labeling.run import LabelConfig
+from labeling.config import LabelConfig
 from tiermem.config import ConfigError, parse_config
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs" / "label").glob("*.yaml"))

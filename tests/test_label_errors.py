@@ -2,7 +2,9 @@ import json
 
 import pytest
 
-from labeling.run import LabelConfig, Roles, main, run
+from labeling.config import LabelConfig
+from labeling.roles import Roles
+from labeling.run import main, run
 from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
 from tiermem.config import from_dict
 from tiermem.llm import LLMError, ScriptedLLM

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
+from labeling.config import LabelConfig
+from labeling.roles import Roles
 from labeling.rules import decide
-from labeling.run import LabelConfig, Roles, run
+from labeling.run import run
 from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
 from tiermem.config import from_dict
 from tiermem.llm import ScriptedLLM

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from labeling.run import LabelConfig, Roles, run
+from labeling.config import LabelConfig
+from labeling.roles import Roles
+from labeling.run import run
 from labeling.store import RecordStore
 from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
 from tiermem.config import from_dict
@@ -18,7 +20,9 @@ TIMING = ("label_wall_s", "cost_summary_wall_s", "cost_research_wall_s")
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys
-    from labeling.run import LabelConfig, Roles, run
+    from labeling.config import LabelConfig
+    from labeling.roles import Roles
+    from labeling.run import run
     from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
     from tiermem.config import from_dict
     from tiermem.llm import ResponseCache, ScriptedLLM

@@ -112,7 +112,7 @@ def test_utf8_bom_is_accepted(tmp_path):
     assert [c.conv_id for c in load_conversations(path)] == ["tiny-1"]
     cfg = tmp_path / "bom.yaml"
     cfg.write_bytes(b"\xef\xbb\xbfoutput_dir: x\n")
-    from labeling.run import LabelConfig
+    from labeling.config import LabelConfig
     from tiermem.config import parse_cli
 
     assert parse_cli(LabelConfig, [str(cfg)]).output_dir == "x"

@@ -10,7 +10,10 @@ import threading
 
 import pytest
 
-from labeling.run import LabelConfig, Roles, resume_fingerprint, run
+from labeling.config import LabelConfig
+from labeling.resume import resume_fingerprint
+from labeling.roles import Roles
+from labeling.run import run
 from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
 from tiermem.config import ConfigError, from_dict, parse_cli, to_dict
 from tiermem.errors import RunDirError, RunError, StoreError

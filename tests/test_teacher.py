@@ -54,7 +54,9 @@ def test_template_uses_sufficiency_reason_only_when_it_agrees():
 
 
 def test_run_keeps_teacher_targets_only_where_they_agree(tmp_path):
-    from labeling.run import LabelConfig, Roles, run
+    from labeling.config import LabelConfig
+    from labeling.roles import Roles
+    from labeling.run import run
     from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
     from tiermem.config import from_dict
 

@@ -27,7 +27,7 @@ STAGES: dict[str, tuple[str, str]] = {
 
 # configs/<folder>/*.yaml -> the dataclass each file must parse into (tests/test_configs.py validates them all).
 CONFIG_CLASSES: dict[str, str] = {
-    "label": "labeling.run:LabelConfig",
+    "label": "labeling.config:LabelConfig",
     "sft": "router_train.sft:SFTRecipeConfig",
     "grpo": "router_train.grpo:GRPORecipeConfig",
     "calibrate": "evaluation.calibrate:CalibrateConfig",

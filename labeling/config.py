@@ -1,0 +1,112 @@
+"""The labeling stage's config (`LabelConfig`, its LLM roles) and the question subset it selects.
+
+Apart from the run so the CLI, live eval and benchmarks can read a label config without importing the labeler."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labeling.evidence import EvidenceConfig
+from labeling.rules import check_rule
+from labeling.split import SplitSpec
+from tiermem.data.conversations import Conversation, detect_format
+from tiermem.llm import LLMConfig
+from tiermem.memory import MemoryConfig
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / "locomo_local.yaml"
+
+
+@dataclass
+class LLMRoles:
+    answerer: LLMConfig | None = field(default_factory=LLMConfig)  # both paths; null with generate_answers=false
+    summarizer: LLMConfig | None = None  # memory.summarizer=llm only; None = the answerer
+    judge: LLMConfig | None = None  # CORRECT/WRONG judge; None = lexical judge alone
+    sufficiency: LLMConfig | None = None  # strict sufficiency judge; None = not run
+    teacher: LLMConfig | None = None  # router-contract teacher; None = templated SFT targets
+
+
+@dataclass
+class LabelConfig:
+    data_path: str | None = None  # None: the sample conversation shipped in tiermem/data
+    dataset_format: str = "auto"  # auto | locomo | longmemeval | tiermem (your own conversations)
+    conversations: list[str] = field(default_factory=list)  # subset by id; empty = all
+    max_conversations: int | None = None
+    max_questions_per_conversation: int | None = None
+    question_sampling: str = "random"  # random (seeded) | first
+    categories: list[str] = field(default_factory=list)  # keep only these categories; empty = all
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    llm: LLMRoles = field(default_factory=LLMRoles)
+    judge_threshold: float = 0.3  # LoCoMo F1 threshold of the lexical judge
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    label_rule: str = "outcome"  # outcome (the paper's) | evidence; both are always recorded
+    # false: no answer is generated on either path (the evidence rule needs none). Research cost fields then hold
+    # the input tokens of the first round's pages and prompts, flagged `cost_estimated`; outcome labels stay empty.
+    generate_answers: bool = True
+    split: SplitSpec = field(default_factory=SplitSpec)
+    seed: int = 0
+    output_dir: str = "runs/label"
+    tiers_dir: str | None = None  # tier cache; None = <output_dir>/tiers
+    llm_cache: str | None = None  # response cache for roles without cache_path; None = <output_dir>/llm_cache.sqlite
+    concurrency: int = 1  # questions in flight (HTTP backends only; the local backend runs one at a time)
+    retry_errors: bool = True  # a rerun retries error records
+    teacher_max_tokens: int = 128
+    push_to_hub: str | None = None  # dataset repo id
+    hub_private: bool = True
+
+    def __post_init__(self) -> None:
+        check_rule(self.label_rule)
+        if not self.generate_answers and self.label_rule != "evidence":
+            raise ValueError("generate_answers=false labels without answers: it needs label_rule=evidence "
+                             f"(got {self.label_rule!r}); the outcome rule judges generated answers")
+        if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
+            raise ValueError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
+        if self.question_sampling not in ("random", "first"):
+            raise ValueError(f"question_sampling must be random|first, got {self.question_sampling!r}")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if any(v is not None and v < 1 for v in (self.max_conversations, self.max_questions_per_conversation)):
+            raise ValueError("max_conversations and max_questions_per_conversation must be >= 1 (null = all)")
+        if not 0 <= self.judge_threshold <= 1:
+            raise ValueError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
+
+
+def select(cfg: LabelConfig, conversations: list[Conversation]) -> list[Conversation]:
+    """The conversation subset and, per conversation, the question subset (seeded, stable order)."""
+    if cfg.conversations:
+        known = {c.conv_id for c in conversations}
+        missing = [c for c in cfg.conversations if c not in known]
+        if missing:
+            raise ValueError(f"conversations {missing} are not in {cfg.data_path or 'the sample'}")
+        conversations = [c for c in conversations if c.conv_id in set(cfg.conversations)]
+    if cfg.max_conversations is not None:
+        conversations = conversations[: cfg.max_conversations]
+    out = []
+    for conv in conversations:
+        questions = [q for q in conv.questions if not cfg.categories or q.category in set(map(str, cfg.categories))]
+        limit = cfg.max_questions_per_conversation
+        if limit is not None and len(questions) > limit:
+            if cfg.question_sampling == "random":
+                # a seeded permutation's prefix: a larger limit extends a smaller one (resumed runs reuse records)
+                order = list(range(len(questions)))
+                random.Random(f"{cfg.seed}:{conv.conv_id}").shuffle(order)
+                keep = set(order[:limit])
+                questions = [q for i, q in enumerate(questions) if i in keep]
+            else:
+                questions = questions[:limit]
+        out.append(dataclasses.replace(conv, questions=questions))
+    return out
+
+
+def data_format(cfg: LabelConfig, path: str | Path | None) -> str:
+    if cfg.dataset_format != "auto":
+        return cfg.dataset_format
+    from tiermem.data.conversations import SAMPLE_PATH
+
+    file = Path(path) if path else SAMPLE_PATH
+    if file.suffix == ".jsonl":  # line-delimited files are only ever the tiermem format
+        return "tiermem"
+    return detect_format(json.loads(file.read_text(encoding="utf-8")), file)
