@@ -101,8 +101,6 @@ def register(name: str) -> Callable[[type[Router]], type[Router]]:
 def build_router(kind: str, **kwargs: Any) -> Router:
     """`build_router("local", path=...)`, `build_router("remote", base_url=..., model=...)`,
     `build_router("features", path=...)`, `build_router("top1-score", threshold=...)`, ..."""
-    import serving.feature_router  # noqa: F401  (registers top1-score and features)
-
     if kind not in ROUTERS:
         raise ValueError(f"unknown router kind {kind!r}; known: {sorted(ROUTERS)}")
     if kind == "local":
@@ -127,8 +125,6 @@ def load_router(path_or_hub_id: str | Path, **kwargs: Any) -> Router:
     kind = router_kind_of(path_or_hub_id)
     if kind == "local":
         return LocalRouter.from_pretrained(path_or_hub_id, **kwargs)
-    import serving.feature_router  # noqa: F401
-
     if kind not in ROUTERS or not hasattr(ROUTERS[kind], "load"):
         raise RouterLoadError(f"{path_or_hub_id}: tiermem_router.json names router_kind {kind!r}, which cannot be "
                               f"loaded from a directory; known: {sorted(ROUTERS)}")

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tiermem.errors import EXIT_USAGE
+
 CONTRACT_VERSION = "tiermem-router-contract/2"
 ACTIONS = ("ANSWER", "ESCALATE")
 # The completion always starts with this, so the action can be read right after a fixed prefix.
@@ -35,6 +37,8 @@ SYSTEM_PROMPT = (
 
 class ContractVersionError(RuntimeError):
     """A router trained under another contract version; its prompts would not match ours."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

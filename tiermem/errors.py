@@ -1,5 +1,6 @@
 """Named errors shared across stages, one per kind of failure, and the one table that maps them to exit codes
-(README "Run directories and exit codes"). Errors of upper floors subclass these, so this table never imports up."""
+(README "Run directories and exit codes"): each kind carries its `exit_code`; errors elsewhere subclass a kind or set
+`exit_code` themselves (contract, models, LLM layer), so this module imports nothing of the project."""
 
 from __future__ import annotations
 
@@ -21,47 +22,50 @@ EXIT_NETWORK = 7  # an endpoint or hub that cannot be reached
 class UsageError(ValueError):
     """A value the user gave that cannot work (a router directory without a model, a hub without a token)."""
 
+    exit_code = EXIT_USAGE
+
 
 class DataError(ValueError):
     """A data file whose shape is wrong; the message names the file, the record and the field."""
+
+    exit_code = EXIT_DATA
 
 
 class RunDirError(ValueError):
     """An output directory a stage may not write into (not made by this stage, or no path at all)."""
 
+    exit_code = EXIT_RUN_DIR
+
 
 class RunError(RuntimeError):
     """A stage ran but produced nothing usable (e.g. every labeled record is an error)."""
+
+    exit_code = EXIT_FAILED
 
 
 class StoreError(RuntimeError):
     """A store (SQLite file, manifest, LLM cache) that is unreadable, incomplete or fails its integrity check.
     The message names the file."""
 
+    exit_code = EXIT_STORE
 
-def _named_errors() -> tuple[tuple[type[BaseException], int], ...]:
-    # Ground-floor classes only; the most specific first, the first isinstance match decides.
-    from tiermem.contract import ContractVersionError
-    from tiermem.llm.base import LLMError
-    from tiermem.models import ModelSpecError
 
-    table: list[tuple[type[BaseException], int]] = [
-        (RunDirError, EXIT_RUN_DIR), (StoreError, EXIT_STORE), (RunError, EXIT_FAILED), (DataError, EXIT_DATA),
-        (LLMError, EXIT_FAILED), (ModelSpecError, EXIT_USAGE), (ContractVersionError, EXIT_USAGE),
-    ]
+def _network_errors() -> tuple[type[BaseException], ...]:
+    # Third-party transport failures: an endpoint or hub that cannot be reached.
+    found: list[type[BaseException]] = []
     try:
         import httpx
 
-        table.append((httpx.TransportError, EXIT_NETWORK))
+        found.append(httpx.TransportError)
     except ImportError:
         pass
     try:
         import requests
 
-        table.append((requests.exceptions.ConnectionError, EXIT_NETWORK))
+        found.append(requests.exceptions.ConnectionError)
     except ImportError:
         pass
-    return tuple(table)
+    return tuple(found)
 
 
 # Plain bad input (a config key, a value, a missing file) that is not one of the named kinds.
@@ -70,9 +74,11 @@ _USAGE = (ValueError, FileNotFoundError, PermissionError, NotADirectoryError, Is
 
 def exit_code(exc: BaseException) -> int | None:
     """The exit code for a named error, or None for an unexpected one (which keeps its traceback)."""
-    for cls, code in _named_errors():
-        if isinstance(exc, cls):
-            return code
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int):
+        return code
+    if isinstance(exc, _network_errors()):
+        return EXIT_NETWORK
     return EXIT_USAGE if isinstance(exc, _USAGE) else None
 
 

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tiermem.errors import EXIT_USAGE
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LM = "packaged:smollm2-135m-instruct"
@@ -34,6 +36,8 @@ PACKAGED_HUB_IDS = {
 
 class ModelSpecError(RuntimeError):
     """A model spec that cannot be turned into a loadable directory."""
+
+    exit_code = EXIT_USAGE
 
 
 def cache_root() -> Path:

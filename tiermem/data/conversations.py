@@ -13,45 +13,17 @@ import json
 import math
 import re
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import DataError  # noqa: F401  (raised here; importers catch it by this name)
+from tiermem.data.records import Conversation, Question, Turn
+from tiermem.errors import DataError
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
 # LoCoMo's question categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
 LOCOMO_CATEGORIES = frozenset({1, 2, 3, 4, 5})
 
 
-
-
-@dataclass
-class Turn:
-    turn_id: str  # source id, e.g. LoCoMo "D3:7"; LongMemEval "<session_id>:<index>"
-    speaker: str
-    text: str
-    timestamp: str  # the session's date/time as written in the source (absolute)
-    session_id: str
-
-
-@dataclass
-class Question:
-    qid: str
-    question: str
-    answer: str
-    category: str
-    evidence: list[str]  # gold evidence turn ids
-    date: str | None = None  # when the question is asked, if the benchmark says (LongMemEval)
-
-
-@dataclass
-class Conversation:
-    conv_id: str
-    turns: list[Turn]
-    questions: list[Question]
-    source: str  # the file it came from
-    speakers: list[str] = field(default_factory=list)
 
 
 def _read_json(path: str | Path) -> Any:

@@ -35,7 +35,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tiermem.data.conversations import Conversation, DataError, Question, Turn
+from tiermem.data.records import Conversation, Question, Turn
+from tiermem.errors import DataError
 
 FORMAT_NAME = "tiermem-conversations"
 FORMAT_VERSION = 1

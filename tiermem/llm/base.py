@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tiermem.errors import EXIT_FAILED
 from tiermem.llm.cache import ResponseCache
 
 Messages = list[dict[str, str]]
@@ -30,6 +31,8 @@ class ChatResult:
 
 class LLMError(RuntimeError):
     """A call that still failed after retries. Callers record it; it is never a verdict or an answer."""
+
+    exit_code = EXIT_FAILED
 
 
 @dataclass
