@@ -25,7 +25,7 @@ class LabelingBenchConfig:
     #                            else configs/label/sample_local.yaml (the shipped sample)
     max_conversations: int = 1
     max_questions: int = 4
-    out_dir: str = "runs/bench/labeling"
+    output_dir: str = "runs/bench/labeling"
 
 
 def _label_config_path(cfg: LabelingBenchConfig) -> Path:

@@ -17,9 +17,9 @@ class RouterBenchConfig:
     enabled: bool = True
     router: str | None = None  # a trained run dir / hub id; None: the untrained base model below
     model: str = "packaged:smollm2-135m-instruct"
-    dataset: str | None = "runs/label/dataset"  # real router inputs when it exists; else built from `data`
+    data: str | None = "runs/label/dataset"  # real router inputs when it exists; else built from `data_path`
     split: str = "test"
-    data: str | None = None  # conversations file for synthetic router inputs; None: the shipped sample
+    data_path: str | None = None  # conversations file for synthetic router inputs; None: the shipped sample
     n_prompts: int = 16
     k_summaries: int = 5
     batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
@@ -31,17 +31,17 @@ def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str
     """(questions, summaries, where they came from)."""
     from pathlib import Path
 
-    if cfg.dataset and Path(cfg.dataset).exists():
+    if cfg.data and Path(cfg.data).exists():
         from evaluation.evaluate import load_split
 
-        recs = [r for r in load_split(cfg.dataset, cfg.split) if isinstance(r.get("router_summaries"), list)]
+        recs = [r for r in load_split(cfg.data, cfg.split) if isinstance(r.get("router_summaries"), list)]
         if recs:  # real router inputs, even when the split holds fewer than n_prompts
             recs = recs[: cfg.n_prompts]
             return ([r["question"] for r in recs], [r["router_summaries"] for r in recs],
-                    f"label dataset {cfg.dataset} ({cfg.split})")
+                    f"label dataset {cfg.data} ({cfg.split})")
     from tiermem.data.conversations import load_conversations
 
-    convs = load_conversations(cfg.data)
+    convs = load_conversations(cfg.data_path)
     questions, summaries = [], []
     for conv in convs:
         turns = conv.turns
@@ -51,10 +51,10 @@ def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str
             questions.append(q.question)
             summaries.append([{"text": f"{t.speaker}: {t.text}", "date": t.timestamp} for t in window])
             if len(questions) == cfg.n_prompts:
-                return questions, summaries, f"questions + raw turns as summaries from {cfg.data or 'the sample'}"
+                return questions, summaries, f"questions + raw turns as summaries from {cfg.data_path or 'the sample'}"
     if not questions:
-        raise ValueError(f"router bench: no questions in {cfg.data or 'the shipped sample'}")
-    return questions, summaries, f"{len(questions)} questions from {cfg.data or 'the sample'} (fewer than asked)"
+        raise ValueError(f"router bench: no questions in {cfg.data_path or 'the shipped sample'}")
+    return questions, summaries, f"{len(questions)} questions from {cfg.data_path or 'the sample'} (fewer than asked)"
 
 
 def run(cfg: RouterBenchConfig) -> dict[str, Any]:

@@ -3,7 +3,7 @@
     python benchmarks/run.py [--config configs/bench/default.yaml] [router.n_prompts=8] [training.enabled=false]
 
 Each section prints its absolute figures under a machine label and the ratios measured in this same
-run; everything is also written to `out_dir/bench.json`. Sizes are configurable; the defaults keep
+run; everything is also written to `output_dir/bench.json`. Sizes are configurable; the defaults keep
 the whole run under ~15 minutes on 2 CPU cores.
 """
 
@@ -32,7 +32,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "bench" / "de
 
 @dataclass
 class BenchConfig:
-    out_dir: str = "runs/bench"
+    output_dir: str = "runs/bench"
     threads: int | None = None  # torch threads; None: the cores really available
     router: RouterBenchConfig = field(default_factory=RouterBenchConfig)
     server: ServerBenchConfig = field(default_factory=ServerBenchConfig)

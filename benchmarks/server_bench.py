@@ -21,9 +21,9 @@ class ServerBenchConfig:
     enabled: bool = True
     router: str | None = None  # a trained run dir; None: the untrained base model (speed only)
     model: str = "packaged:smollm2-135m-instruct"
-    dataset: str | None = "runs/label/dataset"
+    data: str | None = "runs/label/dataset"
     split: str = "test"
-    data: str | None = None
+    data_path: str | None = None
     n_prompts: int = 16
     k_summaries: int = 5
     clients: int = 20  # the concurrent case; the single-client case always runs too
@@ -90,7 +90,7 @@ def run(cfg: ServerBenchConfig) -> dict[str, Any]:
         model, tokenizer = load_causal_lm(cfg.model)
         router, name = LocalRouter(model, tokenizer, mode="fast"), f"{cfg.model} (untrained: speed only)"
     questions, summaries, source = router_inputs(RouterBenchConfig(
-        dataset=cfg.dataset, split=cfg.split, data=cfg.data, n_prompts=cfg.n_prompts, k_summaries=cfg.k_summaries))
+        data=cfg.data, split=cfg.split, data_path=cfg.data_path, n_prompts=cfg.n_prompts, k_summaries=cfg.k_summaries))
     bodies = [{"question": q, "summaries": [{"text": s.get("text", ""), "date": s.get("date")} for s in ss]}
               for q, ss in zip(questions, summaries, strict=True)]
     serve_cfg = ServeConfig(route_batch_size=cfg.route_batch_size, queue_timeout_s=cfg.queue_timeout_s,

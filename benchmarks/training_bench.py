@@ -27,7 +27,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
 class TrainingBenchConfig:
     enabled: bool = True
     model: str = "packaged:smollm2-135m-instruct"
-    dataset: str | None = "runs/label/dataset"  # label rows when it exists; else synthetic contract rows
+    data: str | None = "runs/label/dataset"  # label rows when it exists; else synthetic contract rows
     split: str = "train"
     n_rows: int = 8
     variants: list[str] = field(default_factory=lambda: ["cpu_defaults", "trl_defaults"])
@@ -39,7 +39,7 @@ class TrainingBenchConfig:
     grpo_batch_size: int = 2
     grpo_num_generations: int = 2
     grpo_max_completion_length: int = 16
-    out_dir: str = "runs/bench/training"
+    output_dir: str = "runs/bench/training"
 
 
 def _overrides(variant: str) -> tuple[bool, dict[str, Any]]:
@@ -79,16 +79,16 @@ def _rows(cfg: TrainingBenchConfig, tokenizer: Any, with_rewards: bool) -> tuple
 
     from tiermem import contract
 
-    if cfg.dataset and Path(cfg.dataset).exists():
+    if cfg.data and Path(cfg.data).exists():
         from router_train import data as data_lib
 
-        rows = data_lib.build_rows(data_lib.load_label_dataset(cfg.dataset), cfg.split, tokenizer,
+        rows = data_lib.build_rows(data_lib.load_label_dataset(cfg.data), cfg.split, tokenizer,
                                    with_rewards=with_rewards, limit=cfg.n_rows)
         if len(rows) >= min(cfg.n_rows, 4):
-            return rows, f"{len(rows)} rows of {cfg.dataset} ({cfg.split})"
+            return rows, f"{len(rows)} rows of {cfg.data} ({cfg.split})"
     from benchmarks.router_bench import RouterBenchConfig, router_inputs
 
-    questions, summaries, src = router_inputs(RouterBenchConfig(dataset=None, n_prompts=cfg.n_rows))
+    questions, summaries, src = router_inputs(RouterBenchConfig(data=None, n_prompts=cfg.n_rows))
     labels = [("ANSWER", "ESCALATE")[i % 2] for i in range(len(questions))]
     rows: dict[str, list[Any]] = {
         "prompt": [contract.render_prompt(tokenizer, q, s) for q, s in zip(questions, summaries, strict=True)],

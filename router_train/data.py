@@ -118,6 +118,13 @@ def build_rows(
     return Dataset.from_dict(rows)
 
 
+def router_input(dataset: DatasetDict, split: str) -> dict[str, Any]:
+    """How the router's training prompts were shaped: at most `top_k` summaries (the labeling retrieval's k), under
+    the contract's limits. Saved with the router; serving refuses prompts with more summaries than it saw."""
+    rows = dataset[split]["router_summaries"] if split in dataset else []
+    return {"top_k": max((len(s) for s in rows), default=0), **contract.limits()}
+
+
 def label_counts(rows: Dataset) -> dict[str, int]:
     counts = Counter(rows["label"]) if len(rows) else Counter()
     return {action: counts.get(action, 0) for action in contract.ACTIONS}

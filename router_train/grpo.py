@@ -128,6 +128,7 @@ def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, d
     info = {
         "data": cfg.data,
         "label_rules": data_lib.label_rules(dataset),
+        "router_input": data_lib.router_input(dataset, cfg.train_split),
         "train_labels": data_lib.label_counts(train),
         "train_labels_after_balance": data_lib.label_counts(balanced),
         "validation_labels": data_lib.label_counts(val) if val is not None else None,

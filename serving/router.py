@@ -455,6 +455,8 @@ class LocalRouter(Router):
             calibrated if calibrated is not None else DEFAULT_THRESHOLD)
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
+        # the most summaries a training prompt held; None for routers saved before it was recorded
+        self.top_k = ((meta.data.get("router_input") or {}).get("top_k") or None) if meta else None
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.device = next(model.parameters()).device
@@ -490,6 +492,7 @@ class LocalRouter(Router):
             raise RouterLoadError(f"{run_dir} holds a {kind!r} router, not a language model: load it with "
                                   f"kind={kind} (or serving.router.load_router / Router.from_pretrained)")
         contract.check_version(meta.contract_version, where=f"router {path_or_hub_id}")
+        contract.check_limits(meta.data.get("router_input"), where=f"router {path_or_hub_id}")
         if (run_dir / "adapter_config.json").is_file():
             from peft import PeftModel
 
@@ -586,7 +589,15 @@ class LocalRouter(Router):
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
         """Log-odds of ESCALATE for each (question, summaries), batched; what calibration and evaluation sweep
         over."""
+        self._check_top_k(summaries)
         return [d.score for d in self._fast(questions, summaries, self.threshold)]  # type: ignore[misc]
+
+    def _check_top_k(self, summaries: Sequence[Summaries]) -> None:
+        """A prompt with more summaries than any training prompt is one the router never learned to read."""
+        most = max((len(s) for s in summaries), default=0)
+        if self.top_k and most > self.top_k:
+            raise ValueError(f"this router was trained on prompts with at most {self.top_k} summaries, got {most}: "
+                             f"retrieve top_k={self.top_k} (saved in tiermem_router.json data.router_input)")
 
     def score_prompts(self, prompts: Sequence[str]) -> list[float]:
         """Log-odds of ESCALATE for already-rendered prompts (contract.render_prompt output, without
@@ -666,6 +677,7 @@ class LocalRouter(Router):
         _check_lengths(questions, summaries)
         if not questions:
             return []
+        self._check_top_k(summaries)
         if self.mode == "generate":  # the model's own greedy decision; the threshold does not apply
             return self._generate(list(questions), list(summaries))
         return self._fast(list(questions), list(summaries), self._threshold(threshold))

@@ -70,8 +70,10 @@ class RequestError(ValueError):
         self.status = status
 
 
-def validate_route_request(body: Any, cfg: ServeConfig) -> tuple[str, list[dict[str, Any]], float | None]:
-    """Check a /route body; every failure names the field. Returns (question, summaries, threshold)."""
+def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
+                           ) -> tuple[str, list[dict[str, Any]], float | None]:
+    """Check a /route body; every failure names the field. Returns (question, summaries, threshold). `top_k`: the
+    most summaries the router's training prompts held (saved with it)."""
     if not isinstance(body, dict):
         raise RequestError(400, "body must be a JSON object with 'question' and 'summaries'")
     unknown = sorted(set(body) - {"question", "summaries", "threshold", "threshold_logit"})
@@ -86,9 +88,11 @@ def validate_route_request(body: Any, cfg: ServeConfig) -> tuple[str, list[dict[
     summaries = body.get("summaries")
     if not isinstance(summaries, list):
         raise RequestError(422, "'summaries' must be a list of {text, date} objects (may be empty)")
-    if len(summaries) > contract.MAX_SUMMARIES:
-        raise RequestError(422, f"'summaries' has {len(summaries)} items; the router reads at most "
-                                f"{contract.MAX_SUMMARIES} (send the top-ranked ones)")
+    most = min(contract.MAX_SUMMARIES, top_k or contract.MAX_SUMMARIES)
+    if len(summaries) > most:
+        why = "it was trained on" if top_k and top_k < contract.MAX_SUMMARIES else "the contract holds"
+        raise RequestError(422, f"'summaries' has {len(summaries)} items; the router reads at most {most} ({why} "
+                                f"{most}; send the top-ranked ones)")
     clean = []
     for i, s in enumerate(summaries):
         if not isinstance(s, dict) or not isinstance(s.get("text"), str):
@@ -284,7 +288,8 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
 
     @app.post("/route")
     async def route(request: Request) -> dict[str, Any]:
-        question, summaries, threshold = validate_route_request(await read_json(request), cfg)
+        question, summaries, threshold = validate_route_request(await read_json(request), cfg,
+                                                                 getattr(router, "top_k", None))
         return asdict(await run_in_threadpool(route_lane.submit, (question, summaries, threshold)))
 
     @app.post("/v1/chat/completions")

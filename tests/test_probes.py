@@ -164,8 +164,8 @@ def test_malformed_config_is_a_named_error(tmp_path, capsys, monkeypatch, name):
 
 @pytest.mark.parametrize(("overrides", "needle"), [
     (["port=99999"], "port must be in 0..65535"),
-    (["threshold=.nan"], "threshold must be a finite log-odds number"),
-    (["threshold=high"], "threshold: expected float"),
+    (["router.threshold=.nan"], "threshold must be a finite log-odds number"),
+    (["router.threshold=high"], "threshold: expected float"),
     (["max_queue=0"], "max_queue must be >= 1"),
 ])
 def test_serve_config_probes_fail_before_serving(capsys, overrides, needle):

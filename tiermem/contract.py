@@ -170,6 +170,22 @@ def parse(text: str) -> ParsedDecision:
     return ParsedDecision(action, reason if isinstance(reason, str) else "", True, valid)
 
 
+def limits() -> dict[str, int]:
+    """What a prompt of this contract can hold; saved with every router (with its training top_k) and checked
+    at load, so a router never silently sees prompts shaped unlike its training ones."""
+    return {"max_summaries": MAX_SUMMARIES, "max_summary_chars": MAX_SUMMARY_CHARS}
+
+
+def check_limits(saved: Mapping[str, Any] | None, where: str = "router") -> None:
+    """Raise ContractVersionError if a router was trained under other prompt limits than this code renders."""
+    if not saved:
+        return  # routers saved before limits were recorded: the version check covers them
+    differ = {k: (saved[k], v) for k, v in limits().items() if k in saved and saved[k] != v}
+    if differ:
+        raise ContractVersionError(f"{where}: trained with prompt limits {differ} (saved, this code); retrain it "
+                                   "or use the package version it was trained with")
+
+
 def check_version(saved: str | None, where: str = "router") -> None:
     if saved != CONTRACT_VERSION:
         raise ContractVersionError(
