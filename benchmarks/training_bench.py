@@ -80,9 +80,10 @@ def _rows(cfg: TrainingBenchConfig, tokenizer: Any, with_rewards: bool) -> tuple
     from tiermem import contract
 
     if cfg.data and Path(cfg.data).exists():
+        from labeling.dataset import load_dataset_dict
         from router_train import data as data_lib
 
-        rows = data_lib.build_rows(data_lib.load_label_dataset(cfg.data), cfg.split, tokenizer,
+        rows = data_lib.build_rows(load_dataset_dict(cfg.data), cfg.split, tokenizer,
                                    with_rewards=with_rewards, limit=cfg.n_rows)
         if len(rows) >= min(cfg.n_rows, 4):
             return rows, f"{len(rows)} rows of {cfg.data} ({cfg.split})"

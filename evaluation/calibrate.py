@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
-from serving.router import ESCALATE_ALL, RouterSpec, build, sigmoid
+from serving.router import ESCALATE_ALL, RouterSpec, as_router_spec, build, sigmoid
 from tiermem.artifacts import update_run_meta
 from tiermem.errors import stage_main
 
@@ -71,6 +71,7 @@ class CalibrateConfig:
     write: bool = True  # store the threshold in the run directory's tiermem_router.json
 
     def __post_init__(self) -> None:
+        self.router = as_router_spec(self.router)
         if self.target is not None:
             self.objective, self.target = self.target, None
         if self.objective not in OBJECTIVES:

@@ -27,8 +27,8 @@ from typing import Any
 from evaluation import analysis as eval_analysis
 from evaluation import metrics
 from evaluation import report as eval_report
-from labeling.dataset import load_split
-from serving.router import Decision, RouterSpec, build, router_kind_of
+from labeling.dataset import RecordError, load_split
+from serving.router import Decision, RouterSpec, as_router_spec, build, router_kind_of
 from tiermem import contract
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
@@ -79,6 +79,7 @@ class EvalConfig:
     live: LiveConfig = field(default_factory=LiveConfig)
 
     def __post_init__(self) -> None:
+        self.router = as_router_spec(self.router)
         if self.correctness not in metrics.CORRECTNESS_RULES:
             raise ValueError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
         specs: list[RouterSpec] = []
@@ -109,7 +110,7 @@ def route_records(router: Any, records: Sequence[dict[str, Any]], threshold: flo
         chunk = records[start:start + batch_size]
         for i, rec in enumerate(chunk):
             if not isinstance(rec.get("router_summaries"), list):
-                raise metrics.RecordError(
+                raise RecordError(
                     f"record {start + i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
         decisions = router.route_batch([r["question"] for r in chunk], [r["router_summaries"] for r in chunk],
                                        threshold=threshold)

@@ -18,15 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tiermem.errors import DataError
+from labeling import dataset as records
+from labeling.dataset import RecordError
 
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
 CORRECTNESS_RULES = ("label_rule", "outcome", "evidence")
 COST_FIELDS = ("input_tokens", "wall_s")
-
-
-class RecordError(DataError):
-    """A label record that lacks a field the replay needs, or has it in the wrong type."""
 
 
 @dataclass(frozen=True)
@@ -42,26 +39,6 @@ class Case:
     r_tokens: float
     s_latency_s: float
     r_latency_s: float
-
-
-def _field(record: Mapping[str, Any], name: str, where: str) -> Any:
-    if name not in record:
-        raise RecordError(f"{where}: missing field {name!r}")
-    return record[name]
-
-
-def _bool(record: Mapping[str, Any], name: str, where: str) -> bool:
-    value = _field(record, name, where)
-    if not isinstance(value, bool):
-        raise RecordError(f"{where}: field {name!r} must be true/false, got {value!r}")
-    return value
-
-
-def _number(record: Mapping[str, Any], name: str, where: str) -> float:
-    value = _field(record, name, where)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise RecordError(f"{where}: field {name!r} must be a non-negative number, got {value!r}")
-    return float(value)
 
 
 def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
@@ -84,15 +61,15 @@ def to_case(record: Mapping[str, Any], rule: str = "label_rule", index: int = 0)
     if label not in (ANSWER, ESCALATE, None):
         raise RecordError(f"{where}: field 'label' must be ANSWER, ESCALATE or null, got {label!r}")
     return Case(
-        qid=str(_field(record, "qid", where)),
+        qid=str(records.field(record, "qid", where)),
         category=str(record.get("category", "all")),
         label=label,
-        s_ok=_bool(record, s_field, where),
-        r_ok=_bool(record, r_field, where),
-        s_tokens=_number(record, "cost_summary_input_tokens", where),
-        r_tokens=_number(record, "cost_research_input_tokens", where),
-        s_latency_s=_number(record, "cost_summary_wall_s", where),
-        r_latency_s=_number(record, "cost_research_wall_s", where),
+        s_ok=records.flag(record, s_field, where),
+        r_ok=records.flag(record, r_field, where),
+        s_tokens=records.amount(record, "cost_summary_input_tokens", where),
+        r_tokens=records.amount(record, "cost_research_input_tokens", where),
+        s_latency_s=records.amount(record, "cost_summary_wall_s", where),
+        r_latency_s=records.amount(record, "cost_research_wall_s", where),
     )
 
 

@@ -1,12 +1,61 @@
-"""Reading the labeled dataset back: one loader for every consumer (eval, calibration, benchmarks)."""
+"""Reading the labeled dataset back, for every consumer (training rows, eval, calibration, benchmarks): the one
+loader of label records, the one error for records that do not fit (RecordError, naming file or record and field),
+and the typed field readers the consumers validate with."""
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tiermem.config import ConfigError
+from tiermem.errors import DataError
+
+
+class RecordError(DataError):
+    """Label data that does not fit a stage: a dataset that is missing or malformed, or a record whose field is
+    missing or wrong. The message names the file or the record (index, qid) and the field."""
+
+
+def field(record: Mapping[str, Any], name: str, where: str) -> Any:
+    if name not in record:
+        raise RecordError(f"{where}: missing field {name!r}")
+    return record[name]
+
+
+def flag(record: Mapping[str, Any], name: str, where: str, allow_none: bool = False) -> bool | None:
+    value = field(record, name, where)
+    if not (isinstance(value, bool) or (allow_none and value is None)):
+        raise RecordError(f"{where}: field {name!r} must be true/false{'/null' if allow_none else ''}, got {value!r}")
+    return value
+
+
+def amount(record: Mapping[str, Any], name: str, where: str) -> float:
+    """A finite number >= 0 (token counts, seconds)."""
+    value = field(record, name, where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise RecordError(f"{where}: field {name!r} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def load_dataset_dict(path: str | Path) -> Any:
+    """The whole DatasetDict `make label` saved (training reads every split it needs from it)."""
+    from datasets import DatasetDict, load_from_disk
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"label dataset {path} not found: run `make label` first or set data=...")
+    try:
+        data = load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise RecordError(f"{path}: not a saved datasets.DatasetDict ({exc})") from None
+    except IndexError:  # datasets cannot reload a split that was saved with zero rows
+        raise RecordError(f"{path}: a split has no data files (saved empty?); relabel or drop that split") from None
+    if not isinstance(data, DatasetDict):
+        raise RecordError(f"{path}: expected a DatasetDict with train/validation/test splits, got a single split")
+    return data
 
 
 def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ from tiermem import contract
 from tiermem.artifacts import (
     RUN_META_FILE,
     RunMeta,
-    RunMetaError,
     make_adapter_portable,
     read_run_meta,
     write_run_meta,
@@ -184,20 +182,3 @@ def majority_label(labels: list[str]) -> str | None:
         return None
     counts = {a: labels.count(a) for a in contract.ACTIONS}
     return max(contract.ACTIONS, key=lambda a: (counts[a], a == "ESCALATE"))  # ties -> ESCALATE (safe side)
-
-
-def run_main(fn: Any, argv: list[str] | None) -> int:
-    """One clear error line for bad input instead of a traceback from deep inside a library."""
-    from tiermem.config import ConfigError
-    from tiermem.models import ModelSpecError
-
-    from .data import LabelDataError
-
-    expected = (ConfigError, FileNotFoundError, LabelDataError, ModelSpecError, RunMetaError,
-                contract.ContractVersionError)
-    try:
-        fn(sys.argv[1:] if argv is None else argv)
-    except expected as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0

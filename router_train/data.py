@@ -9,15 +9,13 @@ duplicate ever leaks into validation.
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from datasets import Dataset, DatasetDict, load_from_disk
+from datasets import Dataset, DatasetDict
 
+from labeling.dataset import RecordError, amount, flag
 from tiermem import contract
-from tiermem.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -26,47 +24,25 @@ REWARD_COLUMNS = ("s_ok", "r_ok", "cost_research_input_tokens")
 BALANCE_MODES = ("none", "oversample", "undersample")
 
 
-class LabelDataError(DataError):
-    """A label dataset that is missing, or a record that does not fit the router contract."""
-
-
-def load_label_dataset(dataset_dir: str | Path) -> DatasetDict:
-    path = Path(dataset_dir)
-    if not path.exists():
-        raise FileNotFoundError(f"label dataset {path} not found: run `make label` first or set data=...")
-    try:
-        data = load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as exc:
-        raise LabelDataError(f"{path}: not a saved datasets.DatasetDict ({exc})") from None
-    except IndexError:  # datasets cannot reload a split that was saved with zero rows
-        raise LabelDataError(f"{path}: a split has no data files (saved empty?); relabel or drop that split") from None
-    if not isinstance(data, DatasetDict):
-        raise LabelDataError(f"{path}: expected a DatasetDict with train/validation/test splits, got a single split")
-    return data
-
-
 def _check_row(row: dict[str, Any], where: str, need_rewards: bool) -> None:
     label = row["label"]
     if label not in contract.ACTIONS:
-        raise LabelDataError(f"{where}: field 'label' must be one of {contract.ACTIONS} or null, got {label!r}")
+        raise RecordError(f"{where}: field 'label' must be one of {contract.ACTIONS} or null, got {label!r}")
     target = row["sft_target"]
     if not isinstance(target, str):
-        raise LabelDataError(f"{where}: field 'sft_target' must be a contract JSON string, got {target!r}")
+        raise RecordError(f"{where}: field 'sft_target' must be a contract JSON string, got {target!r}")
     parsed = contract.parse(target)
     if not parsed.valid_json or parsed.action != label:
-        raise LabelDataError(
+        raise RecordError(
             f"{where}: field 'sft_target' {target!r} is not the contract JSON for label {label!r} "
             "(labeling must build it with tiermem.contract.render_target)"
         )
     if not isinstance(row["question"], str) or not isinstance(row["router_summaries"], list):
-        raise LabelDataError(f"{where}: fields 'question' (str) and 'router_summaries' (list) are required")
+        raise RecordError(f"{where}: fields 'question' (str) and 'router_summaries' (list) are required")
     if need_rewards:
-        cost = row["cost_research_input_tokens"]
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
-            raise LabelDataError(f"{where}: field 'cost_research_input_tokens' must be a number >= 0, got {cost!r}")
+        amount(row, "cost_research_input_tokens", where)
         for name in ("s_ok", "r_ok"):
-            if row[name] is not None and not isinstance(row[name], bool):
-                raise LabelDataError(f"{where}: field {name!r} must be true/false/null, got {row[name]!r}")
+            flag(row, name, where, allow_none=True)
 
 
 def build_rows(
@@ -84,15 +60,15 @@ def build_rows(
     rows whose path correctness is unknown are left out and counted, since no reward can be computed for them.
     """
     if split not in data:
-        raise LabelDataError(f"{source}: no {split!r} split (has {sorted(data)})")
+        raise RecordError(f"{source}: no {split!r} split (has {sorted(data)})")
     table = data[split]
     needed = REQUIRED_COLUMNS + (REWARD_COLUMNS if with_rewards else ())
     missing = [c for c in needed if c not in table.column_names]
     if missing:
-        raise LabelDataError(f"{source} split {split!r}: missing column(s) {missing}")
+        raise RecordError(f"{source} split {split!r}: missing column(s) {missing}")
     eos = tokenizer.eos_token
     if not eos:
-        raise LabelDataError("tokenizer has no eos_token: a completion could never end")
+        raise RecordError("tokenizer has no eos_token: a completion could never end")
     rows: dict[str, list[Any]] = {k: [] for k in ("prompt", "completion", "label", "qid", "conv_id")}
     if with_rewards:
         rows.update({k: [] for k in REWARD_COLUMNS})
@@ -133,7 +109,7 @@ def label_counts(rows: Dataset) -> dict[str, int]:
 def balance(rows: Dataset, mode: str, seed: int) -> Dataset:
     """Equalize the two labels (train split only): oversample the minority or undersample the majority."""
     if mode not in BALANCE_MODES:
-        raise LabelDataError(f"balance must be one of {BALANCE_MODES}, got {mode!r}")
+        raise RecordError(f"balance must be one of {BALANCE_MODES}, got {mode!r}")
     counts = label_counts(rows)
     if mode == "none" or len(rows) == 0 or min(counts.values()) == 0:
         if mode != "none" and len(rows):

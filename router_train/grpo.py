@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labeling.dataset import load_dataset_dict
 from tiermem import contract
 from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
@@ -116,12 +117,12 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
 
 
 def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    dataset = data_lib.load_label_dataset(cfg.data)
+    dataset = load_dataset_dict(cfg.data)
     source = f"label dataset {cfg.data}"
     train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=True,
                                 limit=cfg.max_train_rows)
     if len(train) == 0:
-        raise data_lib.LabelDataError(f"{source}: no labeled rows with known path outcomes in {cfg.train_split!r}")
+        raise data_lib.RecordError(f"{source}: no labeled rows with known path outcomes in {cfg.train_split!r}")
     val = (data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=True,
                                limit=cfg.max_eval_rows) if cfg.eval_split in dataset else None)
     balanced = data_lib.balance(train, cfg.balance, cfg.seed)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labeling.dataset import load_dataset_dict
 from tiermem import contract
 from tiermem.artifacts import RunMeta
 from tiermem.config import parse_cli
@@ -102,13 +103,13 @@ def with_action_rewards(rows: Any, rewards: RewardConfig, scale: float | None) -
 
 
 def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    dataset = data_lib.load_label_dataset(cfg.data)
+    dataset = load_dataset_dict(cfg.data)
     source = f"label dataset {cfg.data}"
     need_rewards = cfg.objective.kind == "expected_reward"
     train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, limit=cfg.max_train_rows,
                                 with_rewards=need_rewards)
     if len(train) == 0:
-        raise data_lib.LabelDataError(f"{source}: no labeled rows in split {cfg.train_split!r}; nothing to train on")
+        raise data_lib.RecordError(f"{source}: no labeled rows in split {cfg.train_split!r}; nothing to train on")
     val = (
         data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, limit=cfg.max_eval_rows)
         if cfg.eval_split in dataset

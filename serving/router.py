@@ -162,6 +162,7 @@ class RouterSpec:
         return cls(path=value)
 
     def __post_init__(self) -> None:
+        self.kind = {"trained": "local", "llm": "teacher"}.get(self.kind, self.kind)  # names of older configs
         if self.kind not in SPEC_KINDS:
             raise ValueError(f"router.kind must be one of {SPEC_KINDS}, got {self.kind!r}")
         if self.mode not in ("fast", "generate"):
@@ -172,6 +173,11 @@ class RouterSpec:
             raise ValueError("router.kind=remote needs base_url and model")
         if self.kind in ("auto", "local") and not self.path:
             raise ValueError(f"router.kind={self.kind} needs router.path (a run directory or hub id)")
+
+
+def as_router_spec(value: RouterSpec | str) -> RouterSpec:
+    """Configs built in Python may name the router by its path, as YAML and overrides may."""
+    return RouterSpec.from_shorthand(value) if isinstance(value, str) else value
 
 
 def build(spec: RouterSpec, shared_trunk: bool = False) -> tuple[Router, str]:

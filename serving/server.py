@@ -33,7 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from serving.router import RouterSpec, logit, sigmoid
+from serving.router import RouterSpec, as_router_spec, logit, sigmoid
 from tiermem import contract
 from tiermem.errors import stage_main
 
@@ -54,6 +54,7 @@ class ServeConfig:
     route_batch_size: int = 16  # /route requests scored together when they queue up
 
     def __post_init__(self) -> None:
+        self.router = as_router_spec(self.router)
         if not 0 <= self.port <= 65_535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_chat_tokens",

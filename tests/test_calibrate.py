@@ -203,7 +203,7 @@ def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     import shutil
 
     from serving.router import LocalRouter
-    from tests.router_fixture import FIXTURES, make_router_run
+    from tests.router_fixtures import FIXTURES, make_router_run
     from tests.test_evaluate import rec
     from tiermem.artifacts import read_run_meta
 

@@ -186,7 +186,7 @@ def test_main_with_a_trained_router_run(tmp_path):
     """End to end through Router.from_pretrained: the fixture router learned 'When' -> ESCALATE."""
     from datasets import Dataset, DatasetDict
 
-    from tests.router_fixture import FIXTURES, make_router_run
+    from tests.router_fixtures import FIXTURES, make_router_run
 
     run_dir = make_router_run()  # built once, cached by the serving tests' fixture
     rows = []

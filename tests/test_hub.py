@@ -14,7 +14,7 @@ import pytest
 
 from serving.model_card import render_card
 from tests.hub_server import git_blob_sha1, local_hub
-from tests.router_fixture import FIXTURES, make_router_run
+from tests.router_fixtures import FIXTURES, make_router_run
 from tiermem.artifacts import RunMeta, read_run_meta
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.hub_server import local_hub
-from tests.router_fixture import FIXTURES, make_router_run
+from tests.router_fixtures import FIXTURES, make_router_run
 from tests.test_hub import TOKEN, _env, _run
 from tiermem.artifacts import read_run_meta, write_run_meta
 

@@ -83,7 +83,7 @@ def test_free_question_is_routed_answered_and_says_it_has_no_gold(tmp_path, caps
 
 
 def test_free_question_with_a_trained_router(tmp_path, capsys):
-    from tests.router_fixture import make_router_run
+    from tests.router_fixtures import make_router_run
 
     rc = _ask(tmp_path, "When did Tomas adopt Pepper?", f"router={make_router_run()}")
     out = capsys.readouterr().out

@@ -3,7 +3,7 @@ import shutil
 import pytest
 
 from serving.router import ROUTERS, AlwaysAnswer, AlwaysEscalate, LocalRouter, Router, TeacherRouter, build_router
-from tests.router_fixture import FIXTURES, make_router_run
+from tests.router_fixtures import FIXTURES, make_router_run
 from tiermem import contract
 from tiermem.artifacts import read_run_meta, update_run_meta, write_run_meta
 

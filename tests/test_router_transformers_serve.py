@@ -3,7 +3,7 @@
 import pytest
 
 from serving.router import LocalRouter, RemoteRouter
-from tests.router_fixture import FIXTURES, make_router_run
+from tests.router_fixtures import FIXTURES, make_router_run
 from tests.servers import transformers_serve
 
 

@@ -18,8 +18,7 @@ from evaluation import calibrate, evaluate
 from router_train import grpo, sft
 from router_train.common import LoraSettings, load_adapter_run
 from serving.model_card import record_eval, refresh_card
-from tests.router_fixture import make_router_run
-from tests.router_fixtures import build_tiny_model_dir, record
+from tests.router_fixtures import build_tiny_model_dir, make_router_run, record
 from tiermem import contract
 from tiermem.artifacts import make_adapter_portable, read_run_meta, update_run_meta
 
@@ -76,13 +75,13 @@ def runs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(root / "hub"))
         snapshot = hub_cache_with(root / "hub", BASE_ID, root / "base")
-        common = {"dataset_dir": str(data), "eval_generate_limit": 1, "metrics_train_rows": 2, "max_eval_rows": 2}
+        common = {"data": str(data), "eval_generate_limit": 1, "metrics_train_rows": 2, "max_eval_rows": 2}
         sft_dir = sft.train(sft.SFTRecipeConfig(
             model=BASE_ID, output_dir=str(root / "sft"), lora=LORA, **common,
             trainer={"max_steps": 1, "per_device_train_batch_size": 2, "logging_steps": 1})).output_dir
         cards = {"sft": card(sft_dir)}
         grpo_dir = grpo.train(grpo.GRPORecipeConfig(
-            sft_dir=str(sft_dir), output_dir=str(root / "grpo"), **common,
+            router=str(sft_dir), output_dir=str(root / "grpo"), **common,
             trainer={"max_steps": 1, "per_device_train_batch_size": 4, "num_generations": 2,
                      "logging_steps": 1})).output_dir
         cards["grpo"] = card(grpo_dir)

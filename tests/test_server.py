@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 
 from serving.router import AlwaysEscalate, LocalRouter, RemoteRouter
 from serving.server import ServeConfig, create_app, main
-from tests.router_fixture import FIXTURES, make_router_run
+from tests.router_fixtures import FIXTURES, make_router_run
 from tests.servers import free_port
 from tiermem import contract
 

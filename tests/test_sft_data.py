@@ -4,6 +4,7 @@ import pytest
 import torch
 from datasets import Dataset, DatasetDict
 
+from labeling.dataset import load_dataset_dict
 from router_train import data as data_lib
 from router_train.sft import SFTRecipeConfig, build_sft_config, load_rows
 from tests.router_fixtures import build_label_dataset, build_tiny_model_dir, record
@@ -24,7 +25,7 @@ def dataset_dir(tmp_path_factory):
 
 
 def test_rows_render_through_the_contract_and_skip_unlabeled(dataset_dir, tokenizer):
-    data = data_lib.load_label_dataset(dataset_dir)
+    data = load_dataset_dict(dataset_dir)
     rows = data_lib.build_rows(data, "train", tokenizer)
     assert len(rows) == 6  # record 6 has label None
     first = data["train"][0]
@@ -34,7 +35,7 @@ def test_rows_render_through_the_contract_and_skip_unlabeled(dataset_dir, tokeni
 
 
 def test_reward_rows_carry_reward_columns(dataset_dir, tokenizer):
-    rows = data_lib.build_rows(data_lib.load_label_dataset(dataset_dir), "train", tokenizer, with_rewards=True)
+    rows = data_lib.build_rows(load_dataset_dict(dataset_dir), "train", tokenizer, with_rewards=True)
     assert rows["s_ok"] == [True, True, True, True, False, False]
     assert rows["cost_research_input_tokens"][3] == 2000
 
@@ -49,10 +50,10 @@ def test_balancing_is_seeded_and_train_only(dataset_dir, tokenizer):
     assert train["qid"] == again["qid"]
     under = data_lib.balance(train, "undersample", seed=1)
     assert data_lib.label_counts(under) == {"ANSWER": 4, "ESCALATE": 4}
-    small = data_lib.balance(data_lib.build_rows(data_lib.load_label_dataset(dataset_dir), "train", tokenizer),
+    small = data_lib.balance(data_lib.build_rows(load_dataset_dict(dataset_dir), "train", tokenizer),
                              "undersample", seed=1)
     assert data_lib.label_counts(small) == {"ANSWER": 2, "ESCALATE": 2}
-    with pytest.raises(data_lib.LabelDataError, match="balance"):
+    with pytest.raises(data_lib.RecordError, match="balance"):
         data_lib.balance(train, "smote", seed=1)
 
 
@@ -60,18 +61,18 @@ def test_bad_records_are_named(tmp_path, tokenizer):
     bad = record(0, "c1", True, True)
     bad["sft_target"] = contract.render_target("ESCALATE", "disagrees with the label")
     DatasetDict({"train": Dataset.from_list([bad])}).save_to_disk(str(tmp_path / "ds"))
-    with pytest.raises(data_lib.LabelDataError, match=r"record 0 \(qid='c1-q0'\): field 'sft_target'"):
-        data_lib.build_rows(data_lib.load_label_dataset(tmp_path / "ds"), "train", tokenizer)
+    with pytest.raises(data_lib.RecordError, match=r"record 0 \(qid='c1-q0'\): field 'sft_target'"):
+        data_lib.build_rows(load_dataset_dict(tmp_path / "ds"), "train", tokenizer)
     with pytest.raises(FileNotFoundError, match="make label"):
-        data_lib.load_label_dataset(tmp_path / "missing")
-    with pytest.raises(data_lib.LabelDataError, match="no 'validation' split"):
-        data_lib.build_rows(data_lib.load_label_dataset(tmp_path / "ds"), "validation", tokenizer)
+        load_dataset_dict(tmp_path / "missing")
+    with pytest.raises(data_lib.RecordError, match="no 'validation' split"):
+        data_lib.build_rows(load_dataset_dict(tmp_path / "ds"), "validation", tokenizer)
     Dataset.from_list([{"qid": "x", "label": "ANSWER"}]).save_to_disk(str(tmp_path / "single"))
-    with pytest.raises(data_lib.LabelDataError, match="single split"):
-        data_lib.load_label_dataset(tmp_path / "single")
+    with pytest.raises(data_lib.RecordError, match="single split"):
+        load_dataset_dict(tmp_path / "single")
     DatasetDict({"train": Dataset.from_list([{"qid": "x", "label": "ANSWER"}])}).save_to_disk(str(tmp_path / "cols"))
-    with pytest.raises(data_lib.LabelDataError, match=r"missing column\(s\)"):
-        data_lib.build_rows(data_lib.load_label_dataset(tmp_path / "cols"), "train", tokenizer)
+    with pytest.raises(data_lib.RecordError, match=r"missing column\(s\)"):
+        data_lib.build_rows(load_dataset_dict(tmp_path / "cols"), "train", tokenizer)
 
 
 def test_trainer_collator_masks_everything_but_the_completion(dataset_dir, tokenizer, tmp_path):

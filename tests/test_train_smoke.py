@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 import torch
+from datasets import load_from_disk
 from safetensors.torch import load_file
 
 from router_train import grpo, sft
@@ -59,6 +60,10 @@ def test_sft_changes_adapter_and_saves_a_complete_run(sft_run, workdir):
                                                                     str(workdir / "random_base"))
     assert meta.training["lora"]["r"] == 4 and meta.training["resolved_trainer_args"]["bf16"] is False
     assert meta.data["train_labels"] == {"ANSWER": 4, "ESCALATE": 2}
+    # the prompts' shape travels with the router: its training top_k and the contract's limits
+    assert meta.data["router_input"] == {"top_k": max(len(r["router_summaries"]) for r in
+                                                      load_from_disk(str(workdir / "dataset"))["train"]),
+                                         **contract.limits()}
     val = meta.metrics["validation"]
     assert val["n"] == 3 and 0.0 <= val["accuracy"] <= 1.0
     assert val["baseline_always_escalate_accuracy"] == pytest.approx(2 / 3)

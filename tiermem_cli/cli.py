@@ -7,7 +7,16 @@ import logging
 import os
 import sys
 
-from tiermem.errors import EXIT_DATA, EXIT_USAGE, error_line, exit_code  # noqa: F401  (EXIT_*: tests, docs)
+from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: README "exit codes")
+    EXIT_DATA,
+    EXIT_FAILED,
+    EXIT_NETWORK,
+    EXIT_RUN_DIR,
+    EXIT_STORE,
+    EXIT_USAGE,
+    error_line,
+    exit_code,
+)
 from tiermem.logs import setup_logging
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.

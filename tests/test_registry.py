@@ -1,0 +1,76 @@
+"""One router registry for every stage, one config vocabulary, and the router's training top_k enforced."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from evaluation.calibrate import CalibrateConfig
+from evaluation.evaluate import EvalConfig
+from router_train.grpo import GRPORecipeConfig
+from router_train.sft import SFTRecipeConfig
+from serving.router import AlwaysEscalate, LocalRouter, RouterSpec, build
+from serving.server import RequestError, ServeConfig, validate_route_request
+from tests.router_fixtures import make_router_run
+from tiermem import contract
+from tiermem.artifacts import read_run_meta, update_run_meta
+from tiermem.config import ConfigError, parse_config
+
+
+def test_router_is_a_path_or_a_mapping_in_every_stage():
+    for cls in (EvalConfig, CalibrateConfig, ServeConfig):
+        short = parse_config(cls, None, ["router=runs/x"]).router
+        full = parse_config(cls, None, ["router.path=runs/x", "router.mode=generate"]).router
+        assert isinstance(short, RouterSpec) and (short.path, short.kind) == ("runs/x", "auto")
+        assert (full.path, full.mode) == ("runs/x", "generate")
+    # a shorthand overridden key by key, as `make serve ARGS="router=... router.threshold=..."` does
+    spec = parse_config(ServeConfig, None, ["router=always-escalate", "router.threshold=1.5"]).router
+    assert (spec.kind, spec.path, spec.threshold) == ("always-escalate", None, 1.5)
+
+
+def test_one_vocabulary_and_old_names_point_to_the_new_ones():
+    assert {"router", "data", "output_dir"} <= set(SFTRecipeConfig.__dataclass_fields__)
+    assert {"router", "data", "output_dir"} <= set(GRPORecipeConfig.__dataclass_fields__)
+    assert {"router", "data", "output_dir"} <= set(EvalConfig.__dataclass_fields__)
+    assert {"router", "data"} <= set(CalibrateConfig.__dataclass_fields__)
+    for cls, old, new in [(SFTRecipeConfig, "dataset_dir", "data"), (GRPORecipeConfig, "sft_dir", "router"),
+                          (EvalConfig, "out_dir", "output_dir"), (EvalConfig, "dataset", "data")]:
+        with pytest.raises(ConfigError, match=f"{old} is now {new}"):
+            parse_config(cls, None, [f"{old}=x"])
+
+
+def test_build_serves_every_stage_from_one_registry():
+    router, name = build(RouterSpec(path=None, kind="always-escalate"))
+    assert isinstance(router, AlwaysEscalate) and name == "always-escalate"
+    with pytest.raises(ValueError, match="remote needs base_url and model"):
+        RouterSpec(kind="remote")
+    with pytest.raises(ValueError, match="none builds no router"):
+        build(RouterSpec(path=None, kind="none"))
+
+
+@pytest.fixture(scope="module")
+def run_copy(tmp_path_factory):
+    dst = tmp_path_factory.mktemp("router") / "run"
+    shutil.copytree(make_router_run(), dst)
+    return dst
+
+
+def test_top_k_saved_with_the_router_is_enforced(run_copy):
+    update_run_meta(run_copy, data={**read_run_meta(run_copy).data,
+                                    "router_input": {"top_k": 2, **contract.limits()}})
+    router, _ = build(RouterSpec(path=str(run_copy)))
+    assert isinstance(router, LocalRouter) and router.top_k == 2
+    two = [{"text": "a", "date": None}, {"text": "b", "date": None}]
+    assert len(router.route_batch(["What is it?"], [two])) == 1
+    with pytest.raises(ValueError, match="at most 2 summaries, got 3"):
+        router.route_batch(["What is it?"], [[*two, {"text": "c", "date": None}]])
+    with pytest.raises(RequestError, match="reads at most 2"):
+        validate_route_request({"question": "q", "summaries": [*two, *two]}, ServeConfig(), router.top_k)
+
+
+def test_other_prompt_limits_refuse_to_load(run_copy):
+    update_run_meta(run_copy, data={**read_run_meta(run_copy).data,
+                                    "router_input": {"top_k": 5, "max_summaries": 10, "max_summary_chars": 500}})
+    with pytest.raises(contract.ContractVersionError, match="max_summary_chars"):
+        LocalRouter.from_pretrained(run_copy)
