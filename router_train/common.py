@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from router_train.rewards import RewardConfig
 from tiermem import contract
 from tiermem.artifacts import (
     RUN_META_FILE,
@@ -49,6 +50,28 @@ class LoraSettings:
             r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
             target_modules=self.target_modules, task_type="CAUSAL_LM", layers_to_transform=layers,
         )
+
+
+@dataclass
+class RecipeConfig:
+    """What SFT and GRPO configs share: the label data, splits, adapter, rewards, seeds and metric sizes.
+    Each recipe's config (next to its trainer) adds its own fields and passes `trainer:` to TRL's own config."""
+
+    data: str = "runs/label/dataset"  # DatasetDict saved by `make label`
+    output_dir: str = "runs/router"
+    train_split: str = "train"
+    eval_split: str = "validation"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    rewards: RewardConfig = field(default_factory=RewardConfig)  # the reward table (GRPO; SFT's expected_reward)
+    balance: str = "none"  # none | oversample | undersample (train split only)
+    seed: int = 42
+    cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
+    max_train_rows: int | None = None
+    max_eval_rows: int | None = None
+    metrics_train_rows: int = 64  # train rows scored for the train-side decision metrics
+    eval_batch_size: int = 8
+    eval_generate_limit: int = 16  # greedy generations parsed per split to report format/parse rates
+    trainer: dict[str, Any] = field(default_factory=dict)  # passed to TRL's SFTConfig / GRPOConfig, which validate it
 
 
 def has_gpu() -> bool:

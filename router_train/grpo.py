@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from tiermem.rundir import claim_output_dir
 
 from . import data as data_lib
 from .common import (
-    LoraSettings,
+    RecipeConfig,
     RunResult,
     build_trl_config,
     clear_run_meta,
@@ -40,7 +40,7 @@ from .common import (
     trainer_args,
     training_device,
 )
-from .rewards import RewardConfig, build_reward_funcs
+from .rewards import build_reward_funcs
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
@@ -64,25 +64,11 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 
 
 @dataclass
-class GRPORecipeConfig:
+class GRPORecipeConfig(RecipeConfig):
     router: str | None = "runs/sft"  # the SFT router run to refine (adapter + tiermem_router.json)
     allow_no_sft: bool = False  # start from the bare base model with a fresh adapter (not recommended)
-    model: str = DEFAULT_LM  # base spec, used only with allow_no_sft and no router
-    data: str = "runs/label/dataset"
+    model: str = DEFAULT_LM  # base spec, used only with allow_no_sft and no router; lora then sets the new adapter
     output_dir: str = "runs/grpo"
-    train_split: str = "train"
-    eval_split: str = "validation"
-    lora: LoraSettings = field(default_factory=LoraSettings)  # used only for a fresh adapter
-    rewards: RewardConfig = field(default_factory=RewardConfig)
-    balance: str = "none"  # none | oversample | undersample (train split only)
-    seed: int = 42
-    cpu_defaults: bool = True
-    max_train_rows: int | None = None
-    max_eval_rows: int | None = None
-    metrics_train_rows: int = 64
-    eval_batch_size: int = 8
-    eval_generate_limit: int = 16
-    trainer: dict[str, Any] = field(default_factory=dict)  # passed to trl.GRPOConfig, which validates it
 
 
 def build_grpo_config(cfg: GRPORecipeConfig) -> Any:

@@ -26,7 +26,7 @@ from tiermem.rundir import claim_output_dir
 
 from . import data as data_lib
 from .common import (
-    LoraSettings,
+    RecipeConfig,
     RunResult,
     build_trl_config,
     clear_run_meta,
@@ -64,25 +64,11 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 
 
 @dataclass
-class SFTRecipeConfig:
+class SFTRecipeConfig(RecipeConfig):
     model: str = DEFAULT_LM  # router base: packaged:..., a local dir or a hub id
-    data: str = "runs/label/dataset"  # DatasetDict saved by `make label`
     output_dir: str = "runs/sft"
-    train_split: str = "train"
-    eval_split: str = "validation"
-    lora: LoraSettings = field(default_factory=LoraSettings)
     objective: ObjectiveConfig = field(default_factory=lambda: ObjectiveConfig(kind="lm"))
-    rewards: RewardConfig = field(default_factory=RewardConfig)  # objective expected_reward: the GRPO table
     router: str | None = None  # continue training this router run's adapter (e.g. runs/sft); None: a new adapter
-    balance: str = "none"  # none | oversample | undersample (train split only)
-    seed: int = 42
-    cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
-    max_train_rows: int | None = None
-    max_eval_rows: int | None = None
-    metrics_train_rows: int = 64  # train rows scored for the train-side decision metrics
-    eval_batch_size: int = 8
-    eval_generate_limit: int = 16  # greedy generations parsed per split to report format/parse rates
-    trainer: dict[str, Any] = field(default_factory=dict)  # passed to trl.SFTConfig, which validates it
 
 
 def build_sft_config(cfg: SFTRecipeConfig) -> Any:
