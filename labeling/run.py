@@ -36,7 +36,6 @@ from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Question, load_conversations
-from tiermem.errors import stage_main
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
 from tiermem.rundir import RunError, claim_output_dir
@@ -173,8 +172,7 @@ def build_dataset(records: list[dict[str, Any]]) -> Any:
     })
 
 
-@stage_main("label")
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     cfg = parse_cli(LabelConfig, list(argv or []), default_config=DEFAULT_CONFIG)
     stats = run(cfg)
     rule = cfg.label_rule

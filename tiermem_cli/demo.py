@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiermem.config import parse_cli
-from tiermem.errors import stage_main
 
 STEPS = ("label", "sft", "expected_reward", "grpo", "features", "calibrate", "eval")
 LM_ROUTERS = ("sft", "expected_reward", "grpo")
@@ -88,7 +87,6 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str]]]:
             for step in cfg.stages for name, stage, args in out[step]]
 
 
-@stage_main("demo")
 def main(argv: list[str]) -> int:
     from tiermem_cli.cli import STAGES
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from tiermem.config import parse_cli
 from tiermem.data.conversations import Conversation, Question, load_conversations
-from tiermem.errors import stage_main
 from tiermem.llm import LLMConfig, build_llm
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
 
@@ -71,7 +70,6 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
                      "own in words (with a space or a question mark)")
 
 
-@stage_main("ingest")
 def main(argv: list[str]) -> int:
     cfg = parse_cli(IngestConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
     conv, question = pick(load_conversations(cfg.data or None), cfg.conversation, cfg.question)
