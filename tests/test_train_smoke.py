@@ -125,7 +125,7 @@ def test_grpo_changes_adapter_and_logs_reward_curves(workdir):
     curves = json.loads((result.output_dir / grpo.CURVES_FILE).read_text())
     assert [p["step"] for p in curves] == [1, 2]
     for key in ("reward", "reward_std", "frac_reward_zero_std", "rewards/decision/mean", "rewards/format/mean",
-                "reward_parts/waste", "case/unparseable", "decision/escalation_rate", "format/valid_json_rate"):
+                "reward_parts/waste", "case/unparseable", "decision/escalation_rate", "format/valid_action_rate"):
         assert key in curves[0], key
     assert grpo.zero_variance_warning(curves) is None
     meta = read_run_meta(result.output_dir)
