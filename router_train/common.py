@@ -141,7 +141,8 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
 
 
 def clear_run_meta(output_dir: str | Path) -> None:
-    """A rerun first removes the old metadata, so a crashed run never looks like a finished one."""
+    """A rerun removes the old metadata when training starts, so a crashed run never looks like a finished one
+    (and a run that fails on its inputs leaves the previous finished run as it was)."""
     (Path(output_dir) / RUN_META_FILE).unlink(missing_ok=True)
 
 

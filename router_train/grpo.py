@@ -168,7 +168,6 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     claim_output_dir(cfg.output_dir, "grpo")
     set_seed(cfg.seed)
     model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
-    clear_run_meta(cfg.output_dir)
     train_rows, val_rows, data_info = load_reward_rows(cfg, tokenizer)
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
                                       args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows))
@@ -186,6 +185,8 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     )
     log.info("GRPO on %d prompts x %d generations, max_completion_length=%d", len(train_rows),
              args.num_generations, args.max_completion_length)
+    # Only now, with the policy and the rows loaded, does the old run stop being the run in this directory.
+    clear_run_meta(cfg.output_dir)
     started = time.perf_counter()
     result = trainer.train()
     steps = trainer.state.global_step

@@ -132,7 +132,6 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
     set_seed(cfg.seed)
     claim_output_dir(cfg.output_dir, "sft")
-    clear_run_meta(cfg.output_dir)
     if cfg.router:  # continue an existing router's adapter (its base model wins over cfg.model)
         model, tokenizer, init_meta = load_adapter_run(cfg.router, trainable=True)
         base_spec, peft_config = init_meta.base_model, None
@@ -166,6 +165,8 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
         action_ids=action_first_tokens(tokenizer, train_rows["prompt"][0]),
         class_weights=weights,
     )
+    # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
+    clear_run_meta(cfg.output_dir)
     started = time.perf_counter()
     result = trainer.train()
     if getattr(trainer, "trunk", None) is not None:

@@ -51,9 +51,14 @@ def test_uncached_hub_id_offline_says_what_to_do(monkeypatch, tmp_path):
         resolve_model("acme/not-cached-router")
 
 
-def test_cli_reports_a_bad_model_spec_in_one_line(capsys):
+def test_cli_reports_a_bad_model_spec_in_one_line(capsys, tmp_path):
     from tiermem_cli.cli import main
 
-    assert main(["sft", "model=./no/such/model", "data=./no/such/dataset"]) == 2
+    out = tmp_path / "sft"
+    out.mkdir()
+    (out / ".tiermem-run.json").write_text('{"stage": "sft"}')
+    (out / "tiermem_router.json").write_text("{}")  # a finished earlier run
+    assert main(["sft", "model=./no/such/model", "data=./no/such/dataset", f"output_dir={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error:" in err[0] and "./no/such/model" in err[0]
+    assert (out / "tiermem_router.json").is_file()  # a run that failed on its inputs keeps the earlier one
