@@ -63,7 +63,8 @@ def _ask(tmp_path, question, *extra):
     with fake_openai() as base_url:
         return main([f"data={EXAMPLE_PATH}", f"question={question}", f"workdir={tmp_path / 'mem'}",
                      "llm.backend=openai", "llm.model=fake", f"llm.base_url={base_url}", "memory.embedder=hashing",
-                     "memory.tokenizer=whitespace", "memory.page_tokens=120", *extra])
+                     "memory.tokenizer=whitespace", "memory.page_tokens=120",
+                     f"llm.cache_path={tmp_path / 'cache.sqlite'}", *extra])
 
 
 def test_free_question_is_routed_answered_and_says_it_has_no_gold(tmp_path, capsys):
