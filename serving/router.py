@@ -230,9 +230,11 @@ class Router(ABC):
         return float(value)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        """Log-odds of ESCALATE per question (what calibration and sweeps order by). Routers without a score
-        (fixed, parsed-only) raise."""
-        raise NotImplementedError(f"router kind {self.kind!r} gives no score")
+        """Log-odds of ESCALATE per question (what calibration and sweeps order by). Fixed policies and routers
+        that only emit parsed decisions (teacher, remote in generate mode) have no score to order by: asking one
+        for it is a usage error (e.g. `calibrate router=always-escalate`), reported as one line."""
+        raise UsageError(f"router kind {self.kind!r} gives no score (log-odds of ESCALATE), so it has no threshold "
+                         "to calibrate or sweep; use an LM, features or top1-score router")
 
     @staticmethod
     def from_pretrained(path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",

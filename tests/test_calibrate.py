@@ -199,6 +199,18 @@ def test_main_reports_one_clear_error_line(tmp_path, capsys):
     assert len(err) == 1 and "label data not found" in err[0]
 
 
+def test_a_router_without_a_score_is_one_clear_error(tmp_path, capsys):
+    from tests.test_evaluate import rec
+
+    data = tmp_path / "val.jsonl"
+    row = rec("f0", "c0", True, True, "ANSWER", "validation")
+    row.update(question="What is it?", router_summaries=[])
+    data.write_text(json.dumps(row))
+    assert main(["router=always-escalate", f"data={data}", "write=false"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]  # (after the progress bar)
+    assert len(errors) == 1 and "gives no score" in errors[0] and "Traceback" not in errors[0]
+
+
 def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     import shutil
 
