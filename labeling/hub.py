@@ -9,12 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from labeling.rules import LABEL_RULE_TEXT
-from tiermem.errors import UsageError
-
-
-class HubError(UsageError):
-    """A push or pull that the hub refused or could not serve."""
-
+from tiermem.errors import HubError
 
 # Source benchmark -> the license its derived records keep (the `source` column of every label record).
 SOURCE_LICENSES = {

@@ -12,11 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labeling.hub import HubError
 from serving.model_card import write_model_card
 from tiermem import contract
 from tiermem.artifacts import make_adapter_portable, read_run_meta
-from tiermem.errors import stage_main
+from tiermem.errors import HubError, stage_main
 
 # Never published: trainer checkpoints, optimizer state, half-written files.
 IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".tiermem_router.*", "runs/**"]

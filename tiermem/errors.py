@@ -25,6 +25,11 @@ class UsageError(ValueError):
     exit_code = EXIT_USAGE
 
 
+class HubError(UsageError):
+    """A push or pull that the hub refused or could not serve (dataset push in labeling, router push/pull in
+    serving)."""
+
+
 class DataError(ValueError):
     """A data file whose shape is wrong; the message names the file, the record and the field."""
 
