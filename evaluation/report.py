@@ -248,6 +248,12 @@ def write_plot(report: Mapping[str, Any], path: str | Path) -> Path:
                  f"bars: {level}% bootstrap intervals)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="lower right")
+    return _save_figure(fig, path)
+
+
+def _save_figure(fig: Any, path: str | Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -280,12 +286,7 @@ def write_reliability_plot(report: Mapping[str, Any], path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="upper left")
     ax.set_title("reliability of p_escalate", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save_figure(fig, path)
 
 
 def load_json(path: str | Path) -> dict[str, Any]:
