@@ -176,16 +176,19 @@ class RunResult:
 
 
 def decision_report(
-    model: Any, tokenizer: Any, rows: Any, majority: str | None, cfg: Any, limit: int | None
+    model: Any, tokenizer: Any, rows: Any, majority: str | None, cfg: Any, limit: int | None,
+    signal_head: Any = None,
 ) -> dict[str, Any] | None:
-    """Decision metrics on a split's rows (first `limit` rows), or None without rows."""
+    """Decision metrics on a split's rows (first `limit` rows), or None without rows. With a signal head (a
+    serving.signals.LogisticModel), the rows' `signals` column feeds it, as serving's features would."""
     from .decisions import evaluate_router
 
     if rows is None or len(rows) == 0:
         return None
     rows = rows.select(range(min(len(rows), limit))) if limit else rows
     return evaluate_router(model, tokenizer, rows["prompt"], rows["label"], majority,
-                           batch_size=cfg.eval_batch_size, generate_limit=cfg.eval_generate_limit)
+                           batch_size=cfg.eval_batch_size, generate_limit=cfg.eval_generate_limit,
+                           signal_head=signal_head, signals=rows["signals"] if signal_head is not None else None)
 
 
 def print_summary(stage: str, out: Path, metrics: dict[str, Any]) -> None:

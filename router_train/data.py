@@ -15,6 +15,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict
 
 from labeling.dataset import RecordError, amount, flag
+from serving.signals import feature_matrix
 from tiermem import contract
 
 log = logging.getLogger(__name__)
@@ -52,12 +53,15 @@ def build_rows(
     *,
     source: str = "label dataset",
     with_rewards: bool = False,
+    with_signals: bool = False,
     limit: int | None = None,
 ) -> Dataset:
     """Rows with `prompt` (contract.render_prompt) and `completion` (sft_target + eos) for labeled records.
 
     With `with_rewards`, the columns the GRPO rewards read (s_ok, r_ok, cost_research_input_tokens) come along;
     rows whose path correctness is unknown are left out and counted, since no reward can be computed for them.
+    With `with_signals`, a `signals` column holds each row's serve-time features (serving.signals.feature_matrix,
+    in FEATURES order): what the router's signal head reads at serving time.
     """
     if split not in data:
         raise RecordError(f"{source}: no {split!r} split (has {sorted(data)})")
@@ -72,6 +76,8 @@ def build_rows(
     rows: dict[str, list[Any]] = {k: [] for k in ("prompt", "completion", "label", "qid", "conv_id")}
     if with_rewards:
         rows.update({k: [] for k in REWARD_COLUMNS})
+    if with_signals:
+        rows["signals"] = []
     unknown_paths = 0
     for i, row in enumerate(table.select_columns(list(needed))):
         if row["label"] is None:
@@ -83,8 +89,13 @@ def build_rows(
             continue
         rows["prompt"].append(contract.render_prompt(tokenizer, row["question"], row["router_summaries"]))
         rows["completion"].append(row["sft_target"] + eos)
+        if with_signals:
+            try:
+                rows["signals"].append(feature_matrix([row["question"]], [row["router_summaries"]])[0].tolist())
+            except ValueError as exc:
+                raise RecordError(f"{where}: {exc}") from None
         for key in rows:
-            if key not in ("prompt", "completion"):
+            if key not in ("prompt", "completion", "signals"):
                 rows[key].append(row[key])
         if limit is not None and len(rows["prompt"]) >= limit:
             break

@@ -39,23 +39,28 @@ def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
     return firsts[0], firsts[1]
 
 
-def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> list[float]:
+def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
+                      signal_head: Any = None, signals: Any = None) -> list[float]:
     """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.router.LocalRouter.score_prompts):
-    training metrics and serving decisions come from one scorer, so they cannot drift apart."""
+    training metrics and serving decisions come from one scorer, so they cannot drift apart. A router with a
+    signal head (a serving.signals.LogisticModel) also needs the prompts' signal rows."""
     from serving.router import LocalRouter
 
     if not prompts:
         return []
     was_training = model.training
     try:
-        return LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size).score_prompts(list(prompts))
+        router = LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size, signal_head=signal_head)
+        return router.score_prompts(list(prompts), signals)
     finally:
         model.train(was_training)
 
 
-def escalation_probs(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> list[float]:
+def escalation_probs(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
+                     signal_head: Any = None, signals: Any = None) -> list[float]:
     """P(ESCALATE) renormalized over the two actions' first tokens (sigmoid of the log-odds)."""
-    return [1.0 / (1.0 + math.exp(-s)) for s in escalation_scores(model, tokenizer, prompts, batch_size)]
+    return [1.0 / (1.0 + math.exp(-s))
+            for s in escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals)]
 
 
 @torch.no_grad()
@@ -118,9 +123,11 @@ def evaluate_router(
     batch_size: int = 8,
     generate_limit: int = 0,
     max_new_tokens: int = 48,
+    signal_head: Any = None,
+    signals: Any = None,
 ) -> dict[str, Any]:
     """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
-    scores = escalation_scores(model, tokenizer, prompts, batch_size)
+    scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals)
     probs = [1.0 / (1.0 + math.exp(-s)) for s in scores]
     predicted = ["ESCALATE" if p >= threshold else "ANSWER" for p in probs]
     result = decision_metrics(predicted, labels, train_majority)

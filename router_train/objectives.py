@@ -12,12 +12,18 @@ decision logit stayed near ln 2 while the template was learned. These objectives
   (router_train.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
   knows the reward of both actions, so the expectation is exact and its gradient has no variance.
 
+With `signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
+(serving.signals.features: retrieval scores, lexical overlap, question form), trained together with the adapter
+by the same objective. The head starts from a logistic regression on the train rows, so the adapter learns what the
+signals miss; serving adds the same head to the same margin (serving.router.LocalRouter).
+
 The decision position is found in the labels themselves (first completion token that is an action's first
 token), so it is the same token serving scores (serving.router reads the same logits).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from trl import SFTTrainer
 
+from serving.signals import LogisticModel
 from tiermem.trunk import FrozenTrunk, decoder_of, supports_trunk
 
 OBJECTIVES = ("lm", "decision", "expected_reward")
@@ -45,15 +52,43 @@ class ObjectiveConfig:
     # adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
     trunk_cache: str | None = None  # a file keeping the trunk states between runs (same data, model and split)
+    # Add a learned linear head over the serve-time signals to the decision margin (decision / expected_reward).
+    signal_head: bool = False
+    signal_head_l2: float = 1.0  # L2 of the logistic regression that initializes the head
 
     def __post_init__(self) -> None:
         if self.kind not in OBJECTIVES:
             raise ValueError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
         if self.class_weight not in ("balanced", "none"):
             raise ValueError(f"objective.class_weight must be balanced|none, got {self.class_weight!r}")
+        if self.signal_head and self.kind == "lm":
+            raise ValueError("objective.signal_head needs a decision objective (decision or expected_reward), not lm")
+        if self.signal_head_l2 < 0:
+            raise ValueError(f"objective.signal_head_l2 must be >= 0, got {self.signal_head_l2}")
         if self.lm_weight < 0 or self.mass_weight < 0:
             raise ValueError(f"objective.lm_weight and mass_weight must be >= 0, got {self.lm_weight}, "
                              f"{self.mass_weight}")
+
+
+class SignalHead(torch.nn.Module):
+    """Log-odds over standardized serve-time signals: the trainable twin of a serving.signals.LogisticModel."""
+
+    def __init__(self, init: LogisticModel) -> None:
+        super().__init__()
+        self.template = init
+        self.register_buffer("mean", torch.tensor(init.mean, dtype=torch.float32))
+        self.register_buffer("scale", torch.tensor(init.scale, dtype=torch.float32))
+        self.linear = torch.nn.Linear(len(init.weights), 1)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.tensor([init.weights], dtype=torch.float32))
+            self.linear.bias.fill_(float(init.bias))
+
+    def forward(self, signals: torch.Tensor) -> torch.Tensor:
+        return self.linear((signals.float() - self.mean) / self.scale).squeeze(-1)
+
+    def to_logistic(self) -> LogisticModel:
+        return dataclasses.replace(self.template, weights=[float(w) for w in self.linear.weight[0].tolist()],
+                                   bias=float(self.linear.bias.item()))
 
 
 def _positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -79,7 +114,8 @@ class RouterSFTTrainer(SFTTrainer):
     """SFTTrainer with the decision-focused objectives above; `objective.kind=lm` is SFTTrainer's own loss."""
 
     def __init__(self, *args: Any, objective: ObjectiveConfig, action_ids: tuple[int, int],
-                 class_weights: tuple[float, float] = (1.0, 1.0), **kwargs: Any) -> None:
+                 class_weights: tuple[float, float] = (1.0, 1.0), signal_head: LogisticModel | None = None,
+                 centre_signal_head: bool = True, **kwargs: Any) -> None:
         self.objective = objective
         self.action_ids = action_ids
         self.class_weights = class_weights
@@ -88,26 +124,40 @@ class RouterSFTTrainer(SFTTrainer):
         top = trainable_top_layers(self.model)
         if objective.kind != "lm" and objective.frozen_trunk and top is not None and supports_trunk(self.model):
             self.trunk = FrozenTrunk(self.model, top, cache_file=objective.trunk_cache)
-        if objective.kind == "expected_reward":
+        # After the trunk check: the head's parameters are not in a decoder layer. A submodule of the model, so
+        # the trainer's optimizer updates it with the adapter.
+        self.signal_head = None
+        self._head_centred = not centre_signal_head  # a head saved with a trained adapter is already centred
+        if signal_head is not None:
+            self.signal_head = SignalHead(signal_head).to(self.args.device)
+            self.model.add_module("router_signal_head", self.signal_head)
+        self.extra_columns = [c for c, on in ((REWARD_COLUMNS[0], objective.kind == "expected_reward"),
+                                              (REWARD_COLUMNS[1], objective.kind == "expected_reward"),
+                                              ("signals", signal_head is not None)) if on]
+        if self.extra_columns:
             collate = self.data_collator
 
-            def with_rewards(examples: list[dict[str, Any]]) -> dict[str, Any]:
+            def with_columns(examples: list[dict[str, Any]]) -> dict[str, Any]:
                 batch = collate(examples)
-                batch["reward_pair"] = torch.tensor([[e[c] for c in REWARD_COLUMNS] for e in examples],
-                                                    dtype=torch.float32)
+                if objective.kind == "expected_reward":
+                    batch["reward_pair"] = torch.tensor([[e[c] for c in REWARD_COLUMNS] for e in examples],
+                                                        dtype=torch.float32)
+                if signal_head is not None:
+                    batch["signals"] = torch.tensor([e["signals"] for e in examples], dtype=torch.float32)
                 return batch
 
-            self.data_collator = with_rewards
+            self.data_collator = with_columns
 
     def _set_signature_columns_if_needed(self) -> None:
         super()._set_signature_columns_if_needed()
-        if self.objective.kind == "expected_reward" and self._signature_columns is not None:
-            self._signature_columns = list(self._signature_columns) + list(REWARD_COLUMNS)
+        if self.extra_columns and self._signature_columns is not None:
+            self._signature_columns = list(self._signature_columns) + self.extra_columns
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.objective.kind == "lm":
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         reward_pair = inputs.pop("reward_pair", None)
+        signals = inputs.pop("signals", None)
         labels = inputs["labels"]
         idx, targets, valid = _positions(labels)
         # Logits only where a completion token is predicted: the vocabulary projection is the costly part.
@@ -128,6 +178,17 @@ class RouterSFTTrainer(SFTTrainer):
         first = is_action.float().argmax(dim=1)  # first action token of each row
         rows = torch.arange(labels.size(0), device=labels.device)
         pair = logits[rows, first][:, [answer_id, escalate_id]]  # [B, 2]: ANSWER, ESCALATE
+        if self.signal_head is not None:
+            if signals is None:
+                raise ValueError("objective.signal_head: the batch has no `signals` column")
+            if not self._head_centred and model.training:
+                # The untrained adapter's margin has an arbitrary offset; the head starts centred against it (first
+                # batch), so the combined log-odds start at the logistic regression's.
+                with torch.no_grad():
+                    self.signal_head.linear.bias -= (pair[:, 1] - pair[:, 0]).mean().to(self.signal_head.linear.bias)
+                self._head_centred = True
+            head = self.signal_head(signals.to(pair.device))
+            pair = pair + torch.stack([torch.zeros_like(head), head], dim=1)
         if self.objective.kind == "decision":
             y = (targets[rows, first] == escalate_id).long()
             weight = torch.tensor(self.class_weights, device=pair.device)

@@ -16,7 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from labeling.dataset import load_dataset_dict
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic, save_logistic
 from tiermem import contract
 from tiermem.artifacts import RunMeta
 from tiermem.config import parse_cli
@@ -92,12 +95,14 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
     dataset = load_dataset_dict(cfg.data)
     source = f"label dataset {cfg.data}"
     need_rewards = cfg.objective.kind == "expected_reward"
+    signals = cfg.objective.signal_head
     train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, limit=cfg.max_train_rows,
-                                with_rewards=need_rewards)
+                                with_rewards=need_rewards, with_signals=signals)
     if len(train) == 0:
         raise data_lib.RecordError(f"{source}: no labeled rows in split {cfg.train_split!r}; nothing to train on")
     val = (
-        data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, limit=cfg.max_eval_rows)
+        data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, limit=cfg.max_eval_rows,
+                            with_signals=signals)
         if cfg.eval_split in dataset
         else None
     )
@@ -120,6 +125,19 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
     return balanced, val, info
 
 
+def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMeta | None,
+                        init_dir: str | None) -> tuple[LogisticModel | None, bool]:
+    """(the head training starts from, whether to centre it against the untrained adapter): the continued
+    router's own head, or a logistic regression on the train rows' signals."""
+    if not cfg.objective.signal_head:
+        return None, False
+    saved = ((init_meta.data.get("signal_head") or {}).get("file") if init_meta else None)
+    if saved:
+        return read_logistic(Path(init_dir) / saved), False
+    y = np.array([label == "ESCALATE" for label in train_rows["label"]], dtype=np.float64)
+    return fit_logistic(np.array(train_rows["signals"], dtype=np.float64), y, cfg.objective.signal_head_l2), True
+
+
 def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
     return [len(tokenizer(p + c)["input_ids"]) for p, c in zip(rows["prompt"], rows["completion"], strict=True)]
 
@@ -132,6 +150,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
     set_seed(cfg.seed)
     claim_output_dir(cfg.output_dir, "sft")
+    init_meta = None
     if cfg.router:  # continue an existing router's adapter (its base model wins over cfg.model)
         model, tokenizer, init_meta = load_adapter_run(cfg.router, trainable=True)
         base_spec, peft_config = init_meta.base_model, None
@@ -139,6 +158,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
         model, tokenizer = load_causal_lm(cfg.model, device=training_device())
         base_spec, peft_config = cfg.model, cfg.lora.to_peft(model.config.num_hidden_layers)
     train_rows, val_rows, data_info = load_rows(cfg, tokenizer)
+    head_init, centre_head = initial_signal_head(cfg, train_rows, init_meta, cfg.router)
     lengths = _token_lengths(train_rows, tokenizer)
     over = sum(n > args.max_length for n in lengths) if args.max_length else 0
     if over:
@@ -148,7 +168,8 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
                      train_rows_over_max_length=over)
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
              data_info["validation_labels"])
-    columns = ["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.objective.kind == "expected_reward" else [])
+    columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.objective.kind == "expected_reward" else [])
+               + (["signals"] if head_init is not None else []))
     weights = balanced_class_weights(list(train_rows["label"])) if cfg.objective.class_weight == "balanced" else (
         1.0, 1.0)
     data_info["class_weights"] = list(weights) if cfg.objective.kind == "decision" else None
@@ -164,6 +185,8 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
         objective=cfg.objective,
         action_ids=action_first_tokens(tokenizer, train_rows["prompt"][0]),
         class_weights=weights,
+        signal_head=head_init,
+        centre_signal_head=centre_head,
     )
     # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
     clear_run_meta(cfg.output_dir)
@@ -178,10 +201,18 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     if not is_main_process(trainer):
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
     majority = majority_label(list(train_rows["label"]))
+    head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
+    if head is not None:
+        save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
+        data_info["signal_head"] = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES),
+                                    "init": "router" if not centre_head else "logistic regression on train",
+                                    "init_weights": dict(zip(FEATURES, head_init.weights, strict=True)),
+                                    "weights": dict(zip(FEATURES, head.weights, strict=True))}
     metrics = {
         "train": train_metrics,
-        "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows),
-        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None),
+        "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,
+                                           head),
+        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None, head),
         "log_history": trainer.state.log_history,
     }
     if metrics["validation"] is None:

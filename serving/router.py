@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
+from serving.signals import FEATURES, LogisticModel, feature_matrix, read_logistic
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta
 from tiermem.errors import UsageError
@@ -154,6 +157,8 @@ class RouterSpec:
     model: str | None = None  # remote: the model name the endpoint serves the adapter under
     api_key_env: str = "OPENAI_API_KEY"  # remote
     strategy: str = "auto"  # remote: auto | logprobs | choice | generate
+    # remote: the run directory of the adapter the endpoint serves, when it has a signal head (added to the margin)
+    signal_head: str | None = None
 
     @classmethod
     def from_shorthand(cls, value: str) -> RouterSpec:
@@ -199,8 +204,19 @@ def build(spec: RouterSpec, shared_trunk: bool = False) -> tuple[Router, str]:
         llm = build_llm(spec.llm)
         return build_router("teacher", llm=llm, max_tokens=spec.max_tokens), f"llm-prompt:{llm.name}"
     if kind == "remote":
+        head, pieces = None, None
+        if spec.signal_head:
+            from transformers import AutoTokenizer
+
+            meta = read_run_meta(spec.signal_head)
+            head_file = (meta.data.get("signal_head") or {}).get("file")
+            if not head_file:
+                raise RouterLoadError(f"router.signal_head={spec.signal_head}: that run has no signal head")
+            head = read_logistic(Path(spec.signal_head) / head_file)
+            pieces = action_pieces(AutoTokenizer.from_pretrained(spec.signal_head))
         router = build_router("remote", base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
-                              strategy=spec.strategy, max_tokens=spec.max_tokens)
+                              strategy=spec.strategy, max_tokens=spec.max_tokens, signal_head=head,
+                              action_pieces=pieces)
         return router, f"remote:{spec.model}@{spec.base_url}"
     if kind in ("features", "top1-score"):
         if spec.path:
@@ -314,8 +330,18 @@ class RemoteRouter(Router):
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", threshold: float | None = None,
                  strategy: str = "auto", max_tokens: int = 64, top_logprobs: int = 10, timeout_s: float = 60.0,
-                 max_retries: int = 3) -> None:
+                 max_retries: int = 3, signal_head: LogisticModel | None = None,
+                 action_pieces: dict[str, str] | None = None) -> None:
         from openai import OpenAI
+
+        if signal_head is not None and strategy not in ("auto", "logprobs"):
+            raise ValueError("a router with a signal head adds it to the log-odds margin: strategy must be auto or "
+                             f"logprobs, got {strategy!r}")
+        # The served adapter's head: the endpoint returns the LM's first-token log-probs, the head is added here.
+        self.signal_head = signal_head
+        # action -> the text of the first token the router's tokenizer gives it after OUTPUT_PREFIX (what the local
+        # fast path reads); None: guessed from the returned pieces (the longest one that starts the action)
+        self.action_pieces = action_pieces
 
         if strategy not in ("auto", "logprobs", "choice", "generate"):
             raise ValueError(f"strategy must be auto|logprobs|choice|generate, got {strategy!r}")
@@ -343,7 +369,10 @@ class RemoteRouter(Router):
                 for cand in tok.top_logprobs or []:
                     piece = cand.token
                     for action in contract.ACTIONS:
-                        if piece and action.startswith(piece) and (len(piece), cand.logprob) > best.get(
+                        if self.action_pieces is not None:
+                            if piece == self.action_pieces[action]:
+                                best[action] = (len(piece), cand.logprob)
+                        elif piece and action.startswith(piece) and (len(piece), cand.logprob) > best.get(
                                 action, (0, -math.inf)):
                             best[action] = (len(piece), cand.logprob)
                 if len(best) == 2:
@@ -370,8 +399,13 @@ class RemoteRouter(Router):
             parsed = contract.parse(choice.message.content or "")
             if margin is not None:
                 self.used["logprobs"] += 1
+                if self.signal_head is not None:
+                    margin += float(self.signal_head.log_odds(feature_matrix([question], [summaries]))[0])
                 action = "ESCALATE" if margin >= threshold else "ANSWER"
                 return Decision(action, sigmoid(margin), parsed.reason, True, dt, tokens, score=margin)
+            if self.signal_head is not None:  # no margin to add the head to: never a decision without it
+                raise RuntimeError("the endpoint returned no log-probs for both actions at the decision position; "
+                                   "a router with a signal head needs them (vLLM: logprobs=True, top_logprobs>=2)")
             if strategy == "logprobs" or content is not None:
                 # Log-probs were returned but the action tokens are not among them: the text is all we have.
                 self.used["generate"] += 1
@@ -418,6 +452,29 @@ class RemoteRouter(Router):
         return out
 
 
+def action_token_ids(tokenizer: Any) -> tuple[int, int]:
+    """The first token of ANSWER and of ESCALATE right after the prompt + OUTPUT_PREFIX: the fast path's logits."""
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False).input_ids
+
+    head = contract.render_prompt(tokenizer, "q", []) + contract.OUTPUT_PREFIX
+    head_ids = encode(head)
+    ids = []
+    for action in contract.ACTIONS:
+        full = encode(head + action)
+        if full[: len(head_ids)] != head_ids or len(full) <= len(head_ids):
+            raise RouterLoadError(f"tokenizer merges {action!r} into the output prefix; fast path impossible")
+        ids.append(full[len(head_ids)])
+    if ids[0] == ids[1]:
+        raise RouterLoadError(f"ANSWER and ESCALATE share their first token {ids[0]}; use mode='generate'")
+    return ids[0], ids[1]
+
+
+def action_pieces(tokenizer: Any) -> dict[str, str]:
+    """action -> the text of its first token (action_token_ids), as an endpoint's log-probs name it."""
+    return {a: tokenizer.decode([t]) for a, t in zip(contract.ACTIONS, action_token_ids(tokenizer), strict=True)}
+
+
 _SHARED_TRUNK_STATES: dict[str, dict] = {}  # trunk fingerprint -> states, shared by the routers of one process
 
 
@@ -448,7 +505,8 @@ class LocalRouter(Router):
 
     def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
                  threshold: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
-                 max_new_tokens: int = 64, trunk_layers: int | None = None) -> None:
+                 max_new_tokens: int = 64, trunk_layers: int | None = None,
+                 signal_head: LogisticModel | None = None) -> None:
         import torch
 
         if mode not in ("fast", "generate"):
@@ -463,6 +521,11 @@ class LocalRouter(Router):
             calibrated if calibrated is not None else DEFAULT_THRESHOLD)
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
+        # Learned jointly with the adapter: log-odds over the serve-time signals, added to the LM's margin.
+        self.signal_head = signal_head
+        if signal_head is not None and list(signal_head.feature_names) != list(FEATURES):
+            raise RouterLoadError(f"signal head reads features {signal_head.feature_names}, this version computes "
+                                  f"{list(FEATURES)}: retrain the router")
         # the most summaries a training prompt held; None for routers saved before it was recorded
         self.top_k = ((meta.data.get("router_input") or {}).get("top_k") or None) if meta else None
         if tokenizer.pad_token_id is None:
@@ -516,7 +579,26 @@ class LocalRouter(Router):
             raise RouterLoadError(f"{run_dir}: neither adapter_config.json (LoRA) nor config.json (merged model)")
         if (run_dir / "tokenizer_config.json").is_file():
             tokenizer = AutoTokenizer.from_pretrained(str(run_dir))  # the chat template training rendered with
+        head_file = (meta.data.get("signal_head") or {}).get("file")
+        if head_file:
+            try:
+                kwargs["signal_head"] = read_logistic(run_dir / head_file)
+            except (OSError, ValueError) as exc:
+                raise RouterLoadError(f"{run_dir}: tiermem_router.json names a signal head it cannot read: "
+                                      f"{exc}") from None
         return cls(model, tokenizer, meta=meta, mode=mode, threshold=threshold, **kwargs)
+
+    @property
+    def needs_retrieval_scores(self) -> bool:
+        """True when the router's score reads each summary's retrieval `score` (its signal head does)."""
+        return self.signal_head is not None
+
+    def head_log_odds(self, signals: Any) -> list[float]:
+        """The signal head's log-odds for raw feature rows ([n, len(FEATURES)]); zeros without a head."""
+        if self.signal_head is None:
+            return [0.0] * len(signals)
+        return [float(v) for v in self.signal_head.log_odds(np.asarray(signals, dtype=np.float64).reshape(
+            len(signals), len(FEATURES)))]
 
     # -- tokens ------------------------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
@@ -524,17 +606,7 @@ class LocalRouter(Router):
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def _action_token_ids(self) -> tuple[int, int]:
-        head = contract.render_prompt(self.tokenizer, "q", []) + contract.OUTPUT_PREFIX
-        head_ids = self._encode(head)
-        ids = []
-        for action in contract.ACTIONS:
-            full = self._encode(head + action)
-            if full[: len(head_ids)] != head_ids or len(full) <= len(head_ids):
-                raise RouterLoadError(f"tokenizer merges {action!r} into the output prefix; fast path impossible")
-            ids.append(full[len(head_ids)])
-        if ids[0] == ids[1]:
-            raise RouterLoadError(f"ANSWER and ESCALATE share their first token {ids[0]}; use mode='generate'")
-        return ids[0], ids[1]
+        return action_token_ids(self.tokenizer)
 
     def refresh_prefix_cache(self) -> None:
         """Recompute the cached prefix KV (after the weights changed)."""
@@ -607,15 +679,21 @@ class LocalRouter(Router):
             raise ValueError(f"this router was trained on prompts with at most {self.top_k} summaries, got {most}: "
                              f"retrieve top_k={self.top_k} (saved in tiermem_router.json data.router_input)")
 
-    def score_prompts(self, prompts: Sequence[str]) -> list[float]:
+    def score_prompts(self, prompts: Sequence[str], signals: Any = None) -> list[float]:
         """Log-odds of ESCALATE for already-rendered prompts (contract.render_prompt output, without
         OUTPUT_PREFIX): the same tokenization (add_special_tokens=False) and forward pass as the fast path, so
-        training metrics and serving read the same number. Puts nothing in train mode: callers that train
-        restore `model.train()` themselves (see the class docstring about the prefix cache)."""
+        training metrics and serving read the same number; `signals` (the rows' serve-time features, as
+        serving.signals.feature_matrix gives them) are required when the router has a signal head. Puts nothing
+        in train mode: callers that train restore `model.train()` themselves (see the class docstring about the
+        prefix cache)."""
+        if self.signal_head is not None and (signals is None or len(signals) != len(prompts)):
+            raise ValueError("this router has a signal head: score_prompts needs one signal row per prompt")
         out: list[float] = []
         for i in range(0, len(prompts), self.batch_size):
             rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts[i: i + self.batch_size]]
             out += self._score(rows)
+        if self.signal_head is not None:
+            out = [m + h for m, h in zip(out, self.head_log_odds(signals), strict=True)]
         return out
 
     def _fast(self, questions, summaries, threshold: float) -> list[Decision]:
@@ -626,11 +704,15 @@ class LocalRouter(Router):
             rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
                     for q, s in zip(qs, ss, strict=True)]
             margins = self._score(rows)
+            heads = self.head_log_odds(feature_matrix(qs, ss)) if self.signal_head is not None else [0.0] * len(rows)
             dt = (time.perf_counter() - started) / len(rows)
-            for m, row in zip(margins, rows, strict=True):
-                action = "ESCALATE" if m >= threshold else "ANSWER"
-                out.append(Decision(action, sigmoid(m), f"log-odds {m:.3f} vs threshold {threshold:.3f}", True, dt,
-                                    len(row), score=m))
+            for m, h, row in zip(margins, heads, rows, strict=True):
+                score = m + h
+                action = "ESCALATE" if score >= threshold else "ANSWER"
+                why = (f"log-odds {score:.3f} (text {m:.3f} + signals {h:.3f})" if self.signal_head is not None
+                       else f"log-odds {score:.3f}")
+                out.append(Decision(action, sigmoid(score), f"{why} vs threshold {threshold:.3f}", True, dt,
+                                    len(row), score=score))
         return out
 
     # -- generate path -----------------------------------------------------------------------------

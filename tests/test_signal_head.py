@@ -1,0 +1,142 @@
+"""The router's signal head: trained with the adapter in SFT, saved beside it, and scored identically by the
+training metrics, eval (serving.router.build), the HTTP server and the remote router (first-token log-probs from
+an endpoint + the head)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from router_train import sft
+from router_train.common import LoraSettings
+from router_train.decisions import escalation_scores
+from serving.router import RemoteRouter, RouterSpec, action_pieces, build
+from serving.server import ServeConfig, create_app
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE, feature_matrix, read_logistic
+from tests.router_fixtures import build_tiny_model_dir, record
+from tiermem import contract
+from tiermem.artifacts import read_run_meta
+from tiermem.stats import auroc
+
+
+def _varied(i: int, conv: str, s_ok: bool, r_ok: bool) -> dict:
+    """A fixture record whose signals differ from row to row (retrieval scores, overlap, question form)."""
+    rec = record(i, conv, s_ok, r_ok)
+    rec["router_summaries"][0]["score"] = 0.9 - 0.07 * i
+    rec["router_summaries"][1]["score"] = 0.2 + 0.03 * i
+    if i % 3 == 0:
+        rec["question"] = f"How many things did Caroline do, number {i}?"
+    return rec
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from datasets import Dataset, DatasetDict
+
+    root = tmp_path_factory.mktemp("signal_head")
+    train = [_varied(i, "c1" if i < 4 else "c2", i % 2 == 0, True) for i in range(8)]
+    validation = [_varied(i, "c3", i % 2 == 0, True) for i in range(8, 12)]
+    DatasetDict({"train": Dataset.from_list(train), "validation": Dataset.from_list(validation)}).save_to_disk(
+        str(root / "dataset"))
+    base = build_tiny_model_dir(root / "base")
+    cfg = sft.SFTRecipeConfig(
+        model=str(base), data=str(root / "dataset"), output_dir=str(root / "sft"),
+        lora=LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"], top_layers=1),
+        objective=sft.ObjectiveConfig(kind="decision", signal_head=True), eval_generate_limit=0,
+        metrics_train_rows=8, trainer={"max_steps": 3, "per_device_train_batch_size": 4, "learning_rate": 1e-2,
+                                       "logging_steps": 1})
+    result = sft.train(cfg)
+    return SimpleNamespace(result=result, out=result.output_dir, validation=validation)
+
+
+def test_head_is_trained_saved_and_named_in_the_metadata(run):
+    meta = read_run_meta(run.out)
+    info = meta.data["signal_head"]
+    assert info["file"] == SIGNAL_HEAD_FILE and info["features"] == list(FEATURES)
+    head = read_logistic(run.out / SIGNAL_HEAD_FILE)
+    assert head.weights == pytest.approx(list(info["weights"].values()))
+    assert head.weights != pytest.approx(list(info["init_weights"].values()), abs=1e-6)  # trained, not just fitted
+
+
+def test_training_metrics_eval_and_serve_read_one_score(run):
+    questions = [r["question"] for r in run.validation]
+    summaries = [r["router_summaries"] for r in run.validation]
+    router, _ = build(RouterSpec(path=str(run.out)))
+    assert router.signal_head is not None and router.needs_retrieval_scores
+    served = router.score(questions, summaries)
+
+    tok = run.result.tokenizer
+    prompts = [contract.render_prompt(tok, q, s) for q, s in zip(questions, summaries, strict=True)]
+    head = read_logistic(run.out / SIGNAL_HEAD_FILE)
+    trained = escalation_scores(run.result.model, tok, prompts, signal_head=head,
+                                signals=feature_matrix(questions, summaries))
+    assert trained == pytest.approx(served, abs=1e-4)
+    # the head contributes: the LM margin alone is a different number
+    lm_only = escalation_scores(run.result.model, tok, prompts)
+    assert max(abs(a - b) for a, b in zip(lm_only, served, strict=True)) > 1e-3
+
+    val = read_run_meta(run.out).metrics["validation"]
+    labels = [r["label"] == "ESCALATE" for r in run.validation]
+    assert val["auroc"] == pytest.approx(auroc(served, labels))
+
+    client = TestClient(create_app(router, ServeConfig()))
+    body = {"question": questions[0], "summaries": summaries[0]}
+    got = client.post("/route", json=body)
+    assert got.status_code == 200, got.text
+    assert got.json()["p_escalate"] == pytest.approx(1 / (1 + math.exp(-served[0])), abs=1e-6)
+
+
+def test_scoring_without_signal_rows_is_refused(run):
+    router, _ = build(RouterSpec(path=str(run.out)))
+    with pytest.raises(ValueError, match="signal head"):
+        router.score_prompts(["a prompt"])
+
+
+class _FakeEndpoint:
+    """An OpenAI-compatible chat endpoint answering with the local router's own greedy tokens and log-probs."""
+
+    def __init__(self, local) -> None:
+        self.local = local
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def create(self, model, messages, max_tokens, temperature, logprobs=False, top_logprobs=0, **_):
+        prompt = self.local.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # The contract's completion starts with OUTPUT_PREFIX: generate from there, as a served adapter would.
+        prefix_ids = self.local.tokenizer(contract.OUTPUT_PREFIX, add_special_tokens=False).input_ids
+        prefix = [SimpleNamespace(token=self.local.tokenizer.decode([t]), logprob=0.0, top_logprobs=[])
+                  for t in prefix_ids]
+        gen = self.local.generate([prompt + contract.OUTPUT_PREFIX], max_new_tokens=2, top_logprobs=top_logprobs)[0]
+        steps = [SimpleNamespace(token=s["token"], logprob=s["logprob"],
+                                 top_logprobs=[SimpleNamespace(**c) for c in s["top_logprobs"]])
+                 for s in gen["logprobs"]]
+        message = SimpleNamespace(content=contract.OUTPUT_PREFIX + gen["text"])
+        return SimpleNamespace(choices=[SimpleNamespace(message=message, logprobs=SimpleNamespace(
+            content=prefix + steps))], usage=SimpleNamespace(prompt_tokens=gen["prompt_tokens"]))
+
+
+def test_remote_router_adds_the_head_to_the_endpoints_first_token_logprobs(run):
+    local, _ = build(RouterSpec(path=str(run.out)))
+    vocab = len(local.tokenizer)
+    head = read_logistic(run.out / SIGNAL_HEAD_FILE)
+    pieces = action_pieces(local.tokenizer)  # what build() reads from the run directory's tokenizer
+    assert build(RouterSpec(kind="remote", base_url="http://127.0.0.1:9/v1", model="router",
+                            signal_head=str(run.out)))[0].action_pieces == pieces
+    remote = RemoteRouter(base_url="http://127.0.0.1:9/v1", model="router", signal_head=head, top_logprobs=vocab,
+                          action_pieces=pieces)
+    remote.client = _FakeEndpoint(local)
+    q, s = run.validation[0]["question"], run.validation[0]["router_summaries"]
+    decision = remote.route(q, s)
+    assert decision.error is None and remote.used["logprobs"] == 1
+    expected = local.score([q], [s])[0]
+    assert decision.score == pytest.approx(expected, abs=1e-4)
+
+    lm_only = RemoteRouter(base_url="http://127.0.0.1:9/v1", model="router", top_logprobs=vocab,
+                           action_pieces=pieces)
+    lm_only.client = _FakeEndpoint(local)
+    margin = lm_only.route(q, s).score
+    assert decision.score - margin == pytest.approx(float(head.log_odds(np.array([feature_matrix([q], [s])[0]]))[0]),
+                                                    abs=1e-6)
