@@ -23,6 +23,8 @@ FEW_CLUSTERS = 5  # conversations: below this the bootstrap cannot see between-c
 
 @dataclass
 class RouterOutput:
+    """One router's outputs per case: the replayed cases, then the `ranked_only` ones (see analyze)."""
+
     key: str  # its row in the table
     escalate: list[float]  # 1 / 0 per case
     scores: list[float] | None  # log-odds (any score where higher = escalate); None: the router gives none
@@ -71,21 +73,34 @@ def _diff(a: str, b: str, metric: str, point: float, reps: np.ndarray, level: fl
 
 def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[RouterOutput],
             baselines: Mapping[str, Sequence[float]], *, main: str | None = "routed", n_boot: int = 1000,
-            seed: int = 0, level: float = 0.95, bins: int = 10) -> dict[str, Any]:
+            seed: int = 0, level: float = 0.95, bins: int = 10, ranked_only: Sequence[Case] = (),
+            ranked_only_clusters: Sequence[str] = ()) -> dict[str, Any]:
     """Intervals for every policy's rates, ranking quality per router and paired comparisons.
 
-    `baselines`: row key -> escalation weights (constant r for the random router: its exact expected value).
+    `baselines`: row key -> escalation weights over `cases` (constant r for the random router: its exact expected
+    value). `ranked_only`: labeled cases whose path outcome is unknown (not replayable): the outputs cover them
+    after `cases`, and they count in the metrics that read only the label (AUROC, AUPRC, ECE, reliability), never
+    in the replayed rates or APGR. One bootstrap draws over both, so every interval stays paired.
     """
-    n = len(cases)
+    n, m = len(cases), len(ranked_only)
+    if len(ranked_only_clusters) != m:
+        raise ValueError(f"{m} ranked-only cases but {len(ranked_only_clusters)} clusters")
+    for o in outputs:
+        for name in ("escalate", "scores", "p", "router_tokens"):
+            value = getattr(o, name)
+            if value is not None and len(value) != n + m:
+                raise ValueError(f"{o.key}: {len(value)} {name} for {n} replayed + {m} ranked-only cases")
     a = _arrays(cases)
-    point = stats.ones(n)
-    reps = stats.bootstrap_counts(list(clusters), n_boot, seed) if n_boot else np.zeros((0, n))
+    all_clusters = [*clusters, *ranked_only_clusters]
+    point_all = stats.ones(n + m)
+    reps_all = stats.bootstrap_counts(all_clusters, n_boot, seed) if n_boot else np.zeros((0, n + m))
+    point, reps = point_all[:, :n], reps_all[:, :n]
     n_clusters = len(set(clusters))
     zeros = [0.0] * n
     intervals: dict[str, dict[str, Any]] = {}
     rate_reps: dict[str, dict[str, np.ndarray]] = {}
     rate_points: dict[str, dict[str, np.ndarray]] = {}
-    policies = [(o.key, o.escalate, o.router_tokens) for o in outputs]
+    policies = [(o.key, o.escalate[:n], o.router_tokens[:n]) for o in outputs]
     policies += [(k, list(w), zeros) for k, w in baselines.items()]
     for key, w, rtok in policies:
         rate_points[key] = _rates(a, w, rtok, point)
@@ -95,8 +110,9 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
 
     ranking: dict[str, Any] = {}
     comparisons: list[dict[str, Any]] = []
-    lab = a["labeled"]
-    y = a["hard"][lab]
+    ranked = [*cases, *ranked_only]
+    lab = np.array([c.label in ("ANSWER", "ESCALATE") for c in ranked], dtype=bool)
+    y = np.array([c.label == "ESCALATE" for c in ranked], dtype=float)[lab]
     score_reps: dict[str, dict[str, np.ndarray]] = {}
     score_points: dict[str, dict[str, float | None]] = {}
     for o in outputs:
@@ -111,17 +127,17 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
         rps: dict[str, np.ndarray] = {}
         if both:
             for name, fn in (("auroc", stats.auroc_reps), ("auprc", stats.average_precision_reps)):
-                pts[name] = _num(fn(s[lab], y, point[:, lab])[0])
-                rps[name] = fn(s[lab], y, reps[:, lab])
+                pts[name] = _num(fn(s[lab], y, point_all[:, lab])[0])
+                rps[name] = fn(s[lab], y, reps_all[:, lab])
         else:
-            entry["note"] = "AUROC/AUPRC need both labels among the replayed records"
-        pts["apgr"] = _num(stats.apgr_reps(s, a["s_ok"], a["r_ok"], point)[0])
-        rps["apgr"] = stats.apgr_reps(s, a["s_ok"], a["r_ok"], reps)
+            entry["note"] = "AUROC/AUPRC need both labels among the labeled records"
+        pts["apgr"] = _num(stats.apgr_reps(s[:n], a["s_ok"], a["r_ok"], point)[0])
+        rps["apgr"] = stats.apgr_reps(s[:n], a["s_ok"], a["r_ok"], reps)
         if o.p is not None and lab.any():
             p = np.asarray(o.p, dtype=float)
             entry["reliability"] = stats.reliability(p[lab], y, bins)
             pts["ece"] = entry["reliability"]["ece"]
-            rps["ece"] = stats.ece_reps(p[lab], y, reps[:, lab], bins)
+            rps["ece"] = stats.ece_reps(p[lab], y, reps_all[:, lab], bins)
         for name, value in pts.items():
             entry[name] = stats.interval(value, rps[name], level)
         ranking[o.key] = entry
@@ -161,7 +177,8 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
                      "conversations, so even these intervals are optimistic about new conversations")
     return {
         "uncertainty": {"method": "two-stage cluster bootstrap (conversations, then questions), percentile",
-                        "n_boot": n_boot, "seed": seed, "level": level, "n": n, "n_clusters": n_clusters,
+                        "n_boot": n_boot, "seed": seed, "level": level, "n": n, "n_ranked_only": m,
+                        "n_clusters": n_clusters,
                         "notes": notes},
         "intervals": intervals, "ranking": ranking, "comparisons": comparisons,
     }

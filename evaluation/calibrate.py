@@ -2,6 +2,9 @@
 
 Every record eval replays is scored (labeled ones, and dropped ones whose path correctness is known: what the
 router will meet), with the router's log-odds `score()`; the decision rule is `score >= threshold_logit`.
+Records whose path correctness is unknown under the rule (e.g. the evidence rule's research verdict for a question
+without gold evidence turns) cannot be replayed: every objective below is computed without them, and the result
+counts them (`n_unreplayable`).
 Objectives:
 
 - `max_reward` (default): the threshold with the largest total reward under the GRPO reward table
@@ -328,8 +331,14 @@ def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
 def load_replayable(data: str, split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
                     limit: int | None = None) -> list[dict[str, Any]]:
     """The records eval replays: labeled, plus dropped ones whose path correctness is known."""
+    return load_calibration_records(data, split, correctness, include_unlabeled, limit)[0]
+
+
+def load_calibration_records(data: str, split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
+                             limit: int | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """load_replayable's records and the counts of what replay left out (n_error, n_unreplayable)."""
     from evaluation.metrics import replayable_records
-    from labeling.dataset import load_split
+    from labeling.dataset import RecordError, load_split
 
     path = Path(data)
     rows = load_split(path, split)
@@ -337,10 +346,16 @@ def load_replayable(data: str, split: str, correctness: str = "label_rule", incl
         for key in ("question", "router_summaries", "label"):
             if key not in row:
                 raise ValueError(f"{path} [{split}] record {i}: missing field {key!r}")
-    kept, _ = replayable_records(rows, correctness, include_unlabeled)
+    try:
+        kept, case_set = replayable_records(rows, correctness, include_unlabeled)
+    except RecordError as exc:  # the record reader names record and field; the file is known here
+        raise RecordError(f"{path} [{split}] {exc}") from None
     if not kept:
-        raise ValueError(f"{path} [{split}]: no replayable records to calibrate on")
-    return list(kept[:limit] if limit else kept)
+        why = (f" ({case_set.n_unreplayable} have an unknown path verdict under rule {correctness!r})"
+               if case_set.n_unreplayable else "")
+        raise ValueError(f"{path} [{split}]: no replayable records to calibrate on{why}")
+    counts = {"n_records": len(rows), "n_error": case_set.n_error, "n_unreplayable": case_set.n_unreplayable}
+    return list(kept[:limit] if limit else kept), counts
 
 
 def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
@@ -366,13 +381,17 @@ def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: in
 
 def run(cfg: CalibrateConfig) -> dict[str, Any]:
 
-    records = load_replayable(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled, cfg.limit)
+    records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled,
+                                               cfg.limit)
     spec = dataclasses.replace(cfg.router, mode="fast", batch_size=cfg.batch_size)  # calibration needs a score
     router, _ = build(spec, shared_trunk=True)
     scores = score_records(router, records, cfg.batch_size)
     result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)
     result.update({"data": cfg.data, "split": cfg.split, "correctness": cfg.correctness,
-                   "scored_by": f"{router.kind} score (log-odds of ESCALATE)"})
+                   "scored_by": f"{router.kind} score (log-odds of ESCALATE)", **counts})
+    if counts["n_unreplayable"]:
+        result["notes"] = [f"{counts['n_unreplayable']} record(s) not replayable (a path's correctness is unknown "
+                           f"under rule {cfg.correctness!r}): left out of the calibration set"]
     if cfg.write:
         if not spec.path or not Path(spec.path).is_dir():
             raise FileNotFoundError(f"{spec.path}: calibration is stored in a local run directory")

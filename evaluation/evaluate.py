@@ -165,15 +165,19 @@ def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -
 
 
 def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold: float | None, batch_size: int,
-               cases: Sequence[metrics.Case], cfg: EvalConfig, notes: list[str]) -> dict[str, Any]:
-    """Decisions of one router on the replayed records, its replay metrics, sweep and per-case predictions."""
+               cases: Sequence[metrics.Case], cfg: EvalConfig, notes: list[str],
+               ranked_only: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Decisions of one router on the replayed records (then on the `ranked_only` ones: labeled, outcome unknown,
+    scored for the ranking metrics only), its replay metrics, sweep and per-case predictions."""
     t0 = time.perf_counter()
-    decisions = route_records(router, kept, threshold, batch_size)
+    routed = [*kept, *ranked_only]
+    decisions = route_records(router, routed, threshold, batch_size)
     wall = round(time.perf_counter() - t0, 3)
+    n = len(kept)
     escalate = [1.0 if d.action == "ESCALATE" else 0.0 for d in decisions]
     rtok = [float(d.prompt_tokens) for d in decisions]
     rlat = [float(d.latency_s) for d in decisions]
-    policy = metrics.replay(cases, escalate, key, rtok, rlat, [d.parsed_ok for d in decisions])
+    policy = metrics.replay(cases, escalate[:n], key, rtok[:n], rlat[:n], [d.parsed_ok for d in decisions[:n]])
     errors = sum(getattr(d, "error", None) is not None for d in decisions)
     if errors:
         notes.append(f"{key}: {errors} router call(s) failed after retries; routed as ESCALATE and counted")
@@ -190,11 +194,13 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold:
         if scores is None:
             notes.append(f"{key}: the router gives no score (log-odds or p_escalate); the sweep uses its hard "
                          "decisions (operating point only)")
-        sweep = metrics.sweep(cases, scores if scores is not None else escalate, rtok, rlat, cfg.recover_shares)
+        sweep = metrics.sweep(cases, (scores if scores is not None else escalate)[:n], rtok[:n], rlat[:n],
+                              cfg.recover_shares)
     preds = [{"router": key, "conv_id": rec.get("conv_id"), "qid": rec["qid"], "label": rec.get("label"),
-              "action": d.action, "score": getattr(d, "score", None), "p_escalate": d.p_escalate, "reason": d.reason,
-              "parsed_ok": d.parsed_ok, "latency_s": d.latency_s, "prompt_tokens": d.prompt_tokens,
-              "error": getattr(d, "error", None)} for rec, d in zip(kept, decisions, strict=True)]
+              "replayed": i < n, "action": d.action, "score": getattr(d, "score", None), "p_escalate": d.p_escalate,
+              "reason": d.reason, "parsed_ok": d.parsed_ok, "latency_s": d.latency_s,
+              "prompt_tokens": d.prompt_tokens, "error": getattr(d, "error", None)}
+             for i, (rec, d) in enumerate(zip(routed, decisions, strict=True))]
     threshold_used = threshold if threshold is not None else getattr(router, "threshold", None)
     output = eval_analysis.RouterOutput(key, escalate, scores, probs, rtok)
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
@@ -206,32 +212,46 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
                      compare: Sequence[tuple[str, Any, str]] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Replay `router` (or only the baselines) and the `compare` routers ((row name, router, display name)) on
     `records`; returns the report dict and per-case predictions."""
-    kept, case_set = metrics.replayable_records(records, cfg.correctness, cfg.include_unlabeled)
+    try:
+        kept, case_set = metrics.replayable_records(records, cfg.correctness, cfg.include_unlabeled)
+    except RecordError as exc:  # the record reader names record and field; the file is known here
+        raise RecordError(f"{cfg.data} [{cfg.split}] {exc}") from None
     cases = case_set.cases
+    held = list(case_set.unreplayable_records)  # labeled, outcome unknown: routed for the ranking metrics only
     if not cases:
-        raise ConfigError(f"no evaluable records in split {cfg.split!r} of {cfg.data}")
+        why = (f"; {case_set.n_unreplayable} record(s) have an unknown path verdict under rule "
+               f"{cfg.correctness!r}" if case_set.n_unreplayable else "")
+        raise ConfigError(f"no evaluable records in split {cfg.split!r} of {cfg.data}{why}")
     label_rules = sorted({str(r.get("label_rule")) for r in kept})
     notes: list[str] = []
-    if case_set.n_unknown:
-        notes.append(f"{case_set.n_unknown} unlabeled record(s) skipped: a path's correctness is unknown "
-                     f"under rule {cfg.correctness!r}")
+    if case_set.n_unreplayable:
+        notes.append(f"{case_set.n_unreplayable} record(s) not replayable: a path's correctness is unknown (null) "
+                     f"under rule {cfg.correctness!r}, e.g. no gold evidence turns to check the research path "
+                     f"against. They are left out of the policy table, intervals, sweep and APGR; the "
+                     f"{len(held)} labeled one(s) among them still count in AUROC, AUPRC and ECE")
     if case_set.n_error:
         notes.append(f"{case_set.n_error} labeling error record(s) skipped (no verdicts)")
-    clusters = [str(r.get("conv_id")) if r.get("conv_id") is not None else f"record-{i}" for i, r in enumerate(kept)]
-    if any(r.get("conv_id") is None for r in kept):
+
+    def cluster_ids(rows: Sequence[dict[str, Any]], start: int) -> list[str]:
+        return [str(r.get("conv_id")) if r.get("conv_id") is not None else f"record-{start + i}"
+                for i, r in enumerate(rows)]
+
+    clusters, held_clusters = cluster_ids(kept, 0), cluster_ids(held, len(kept))
+    if any(r.get("conv_id") is None for r in [*kept, *held]):
         notes.append("some records have no conv_id: each is its own cluster in the bootstrap")
     meta: dict[str, Any] = {
         "dataset": str(cfg.data), "split": cfg.split, "router": router_name, "mode": "replay",
         "correctness_rule": cfg.correctness, "label_rule": ", ".join(label_rules), "n": len(cases),
         "n_conversations": len(set(clusters)),
-        "n_error": case_set.n_error, "n_unlabeled": case_set.n_unlabeled, "n_unknown": case_set.n_unknown,
+        "n_error": case_set.n_error, "n_unlabeled": case_set.n_unlabeled,
+        "n_unreplayable": case_set.n_unreplayable, "n_unreplayable_labeled": len(held),
         "provenance": dataset_provenance(cfg.data, kept), "machine": machine_info(), "notes": notes,
     }
     predictions: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Any]] = {}
     if router is not None:
         runs["routed"] = _route_one(router, "routed", kept, cfg.router.threshold, cfg.router.batch_size, cases,
-                                    cfg, notes)
+                                    cfg, notes, held)
         meta["routing_wall_s"] = runs["routed"]["wall_s"]
         meta["threshold"] = runs["routed"]["threshold"]
         meta["router_errors"] = runs["routed"]["errors"]
@@ -240,7 +260,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     for key, other, display in compare:
         spec = specs.get(key)
         runs[key] = _route_one(other, key, kept, spec.threshold if spec else None,
-                               spec.batch_size if spec else cfg.router.batch_size, cases, cfg, notes)
+                               spec.batch_size if spec else cfg.router.batch_size, cases, cfg, notes, held)
         meta["compared"][key] = {"router": display, "threshold": runs[key]["threshold"],
                                  "routing_wall_s": runs[key]["wall_s"], "router_errors": runs[key]["errors"]}
     for run_ in runs.values():
@@ -258,7 +278,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     report.update(eval_analysis.analyze(
         cases, clusters, [r["output"] for r in runs.values()], weights, main="routed" if "routed" in runs else None,
         n_boot=cfg.bootstrap.n_boot, seed=cfg.bootstrap.seed, level=cfg.bootstrap.level,
-        bins=cfg.reliability_bins))
+        bins=cfg.reliability_bins, ranked_only=case_set.unreplayable, ranked_only_clusters=held_clusters))
     return report, predictions
 
 

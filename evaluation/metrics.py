@@ -33,12 +33,17 @@ class Case:
     qid: str
     category: str
     label: str | None  # ANSWER | ESCALATE | None (dropped by the label rule)
-    s_ok: bool
-    r_ok: bool
+    s_ok: bool | None  # None: not known under the correctness rule (then the case is not replayable)
+    r_ok: bool | None  # e.g. the evidence rule's research verdict for a question without gold evidence turns
     s_tokens: float
     r_tokens: float
     s_latency_s: float
     r_latency_s: float
+
+    @property
+    def replayable(self) -> bool:
+        """Both paths' correctness known: any decision on the case can be scored."""
+        return self.s_ok is not None and self.r_ok is not None
 
 
 def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
@@ -64,8 +69,8 @@ def to_case(record: Mapping[str, Any], rule: str = "label_rule", index: int = 0)
         qid=str(records.field(record, "qid", where)),
         category=str(record.get("category", "all")),
         label=label,
-        s_ok=records.flag(record, s_field, where),
-        r_ok=records.flag(record, r_field, where),
+        s_ok=records.flag(record, s_field, where, allow_none=True),
+        r_ok=records.flag(record, r_field, where, allow_none=True),
         s_tokens=records.amount(record, "cost_summary_input_tokens", where),
         r_tokens=records.amount(record, "cost_research_input_tokens", where),
         s_latency_s=records.amount(record, "cost_summary_wall_s", where),
@@ -75,10 +80,34 @@ def to_case(record: Mapping[str, Any], rule: str = "label_rule", index: int = 0)
 
 @dataclass
 class CaseSet:
-    cases: list[Case]
+    cases: list[Case]  # the replayed records: both path verdicts known
     n_error: int  # records skipped because their labeling run failed (they have no verdicts)
     n_unlabeled: int  # records the label rule dropped (kept unless include_unlabeled=False)
-    n_unknown: int = 0  # records skipped because a path's correctness is unknown under the rule (null)
+    n_unreplayable: int = 0  # records replay skips because a path's correctness is unknown under the rule (null)
+    # The labeled ones among them: not replayed, but their label still counts in the ranking metrics.
+    unreplayable: list[Case] = field(default_factory=list)
+    unreplayable_records: list[Mapping[str, Any]] = field(default_factory=list)
+
+    @property
+    def n_unknown(self) -> int:  # the count's older name
+        return self.n_unreplayable
+
+
+REPLAY, UNREPLAYABLE, SKIPPED = "replay", "unreplayable", "skipped"
+
+
+def classify(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> str:
+    """The one replay filter: REPLAY (both path verdicts known), UNREPLAYABLE (a verdict is null under `rule`: the
+    labeler leaves the evidence rule's research verdict null for a question without gold evidence turns, and a
+    generator-free dataset has no outcome verdicts) or SKIPPED (a labeling error, or unlabeled and
+    include_unlabeled=False). A verdict of the wrong type is not filtered here: to_case raises RecordError."""
+    if record.get("error"):
+        return SKIPPED
+    if record.get("label") is None and not include_unlabeled:
+        return SKIPPED
+    if any(record.get(f, False) is None for f in correctness_fields(record, rule)):
+        return UNREPLAYABLE
+    return REPLAY
 
 
 def load_cases(
@@ -88,34 +117,38 @@ def load_cases(
 
     Unlabeled records (label=None: neither path was right under the outcome rule) stay in by
     default: they are real questions any router gets wrong, and dropping them would inflate accuracy.
-    Unlabeled records whose path correctness is unknown (null) cannot be replayed: skipped, counted.
-    A labeled record with a null verdict is a broken record and raises.
+    Records whose path correctness is unknown (null) under the rule cannot be replayed: they are counted
+    (n_unreplayable), never read as right or wrong; the labeled ones are kept aside (`unreplayable`) for the
+    metrics that need only the label (AUROC, AUPRC, ECE).
     """
     cases: list[Case] = []
-    n_error = n_unlabeled = n_unknown = 0
+    held: list[Case] = []
+    held_records: list[Mapping[str, Any]] = []
+    n_error = n_unlabeled = n_unreplayable = 0
     for i, rec in enumerate(records):
         if rec.get("error"):
             n_error += 1
             continue
         if rec.get("label") is None:
             n_unlabeled += 1
-            if not include_unlabeled:
-                continue
-            # e.g. the evidence rule has no research verdict for a question without gold evidence turns
-            if any(rec.get(f) is None for f in correctness_fields(rec, rule)):
-                n_unknown += 1
-                continue
-        cases.append(to_case(rec, rule, i))
-    return CaseSet(cases, n_error, n_unlabeled, n_unknown)
+        kind = classify(rec, rule, include_unlabeled)
+        if kind == SKIPPED:
+            continue
+        case = to_case(rec, rule, i)  # validates every field, the null verdicts' neighbours included
+        if kind == REPLAY:
+            cases.append(case)
+            continue
+        n_unreplayable += 1
+        if case.label is not None:
+            held.append(case)
+            held_records.append(rec)
+    return CaseSet(cases, n_error, n_unlabeled, n_unreplayable, held, held_records)
 
 
 def replayable(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> bool:
-    """Whether load_cases keeps `record` (no labeling error; labeled, or dropped with both verdicts known)."""
-    if record.get("error"):
-        return False
-    if record.get("label") is None:
-        return include_unlabeled and all(record.get(f) is not None for f in correctness_fields(record, rule))
-    return True
+    """Whether load_cases replays `record` (no labeling error; both path verdicts known; labeled, or dropped and
+    include_unlabeled)."""
+    return classify(record, rule, include_unlabeled) == REPLAY
 
 
 def replayable_records(
@@ -127,6 +160,12 @@ def replayable_records(
     if len(kept) != len(case_set.cases):
         raise RuntimeError(f"internal: {len(kept)} routable records but {len(case_set.cases)} replay cases")
     return kept, case_set
+
+
+def _check_replayable(cases: Sequence[Case], name: str) -> None:
+    unknown = [c.qid for c in cases if not c.replayable]
+    if unknown:
+        raise ValueError(f"{name}: cases {unknown[:5]} have an unknown path verdict and cannot be replayed")
 
 
 @dataclass
@@ -186,6 +225,7 @@ def replay(
     parsed_ok: Sequence[bool] | None = None,
 ) -> PolicyMetrics:
     """Score one routing policy. `escalate[i]` is 1 (ESCALATE), 0 (ANSWER) or a probability."""
+    _check_replayable(cases, name)
     w = _check_weights(cases, escalate, name)
     zeros = [0.0] * len(cases)
     rtok = [float(t) for t in router_tokens] if router_tokens is not None else zeros
@@ -305,6 +345,7 @@ def sweep_points(
     """
     if len(p_escalate) != len(cases):
         raise ValueError(f"{len(p_escalate)} probabilities for {len(cases)} cases")
+    _check_replayable(cases, "sweep")
     zeros = [0.0] * len(cases)
     rtok = list(router_tokens) if router_tokens is not None else zeros
     rlat = list(router_latency_s) if router_latency_s is not None else zeros

@@ -117,7 +117,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     meta, policies, sweep = report["meta"], report["policies"], report.get("sweep")
     out = [f"# Routing evaluation: {meta.get('router', 'router')} on `{meta.get('split', '?')}`", ""]
     for key in ("dataset", "split", "router", "threshold", "correctness_rule", "label_rule", "n",
-                "n_conversations", "n_error", "n_unlabeled", "n_unknown", "router_errors", "routing_wall_s", "mode"):
+                "n_conversations", "n_error", "n_unlabeled", "n_unreplayable", "n_unreplayable_labeled",
+                "router_errors", "routing_wall_s", "mode"):
         if key in meta:
             out.append(f"- {key}: {_fmt(meta[key])}")
     prov = meta.get("provenance")

@@ -62,6 +62,7 @@ class _ScoreRouter(Router):
     """Shared parts: score -> decision, save/load of the run directory."""
 
     probabilistic: ClassVar[bool] = False  # True when sigmoid(score) is a fitted probability
+    summary_fields: ClassVar[tuple[str, ...]] = ("score",)  # both read the retrieval scores
     run_dir: Path | None = None
     meta: RunMeta | None = None
 

@@ -228,6 +228,8 @@ def build(spec: RouterSpec, shared_trunk: bool = False) -> tuple[Router, str]:
 class Router(ABC):
     kind: ClassVar[str] = "base"
     threshold: float = DEFAULT_THRESHOLD
+    # Optional summary fields this router cannot decide without (the server refuses a request lacking one, 422).
+    summary_fields: ClassVar[tuple[str, ...]] = ()
 
     def route(self, question: str, summaries: Summaries, threshold: float | None = None) -> Decision:
         return self.route_batch([question], [summaries], threshold)[0]

@@ -15,12 +15,19 @@ arrive while one runs are scored together in the next batch (up to `route_batch_
 `max_queue` requests (running + waiting): the next one gets 503 at once, and a request that cannot start
 within `queue_timeout_s` gets 503 too. Chat work is bounded by `max_prompt_tokens` and `max_chat_tokens`, and
 bodies are counted while they stream in (413 as soon as `max_body_bytes` is passed).
+
+Failures stay with the request that caused them: a /route body is checked against what the loaded router needs
+(e.g. each summary's `score` for the features and top1-score routers) before it joins a batch (422 naming the
+field), and when a batched call raises anyway the lane reruns that batch's requests one by one, so only the failing
+request gets an error: 422 when the router refused its input (ValueError), otherwise 500 with an error id whose
+traceback is in the server log.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import sys
 import threading
@@ -36,6 +43,8 @@ from starlette.concurrency import run_in_threadpool
 from serving.router import RouterSpec, as_router_spec, logit, sigmoid
 from tiermem import contract
 from tiermem.errors import stage_main
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,15 +75,17 @@ class ServeConfig:
 
 
 class RequestError(ValueError):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, error_id: str | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.error_id = status, error_id
 
 
 def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
+                           summary_fields: tuple[str, ...] = (), router_kind: str = "loaded",
                            ) -> tuple[str, list[dict[str, Any]], float | None]:
     """Check a /route body; every failure names the field. Returns (question, summaries, threshold). `top_k`: the
-    most summaries the router's training prompts held (saved with it)."""
+    most summaries the router's training prompts held (saved with it); `summary_fields`: the optional summary
+    fields the router cannot decide without (Router.summary_fields)."""
     if not isinstance(body, dict):
         raise RequestError(400, "body must be a JSON object with 'question' and 'summaries'")
     unknown = sorted(set(body) - {"question", "summaries", "threshold", "threshold_logit"})
@@ -110,6 +121,10 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
                     or not math.isfinite(s["score"]):
                 raise RequestError(422, f"summaries[{i}].score must be a number or absent")
             unit["score"] = float(s["score"])
+        for name in summary_fields:
+            if unit.get(name) is None:
+                raise RequestError(422, f"summaries[{i}].{name} is required by the {router_kind} router "
+                                        f"(send each summary's retrieval {name})")
         clean.append(unit)
     threshold = body.get("threshold")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
@@ -177,14 +192,27 @@ class Lane:
         if not batch:
             return
         try:
-            results = self.run_batch([j.item for j in batch])
-            for job, res in zip(batch, results, strict=True):
-                job.result = res
-        except Exception as exc:  # every request of the failed batch gets the error
-            for job in batch:
-                job.error = exc
+            self._run(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:  # one request's failure must not fail its neighbours: rerun them one by one
+                log.warning("batch of %d failed (%s: %s); rerunning its requests one by one", len(batch),
+                            type(exc).__name__, exc)
+                for job in batch:
+                    try:
+                        self._run([job])
+                    except Exception as one:
+                        job.error = one
         for job in batch:
             job.done.set()
+
+    def _run(self, batch: list[_Job]) -> None:
+        results = self.run_batch([j.item for j in batch])
+        if len(results) != len(batch):
+            raise RuntimeError(f"internal: {len(results)} results for {len(batch)} requests")
+        for job, res in zip(batch, results, strict=True):
+            job.result = res
 
 
 class _Job:
@@ -247,6 +275,22 @@ def _chat_generate(router: Any, body: dict[str, Any], prompt: str, max_tokens: i
                       "total_tokens": gen["prompt_tokens"] + gen["completion_tokens"]}}
 
 
+def _submit(lane: Lane, item: Any) -> Any:
+    """Run `item` in `lane`; its own failure becomes its own response: RequestError as is, a ValueError (the router
+    refused this input) 422, anything else 500 with an error id (the traceback goes to the log, not the client)."""
+    try:
+        return lane.submit(item)
+    except RequestError:
+        raise
+    except ValueError as exc:
+        raise RequestError(422, f"the router refused this request: {exc}") from None
+    except Exception:
+        error_id = uuid.uuid4().hex[:12]
+        log.exception("internal error while serving a request (error id %s)", error_id)
+        raise RequestError(500, f"internal error (error id {error_id}); the server log has the details",
+                           error_id) from None
+
+
 def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     cfg = cfg or ServeConfig()
     app = FastAPI(title="tiermem router", docs_url=None, redoc_url=None)
@@ -275,7 +319,10 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        body: dict[str, Any] = {"error": str(exc)}
+        if exc.error_id is not None:
+            body["error_id"] = exc.error_id
+        return JSONResponse(body, status_code=exc.status)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -289,16 +336,17 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
 
     @app.post("/route")
     async def route(request: Request) -> dict[str, Any]:
-        question, summaries, threshold = validate_route_request(await read_json(request), cfg,
-                                                                 getattr(router, "top_k", None))
-        return asdict(await run_in_threadpool(route_lane.submit, (question, summaries, threshold)))
+        question, summaries, threshold = validate_route_request(
+            await read_json(request), cfg, getattr(router, "top_k", None),
+            tuple(getattr(router, "summary_fields", ())), str(getattr(router, "kind", "loaded")))
+        return asdict(await run_in_threadpool(_submit, route_lane, (question, summaries, threshold)))
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict[str, Any]:
         if not _chat_enabled():
             raise RequestError(404, "chat passthrough is off (or the router has no local model)")
         job = _chat_prepare(router, await read_json(request), cfg)
-        return await run_in_threadpool(chat_lane.submit, job)
+        return await run_in_threadpool(_submit, chat_lane, job)
 
     return app
 

@@ -164,12 +164,34 @@ def test_error_and_unlabeled_records():
     assert [c.qid for c in labeled.cases] == ["A", "B", "C", "D"]
 
 
-def test_unknown_correctness_skipped_only_when_unlabeled():
+def test_unknown_correctness_is_counted_not_replayed():
     unknown = rec("U", False, None, None)
     cs = M.load_cases(RECORDS + [unknown])
-    assert cs.n_unknown == 1 and len(cs.cases) == 5
-    with pytest.raises(M.RecordError, match="'r_ok'"):
-        M.load_cases([rec("V", False, None, "ESCALATE")])
+    assert cs.n_unreplayable == cs.n_unknown == 1 and len(cs.cases) == 5 and cs.unreplayable == []
+
+
+def test_labeled_record_without_a_research_verdict_is_counted_and_kept_for_ranking():
+    """What the evidence rule writes for a question without gold evidence ids: ANSWER, r_ok null."""
+    no_gold = rec("G", True, None, "ANSWER")
+    records = RECORDS + [no_gold]
+    cs = M.load_cases(records)
+    assert [c.qid for c in cs.cases] == ["A", "B", "C", "D", "E"]  # never replayed as right or wrong
+    assert cs.n_unreplayable == 1 and [c.qid for c in cs.unreplayable] == ["G"]
+    assert cs.unreplayable[0].r_ok is None and cs.unreplayable_records == [no_gold]
+    assert not M.replayable(no_gold) and M.replayable(RECORDS[0])
+    kept, same = M.replayable_records(records)  # the one filter: records and cases stay aligned
+    assert [r["qid"] for r in kept] == [c.qid for c in same.cases]
+    with pytest.raises(ValueError, match="unknown path verdict"):
+        M.replay(cs.unreplayable, [1.0])
+
+
+@pytest.mark.parametrize("field", ["r_ok", "s_ok"])
+def test_a_verdict_of_the_wrong_type_is_still_a_record_error(field):
+    bad = rec("W", True, True, "ANSWER")
+    bad[field] = "yes"
+    with pytest.raises(M.RecordError, match=rf"record 5 \(qid='W'\): field '{field}' must be true/false/null, "
+                                            r"got 'yes'"):
+        M.load_cases(RECORDS + [bad])
 
 
 def test_bad_records_name_the_field():
