@@ -525,6 +525,7 @@ class LocalRouter(Router):
         self.max_new_tokens = max_new_tokens
         # Learned jointly with the adapter: log-odds over the serve-time signals, added to the LM's margin.
         self.signal_head = signal_head
+        self.summary_fields = ("score",) if signal_head is not None else ()  # the head reads the retrieval scores
         if signal_head is not None and list(signal_head.feature_names) != list(FEATURES):
             raise RouterLoadError(f"signal head reads features {signal_head.feature_names}, this version computes "
                                   f"{list(FEATURES)}: retrain the router")
@@ -589,11 +590,6 @@ class LocalRouter(Router):
                 raise RouterLoadError(f"{run_dir}: tiermem_router.json names a signal head it cannot read: "
                                       f"{exc}") from None
         return cls(model, tokenizer, meta=meta, mode=mode, threshold=threshold, **kwargs)
-
-    @property
-    def needs_retrieval_scores(self) -> bool:
-        """True when the router's score reads each summary's retrieval `score` (its signal head does)."""
-        return self.signal_head is not None
 
     def head_log_odds(self, signals: Any) -> list[float]:
         """The signal head's log-odds for raw feature rows ([n, len(FEATURES)]); zeros without a head."""

@@ -66,7 +66,7 @@ def test_training_metrics_eval_and_serve_read_one_score(run):
     questions = [r["question"] for r in run.validation]
     summaries = [r["router_summaries"] for r in run.validation]
     router, _ = build(RouterSpec(path=str(run.out)))
-    assert router.signal_head is not None and router.needs_retrieval_scores
+    assert router.signal_head is not None and router.summary_fields == ("score",)
     served = router.score(questions, summaries)
 
     tok = run.result.tokenizer
@@ -88,6 +88,10 @@ def test_training_metrics_eval_and_serve_read_one_score(run):
     got = client.post("/route", json=body)
     assert got.status_code == 200, got.text
     assert got.json()["p_escalate"] == pytest.approx(1 / (1 + math.exp(-served[0])), abs=1e-6)
+    unscored = {"question": questions[0], "summaries": [{k: v for k, v in u.items() if k != "score"}
+                                                        for u in summaries[0]]}
+    refused = client.post("/route", json=unscored)  # the head needs the retrieval scores: named, before batching
+    assert refused.status_code == 422 and "score" in refused.text
 
 
 def test_scoring_without_signal_rows_is_refused(run):

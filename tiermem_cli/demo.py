@@ -1,11 +1,14 @@
 """`make demo`: the main job on the embedded default, one real stage command after another.
 
-    label -> sft -> expected_reward -> grpo -> features -> calibrate (every router) -> eval (one table)
+    label -> sft -> lm -> grpo -> features -> calibrate (every router) -> eval (one table)
 
 Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
 proves the real commands work together. The routers compared on the held-out test conversations:
-SFT (decision-focused objective), SFT + GRPO (the paper's recipe), SFT + the exact expected-reward objective
-(the documented alternative to GRPO), and the serve-time baselines (feature logistic regression, top-1 score).
+SFT with the signal head (the LM's decision margin plus a learned head over the serve-time signals), the plain LM
+router (same recipe, no head), GRPO from the plain LM router (GRPO samples actions from the LM alone, so it cannot
+train the head), optionally the exact expected-reward objective (`stages` with `expected_reward`), and the
+serve-time baselines (feature logistic regression, top-1 score). The main row is the LM router with the best
+validation AUROC (`main_router: best`), chosen before the test split is read.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from pathlib import Path
 
 from tiermem.config import parse_cli
 
-STEPS = ("label", "sft", "expected_reward", "grpo", "features", "calibrate", "eval")
-LM_ROUTERS = ("sft", "expected_reward", "grpo")
+STEPS = ("label", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
+DEFAULT_STEPS = ("label", "sft", "lm", "grpo", "features", "calibrate", "eval")
+LM_ROUTERS = ("sft", "lm", "expected_reward", "grpo")
 
 
 @dataclass
@@ -35,8 +39,10 @@ class DemoConfig:
     features_config: str = "configs/features/default.yaml"
     calibrate_config: str = "configs/calibrate/default.yaml"
     eval_config: str = "configs/eval/default.yaml"
-    main_router: str = "grpo"  # the eval table's main row; the others are compared against it
-    stages: list[str] = field(default_factory=lambda: list(STEPS))
+    # the eval table's main row (the others are compared against it): an LM router's step name, or `best`: the one
+    # with the highest validation AUROC in its run metadata
+    main_router: str = "best"
+    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STEPS))
     # extra key=value overrides per stage, e.g. {"sft": ["trainer.num_train_epochs=1"]}
     overrides: dict[str, list[str]] = field(default_factory=dict)
 
@@ -44,28 +50,70 @@ class DemoConfig:
         unknown = [s for s in self.stages if s not in STEPS]
         if unknown:
             raise ValueError(f"demo: unknown stage(s) {unknown}; stages are {STEPS}")
-        if self.main_router not in LM_ROUTERS:
-            raise ValueError(f"demo: main_router must be one of {LM_ROUTERS}, got {self.main_router!r}")
+        if self.main_router not in (*LM_ROUTERS, "best"):
+            raise ValueError(f"demo: main_router must be best or one of {LM_ROUTERS}, got {self.main_router!r}")
 
 
-def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str]]]:
-    """(step name, CLI stage, argv) in order; a step's overrides from cfg.overrides are appended."""
+def lm_routers(cfg: DemoConfig) -> list[str]:
+    """The LM routers this demo trains, in step order."""
+    return [n for n in LM_ROUTERS if n in cfg.stages]
+
+
+def pick_main_router(cfg: DemoConfig) -> str:
+    """`main_router`, or for `best` the trained LM router with the highest validation AUROC (ties: step order)."""
+    from tiermem.artifacts import read_run_meta
+
+    if cfg.main_router != "best":
+        return cfg.main_router
+    root = Path(cfg.root)
+    scored = []
+    for name in lm_routers(cfg) or list(LM_ROUTERS):
+        if (root / name).is_dir():
+            auc = (read_run_meta(root / name).metrics.get("validation") or {}).get("auroc")
+            scored.append((auc if auc is not None else float("-inf"), -LM_ROUTERS.index(name), name))
+    if not scored:
+        raise ValueError(f"demo: main_router=best but no trained LM router under {root}")
+    best = max(scored)
+    print(f"demo: main router {best[2]!r} (validation AUROC {best[0]:.3f}; "
+          + ", ".join(f"{n} {a:.3f}" for a, _, n in scored) + ")")
+    return best[2]
+
+
+def eval_args(cfg: DemoConfig) -> list[str]:
+    """The eval step's arguments: the main router against every other router the demo made."""
+    root = Path(cfg.root)
+    main_name = pick_main_router(cfg)
+    others = [n for n in (lm_routers(cfg) or list(LM_ROUTERS)) if n != main_name and (root / n).is_dir()]
+    return ["--config", cfg.eval_config, f"data={root / 'label' / 'dataset'}", "router.kind=local",
+            f"router.path={root / main_name}", f"router.name={main_name}", f"output_dir={root / 'eval'}",
+            "compare=" + json.dumps(
+                [{"name": n, "kind": "local", "path": str(root / n)} for n in others]
+                + [{"name": "features", "kind": "features", "path": str(root / "features")},
+                   {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}])]
+
+
+def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
+    """(step name, CLI stage, argv) in order; a step's overrides from cfg.overrides are appended. The eval step's
+    argv is None here: it names the main router, which is chosen once the routers are trained (eval_args)."""
     root = Path(cfg.root)
     dataset = root / "label" / "dataset"
-    trunk = f"objective.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by its refinement
+    trunk = f"objective.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by the other SFTs
     if cfg.data_path and Path(cfg.data_path).is_file():
         label_args = ["--config", cfg.label_config, f"data_path={cfg.data_path}"]
     else:
         print(f"demo: no data at {cfg.data_path!r}; labeling the shipped sample conversations instead")
         label_args = ["--config", cfg.sample_label_config]
-    out: dict[str, list[tuple[str, str, list[str]]]] = {
+    grpo_from = root / ("lm" if "lm" in cfg.stages else "sft")
+    out: dict[str, list[tuple[str, str, list[str] | None]]] = {
         "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
         "sft": [("sft", "sft", ["--config", cfg.sft_config, f"data={dataset}", f"output_dir={root / 'sft'}",
                                 trunk])],
+        "lm": [("lm", "sft", ["--config", cfg.sft_config, "objective.signal_head=false", f"data={dataset}",
+                              f"output_dir={root / 'lm'}", trunk])],
         "expected_reward": [("expected_reward", "sft", [
             "--config", cfg.expected_reward_config, f"data={dataset}", f"router={root / 'sft'}",
             f"output_dir={root / 'expected_reward'}", trunk])],
-        "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, f"data={dataset}", f"router={root / 'sft'}",
+        "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, f"data={dataset}", f"router={grpo_from}",
                                    f"output_dir={root / 'grpo'}"])],
         "features": [
             ("features", "fit-features", ["--config", cfg.features_config, f"data={dataset}",
@@ -74,17 +122,11 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str]]]:
         ],
         "calibrate": [(f"calibrate {name}", "calibrate", ["--config", cfg.calibrate_config, f"router={root / name}",
                                                           f"data={dataset}"])
-                      for name in (*LM_ROUTERS, "features", "top1")],
-        "eval": [("eval", "eval", [
-            "--config", cfg.eval_config, f"data={dataset}", "router.kind=local",
-            f"router.path={root / cfg.main_router}", f"output_dir={root / 'eval'}",
-            "compare=" + json.dumps(
-                [{"name": n, "kind": "local", "path": str(root / n)} for n in LM_ROUTERS if n != cfg.main_router]
-                + [{"name": "features", "kind": "features", "path": str(root / "features")},
-                   {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}])])],
+                      for name in (*lm_routers(cfg), "features", "top1")],
+        "eval": [("eval", "eval", None)],
     }
-    return [(name, stage, args + cfg.overrides.get(step, []))
-            for step in cfg.stages for name, stage, args in out[step]]
+    return [(name, stage, None if args is None else args + cfg.overrides.get(step, []))
+            for step in STEPS if step in cfg.stages for name, stage, args in out[step]]
 
 
 def main(argv: list[str]) -> int:
@@ -93,6 +135,8 @@ def main(argv: list[str]) -> int:
     cfg = parse_cli(DemoConfig, argv, default_config="configs/demo/default.yaml")
     timings: dict[str, float] = {}
     for name, stage, args in steps(cfg):
+        if args is None:
+            args = eval_args(cfg) + cfg.overrides.get(name, [])
         print(f"\n=== demo: {name}: tiermem-router {stage} {' '.join(args)}", flush=True)
         module, func = STAGES[stage][0].split(":")
         started = time.perf_counter()
@@ -106,7 +150,7 @@ def main(argv: list[str]) -> int:
     (root / "demo_timings.json").write_text(json.dumps(summary, indent=2))
     print("\n=== demo: artefacts")
     for name, path in [("labeled dataset", root / "label" / "dataset"), ("label report", root / "label" / "report.md"),
-                       *[(f"{n} router (calibrated)", root / n) for n in (*LM_ROUTERS, "features", "top1")],
+                       *[(f"{n} router (calibrated)", root / n) for n in (*lm_routers(cfg), "features", "top1")],
                        ("eval table", root / "eval" / "eval.md"), ("eval JSON", root / "eval" / "eval.json"),
                        ("trade-off plot", root / "eval" / "eval.png")]:
         print(f"  {name:<30} {path}{'' if path.exists() else '  (missing)'}")
