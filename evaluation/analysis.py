@@ -182,3 +182,19 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
                         "notes": notes},
         "intervals": intervals, "ranking": ranking, "comparisons": comparisons,
     }
+
+
+def per_conversation_auroc(cases: Sequence[Case], clusters: Sequence[str],
+                           outputs: Sequence[RouterOutput]) -> dict[str, dict[str, Any]]:
+    """conversation -> {n_labeled, escalate_share, auroc: {router: value or None}}: the spread that a pooled AUROC
+    hides. Point estimates (one conversation is one bootstrap cluster); None without both labels."""
+    out: dict[str, dict[str, Any]] = {}
+    for conv in dict.fromkeys(clusters):
+        idx = [i for i, (c, k) in enumerate(zip(cases, clusters, strict=True))
+               if k == conv and c.label in ("ANSWER", "ESCALATE")]
+        y = [cases[i].label == "ESCALATE" for i in idx]
+        both = 0 < sum(y) < len(y)
+        out[conv] = {"n_labeled": len(idx), "escalate_share": sum(y) / len(y) if y else None,
+                     "auroc": {o.key: (stats.auroc([o.scores[i] for i in idx], y) if both else None)
+                               for o in outputs if o.scores is not None}}
+    return out

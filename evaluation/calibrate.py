@@ -54,6 +54,41 @@ ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (
 RISK_UNITS = ("question", "conversation")
 
 
+def _check_objective(objective: str, value: float | None, budget_share: float | None) -> None:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective in ("hard_recall", "escalation_rate"):
+        if value is None or not 0.0 < value <= 1.0:
+            raise ValueError(f"objective {objective}: value must be a share in (0, 1], got {value}")
+    if objective == "token_budget":
+        if (value is None) == (budget_share is None):
+            raise ValueError("objective token_budget: give exactly one of value (mean input tokens) and budget_share "
+                             f"(share of raw-only's mean input tokens), got {value}, {budget_share}")
+        if value is not None and value <= 0:
+            raise ValueError(f"objective token_budget: value must be a mean input-token budget > 0, got {value}")
+        if budget_share is not None and not 0.0 < budget_share <= 1.0:
+            raise ValueError(f"objective token_budget: budget_share must be in (0, 1], got {budget_share}")
+    elif budget_share is not None:
+        raise ValueError(f"budget_share applies to objective token_budget only, not {objective}")
+
+
+@dataclass
+class OperatingPoint:
+    """One extra threshold calibrate stores by name (objectives and values as CalibrateConfig's)."""
+
+    name: str
+    objective: str = "token_budget"
+    value: float | None = None
+    budget_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"operating point name must be a word (letters, digits, _), got {self.name!r}")
+        if self.objective == "risk_control":
+            raise ValueError("operating points take max_reward, token_budget, hard_recall or escalation_rate")
+        _check_objective(self.objective, self.value, self.budget_share)
+
+
 @dataclass
 class CalibrateConfig:
     router: RouterSpec = field(default_factory=RouterSpec)  # the router to calibrate (a run directory as shorthand)
@@ -61,6 +96,7 @@ class CalibrateConfig:
     split: str = "validation"
     objective: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
     value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
+    budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
     target: str | None = None  # older name of `objective` (configs written before it was renamed)
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
     alpha: float = 0.1  # risk_control: allowed false-cache-hit rate
@@ -72,18 +108,20 @@ class CalibrateConfig:
     batch_size: int = 8
     limit: int | None = None  # score only the first N replayable records (quick runs)
     write: bool = True  # store the threshold in the run directory's tiermem_router.json
+    # More thresholds stored beside the main one (calibration.operating_points), each picked on the same split by
+    # its own objective, e.g. {name: tokens_80, objective: token_budget, budget_share: 0.8}; eval reports each.
+    operating_points: list[OperatingPoint] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
+        points = [p if isinstance(p, OperatingPoint) else OperatingPoint(**p) for p in self.operating_points]
+        names = [p.name for p in points]
+        if len(set(names)) != len(names):
+            raise ValueError(f"operating_points: names must be unique, got {names}")
+        self.operating_points = points
+        _check_objective(self.objective, self.value, self.budget_share)
         if self.target is not None:
             self.objective, self.target = self.target, None
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if self.objective in ("hard_recall", "escalation_rate"):
-            if self.value is None or not 0.0 < self.value <= 1.0:
-                raise ValueError(f"objective {self.objective}: value must be a share in (0, 1], got {self.value}")
-        if self.objective == "token_budget" and (self.value is None or self.value <= 0):
-            raise ValueError(f"objective token_budget: value must be a mean input-token budget > 0, got {self.value}")
         if not (0 < self.alpha < 1 and 0 < self.delta < 1):
             raise ValueError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
         if self.risk_unit not in RISK_UNITS:
@@ -298,26 +336,41 @@ def summarize(scores: Sequence[float], labels: Sequence[str | None], threshold: 
     return out
 
 
+def _budget(cs: CalibrationSet, value: float | None, budget_share: float | None) -> float:
+    if budget_share is None:
+        return float(value)  # type: ignore[arg-type]
+    cs.need("r_tokens")
+    return budget_share * sum(cs.r_tokens) / len(cs.r_tokens)  # type: ignore[arg-type]
+
+
+def pick_threshold(cs: CalibrationSet, cfg: CalibrateConfig, objective: str, value: float | None,
+                   budget_share: float | None = None) -> tuple[float, dict[str, Any], dict[str, Any] | None]:
+    """(threshold_logit, the objective's parameters, guarantee or None) for one objective on cs."""
+    if objective == "max_reward":
+        return threshold_max_reward(cs, cfg.reward)[0], {"reward": asdict(cfg.reward)}, None
+    if objective == "token_budget":
+        budget = _budget(cs, value, budget_share)
+        return threshold_token_budget(cs, budget), {"budget_mean_input_tokens": budget,
+                                                    "budget_share": budget_share}, None
+    if objective == "hard_recall":
+        return threshold_for_hard_recall(cs.scores, cs.labels, float(value)), {}, None  # type: ignore[arg-type]
+    if objective == "escalation_rate":
+        return threshold_for_rate(cs.scores, float(value)), {}, None  # type: ignore[arg-type]
+    if objective == "risk_control":
+        threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_unit, cfg.risk_grid)
+        return threshold, {"alpha": cfg.alpha, "delta": cfg.delta, "unit": cfg.risk_unit}, guarantee
+    raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+
+
 def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
     """Pick the threshold for cfg.objective on cs; returns the calibration dict stored with the router."""
-    guarantee = None
-    if cfg.objective == "max_reward":
-        threshold, _ = threshold_max_reward(cs, cfg.reward)
-        params: dict[str, Any] = {"reward": asdict(cfg.reward)}
-    elif cfg.objective == "token_budget":
-        threshold = threshold_token_budget(cs, float(cfg.value))  # type: ignore[arg-type]
-        params = {"budget_mean_input_tokens": cfg.value}
-    elif cfg.objective == "hard_recall":
-        threshold = threshold_for_hard_recall(cs.scores, cs.labels, float(cfg.value))  # type: ignore[arg-type]
-        params = {}
-    elif cfg.objective == "escalation_rate":
-        threshold = threshold_for_rate(cs.scores, float(cfg.value))  # type: ignore[arg-type]
-        params = {}
-    elif cfg.objective == "risk_control":
-        threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_unit, cfg.risk_grid)
-        params = {"alpha": cfg.alpha, "delta": cfg.delta, "unit": cfg.risk_unit}
-    else:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {cfg.objective!r}")
+    threshold, params, guarantee = pick_threshold(cs, cfg, cfg.objective, cfg.value, cfg.budget_share)
+    points = {}
+    for point in cfg.operating_points:
+        t, p_params, _ = pick_threshold(cs, cfg, point.objective, point.value, point.budget_share)
+        points[point.name] = {"objective": point.objective, "value": point.value, **p_params,
+                              "threshold_logit": float(t),
+                              "achieved": summarize(cs.scores, cs.labels, t, cs, cfg.reward)}
     return {
         "objective": cfg.objective, "value": cfg.value, **params,
         "threshold_logit": float(threshold), "threshold": sigmoid(float(threshold)),
@@ -325,6 +378,7 @@ def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
         "n_calibration": len(cs.scores),
         "achieved": summarize(cs.scores, cs.labels, threshold, cs, cfg.reward),
         "guarantee": guarantee,
+        "operating_points": points,
     }
 
 

@@ -203,8 +203,21 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold:
              for i, (rec, d) in enumerate(zip(routed, decisions, strict=True))]
     threshold_used = threshold if threshold is not None else getattr(router, "threshold", None)
     output = eval_analysis.RouterOutput(key, escalate, scores, probs, rtok)
+    points = {}
+    # The router's other calibrated operating points (calibrate's operating_points), each a row of its own; an
+    # explicit threshold override means the caller asked for one operating point only.
+    stored = ((getattr(getattr(router, "meta", None), "calibration", None) or {}).get("operating_points") or {})
+    if scores is not None and threshold is None:
+        for name, point in stored.items():
+            t = float(point["threshold_logit"])
+            esc = [1.0 if sc >= t else 0.0 for sc in scores]
+            sub = f"{key}@{name}"
+            points[sub] = {"policy": metrics.replay(cases, esc[:n], sub, rtok[:n], rlat[:n],
+                                                    [d.parsed_ok for d in decisions[:n]]),
+                           "output": eval_analysis.RouterOutput(sub, esc, None, None, rtok), "threshold": t,
+                           "objective": point.get("objective")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
-            "errors": errors, "threshold": threshold_used}
+            "errors": errors, "threshold": threshold_used, "operating_points": points}
 
 
 def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router: Any | None = None,
@@ -265,20 +278,29 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
                                  "routing_wall_s": runs[key]["wall_s"], "router_errors": runs[key]["errors"]}
     for run_ in runs.values():
         predictions += run_["predictions"]
+    points = {k: p for r in runs.values() for k, p in r["operating_points"].items()}
+    meta["operating_points"] = {k: {"threshold": p["threshold"], "objective": p["objective"]}
+                                for k, p in points.items()}
     random_rate = runs["routed"]["policy"].escalation_rate if "routed" in runs else None
     base = metrics.baselines(cases, random_rate)
     report = eval_report.build_report(routed=runs["routed"]["policy"] if "routed" in runs else None,
                                       baselines=base, sweep=runs["routed"]["sweep"] if "routed" in runs else None,
-                                      meta=meta, others={k: r["policy"] for k, r in runs.items() if k != "routed"})
+                                      meta=meta, others={**{k: r["policy"] for k, r in runs.items() if k != "routed"},
+                                                         **{k: p["policy"] for k, p in points.items()}})
     report["sweeps"] = {k: r["sweep"].to_dict() for k, r in runs.items() if r["sweep"] is not None}
     weights = {"summary_only": [0.0] * len(cases), "raw_only": [1.0] * len(cases),
                "oracle": metrics.oracle_escalations(cases)}
     if random_rate is not None:
         weights["random"] = [random_rate] * len(cases)
     report.update(eval_analysis.analyze(
-        cases, clusters, [r["output"] for r in runs.values()], weights, main="routed" if "routed" in runs else None,
+        cases, clusters, [r["output"] for r in runs.values()] + [p["output"] for p in points.values()], weights,
+        main="routed" if "routed" in runs else None,
         n_boot=cfg.bootstrap.n_boot, seed=cfg.bootstrap.seed, level=cfg.bootstrap.level,
         bins=cfg.reliability_bins, ranked_only=case_set.unreplayable, ranked_only_clusters=held_clusters))
+    for key in points:  # the same scores as their router's row: one ranking entry is enough
+        report["ranking"].pop(key, None)
+    report["per_conversation"] = eval_analysis.per_conversation_auroc(
+        [*cases, *case_set.unreplayable], [*clusters, *held_clusters], [r["output"] for r in runs.values()])
     return report, predictions
 
 

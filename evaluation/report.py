@@ -143,6 +143,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if report.get("ranking"):
         out += ["### Ranking quality (score vs label, ESCALATE positive; labeled records; random AUROC = 0.5, "
                 "APGR = 0.5)", "", ranking_table(report), ""]
+    per_conv = report.get("per_conversation") or {}
+    if per_conv:
+        keys = list(next(iter(per_conv.values()))["auroc"])
+        out += ["### AUROC per conversation (labeled records; point estimates)", "",
+                "| conversation | labeled | ESCALATE share | " + " | ".join(POLICY_TITLES.get(k, k) for k in keys)
+                + " |", "|" + "---|" * (3 + len(keys))]
+        for conv, row in per_conv.items():
+            out.append(f"| {conv} | {row['n_labeled']} | {_fmt(row['escalate_share'])} | "
+                       + " | ".join(_fmt(row["auroc"].get(k)) for k in keys) + " |")
+        out.append("")
+    points = meta.get("operating_points") or {}
+    if points:
+        out += ["Rows `name@point` are the same router at another calibrated threshold (calibrate's "
+                "operating_points): " + ", ".join(f"`{k}` ({p['objective']}, log-odds {_fmt(p['threshold'])})"
+                                                   for k, p in points.items()), ""]
     verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random")]
     if verdicts:
         out += ["### In words", ""]
