@@ -100,6 +100,24 @@ def _data_section(meta: RunMeta) -> str:
     return "\n".join(lines)
 
 
+def _score_section(meta: RunMeta) -> str:
+    """How the decision's log-odds are computed: the LM's first-token margin, plus the signal head if it has one."""
+    margin = ('the log-odds margin between the first tokens of "ANSWER" and "ESCALATE" right after the output '
+              f"prefix `{contract.OUTPUT_PREFIX}`")
+    head = meta.data.get("signal_head") if meta.adapter or meta.stage in ("sft", "expected_reward") else None
+    if not isinstance(head, dict):
+        return (f"The decision is `score >= threshold_logit`, where `score` is {margin}; `p_escalate` = "
+                "sigmoid(score). The stored threshold is the default; it can be overridden per call.")
+    weights = head.get("weights") or {}
+    return (f"The decision is `score >= threshold_logit`, where `score` is {margin} **plus the signal head**: a "
+            f"linear model over serve-time signals of the request (`{head.get('file')}`; standardized features "
+            "from `serving.signals.features`: retrieval scores, lexical overlap, question form), trained jointly "
+            "with the adapter. Requests must carry each summary's retrieval `score`. With an OpenAI-compatible "
+            "endpoint serving the adapter, the remote router adds the same head to the endpoint's first-token "
+            "log-probs (`router.signal_head=<this run>`).\n\n"
+            + _table({k: round(float(v), 4) for k, v in weights.items()}, ("signal", "weight (per std. dev.)")))
+
+
 def _rewards_section(meta: RunMeta) -> str:
     rewards = meta.training.get("rewards")
     if meta.stage != "grpo" or not isinstance(rewards, dict):
@@ -268,9 +286,7 @@ Tier-2 raw pages (bounded multi-hop research, then answer).
 
 {_calibration_section(meta)}
 
-The decision is `p_escalate >= threshold`, where `p_escalate` is the softmax over the first tokens of "ANSWER"
-and "ESCALATE" right after the output prefix `{contract.OUTPUT_PREFIX}`. The stored threshold is the default;
-it can be overridden per call.
+{_score_section(meta)}
 
 ## How to use
 
