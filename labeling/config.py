@@ -18,6 +18,8 @@ from tiermem.llm import LLMConfig
 from tiermem.memory import MemoryConfig
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / "locomo_local.yaml"
+# Minimal-pair kinds, in the order their records are emitted (labeling/minimal_pairs.py builds them).
+PAIR_KINDS = ("drop_answer", "drop_irrelevant", "bring_answer", "near_miss")
 
 
 @dataclass
@@ -27,6 +29,22 @@ class LLMRoles:
     judge: LLMConfig | None = None  # CORRECT/WRONG judge; None = lexical judge alone
     sufficiency: LLMConfig | None = None  # strict sufficiency judge; None = not run
     teacher: LLMConfig | None = None  # router-contract teacher; None = templated SFT targets
+
+
+@dataclass
+class MinimalPairsConfig:
+    """Train-split variants of each question's summary set, one unit apart, labeled by the evidence rule."""
+
+    enabled: bool = False
+    kinds: list[str] = field(default_factory=lambda: list(PAIR_KINDS))
+    deep_k: int = 20  # retrieval depth the brought-in units come from (ranks top_k+1 .. deep_k)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.kinds if k not in PAIR_KINDS]
+        if unknown or not self.kinds or len(set(self.kinds)) != len(self.kinds):
+            raise ValueError(f"minimal_pairs.kinds must be distinct names from {PAIR_KINDS}, got {self.kinds}")
+        if self.deep_k < 1:
+            raise ValueError(f"minimal_pairs.deep_k must be >= 1, got {self.deep_k}")
 
 
 @dataclass
@@ -46,6 +64,7 @@ class LabelConfig:
     # false: no answer is generated on either path (the evidence rule needs none). Research cost fields then hold
     # the input tokens of the first round's pages and prompts, flagged `cost_estimated`; outcome labels stay empty.
     generate_answers: bool = True
+    minimal_pairs: MinimalPairsConfig = field(default_factory=MinimalPairsConfig)
     split: SplitSpec = field(default_factory=SplitSpec)
     seed: int = 0
     output_dir: str = "runs/label"
@@ -62,6 +81,14 @@ class LabelConfig:
         if not self.generate_answers and self.label_rule != "evidence":
             raise ValueError("generate_answers=false labels without answers: it needs label_rule=evidence "
                              f"(got {self.label_rule!r}); the outcome rule judges generated answers")
+        if self.minimal_pairs.enabled:
+            if self.generate_answers or self.label_rule != "evidence":
+                raise ValueError("minimal_pairs needs label_rule=evidence and generate_answers=false: a variant's "
+                                 "label comes from the evidence rule over its summary set, while the outcome rule "
+                                 "would need answers generated from each new summary set")
+            if self.minimal_pairs.deep_k <= self.memory.top_k:
+                raise ValueError(f"minimal_pairs.deep_k ({self.minimal_pairs.deep_k}) must exceed memory.top_k "
+                                 f"({self.memory.top_k}): brought-in units come from the ranks below top_k")
         if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
             raise ValueError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):

@@ -34,6 +34,35 @@ def _dataset_license(sources: set[str], label_config: dict[str, Any]) -> tuple[s
     return (licenses.pop() if len(licenses) == 1 and not unknown else "other"), notes
 
 
+def _augmentation(split: Any) -> list[Any]:
+    return split["augmentation"] if "augmentation" in split.column_names else [None] * len(split)
+
+
+def _pairs_section(dataset: Any, stats: dict[str, Any] | None) -> str:
+    """Minimal pairs per kind and label, counted from the train split itself (emitted counts from the run)."""
+    kinds = [k for k in dict.fromkeys(_augmentation(dataset["train"])) if k] if "train" in dataset else []
+    emitted = ((stats or {}).get("minimal_pairs") or {}).get("kinds") or {}
+    if not kinds and not emitted:
+        return ""
+    train = dataset["train"] if "train" in dataset else None
+    pairs = list(zip(_augmentation(train), train["label"], strict=True)) if train is not None else []
+    rows = ["| kind | emitted (all splits) | train rows | ANSWER | ESCALATE |", "|---|---|---|---|---|"]
+    for kind in list(dict.fromkeys([*emitted, *kinds])):
+        labels = [label for k, label in pairs if k == kind]
+        rows.append(f"| {kind} | {emitted.get(kind, {}).get('emitted', 'n/a')} | {len(labels)} | "
+                    f"{labels.count('ANSWER')} | {labels.count('ESCALATE')} |")
+    return f"""## Minimal pairs
+
+The train split also holds minimal pairs: variants of a train question's summary set one unit apart (the unit that
+states the answer dropped, an irrelevant unit dropped, a deeper unit that states the answer brought in, or the
+answer-bearing unit replaced by a near miss about the same entities), each labeled by the same rule with the
+question's own research pages. They carry `augmentation` (the kind) and `augmented_from` (the question's `qid`);
+natural rows have both null. Validation and test hold natural retrieval only.
+
+{chr(10).join(rows)}
+"""
+
+
 def render_dataset_card(dataset: Any, repo_id: str, label_config: dict[str, Any], stats: dict[str, Any] | None,
                         license: str | None = None) -> Any:
     """The dataset card: features, label rule, labeling config, counts per split, source license."""
@@ -50,11 +79,12 @@ def render_dataset_card(dataset: Any, repo_id: str, label_config: dict[str, Any]
         configs=[{"config_name": "default",
                   "data_files": [{"split": name, "path": f"data/{name}-*.parquet"} for name in splits]}],
     )
-    count_rows = ["| split | rows | ANSWER | ESCALATE | dropped (label null) |", "|---|---|---|---|---|"]
+    count_rows = ["| split | rows | ANSWER | ESCALATE | dropped (label null) | of which minimal pairs |",
+                  "|---|---|---|---|---|---|"]
     for name in splits:
         labels = dataset[name]["label"]
         count_rows.append(f"| {name} | {len(labels)} | {labels.count('ANSWER')} | {labels.count('ESCALATE')} | "
-                          f"{sum(x is None for x in labels)} |")
+                          f"{sum(x is None for x in labels)} | {sum(map(bool, _augmentation(dataset[name])))} |")
     feature_rows = ["| column | type |", "|---|---|"]
     first = dataset[splits[0]]
     feature_rows += [f"| `{name}` | `{feature}` |" for name, feature in first.features.items()]
@@ -80,6 +110,7 @@ This dataset's `label` column follows the `{rule}` rule: a path counts as right 
 
 {chr(10).join(count_rows)}
 {stats_line}
+{_pairs_section(dataset, stats)}
 ## Source and license
 
 {chr(10).join("- " + note for note in license_notes) or "- Unknown source."}

@@ -43,6 +43,7 @@ def empty_record(conv: Conversation, q: Question, split: str, fmt: str, rule: st
         "label": None, "drop_reason": "error", "s_ok": None, "r_ok": None, "sufficiency_veto": None,
         "answers_generated": None, "cost_estimated": None, "teacher": None,
         "teacher_agrees": None, "sft_target": None, "sft_source": None, "label_wall_s": None, "error": None,
+        "augmentation": None, "augmented_from": None,
     }
     for prefix in ("summary", "research"):
         record.update({f"cost_{prefix}_{k}": None for k in PATH_COST_FIELDS})
@@ -70,7 +71,7 @@ def _judge(ctx: Context, q: Question, answer: str | None) -> list[Verdict]:
     return verdicts
 
 
-def _router_input(retrieved: list[Any]) -> list[dict[str, Any]]:
+def router_input(retrieved: list[Any]) -> list[dict[str, Any]]:
     return [{"unit_id": u.unit_id, "text": u.text, "score": round(float(u.score), 6), "date": u.date,
              "page_ids": list(u.page_ids)} for u in retrieved]
 
@@ -79,7 +80,7 @@ def _generated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
     """Both policies with the answerer; their answers are judged. Returns (retrieved units, pages read)."""
     cfg_memory, answerer = ctx.cfg.memory, ctx.roles["answerer"]
     s = summary_policy(memory, q, answerer, cfg_memory.top_k, max_tokens=cfg_memory.answer_max_tokens)
-    rec["router_summaries"] = _router_input(s.retrieved)
+    rec["router_summaries"] = router_input(s.retrieved)
     rec["summary_answer"] = s.answer
     rec.update(_cost("summary", s.cost))
     if s.error:
@@ -103,6 +104,11 @@ def _generated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
     return s.retrieved, list(r.pages_read)
 
 
+def summary_input_tokens(q: Question, retrieved: list[Any], count_tokens: Any) -> int:
+    """Input tokens of the summary path's answer prompt over `retrieved` (its estimated cost without generation)."""
+    return sum(count_tokens(m["content"]) for m in summary_messages(q.question, retrieved, q.date))
+
+
 def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any], count_tokens: Any,
                      retrieved: list[Any] | None = None) -> tuple[list[Any], list[str]]:
     """No generation: the router's retrieval and the research policy's first-round pages, costs estimated.
@@ -116,16 +122,52 @@ def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
     pages = first_round_pages(memory, q.question, retrieved, pages_per_round=cfg_memory.pages_per_round,
                               keyword_k=cfg_memory.keyword_k)[: cfg_memory.pages_per_round]
     read = memory.raw.get_many(pages)
-    s_tokens = sum(count_tokens(m["content"]) for m in summary_messages(q.question, retrieved, q.date))
+    s_tokens = summary_input_tokens(q, retrieved, count_tokens)
     r_tokens = estimated_research_input_tokens(q.question, q.date, read, count_tokens, cfg_memory.max_snippets)
     wall = round(time.perf_counter() - started, 4)
-    rec["router_summaries"] = _router_input(retrieved)
+    rec["router_summaries"] = router_input(retrieved)
     rec.update({"research_pages": pages, "research_stop": "not_generated", "research_parse_failures": 0,
                 **_cost("summary", PathCost(input_tokens=s_tokens, wall_s=wall)),
                 **_cost("research", PathCost(input_tokens=r_tokens, wall_s=wall, pages_read=len(pages),
                                              rounds=1 if pages else 0))})
     ctx.tick("retrieved")
     return retrieved, pages
+
+
+def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: list[str],
+                    page_turns: dict[str, list[str]]) -> None:
+    """From `rec["router_summaries"]` and the research path's pages to the labels, the teacher and the SFT target:
+    the sufficiency judge, the evidence signals and both rules. Minimal pairs label their summary sets through it too.
+    Raises LLMError (a judge or the teacher failed)."""
+    cfg = ctx.cfg
+    sufficiency = None
+    if ctx.roles["sufficiency"] is not None:
+        verdict = SufficiencyJudge(ctx.roles["sufficiency"]).judge(q.question, q.answer, rec["router_summaries"])
+        sufficiency = dataclasses.asdict(verdict)
+        rec["sufficiency"] = json.dumps(sufficiency)
+
+    signals = compute_signals(q.answer, q.category, q.evidence, rec["router_summaries"], pages_read,
+                              page_turns.__getitem__, cfg.evidence, ctx.fmt, question=q.question)
+    rec.update({"s_ok_evidence": signals.s_ok, "r_ok_evidence": signals.r_ok,
+                "answer_recall": signals.answer_recall, "gold_in_summary_pages": signals.gold_in_summary_pages,
+                "gold_in_research_pages": signals.gold_in_research_pages, "n_gold": signals.n_gold})
+    # Conservative: when a sufficiency judge ran, an ANSWER label needs its agreement (None = not run).
+    sufficient = None if sufficiency is None else bool(sufficiency["sufficient"])
+    by_rule = {"outcome": decide(rec["s_ok_outcome"], rec["r_ok_outcome"], sufficient),
+               "evidence": decide(signals.s_ok, signals.r_ok, sufficient)}
+    for rule, decision in by_rule.items():
+        rec[f"label_{rule}"], rec[f"drop_reason_{rule}"] = decision.label, decision.drop_reason
+    chosen = by_rule[cfg.label_rule]
+    rec["label"], rec["drop_reason"] = chosen.label, chosen.drop_reason
+    rec["s_ok"], rec["r_ok"] = rec[f"s_ok_{cfg.label_rule}"], rec[f"r_ok_{cfg.label_rule}"]
+    rec["sufficiency_veto"] = chosen.vetoed
+
+    teacher = None
+    if ctx.roles["teacher"] is not None:
+        teacher = ask_teacher(ctx.roles["teacher"], q.question, rec["router_summaries"], cfg.teacher_max_tokens)
+        rec["teacher"] = json.dumps(teacher.to_dict())
+    target = sft_target(chosen.label, teacher, signals.answer_recall, sufficiency)
+    rec.update(sft_target=target.target, sft_source=target.source, teacher_agrees=target.teacher_agrees)
 
 
 def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
@@ -141,35 +183,8 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
         else:
             _, pages_read = _estimated_paths(ctx, memory, q, rec, count_tokens, (retrieved or {}).get(q.qid))
         rec["answers_generated"], rec["cost_estimated"] = cfg.generate_answers, not cfg.generate_answers
-        sufficiency = None
-        if ctx.roles["sufficiency"] is not None:
-            verdict = SufficiencyJudge(ctx.roles["sufficiency"]).judge(q.question, q.answer, rec["router_summaries"])
-            sufficiency = dataclasses.asdict(verdict)
-            rec["sufficiency"] = json.dumps(sufficiency)
+        label_summaries(ctx, q, rec, pages_read, page_turns)
         ctx.tick("judged")
-
-        signals = compute_signals(q.answer, q.category, q.evidence, rec["router_summaries"], pages_read,
-                                  page_turns.__getitem__, cfg.evidence, ctx.fmt, question=q.question)
-        rec.update({"s_ok_evidence": signals.s_ok, "r_ok_evidence": signals.r_ok,
-                    "answer_recall": signals.answer_recall, "gold_in_summary_pages": signals.gold_in_summary_pages,
-                    "gold_in_research_pages": signals.gold_in_research_pages, "n_gold": signals.n_gold})
-        # Conservative: when a sufficiency judge ran, an ANSWER label needs its agreement (None = not run).
-        sufficient = None if sufficiency is None else bool(sufficiency["sufficient"])
-        by_rule = {"outcome": decide(rec["s_ok_outcome"], rec["r_ok_outcome"], sufficient),
-                   "evidence": decide(signals.s_ok, signals.r_ok, sufficient)}
-        for rule, decision in by_rule.items():
-            rec[f"label_{rule}"], rec[f"drop_reason_{rule}"] = decision.label, decision.drop_reason
-        chosen = by_rule[cfg.label_rule]
-        rec["label"], rec["drop_reason"] = chosen.label, chosen.drop_reason
-        rec["s_ok"], rec["r_ok"] = rec[f"s_ok_{cfg.label_rule}"], rec[f"r_ok_{cfg.label_rule}"]
-        rec["sufficiency_veto"] = chosen.vetoed
-
-        teacher = None
-        if ctx.roles["teacher"] is not None:
-            teacher = ask_teacher(ctx.roles["teacher"], q.question, rec["router_summaries"], cfg.teacher_max_tokens)
-            rec["teacher"] = json.dumps(teacher.to_dict())
-        target = sft_target(chosen.label, teacher, signals.answer_recall, sufficiency)
-        rec.update(sft_target=target.target, sft_source=target.source, teacher_agrees=target.teacher_agrees)
         ctx.tick("labeled")
     except LLMError as exc:
         for key in ("label_outcome", "label_evidence", "label", "s_ok_outcome", "r_ok_outcome", "s_ok_evidence",

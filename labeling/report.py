@@ -54,6 +54,8 @@ def _judge_agreement(good: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_stats(records: list[dict[str, Any]], rule: str, llm_judge: bool = False) -> dict[str, Any]:
+    """Every count is over natural questions: minimal pairs (rows with `augmentation`) are counted apart, by the run."""
+    records = [r for r in records if not r.get("augmentation")]
     good = [r for r in records if not r["error"]]
     with_gold = [r for r in good if r["n_gold"]]
     stats: dict[str, Any] = {
@@ -128,6 +130,19 @@ def _fmt(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _pair_lines(pairs: dict[str, Any] | None) -> list[str]:
+    if not pairs:
+        return ["", "Minimal pairs: off (every row is a question with its natural retrieval)."]
+    lines = ["", "## Minimal pairs", "",
+             f"{pairs['emitted']} variants of labeled questions' summary sets, one unit apart, labeled by the same "
+             f"rule (not counted in the totals above); {pairs['train_rows']} are in the train split, "
+             f"{pairs['held_out']} belong to validation/test conversations and stay out of the dataset.", "",
+             "| kind | emitted | train ANSWER | train ESCALATE |", "|---|---|---|---|"]
+    lines += [f"| {kind} | {c['emitted']} | {c['train']['ANSWER']} | {c['train']['ESCALATE']} |"
+              for kind, c in pairs["kinds"].items()]
+    return lines
+
+
 def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     rule = stats["label_rule"]
     lines = [
@@ -155,6 +170,7 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
         for cat, c in stats["labels"][name]["by_category"].items():
             lines.append(f"| {name} | {cat} | {c['ANSWER']} | {c['ESCALATE']} | {c['dropped']} |")
     lines += ["", "Drop reasons: " + "; ".join(f"{n}: {stats['labels'][n]['drop_reasons']}" for n in RULES)]
+    lines += _pair_lines(stats.get("minimal_pairs"))
     acc = stats["accuracy"]
     lines += ["", "## Path accuracy", "", "| rule | summary-only | research | research unknown |", "|---|---|---|---|"]
     lines += [f"| {n} | {_fmt(acc[n]['summary'])} | {_fmt(acc[n]['research'])} | {acc[n]['research_unknown']} |"
@@ -205,6 +221,8 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
             lines.append(f"| {name} | {', '.join(s['roles'])} | {s['new_calls']} | {s['cache_hits']} | "
                          f"{s['errors']} | {s['input_tokens']} | {s['output_tokens']} |")
     if stats.get("dataset"):
-        lines += ["", f"Dataset splits (by conversation, error records excluded): {stats['dataset']}; "
-                  f"conversations {stats['conversations_by_split']}"]
+        pairs = stats.get("minimal_pairs")
+        lines += ["", f"Dataset splits (by conversation, error records excluded): {stats['dataset']}"
+                  + (f", of which {pairs['train_rows']} train rows are minimal pairs" if pairs else "")
+                  + f"; conversations {stats['conversations_by_split']}"]
     path.write_text("\n".join(lines) + "\n")

@@ -27,13 +27,14 @@ import yaml
 from labeling.config import DEFAULT_CONFIG, LabelConfig, data_format, select
 from labeling.hub import push_dataset
 from labeling.judges import LexicalJudge
-from labeling.question import Context, error_record, label_question
+from labeling.minimal_pairs import for_dataset, label_with_pairs, retrieval_depth, with_variants
+from labeling.question import Context, error_record
 from labeling.report import build_stats, write_report
 from labeling.resume import FINAL_OUTPUTS, check_resumable
 from labeling.roles import Roles, Serialized
 from labeling.schema import FEATURES
 from labeling.split import assign_splits, check_records_disjoint
-from labeling.store import RecordStore
+from labeling.store import RecordStore, record_key
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Question, load_conversations
 from tiermem.llm import LLMError
@@ -106,14 +107,17 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
             try:
                 memory = runtime.memory if _workers(ctx) == 1 else Serialized(
                     runtime.memory, threading.RLock(), nested=("raw", "summaries", "keyword"))
-                # Without generation, retrieval dominates: embed the conversation's questions in one batch.
+                # Without generation, retrieval dominates: embed the conversation's questions in one batch
+                # (to deep_k with minimal pairs on; the router's top_k is a prefix of that ranking).
                 retrieved = None if cfg.generate_answers else dict(zip(
-                    [q.qid for q in todo], memory.search_summaries_many([q.question for q in todo], cfg.memory.top_k),
-                    strict=True))
-                work = functools.partial(label_question, ctx, memory, conv, page_turns=page_turns,
+                    [q.qid for q in todo],
+                    memory.search_summaries_many([q.question for q in todo], retrieval_depth(cfg)), strict=True))
+                work = functools.partial(label_with_pairs, ctx, memory, conv, page_turns=page_turns,
                                          count_tokens=runtime.count_tokens, retrieved=retrieved)
-                for rec in _results(ctx, [(q, split) for q in todo], work):
-                    store.put(rec)
+                for group in _results(ctx, [(q, split) for q in todo], work):
+                    for rec in group:  # a question's minimal pairs, then the question itself
+                        if not store.done(record_key(rec), cfg.retry_errors):  # pairs committed before a kill
+                            store.put(rec)
                     bar.update(1)
                     bar.set_postfix({k: ctx.progress[k] for k in
                                      ("tiers", "summary", "research", "judged", "labeled", "errors")}, refresh=False)
@@ -122,7 +126,7 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
         bar.close()
         by_key = {(r["conv_id"], r["qid"]): r for r in store.records()}
     wanted = [(c.conv_id, q.qid) for c in conversations for q in c.questions]
-    records = [by_key[k] for k in wanted]
+    records = with_variants(by_key, wanted)
     for rec in records:
         rec["split"] = assignment[rec["conv_id"]]  # the current split spec decides, even for resumed records
     return finish(cfg, ctx, records, resumed, time.perf_counter() - started)
@@ -131,13 +135,14 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
 def finish(cfg: LabelConfig, ctx: Context, records: list[dict[str, Any]], resumed: int,
            elapsed_s: float) -> dict[str, Any]:
     out = Path(cfg.output_dir)
+    records, pairs = for_dataset(records, cfg.minimal_pairs.enabled)  # minimal pairs reach the train split only
     check_records_disjoint(records)
     with open(out / "all_records.jsonl", "w", encoding="utf-8") as fh:
         for rec in records:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     stats = build_stats(records, cfg.label_rule, llm_judge=ctx.roles["judge"] is not None)
     stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
-                  "new_records": len(records) - resumed, "llm": ctx.roles.stats(),
+                  "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": ctx.roles.stats(),
                   "output_dir": str(out)})
     good = [r for r in records if not r["error"]]
     if good:
@@ -180,5 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"labeled {stats['records']} questions ({stats['errors']} errors) in {stats['elapsed_s']} s; "
           f"rule {rule}: ANSWER {counts.get('ANSWER', 0)}, ESCALATE {counts.get('ESCALATE', 0)}, "
           f"dropped {counts.get('dropped', 0)}")
+    if stats.get("minimal_pairs"):
+        pairs = stats["minimal_pairs"]
+        print(f"minimal pairs: {pairs['train_rows']} in the train split ({pairs['emitted']} emitted, "
+              f"{pairs['held_out']} of validation/test conversations left out)")
     print(f"outputs: {cfg.output_dir}/dataset, all_records.jsonl, stats.json, report.md")
     return 0 if stats["errors"] == 0 else 1

@@ -24,4 +24,6 @@ FEATURES = Features({
     "teacher": _S, "teacher_agrees": _B, "sft_target": _S, "sft_source": _S,  # teacher: JSON string
     **{f"cost_{path}_{k}": (_F if k == "wall_s" else _I) for path in ("summary", "research") for k in PATH_COST_FIELDS},
     "label_wall_s": _F, "error": _S,
+    # minimal pairs (train split only): the variant's kind and the qid of the question it varies; null on natural rows
+    "augmentation": _S, "augmented_from": _S,
 })

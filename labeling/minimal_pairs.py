@@ -1,0 +1,169 @@
+"""Minimal pairs: variants of a question's summary set, one unit apart, labeled by the same evidence rule.
+
+The evidence rule is a function of (question, summaries) plus the research path's pages, so any summary set can be
+labeled without a generator. For each labeled question, from its own retrieval ranked to `minimal_pairs.deep_k`
+(the first top_k units are what the router saw):
+- drop_answer (ANSWER questions): the highest-ranked unit whose removal makes the summary path wrong is removed.
+- drop_irrelevant (ANSWER): the lowest-ranked unit whose removal keeps it right is removed, so the number of
+  summaries carries no label.
+- bring_answer (ESCALATE questions whose summary path is wrong): the lowest-ranked unit is replaced by the
+  highest-ranked deeper unit that makes the summary path right.
+- near_miss (ANSWER): the unit drop_answer removes is replaced by the highest-ranked deeper unit that shares a
+  content word with the question and leaves the summary path wrong.
+Each variant is a full record (qid `<qid>~<kind>`, `augmentation`, `augmented_from`) with the original's research
+pages and research cost, the summary path's estimated cost for its own set, and units in retrieval rank order.
+A variant whose label is dropped (both paths wrong) is not emitted. No randomness: every choice is by rank.
+
+Variants are computed for every conversation (the split is reassigned when a run finishes and is no part of the
+resume fingerprint) and committed before their question's record; only the train split's reach the outputs, so
+validation and test keep natural retrieval.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from labeling.config import PAIR_KINDS, LabelConfig
+from labeling.evidence import compute_signals
+from labeling.question import (
+    Context,
+    _cost,
+    error_record,
+    label_question,
+    label_summaries,
+    router_input,
+    summary_input_tokens,
+)
+from labeling.rules import ANSWER, ESCALATE
+from tiermem.data.conversations import Conversation, Question
+from tiermem.llm import LLMError
+from tiermem.memory import PathCost
+from tiermem.memory.text import content_words
+
+SEPARATOR = "~"  # qid of a variant: <qid>~<kind>
+
+
+def variant_qid(qid: str, kind: str) -> str:
+    return f"{qid}{SEPARATOR}{kind}"
+
+
+def retrieval_depth(cfg: LabelConfig) -> int:
+    """How many units to retrieve per question: the variants' deeper candidates need deep_k."""
+    return max(cfg.memory.top_k, cfg.minimal_pairs.deep_k) if cfg.minimal_pairs.enabled else cfg.memory.top_k
+
+
+def _without(units: Sequence[Any], i: int) -> list[Any]:
+    return [u for j, u in enumerate(units) if j != i]
+
+
+def summary_sets(shown: Sequence[Any], deeper: Sequence[Any], label: str | None, s_ok_now: bool | None,
+                 s_ok: Callable[[list[Any]], bool], question: str) -> dict[str, list[Any]]:
+    """kind -> the variant's units in rank order. `shown` are the router's units, `deeper` the ranks below them,
+    `s_ok(units)` the evidence rule's summary-path verdict for a set."""
+    sets: dict[str, list[Any]] = {}
+    if not shown:
+        return sets
+    if label == ANSWER:
+        answer_at = next((i for i in range(len(shown)) if not s_ok(_without(shown, i))), None)
+        keep_at = next((i for i in reversed(range(len(shown))) if s_ok(_without(shown, i))), None)
+        if answer_at is not None:
+            sets["drop_answer"] = _without(shown, answer_at)
+        if keep_at is not None:
+            sets["drop_irrelevant"] = _without(shown, keep_at)
+        if answer_at is not None:
+            about = set(content_words(question))
+            rest = _without(shown, answer_at)
+            near = next((u for u in deeper if about & set(content_words(u.text)) and not s_ok([*rest, u])), None)
+            if near is not None:
+                sets["near_miss"] = [*rest, near]
+    elif label == ESCALATE and s_ok_now is False:  # an ESCALATE vetoed by the sufficiency judge has s_ok true
+        bring = next((u for u in deeper if s_ok([*shown[:-1], u])), None)
+        if bring is not None:
+            sets["bring_answer"] = [*shown[:-1], bring]
+    return {kind: sets[kind] for kind in PAIR_KINDS if kind in sets}
+
+
+def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[Any],
+             page_turns: dict[str, list[str]], count_tokens: Any) -> list[dict[str, Any]]:
+    """The labeled variants of one labeled record. `ranked` is the question's retrieval to deep_k, whose first
+    units are the record's router_summaries. Raises LLMError (a sufficiency judge or teacher failed)."""
+    cfg = ctx.cfg
+    k = len(rec["router_summaries"])
+    shown, deeper = list(ranked[:k]), list(ranked[k:])
+    if [u.unit_id for u in shown] != [s["unit_id"] for s in rec["router_summaries"]]:
+        raise AssertionError(f"{rec['qid']}: the deep retrieval does not start with the router's units")
+    pages = rec["research_pages"]
+
+    def s_ok(units: list[Any]) -> bool:
+        return compute_signals(q.answer, q.category, q.evidence, units, pages, page_turns.__getitem__, cfg.evidence,
+                               ctx.fmt, question=q.question).s_ok
+
+    out = []
+    original_ids = {u.unit_id for u in shown}
+    for kind, units in summary_sets(shown, deeper, rec["label"], rec["s_ok"], s_ok, q.question).items():
+        if kind not in cfg.minimal_pairs.kinds or {u.unit_id for u in units} == original_ids:
+            continue
+        started = time.perf_counter()
+        var = copy.deepcopy(rec)
+        var.update({"qid": variant_qid(rec["qid"], kind), "augmentation": kind, "augmented_from": rec["qid"],
+                    "router_summaries": router_input(units),
+                    # the retrieval is the question's own: its time stands; the prompt is the new set's
+                    **_cost("summary", PathCost(input_tokens=summary_input_tokens(q, units, count_tokens),
+                                                wall_s=rec["cost_summary_wall_s"]))})
+        label_summaries(ctx, q, var, pages, page_turns)
+        if var["label"] is None:
+            continue
+        var["label_wall_s"] = round(time.perf_counter() - started, 3)
+        out.append(var)
+    return out
+
+
+def label_with_pairs(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
+                     page_turns: dict[str, list[str]], count_tokens: Any = None,
+                     retrieved: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
+    """`label_question`, then (with minimal_pairs on) its variants: the variants come first, so committing the list
+    in order never leaves a committed question without them. An LLMError in a variant makes the question an error
+    record (retried by a rerun), never a question with some of its variants missing."""
+    cfg = ctx.cfg
+    if not cfg.minimal_pairs.enabled:
+        return [label_question(ctx, memory, conv, q, split, page_turns, count_tokens, retrieved)]
+    ranked = (retrieved or {}).get(q.qid)
+    if ranked is None:
+        ranked = memory.search_summaries(q.question, retrieval_depth(cfg))
+    rec = label_question(ctx, memory, conv, q, split, page_turns, count_tokens, {q.qid: ranked[: cfg.memory.top_k]})
+    if rec["error"]:
+        return [rec]
+    try:
+        return [*variants(ctx, q, rec, ranked, page_turns, count_tokens), rec]
+    except LLMError as exc:
+        return [error_record(conv, q, split, ctx, f"minimal pairs: {type(exc).__name__}: {exc}")]
+
+
+def with_variants(by_key: dict[tuple[str, str], dict[str, Any]],
+                  wanted: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The wanted questions' records, each followed by its committed variants (in kind order)."""
+    out = []
+    for conv_id, qid in wanted:
+        out.append(by_key[(conv_id, qid)])
+        out += [by_key[key] for kind in PAIR_KINDS if (key := (conv_id, variant_qid(qid, kind))) in by_key]
+    return out
+
+
+def for_dataset(records: list[dict[str, Any]], enabled: bool) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """(the records that reach the outputs: natural ones and the train split's variants, the counts per kind).
+
+    Counts: `emitted` over every split (what labeling produced), `train` by label (what training sees)."""
+    kept = [r for r in records if not r.get("augmentation") or r["split"] == "train"]
+    if not enabled:
+        return kept, None
+    augmented = [r for r in records if r.get("augmentation")]
+    emitted = Counter(r["augmentation"] for r in augmented)
+    train = Counter((r["augmentation"], r["label"]) for r in augmented if r["split"] == "train")
+    kinds = {kind: {"emitted": emitted[kind], "train": {label: train[(kind, label)] for label in (ANSWER, ESCALATE)}}
+             for kind in PAIR_KINDS}
+    return kept, {"kinds": kinds, "emitted": len(augmented), "train_rows": sum(train.values()),
+                  "held_out": len(augmented) - sum(train.values())}
