@@ -34,14 +34,14 @@ from serving.router import (
     Summaries,
     _check_lengths,
     calibrated_threshold,
+    open_run_dir,
     register,
     sigmoid,
 )
 from tiermem import contract
-from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
+from tiermem.artifacts import FEATURE_MODEL_FILE, RunMeta, file_digests, read_run_meta, write_run_meta
 from tiermem.errors import stage_main
 
-FEATURE_MODEL_FILE = "feature_model.json"
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
 
 # Small built-in list (no corpus download): function words that carry no content to look up.
@@ -157,6 +157,40 @@ class LogisticModel:
     n_train: int
     train_escalate_share: float
 
+    def validate(self, where: str | Path = FEATURE_MODEL_FILE) -> None:
+        """Every field typed and range-checked, so a loaded model scores finite log-odds for any finite features;
+        RouterLoadError names the file and the field."""
+
+        def bad(name: str, problem: str) -> RouterLoadError:
+            return RouterLoadError(f"{where}: field {name!r} {problem}")
+
+        def finite(value: Any) -> bool:
+            return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+        if not isinstance(self.feature_names, list) or not all(isinstance(n, str) for n in self.feature_names):
+            raise bad("feature_names", "must be a list of feature names")
+        n = len(self.feature_names)
+        for name in ("mean", "scale", "weights"):
+            values = getattr(self, name)
+            if not isinstance(values, list) or len(values) != n:
+                got = len(values) if isinstance(values, list) else type(values).__name__
+                raise bad(name, f"must be a list of {n} numbers (one per feature), got {got}")
+            wrong = [i for i, v in enumerate(values) if not finite(v)]
+            if wrong:
+                raise bad(name, f"must hold finite numbers; entries {wrong} are {[values[i] for i in wrong]}")
+        if any(v <= 0 for v in self.scale):
+            raise bad("scale", "must be positive (a standardization divides by it)")
+        if not finite(self.bias):
+            raise bad("bias", f"must be a finite number, got {self.bias!r}")
+        if not finite(self.l2) or self.l2 < 0:
+            raise bad("l2", f"must be a finite number >= 0, got {self.l2!r}")
+        if self.class_weight not in ("balanced", "none"):
+            raise bad("class_weight", f"must be balanced or none, got {self.class_weight!r}")
+        if isinstance(self.n_train, bool) or not isinstance(self.n_train, int) or self.n_train < 1:
+            raise bad("n_train", f"must be a positive integer, got {self.n_train!r}")
+        if not finite(self.train_escalate_share) or not 0.0 <= self.train_escalate_share <= 1.0:
+            raise bad("train_escalate_share", f"must be in [0, 1], got {self.train_escalate_share!r}")
+
     def log_odds(self, x: np.ndarray) -> np.ndarray:
         z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
         return z @ np.asarray(self.weights, dtype=np.float64) + self.bias
@@ -222,6 +256,12 @@ class _ScoreRouter(Router):
                        stage=self.kind, adapter=False, training={}, data=data, metrics=metrics,
                        extra={"router_kind": self.kind, **extra})
 
+    def _write_meta(self, run_dir: Path, meta: RunMeta) -> None:
+        """The metadata last, with the digest of every file just written (calibration keeps them)."""
+        meta.files = file_digests(run_dir)
+        write_run_meta(run_dir, meta)
+        self.run_dir, self.meta = run_dir, meta
+
     @classmethod
     def _read(cls, path: str | Path) -> tuple[Path, RunMeta]:
         run_dir = Path(path).expanduser()
@@ -229,7 +269,7 @@ class _ScoreRouter(Router):
         if meta.extra.get("router_kind") != cls.kind:
             raise RouterLoadError(f"{run_dir}: tiermem_router.json says router_kind "
                                   f"{meta.extra.get('router_kind')!r}, not {cls.kind!r}")
-        return run_dir, meta
+        return run_dir, open_run_dir(run_dir)
 
 
 @register("top1-score")
@@ -248,9 +288,8 @@ class Top1ScoreRouter(_ScoreRouter):
         return [-top1(s, f"question {i}: summaries") for i, s in enumerate(summaries)]
 
     def save(self, run_dir: str | Path, data: dict[str, Any] | None = None) -> Path:
-        meta = self._meta(data or {}, {}, {})
-        write_run_meta(run_dir, meta)
-        self.run_dir, self.meta = Path(run_dir), meta
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        self._write_meta(Path(run_dir), self._meta(data or {}, {}, {}))
         return Path(run_dir)
 
     @classmethod
@@ -293,9 +332,7 @@ class FeatureRouter(_ScoreRouter):
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / FEATURE_MODEL_FILE).write_text(json.dumps(asdict(self.model), indent=2) + "\n")
-        meta = self._meta(data or {}, metrics or {}, {"feature_model": FEATURE_MODEL_FILE})
-        write_run_meta(run_dir, meta)
-        self.run_dir, self.meta = run_dir, meta
+        self._write_meta(run_dir, self._meta(data or {}, metrics or {}, {"feature_model": FEATURE_MODEL_FILE}))
         return run_dir
 
     @classmethod
@@ -306,8 +343,9 @@ class FeatureRouter(_ScoreRouter):
             raise RouterLoadError(f"{model_path} not found: a features router directory needs its fitted model")
         try:
             model = LogisticModel(**json.loads(model_path.read_text()))
-        except (json.JSONDecodeError, TypeError) as exc:
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
             raise RouterLoadError(f"{model_path}: not a fitted feature model: {exc}") from None
+        model.validate(model_path)
         calibrated = calibrated_threshold(meta.calibration)
         router = cls(model, threshold=threshold if threshold is not None else calibrated)
         router.run_dir, router.meta = run_dir, meta
