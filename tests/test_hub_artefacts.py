@@ -178,7 +178,11 @@ def test_push_uploads_only_the_allowlist_and_the_pulled_router_verifies(tmp_path
 
     run = tmp_path / "run"
     shutil.copytree(make_router_run(), run)
-    expected = sorted(p.name for p in run.iterdir())  # adapter, its config, tokenizer, metadata, card
+    expected = ["README.md", "adapter_config.json", "adapter_model.safetensors", "chat_template.jinja",
+                "tiermem_router.json", "tokenizer.json", "tokenizer_config.json"]
+    (run / ".tiermem-run.lock").unlink(missing_ok=True)
+    assert sorted(p.name for p in run.iterdir()) == expected  # adapter, its config, tokenizer, metadata, card
+    (run / ".tiermem-run.lock").write_text("{}")  # a run-directory marker
     (run / "training_args.bin").write_bytes(b"\x80\x04a trainer pickle")  # what trainer.save_model leaves
     torch.save({"fingerprint": "f", "states": {}}, run / "trunk_states.pt")  # the frozen-trunk cache
     (run / "checkpoint-2").mkdir()
