@@ -13,8 +13,10 @@ from tiermem import contract
 from tiermem.artifacts import (
     RUN_META_FILE,
     RunMeta,
+    file_digests,
     make_adapter_portable,
     read_run_meta,
+    verify_files,
     write_run_meta,
 )
 
@@ -129,6 +131,7 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
     contract.check_version(meta.contract_version, where=str(run_dir))
     if not meta.adapter:
         raise ValueError(f"{run_dir}: holds merged weights, not a LoRA adapter; load it as a model spec instead")
+    verify_files(run_dir, meta)  # GRPO starts from these weights: the same check as serving them
     base, _ = load_causal_lm(meta.base_model, device=training_device())
     tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
     model = PeftModel.from_pretrained(base, str(run_dir), is_trainable=trainable)
@@ -149,7 +152,8 @@ def clear_run_meta(output_dir: str | Path) -> None:
 def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
     """Main process, after `trainer.save_model` (which every process calls): tokenizer, the adapter config made
     portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
-    template, then the metadata, written last because it marks a complete run."""
+    template, then the metadata with the sha256 of every weight file, written last because it marks a complete
+    run."""
     from serving.model_card import write_run_card
 
     tokenizer.save_pretrained(str(output_dir))
@@ -160,6 +164,7 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
                         "loads it only on this machine (our loaders use tiermem_router.json)", meta.base_model,
                         output_dir)
     write_run_card(output_dir, meta)
+    meta.files = file_digests(output_dir)
     return write_run_meta(output_dir, meta)
 
 

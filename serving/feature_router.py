@@ -32,6 +32,7 @@ from serving.router import (
     Summaries,
     _check_lengths,
     calibrated_threshold,
+    open_run_dir,
     register,
     sigmoid,
 )
@@ -49,11 +50,8 @@ from serving.signals import (  # noqa: F401  (the feature function's names, used
     top1,
 )
 from tiermem import contract
-from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
+from tiermem.artifacts import FEATURE_MODEL_FILE, RunMeta, file_digests, read_run_meta, write_run_meta
 from tiermem.errors import stage_main
-
-FEATURE_MODEL_FILE = "feature_model.json"
-
 
 # ---- routers -------------------------------------------------------------------------------------
 
@@ -80,6 +78,12 @@ class _ScoreRouter(Router):
                        stage=self.kind, adapter=False, training={}, data=data, metrics=metrics,
                        extra={"router_kind": self.kind, **extra})
 
+    def _write_meta(self, run_dir: Path, meta: RunMeta) -> None:
+        """The metadata last, with the digest of every file just written (calibration keeps them)."""
+        meta.files = file_digests(run_dir)
+        write_run_meta(run_dir, meta)
+        self.run_dir, self.meta = run_dir, meta
+
     @classmethod
     def _read(cls, path: str | Path) -> tuple[Path, RunMeta]:
         run_dir = Path(path).expanduser()
@@ -87,7 +91,7 @@ class _ScoreRouter(Router):
         if meta.extra.get("router_kind") != cls.kind:
             raise RouterLoadError(f"{run_dir}: tiermem_router.json says router_kind "
                                   f"{meta.extra.get('router_kind')!r}, not {cls.kind!r}")
-        return run_dir, meta
+        return run_dir, open_run_dir(run_dir)
 
 
 @register("top1-score")
@@ -106,9 +110,8 @@ class Top1ScoreRouter(_ScoreRouter):
         return [-top1(s, f"question {i}: summaries") for i, s in enumerate(summaries)]
 
     def save(self, run_dir: str | Path, data: dict[str, Any] | None = None) -> Path:
-        meta = self._meta(data or {}, {}, {})
-        write_run_meta(run_dir, meta)
-        self.run_dir, self.meta = Path(run_dir), meta
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        self._write_meta(Path(run_dir), self._meta(data or {}, {}, {}))
         return Path(run_dir)
 
     @classmethod
@@ -151,9 +154,7 @@ class FeatureRouter(_ScoreRouter):
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         save_logistic(run_dir / FEATURE_MODEL_FILE, self.model)
-        meta = self._meta(data or {}, metrics or {}, {"feature_model": FEATURE_MODEL_FILE})
-        write_run_meta(run_dir, meta)
-        self.run_dir, self.meta = run_dir, meta
+        self._write_meta(run_dir, self._meta(data or {}, metrics or {}, {"feature_model": FEATURE_MODEL_FILE}))
         return run_dir
 
     @classmethod

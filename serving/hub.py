@@ -1,6 +1,11 @@
 """`make push`: publish a router run directory to the Hugging Face Hub; `pull` fetches one back.
 (Labeled datasets are pushed by labeling.hub, on the floor below.)
 
+Push uploads an explicit allowlist (`push_files`): the weights tiermem_router.json records a sha256 for, the adapter
+or model config, the tokenizer, the metadata and the card. Nothing else a run directory holds (training_args.bin, a
+pickle; frozen-trunk caches; trainer checkpoints and optimizer states) is ever published. Both push and pull check
+the recorded digests first.
+
 The token comes from HF_TOKEN or the `hf auth login` cache, resolved by huggingface_hub itself; this module never
 reads, prints or writes it. HF_ENDPOINT points the client at another hub (the tests use a local one).
 """
@@ -12,13 +17,35 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.model_card import write_model_card
+from serving.model_card import CARD_FILE, write_model_card
 from tiermem import contract
-from tiermem.artifacts import make_adapter_portable, read_run_meta
+from tiermem.artifacts import (
+    ADAPTER_CONFIG_FILE,
+    RUN_META_FILE,
+    RunMeta,
+    make_adapter_portable,
+    read_run_meta,
+    verify_files,
+)
 from tiermem.errors import HubError, stage_main
 
-# Never published: trainer checkpoints, optimizer state, half-written files.
-IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".tiermem_router.*", "runs/**"]
+# What transformers' tokenizer and generation saving writes next to the weights (those present are pushed).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
+MODEL_CONFIG_FILES = ("config.json", "generation_config.json")
+
+
+def push_files(run_dir: Path, meta: RunMeta) -> list[str]:
+    """The files a user needs to load the router, by name: recorded weights (adapter_model.safetensors,
+    model*.safetensors, feature_model.json), the adapter or model config, the tokenizer, tiermem_router.json and
+    the card. An allowlist rather than ignore patterns, so a file a trainer adds later is never published by
+    accident."""
+    names = list(meta.files or {})
+    if (meta.extra.get("router_kind") or "local") == "local":
+        names += [ADAPTER_CONFIG_FILE] if meta.adapter else list(MODEL_CONFIG_FILES)
+        names += list(TOKENIZER_FILES)
+    names += [RUN_META_FILE, CARD_FILE]
+    return sorted({n for n in names if (run_dir / n).is_file()})
 
 
 @dataclass
@@ -51,11 +78,13 @@ def push(cfg: PushConfig) -> dict[str, Any]:
     missing = [f for f in weights if not (run_dir / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{run_dir}: missing {missing}; not a complete router run")
+    verify_files(run_dir, meta)  # never publish weights that differ from the ones training recorded
     if get_token() is None:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
     if meta.adapter:  # runs saved before adapters were made portable still name this machine's base path
         make_adapter_portable(run_dir, meta.base_model)
     write_model_card(run_dir, cfg.repo_id, license=cfg.license, datasets=cfg.datasets, tags=cfg.tags)
+    files = push_files(run_dir, meta)
     api = HfApi()
     try:
         repo = api.create_repo(cfg.repo_id, private=cfg.private, exist_ok=True)
@@ -63,25 +92,29 @@ def push(cfg: PushConfig) -> dict[str, Any]:
             api.create_branch(repo.repo_id, branch=cfg.revision, exist_ok=True)
         info = api.upload_folder(repo_id=repo.repo_id, folder_path=str(run_dir), revision=cfg.revision,
                                  create_pr=cfg.create_pr, commit_message=cfg.commit_message,
-                                 ignore_patterns=IGNORE)
+                                 allow_patterns=files)
     except HfHubHTTPError as exc:
         raise HubError(f"push to {cfg.repo_id} failed: {exc}") from None
     return {"repo_id": repo.repo_id, "commit": info.oid, "commit_url": info.commit_url, "pr_url": info.pr_url,
-            "revision": info.pr_revision or cfg.revision or "main", "private": cfg.private}
+            "revision": info.pr_revision or cfg.revision or "main", "private": cfg.private, "files": files}
 
 
-def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> Path:
-    """Download a router repo through the hub cache; returns the local snapshot directory."""
+def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None, verify: bool = True) -> Path:
+    """Download a router repo through the hub cache; returns the local snapshot directory, its weights checked
+    against the digests its tiermem_router.json records (`verify=False`: the caller checks them itself)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir))
+        path = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir))
     except LocalEntryNotFoundError:
         raise HubError(f"router {repo_id!r} (revision {revision or 'main'}) is not in the hub cache and the hub "
                        "cannot be reached (HF_HUB_OFFLINE or no network)") from None
     except HfHubHTTPError as exc:
         raise HubError(f"router {repo_id!r} (revision {revision or 'main'}) could not be downloaded: {exc}") from None
+    if verify:
+        verify_files(path, read_run_meta(path))
+    return path
 
 
 @stage_main("push")

@@ -32,8 +32,8 @@ import numpy as np
 
 from serving.signals import FEATURES, LogisticModel, feature_matrix, read_logistic
 from tiermem import contract
-from tiermem.artifacts import RunMeta, read_run_meta
-from tiermem.errors import UsageError
+from tiermem.artifacts import RunMeta, read_run_meta, verify_files
+from tiermem.errors import RouterLoadError, UsageError
 from tiermem.llm.base import LLMConfig
 from tiermem.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
 
@@ -85,8 +85,18 @@ def calibrated_threshold(calibration: dict[str, Any] | None) -> float | None:
     return None
 
 
-class RouterLoadError(UsageError):
-    """A router directory or model that cannot be served (missing files, tokenizer mismatch)."""
+
+
+def open_run_dir(run_dir: str | Path, where: str | None = None) -> RunMeta:
+    """What every loader does before it opens a router's files: tiermem_router.json read with every field
+    checked, the contract version and prompt limits it was trained under, and each weight file's sha256."""
+    run_dir = Path(run_dir)
+    meta = read_run_meta(run_dir)
+    where = where or f"router {run_dir}"
+    contract.check_version(meta.contract_version, where=where)
+    contract.check_limits(meta.data.get("router_input"), where=where)
+    verify_files(run_dir, meta)
+    return meta
 
 
 ROUTERS: dict[str, type[Router]] = {}
@@ -558,15 +568,14 @@ class LocalRouter(Router):
                 raise FileNotFoundError(f"router {path_or_hub_id!r}: no such directory, and not a hub id org/name")
             from serving.hub import pull
 
-            run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir)
+            run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir, verify=False)
         shared_trunk = bool(kwargs.pop("shared_trunk", False))
         meta = read_run_meta(run_dir)
         kind = meta.extra.get("router_kind")
         if kind not in (None, "local"):
             raise RouterLoadError(f"{run_dir} holds a {kind!r} router, not a language model: load it with "
                                   f"kind={kind} (or serving.router.load_router / Router.from_pretrained)")
-        contract.check_version(meta.contract_version, where=f"router {path_or_hub_id}")
-        contract.check_limits(meta.data.get("router_input"), where=f"router {path_or_hub_id}")
+        meta = open_run_dir(run_dir, where=f"router {path_or_hub_id}")
         if (run_dir / "adapter_config.json").is_file():
             from peft import PeftModel
 

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-SIGNAL_HEAD_FILE = "signal_head.json"
+from tiermem.artifacts import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
+from tiermem.errors import RouterLoadError
+
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
 
 # Small built-in list (no corpus download): function words that carry no content to look up.
@@ -139,6 +141,40 @@ class LogisticModel:
     n_train: int
     train_escalate_share: float
 
+    def validate(self, where: str | Path = FEATURE_MODEL_FILE) -> None:
+        """Every field typed and range-checked, so a loaded model scores finite log-odds for any finite features;
+        RouterLoadError names the file and the field."""
+
+        def bad(name: str, problem: str) -> RouterLoadError:
+            return RouterLoadError(f"{where}: field {name!r} {problem}")
+
+        def finite(value: Any) -> bool:
+            return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+        if not isinstance(self.feature_names, list) or not all(isinstance(n, str) for n in self.feature_names):
+            raise bad("feature_names", "must be a list of feature names")
+        n = len(self.feature_names)
+        for name in ("mean", "scale", "weights"):
+            values = getattr(self, name)
+            if not isinstance(values, list) or len(values) != n:
+                got = len(values) if isinstance(values, list) else type(values).__name__
+                raise bad(name, f"must be a list of {n} numbers (one per feature), got {got}")
+            wrong = [i for i, v in enumerate(values) if not finite(v)]
+            if wrong:
+                raise bad(name, f"must hold finite numbers; entries {wrong} are {[values[i] for i in wrong]}")
+        if any(v <= 0 for v in self.scale):
+            raise bad("scale", "must be positive (a standardization divides by it)")
+        if not finite(self.bias):
+            raise bad("bias", f"must be a finite number, got {self.bias!r}")
+        if not finite(self.l2) or self.l2 < 0:
+            raise bad("l2", f"must be a finite number >= 0, got {self.l2!r}")
+        if self.class_weight not in ("balanced", "none"):
+            raise bad("class_weight", f"must be balanced or none, got {self.class_weight!r}")
+        if isinstance(self.n_train, bool) or not isinstance(self.n_train, int) or self.n_train < 1:
+            raise bad("n_train", f"must be a positive integer, got {self.n_train!r}")
+        if not finite(self.train_escalate_share) or not 0.0 <= self.train_escalate_share <= 1.0:
+            raise bad("train_escalate_share", f"must be in [0, 1], got {self.train_escalate_share!r}")
+
     def log_odds(self, x: np.ndarray) -> np.ndarray:
         z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
         return z @ np.asarray(self.weights, dtype=np.float64) + self.bias
@@ -187,9 +223,11 @@ def save_logistic(path: str | Path, model: LogisticModel) -> Path:
 
 
 def read_logistic(path: str | Path) -> LogisticModel:
-    """A saved LogisticModel; ValueError naming the file when it is not one."""
+    """A saved LogisticModel, every field checked; RouterLoadError naming the file (and field) when it is not one."""
     path = Path(path)
     try:
-        return LogisticModel(**json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a fitted feature model: {exc}") from None
+        model = LogisticModel(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
+        raise RouterLoadError(f"{path}: not a fitted feature model: {exc}") from None
+    model.validate(path)
+    return model

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem import contract
-from tiermem.artifacts import RUN_META_FILE, RunMeta, read_run_meta, write_run_meta
+from tiermem.artifacts import RUN_META_FILE, RunMeta, file_digests, read_run_meta, write_run_meta
 from tiermem.models import cache_root
 
 
@@ -207,4 +207,5 @@ def _build(root: Path) -> None:
         contract_version=contract.CONTRACT_VERSION, base_model=str(base_dir), stage="sft",
         training={"recipe": "tests/router_fixtures.py", "lora_r": 8, "steps": 40},
         data={"dataset": "tests fixtures", "label_rule": "evidence", "train_records": len(FIXTURES)},
-        metrics={"validation": {"accuracy": 1.0, "escalation_rate": 0.5, "n": len(FIXTURES)}}))
+        metrics={"validation": {"accuracy": 1.0, "escalation_rate": 0.5, "n": len(FIXTURES)}},
+        files=file_digests(run_dir)))

@@ -167,3 +167,49 @@ def test_dataset_license_follows_the_source():
     assert _dataset_license({"locomo", "longmemeval"}, {"data_path": "x"})[0] == "cc-by-nc-4.0"
     license, notes = _dataset_license({"tiermem"}, {"data_path": "mine.jsonl"})
     assert license == "other" and "own conversations" in notes[0]
+
+
+def test_push_uploads_only_the_allowlist_and_the_pulled_router_verifies(tmp_path):
+    import hashlib
+
+    import torch
+
+    from tests.test_hub import PULL
+
+    run = tmp_path / "run"
+    shutil.copytree(make_router_run(), run)
+    expected = ["README.md", "adapter_config.json", "adapter_model.safetensors", "chat_template.jinja",
+                "tiermem_router.json", "tokenizer.json", "tokenizer_config.json"]
+    (run / ".tiermem-run.lock").unlink(missing_ok=True)
+    assert sorted(p.name for p in run.iterdir()) == expected  # adapter, its config, tokenizer, metadata, card
+    (run / ".tiermem-run.lock").write_text("{}")  # a run-directory marker
+    (run / "training_args.bin").write_bytes(b"\x80\x04a trainer pickle")  # what trainer.save_model leaves
+    torch.save({"fingerprint": "f", "states": {}}, run / "trunk_states.pt")  # the frozen-trunk cache
+    (run / "checkpoint-2").mkdir()
+    for name in ("adapter_model.safetensors", "optimizer.pt", "tokenizer.json"):
+        (run / "checkpoint-2" / name).write_bytes(b"state")
+    (run / "notes.txt").write_text("scratch")
+    q, s, _ = FIXTURES[1]
+    with local_hub(TOKEN) as (endpoint, hub):
+        env = _env(endpoint, tmp_path / "hf")
+        push = _run(["-m", "serving.hub", f"router={run}", "repo_id=acme/router"], env)
+        assert push.returncode == 0, push.stderr
+        repo = hub.repos["acme/router"]
+        pushed = repo.commits[repo.refs["main"]]
+        assert sorted(set(pushed) - {".gitattributes"}) == expected  # .gitattributes: made with the repo
+        assert json.loads(push.stdout)["files"] == expected
+
+        pulled = _last_json(_run(["-c", PULL, "acme/router", "", q, json.dumps(s), "route"], env))
+        from serving.router import LocalRouter
+
+        assert pulled["p"] == pytest.approx(LocalRouter.from_pretrained(run).route(q, s).p_escalate, abs=1e-5)
+
+        # The hub copy changed under the same metadata: pull refuses it before anything loads the weights.
+        weights = bytearray(pushed["adapter_model.safetensors"])
+        weights[-4096:] = bytes(b ^ 0x01 for b in weights[-4096:])
+        sha = hashlib.sha1(b"tampered").hexdigest()
+        repo.commits[sha] = {**pushed, "adapter_model.safetensors": bytes(weights)}
+        repo.refs["tampered"] = sha
+        proc = _run(["-c", PULL, "acme/router", "tampered", q, json.dumps(s), "files"], env)
+        assert proc.returncode != 0 and "IntegrityError" in proc.stderr
+        assert "adapter_model.safetensors: sha256" in proc.stderr

@@ -66,3 +66,32 @@ def test_trunk_states_persist_for_the_same_model_only(tmp_path):
     other = get_peft_model(_tiny(seed=1), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
     with pytest.raises(ValueError, match="another model"):
         FrozenTrunk(other, top_layers=1, cache_file=tmp_path / "t.pt")
+
+
+class _Payload:
+    """What a planted trunk cache could hold: unpickling it calls `os.makedirs(marker)`."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.makedirs, (self.marker,))
+
+
+def test_a_planted_pickle_in_the_trunk_cache_never_runs(tmp_path, monkeypatch):
+    from tiermem.errors import StoreError
+
+    model = _tiny()
+    cache = tmp_path / "trunk_states.pt"
+    marker = tmp_path / "payload-ran"
+    torch.save({"fingerprint": "x", "states": _Payload(str(marker))}, cache)
+    # torch < 2.6 unpickled everything unless told weights_only=True: the loader must say so itself
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(StoreError, match="trunk_states.pt: not a trunk-state file"):
+        FrozenTrunk(model, top_layers=1, cache_file=cache)
+    assert not marker.exists()
+    torch.save(["not", "a", "trunk"], cache)  # loads under weights_only, but is no trunk-state file
+    with pytest.raises(StoreError, match="expected fingerprint and states"):
+        FrozenTrunk(model, top_layers=1, cache_file=cache)

@@ -25,6 +25,10 @@ class UsageError(ValueError):
     exit_code = EXIT_USAGE
 
 
+class RouterLoadError(UsageError):
+    """A router directory or model that cannot be served (missing files, tokenizer mismatch, bad fitted model)."""
+
+
 class HubError(UsageError):
     """A push or pull that the hub refused or could not serve (dataset push in labeling, router push/pull in
     serving)."""

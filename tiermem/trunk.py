@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from tiermem.errors import StoreError
+
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
 
 
@@ -65,8 +67,8 @@ class FrozenTrunk:
         self.cache_file = Path(cache_file) if cache_file else None
         self.fingerprint = trunk_fingerprint(model, self.split)
         if self.cache_file is not None and self.cache_file.is_file():
-            saved = torch.load(self.cache_file, map_location=self.inner.embed_tokens.weight.device)
-            if saved.get("fingerprint") != self.fingerprint:
+            saved = load_trunk_states(self.cache_file, self.inner.embed_tokens.weight.device)
+            if saved["fingerprint"] != self.fingerprint:
                 raise ValueError(f"{self.cache_file}: trunk states of another model or split; delete the file")
             self.cache = saved["states"]
 
@@ -122,6 +124,27 @@ class FrozenTrunk:
         with _layers(self.inner, slice(self.split, None)):
             return model(inputs_embeds=hidden, attention_mask=attention_mask, logits_to_keep=logits_to_keep,
                          use_cache=False).logits
+
+
+class TrunkCacheError(StoreError):
+    """A trunk-state file that is not one FrozenTrunk.save wrote (unreadable, or a pickle of other objects)."""
+
+
+def load_trunk_states(path: Path, device: Any) -> dict[str, Any]:
+    """`{"fingerprint": str, "states": {token ids: tensor}}` as FrozenTrunk.save wrote it. weights_only=True:
+    the unpickler builds tensors and plain containers only, so a planted file can never run code (torch < 2.6
+    defaults to a full unpickler)."""
+    try:
+        saved = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # UnpicklingError for forbidden globals; RuntimeError / EOFError for a torn file
+        raise TrunkCacheError(f"{path}: not a trunk-state file written by tiermem ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to recompute") from None
+    states = saved.get("states") if isinstance(saved, dict) else None
+    if not (isinstance(saved, dict) and isinstance(saved.get("fingerprint"), str) and isinstance(states, dict)
+            and all(isinstance(k, tuple) and isinstance(v, torch.Tensor) for k, v in states.items())):
+        raise TrunkCacheError(f"{path}: not a trunk-state file written by tiermem (expected fingerprint and "
+                              "states); delete it to recompute")
+    return saved
 
 
 def trunk_fingerprint(model: Any, split: int) -> str:
