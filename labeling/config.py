@@ -5,7 +5,6 @@ Apart from the run so the CLI, live eval and benchmarks can read a label config 
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 from labeling.evidence import EvidenceConfig
 from labeling.rules import check_rule
 from labeling.split import SplitSpec
-from tiermem.data.conversations import Conversation, detect_format
+from tiermem.data.conversations import Conversation, detect_file_format
 from tiermem.llm import LLMConfig
 from tiermem.memory import MemoryConfig
 
@@ -133,7 +132,5 @@ def data_format(cfg: LabelConfig, path: str | Path | None) -> str:
         return cfg.dataset_format
     from tiermem.data.conversations import SAMPLE_PATH
 
-    file = Path(path) if path else SAMPLE_PATH
-    if file.suffix == ".jsonl":  # line-delimited files are only ever the tiermem format
-        return "tiermem"
-    return detect_format(json.loads(file.read_text(encoding="utf-8")), file)
+    # the loader's reader: a BOM is fine, bad bytes and bad JSON are DataErrors naming the file
+    return detect_file_format(Path(path) if path else SAMPLE_PATH)

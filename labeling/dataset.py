@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.config import ConfigError
+from tiermem.data.textfile import jsonl_records, read_utf8
 from tiermem.errors import DataError
 
 
@@ -84,13 +85,9 @@ def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
             return []
         return Dataset.load_from_disk(str(path / split)).to_list()
     records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{n}: not valid JSON: {exc}") from None
+    for n, rec in jsonl_records(read_utf8(path, RecordError), path, RecordError):
+        if not isinstance(rec, dict):
+            raise RecordError(f"{path}: line {n}: a label record must be a JSON object, got {type(rec).__name__}")
         if rec.get("split", split) == split:
             records.append(rec)
     return records

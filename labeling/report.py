@@ -154,6 +154,10 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
         "both rules are recorded on every record",
         f"- answers: {stats.get('answers') or 'n/a'}",
     ]
+    empty = stats.get("empty_turns_dropped") or {}
+    if empty.get("total"):
+        lines.append(f"- empty turns dropped by the loader (no text, no image caption): {empty['total']} "
+                     f"({', '.join(f'{k}: {n}' for k, n in empty['by_conversation'].items())})")
     if not stats["judges"]["llm"]:
         lines.append("- judges: lexical judge alone (LoCoMo F1 >= threshold); no LLM judge is configured, as in "
                      "the embedded default, because small local models judge at chance")

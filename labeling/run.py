@@ -6,6 +6,11 @@ sufficiency judge, generator-free evidence signals, labels under both rules, the
 Each record is committed (fsync) before the next, so a killed run restarts where it stopped; LLM calls go
 through the response cache, so a rerun makes no new calls. Outputs in `output_dir`: records.jsonl (the
 working store), all_records.jsonl, dataset/ (DatasetDict split by conversation), stats.json, report.md.
+
+Write new, then swap: a rerun leaves the finished outputs of the last run in place while it labels, writes all of
+its own into a staging directory inside `output_dir`, and only once every one is produced swaps them in
+(os.replace for the files; the old dataset/ is renamed aside, the new one renamed in, the old one deleted). A rerun
+that fails or is killed before that leaves the previous outputs whole.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -72,10 +79,8 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
         raise ValueError("no questions selected: check conversations, categories and max_questions_per_conversation")
     claim_output_dir(out, "label")  # refuses a directory this stage did not make, before touching it
     check_resumable(cfg, out)
+    recover_outputs(out)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    for stale in FINAL_OUTPUTS:  # until this run finishes, nothing in output_dir looks finished
-        path = out / stale
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     assignment = assign_splits([c.conv_id for c in conversations], cfg.split)
     roles = roles or Roles.from_config(cfg)
     ctx = Context(cfg, roles, LexicalJudge(cfg.judge_threshold), data_format(cfg, cfg.data_path))
@@ -129,29 +134,72 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
     records = with_variants(by_key, wanted)
     for rec in records:
         rec["split"] = assignment[rec["conv_id"]]  # the current split spec decides, even for resumed records
-    return finish(cfg, ctx, records, resumed, time.perf_counter() - started)
+    dropped = {c.conv_id: list(c.dropped_turns) for c in conversations if c.dropped_turns}
+    return finish(cfg, ctx, records, resumed, time.perf_counter() - started, dropped)
+
+
+STAGING_PREFIX = ".finalize-"  # a run's new outputs, before they are swapped in
+ASIDE_PREFIX = ".dataset-old-"  # the previous dataset/, between the two renames of the swap
+
+
+def recover_outputs(out: Path) -> None:
+    """Undo what a run killed inside the swap left: the previous dataset/ is put back if the new one never
+    arrived, and staging leftovers are deleted."""
+    asides = sorted(out.glob(f"{ASIDE_PREFIX}*"))
+    if not (out / "dataset").exists():
+        for aside in asides:
+            if (aside / "dataset").is_dir():
+                os.replace(aside / "dataset", out / "dataset")
+                break
+    for path in [*asides, *out.glob(f"{STAGING_PREFIX}*")]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _swap_in(stage: Path, out: Path) -> None:
+    """Move every final output from `stage` over the ones in `out`; an output the new run has none of (a dataset
+    when every record is an error) is removed, so `out` always holds the outputs of one run."""
+    aside = None
+    if (out / "dataset").exists():
+        aside = Path(tempfile.mkdtemp(prefix=ASIDE_PREFIX, dir=out))
+        os.replace(out / "dataset", aside / "dataset")
+    if (stage / "dataset").exists():
+        os.replace(stage / "dataset", out / "dataset")
+    for name in FINAL_OUTPUTS:
+        if name != "dataset":
+            os.replace(stage / name, out / name)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def finish(cfg: LabelConfig, ctx: Context, records: list[dict[str, Any]], resumed: int,
-           elapsed_s: float) -> dict[str, Any]:
+           elapsed_s: float, dropped_turns: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Write dataset/, all_records.jsonl, stats.json and report.md into a staging directory, then swap them in."""
     out = Path(cfg.output_dir)
     records, pairs = for_dataset(records, cfg.minimal_pairs.enabled)  # minimal pairs reach the train split only
     check_records_disjoint(records)
-    with open(out / "all_records.jsonl", "w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    stats = build_stats(records, cfg.label_rule, llm_judge=ctx.roles["judge"] is not None)
-    stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
-                  "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": ctx.roles.stats(),
-                  "output_dir": str(out)})
     good = [r for r in records if not r["error"]]
-    if good:
-        dataset = build_dataset(good)
-        dataset.save_to_disk(str(out / "dataset"))
-        stats["dataset"] = {name: len(dataset[name]) if name in dataset else 0
-                            for name in ("train", "validation", "test")}
-    (out / "stats.json").write_text(json.dumps(stats, indent=2))
-    write_report(stats, out / "report.md", cfg)
+    stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+    try:
+        with open(stage / "all_records.jsonl", "w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        stats = build_stats(records, cfg.label_rule, llm_judge=ctx.roles["judge"] is not None)
+        dropped_turns = dropped_turns or {}
+        stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
+                      "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": ctx.roles.stats(),
+                      "output_dir": str(out),
+                      "empty_turns_dropped": {"total": sum(len(v) for v in dropped_turns.values()),
+                                              "by_conversation": {k: len(v) for k, v in dropped_turns.items()}}})
+        if good:
+            dataset = build_dataset(good)
+            dataset.save_to_disk(str(stage / "dataset"))
+            stats["dataset"] = {name: len(dataset[name]) if name in dataset else 0
+                                for name in ("train", "validation", "test")}
+        (stage / "stats.json").write_text(json.dumps(stats, indent=2))
+        write_report(stats, stage / "report.md", cfg)
+        _swap_in(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     if not good:
         raise RunError(f"every record is an error ({len(records)}); no dataset written. First error: "
                        f"{records[0]['error']}. See {out}/report.md; fix the cause and rerun (errors are retried)")

@@ -1,5 +1,6 @@
 """Resumable record store: one JSON line per record, appended and fsynced before the next one starts.
 
+Records are split on "\n" only (tiermem.data.textfile): a record's text may hold U+2028 and its kin raw.
 Crash safety: a record is either fully on disk (its line ends with a newline) or not at all. A line torn by
 kill -9 in the middle of a write is cut off when the store is reopened; a record whose key was already
 committed is never appended again, except an error record, which a rerun may retry: then the newer record
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tiermem.data.textfile import decode_utf8, jsonl_records
 from tiermem.errors import StoreError
 
 Key = tuple[str, str]
@@ -46,13 +48,11 @@ class RecordStore:
                 fh.truncate(good_end)
                 fh.flush()
                 os.fsync(fh.fileno())
-        for lineno, line in enumerate(data[:good_end].decode("utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{self.path}:{lineno}: corrupt record line ({exc})") from None
+        text = decode_utf8(data[:good_end], self.path, StoreError, bom_ok=False)
+        for lineno, record in jsonl_records(text, self.path, StoreError):
+            if not isinstance(record, dict) or "conv_id" not in record or "qid" not in record:
+                raise StoreError(f"{self.path}: line {lineno}: corrupt record line (not a record with conv_id "
+                                 "and qid); delete the file to relabel")
             self._records[record_key(record)] = record
 
     def __contains__(self, key: Key) -> bool:

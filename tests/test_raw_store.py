@@ -3,6 +3,7 @@ import sqlite3
 import pytest
 
 from tiermem.data import Turn, load_conversations
+from tiermem.errors import UsageError
 from tiermem.memory.raw_store import RawPageStore, paginate, render_turn, whitespace_tokens
 
 
@@ -24,11 +25,27 @@ def test_pages_respect_budget_and_never_split_turns():
     assert [p.page_id for p in pages[:2]] == ["c:p0000", "c:p0001"]
 
 
-def test_oversized_turn_gets_its_own_page():
-    turns = _turns(3, words=5) + [Turn("D1:9", "Ada", "long " * 200, "t", "s")] + _turns(2, words=5)
-    pages = paginate("c", turns, whitespace_tokens, max_tokens=50)
-    big = [p for p in pages if any(t.turn_id == "D1:9" for t in p.turns)]
-    assert len(big) == 1 and len(big[0].turns) == 1 and big[0].token_count > 50
+def test_oversized_turn_is_split_across_pages_within_budget():
+    """A 200 KB turn made one 66,698-token page; pages are at most page_tokens, the pieces keep the turn's id."""
+    text = " ".join(f"word{j}" for j in range(40_000))[:200_000]
+    turns = _turns(3, words=5) + [Turn("D1:9", "Ada", text, "1:00 pm on 1 May, 2023", "session_1")] + _turns(2, 5)
+    pages = paginate("c", turns, whitespace_tokens, max_tokens=120)
+    assert all(p.token_count == whitespace_tokens(p.text) <= 120 for p in pages)
+    big = [p for p in pages if "D1:9" in p.turn_ids]
+    assert len(big) > 100 and all(p.turn_ids == ["D1:9"] for p in big[1:-1])
+    assert "".join(t.text for p in big for t in p.turns if t.turn_id == "D1:9") == text  # nothing lost
+    assert [t.turn_id for p in pages for t in p.turns if t.turn_id != "D1:9"] == [t.turn_id for t in turns
+                                                                              if t.turn_id != "D1:9"]
+
+
+def test_a_word_longer_than_a_page_is_cut_and_a_budget_too_small_is_named():
+    chars = lambda s: len(s) // 4 + 1  # noqa: E731 (a tokenizer-like counter: a long word is many tokens)
+    turn = Turn("D1:1", "Ada", "x" * 200_000, "1:00 pm on 1 May, 2023", "session_1")
+    pages = paginate("c", [turn], chars, max_tokens=120)
+    assert all(chars(p.text) == p.token_count <= 120 for p in pages)
+    assert "".join(p.turns[0].text for p in pages) == turn.text
+    with pytest.raises(UsageError, match=r"turn 'D1:1': page_tokens=3"):
+        paginate("c", [turn], chars, max_tokens=3)
 
 
 def test_pagination_is_deterministic_and_depends_on_budget():

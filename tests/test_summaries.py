@@ -31,7 +31,7 @@ def sample_pages():
 def test_day_of_formats():
     assert day_of("1:56 pm on 8 May, 2023") == "8 May 2023"
     assert day_of("2023/05/20 (Sat) 02:21") == "20 May 2023"
-    assert day_of("sometime") == "sometime"
+    assert day_of("sometime") is None and day_of("2024-13-45T99:99:99Z") is None  # garbage is no date
 
 
 def test_relative_dates_made_absolute():

@@ -5,6 +5,17 @@ defect is an evidence id that names no turn: the public LoCoMo file has a handfu
 past the end of its session). Two known typo forms are repaired (`D8:6; D9:17` -> two ids,
 `D:11:26` -> `D11:26`); anything still unknown is dropped with a warning naming it by default, or raises
 with `unknown_evidence="error"`.
+
+Dates: every session's date (LoCoMo `session_N_date_time`, LongMemEval `haystack_dates`) must name a real moment
+in one of the forms of `tiermem.data.dates` ("1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21", ISO 8601, ...);
+the memory shows it as the turns' date, so a string that is not one is a DataError naming the file, the sample,
+the session and the field, never a date.
+
+Empty turns: a turn whose text is empty or whitespace is dropped, and its id is kept in
+`Conversation.dropped_turns` (the label stats and report count them). For LoCoMo the text is the turn's `text`
+plus its image's `blip_caption` ("[shares a photo: ...]"); `img_url` alone adds no text. Evidence naming a dropped
+turn is left out of the question (the drop is counted already). A conversation with no turn text at all is a
+DataError, and so is a LoCoMo conversation whose turns carry image captions only and no `text` of their own.
 """
 
 from __future__ import annotations
@@ -16,14 +27,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
+from tiermem.data.textfile import read_utf8
 from tiermem.errors import DataError
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
 # LoCoMo's question categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
 LOCOMO_CATEGORIES = frozenset({1, 2, 3, 4, 5})
-
-
 
 
 def _read_json(path: str | Path) -> Any:
@@ -32,9 +43,10 @@ def _read_json(path: str | Path) -> Any:
         raise DataError(f"{path}: is a directory, not a benchmark JSON file")
     if not path.is_file():
         raise FileNotFoundError(f"benchmark file not found: {path}")
+    text = read_utf8(path)  # a UTF-8 byte-order mark is fine; a byte that is not UTF-8 is named by offset
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a UTF-8 byte-order mark is fine
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON: {exc}") from None
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deeply to be a benchmark file") from None
@@ -74,9 +86,19 @@ def _question_text(obj: Any, where: str) -> str:
     return text
 
 
-def _check_turn_text(turns: list[Turn], where: str) -> None:
-    if not any(t.text.strip() for t in turns):
-        raise DataError(f"{where}: every turn's text is empty; nothing to remember")
+def _keep_spoken(turns: list[Turn], where: str) -> tuple[list[Turn], list[str]]:
+    """The turns with text, and the ids of those dropped for having none; no text at all is an error."""
+    kept = [t for t in turns if t.text.strip()]
+    if not kept:
+        raise DataError(f"{where}: every turn's text is empty ({len(turns)} turns); nothing to remember")
+    return kept, [t.turn_id for t in turns if not t.text.strip()]
+
+
+def _check_date(value: str, where: str, field_name: str) -> str:
+    problem = timestamp_problem(value)
+    if problem:
+        raise DataError(f"{where}: field '{field_name}' {problem}")
+    return value
 
 
 def _first_seen(seen: dict[str, int], key: str, index: int, what: str, where: str) -> None:
@@ -155,7 +177,8 @@ def _parse_locomo(
             session = _get(conv, skey, list, f"{where}.conversation")
             if not session:
                 raise DataError(f"{where}: field 'conversation.{skey}' is an empty session")
-            stamp = _get(conv, f"{skey}_date_time", str, f"{where}.conversation")
+            stamp = _check_date(_get(conv, f"{skey}_date_time", str, f"{where}.conversation"),
+                                f"{where}.conversation", f"{skey}_date_time")
             for t_index, turn in enumerate(session):
                 twhere = f"{where}.conversation.{skey}[{t_index}]"
                 turns.append(
@@ -167,10 +190,16 @@ def _parse_locomo(
                         session_id=skey,
                     )
                 )
-        _check_turn_text(turns, where)
-        known = {t.turn_id for t in turns}
-        if len(known) != len(turns):
+        all_ids = {t.turn_id for t in turns}
+        if len(all_ids) != len(turns):
             raise DataError(f"{where}: field 'dia_id' repeats a turn id")
+        own_text = sum(1 for s_key in sessions for t in conv[f"session_{s_key}"]
+                       if isinstance(t.get("text"), str) and t["text"].strip())
+        if not own_text and any(t.text.strip() for t in turns):
+            raise DataError(f"{where}: every turn's text is empty ({len(turns)} turns; the only text is image "
+                            "captions); nothing to remember")
+        turns, dropped = _keep_spoken(turns, where)
+        known, gone = {t.turn_id for t in turns}, set(dropped)
         questions: list[Question] = []
         for q_index, qa in enumerate(_get(sample, "qa", list, where)):
             qwhere = f"{where}.qa[{q_index}]"
@@ -190,10 +219,11 @@ def _parse_locomo(
                     question=_question_text(qa, qwhere),
                     answer=_answer_text(_get(qa, "answer", (str, int, float), qwhere), qwhere),
                     category=str(category),
-                    evidence=_check_evidence(evidence, known, qwhere, unknown_evidence),
+                    evidence=_check_evidence([e for e in evidence if e not in gone], known, qwhere,
+                                             unknown_evidence),
                 )
             )
-        conversations.append(Conversation(conv_id, turns, questions, str(path), speakers))
+        conversations.append(Conversation(conv_id, turns, questions, str(path), speakers, dropped))
     return conversations
 
 
@@ -232,6 +262,7 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
             swhere = f"{where}.haystack_sessions[{s_index}]"
             if not isinstance(sid, str) or not isinstance(date, str):
                 raise DataError(f"{where}: session {s_index} id and date must be strings")
+            _check_date(date, f"{where} session {s_index} ({sid!r})", f"haystack_dates[{s_index}]")
             _first_seen(seen_sessions, sid, s_index, "haystack_session_ids entry", where)
             if not isinstance(session, list) or not session:
                 raise DataError(f"{swhere}: expected a non-empty list of turns")
@@ -249,7 +280,9 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
                 )
                 if turn.get("has_answer") is True:
                     evidence.append(turn_id)
-        _check_turn_text(turns, where)
+        turns, dropped = _keep_spoken(turns, where)
+        gone = set(dropped)
+        evidence = [e for e in evidence if e not in gone]
         category = _get(item, "question_type", str, where)
         if category in exclude_categories:
             continue
@@ -262,7 +295,7 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
             evidence=evidence,
             date=date if isinstance(date, str) else None,
         )
-        conversations.append(Conversation(qid, turns, [question], str(path), ["user", "assistant"]))
+        conversations.append(Conversation(qid, turns, [question], str(path), ["user", "assistant"], dropped))
     return conversations
 
 

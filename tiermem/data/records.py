@@ -10,7 +10,7 @@ class Turn:
     turn_id: str  # source id, e.g. LoCoMo "D3:7"; LongMemEval "<session_id>:<index>"
     speaker: str
     text: str
-    timestamp: str  # the session's date/time as written in the source (absolute)
+    timestamp: str  # the session's date/time as written in the source (absolute; loaders check it is a date)
     session_id: str
 
 
@@ -31,3 +31,5 @@ class Conversation:
     questions: list[Question]
     source: str  # the file it came from
     speakers: list[str] = field(default_factory=list)
+    # ids of the turns the loader dropped because their text was empty (counted in the label stats and report)
+    dropped_turns: list[str] = field(default_factory=list)

@@ -22,8 +22,14 @@ A JSON file holds one object, a JSONL file one header line then one conversation
       ]
     }
 
-`timestamp` is the turn's absolute time as you want the memory to show it (ISO 8601 recommended; dates in the
-summaries come from it). Ids are strings; turn ids are unique within a conversation, question ids too. Any
+`timestamp` is the turn's absolute time as you want the memory to show it (dates in the summaries come from it):
+ISO 8601 ("2024-06-03T09:12:00Z", "2024-06-03") or one of the benchmark forms of `tiermem.data.dates`
+("1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21"). It is required; a string that names no real day or time
+("not a date at all", "2024-13-45T99:99:99Z") is an error naming the turn, never a date. A turn whose `text` is
+empty or whitespace is dropped and its id kept in `Conversation.dropped_turns` (the label stats and report count
+the drops; evidence naming it is left out); a conversation whose every turn is empty is an error.
+
+Ids are strings; turn ids are unique within a conversation, question ids too. Any
 object may carry a free-form "metadata" field (ignored by the pipeline). Other unknown keys are errors (a typo
 such as `"speeker"` must not silently drop data). Every problem raises
 TiermemFormatError naming the file, the line (JSONL), the conversation and the field.
@@ -32,10 +38,13 @@ TiermemFormatError naming the file, the line (JSONL), the conversation and the f
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
+from tiermem.data.textfile import jsonl_records, read_utf8
 from tiermem.errors import DataError
 
 FORMAT_NAME = "tiermem-conversations"
@@ -95,24 +104,33 @@ def parse_conversation(raw: Any, where: str, source: str,
     if not isinstance(turns_raw, list) or not turns_raw:
         raise _fail(where, "field 'turns' must be a non-empty list")
     turns: list[Turn] = []
-    seen_sessions: list[str] = []
+    seen_sessions: set[str] = set()
+    last_session: str | None = None
     for i, t in enumerate(turns_raw):
         twhere = f"{where} turns[{i}]"
         t = _object(t, twhere, _TURN_KEYS)
         turn = Turn(turn_id=_string(t, "id", twhere), speaker=_string(t, "speaker", twhere),
                     text=_string(t, "text", twhere, empty_ok=True), timestamp=_string(t, "timestamp", twhere),
                     session_id=_string(t, "session", twhere))
-        if seen_sessions and turn.session_id != seen_sessions[-1] and turn.session_id in seen_sessions:
-            raise _fail(twhere, f"field 'session': session {turn.session_id!r} resumes after another session; "
-                                "a session's turns must be contiguous (give the later part its own session id)")
-        if not seen_sessions or seen_sessions[-1] != turn.session_id:
-            seen_sessions.append(turn.session_id)
+        problem = timestamp_problem(turn.timestamp)
+        if problem:
+            raise _fail(f"{twhere} (turn {turn.turn_id!r}, session {turn.session_id!r})",
+                        f"field 'timestamp' {problem}")
+        if turn.session_id != last_session:
+            if turn.session_id in seen_sessions:
+                raise _fail(twhere, f"field 'session': session {turn.session_id!r} resumes after another session; "
+                                    "a session's turns must be contiguous (give the later part its own session id)")
+            seen_sessions.add(turn.session_id)
+            last_session = turn.session_id
         turns.append(turn)
-    ids = [t.turn_id for t in turns]
-    repeated = sorted({x for x in ids if ids.count(x) > 1})
+    repeated = _repeats(t.turn_id for t in turns)
     if repeated:
         raise _fail(where, f"field 'turns': turn id(s) {repeated} repeat")
-    known = set(ids)
+    dropped = [t.turn_id for t in turns if not t.text.strip()]
+    turns = [t for t in turns if t.text.strip()]
+    if not turns:
+        raise _fail(where, f"field 'turns': every turn's text is empty ({len(dropped)} turns); nothing to remember")
+    known, gone = {t.turn_id for t in turns}, set(dropped)
     questions: list[Question] = []
     questions_raw = obj.get("questions", [])
     if not isinstance(questions_raw, list):
@@ -133,6 +151,7 @@ def parse_conversation(raw: Any, where: str, source: str,
         evidence = q.get("evidence", [])
         if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
             raise _fail(qwhere, "field 'evidence' must be a list of turn id strings")
+        evidence = [e for e in evidence if e not in gone]
         unknown = [e for e in evidence if e not in known]
         if unknown:
             raise _fail(qwhere, f"field 'evidence' names unknown turn id(s) {unknown}")
@@ -145,12 +164,20 @@ def parse_conversation(raw: Any, where: str, source: str,
                                   category=str(category), evidence=list(dict.fromkeys(evidence)),
                                   date=_string(q, "date", qwhere, required=False)))
     speakers = list(dict.fromkeys(t.speaker for t in turns))
-    return Conversation(conv_id, turns, questions, source, speakers)
+    return Conversation(conv_id, turns, questions, source, speakers, dropped)
+
+
+def _repeats(ids: Iterable[str]) -> list[str]:
+    """The ids that occur more than once, sorted (one pass: a set of the ids seen)."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for x in ids:
+        (repeated if x in seen else seen).add(x)
+    return sorted(repeated)
 
 
 def _check_unique(convs: list[Conversation], path: Path) -> list[Conversation]:
-    ids = [c.conv_id for c in convs]
-    repeated = sorted({x for x in ids if ids.count(x) > 1})
+    repeated = _repeats(c.conv_id for c in convs)
     if repeated:
         raise _fail(str(path), f"conversation id(s) {repeated} repeat")
     if not convs:
@@ -177,7 +204,7 @@ def load_tiermem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"conversation file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path, TiermemFormatError)
     if path.suffix != ".jsonl":
         try:
             data = json.loads(text)
@@ -186,14 +213,8 @@ def load_tiermem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
         return parse_document(data, path, exclude_categories)
     convs: list[Conversation] = []
     header_seen = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, obj in jsonl_records(text, path, TiermemFormatError):
         where = f"{path}: line {number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _fail(where, f"not valid JSON: {exc}") from None
         if not header_seen:
             _check_header(obj, where)
             header_seen = True

@@ -90,7 +90,7 @@ def question_text(question: str | Question) -> tuple[str, str | None]:
 
 
 def clean_answer(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]  # an LLM reply, not records
     first = lines[0] if lines else ""
     return re.sub(r"^(final\s+)?answer\s*:\s*", "", first, flags=re.IGNORECASE).strip()
 
@@ -261,7 +261,7 @@ def select_snippets(q: str, pages: Sequence[Page], quotes: Sequence[LinkedQuote]
     )
     chosen += [(pi, ti) for hits, pi, ti in ranked if hits < 0][: max(0, limit - len(chosen))]
     return [
-        f"({day_of(t.timestamp)}) {t.speaker}: {t.text}"
+        f"({day_of(t.timestamp) or 'undated'}) {t.speaker}: {t.text}"
         for pi, ti in sorted(chosen) for t in [pages[pi].turns[ti]]
     ]
 

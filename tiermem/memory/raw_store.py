@@ -1,6 +1,9 @@
 """Tier 2: immutable raw pages of conversation turns in an append-only SQLite store.
 
-A page holds whole turns (a turn is never split) up to `max_tokens` tokens of its rendered text. Rows
+A page holds turns up to `max_tokens` tokens of its rendered text, and never more: a turn too long for one page
+is cut at word boundaries (inside a word only when one word alone is too long) into pieces that each fill a page,
+and every piece keeps its turn's id, speaker, timestamp and session, so summaries of any of those pages link back
+to the turn and its pages. Rows
 cannot be updated or deleted through SQLite (triggers abort it) and each row carries the sha256 of its
 content, so `verify()` catches a page edited behind the store's back (e.g. with the triggers dropped).
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -16,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tiermem.data.conversations import Turn
-from tiermem.errors import StoreError
+from tiermem.errors import StoreError, UsageError
 
 __all__ = ["Page", "RawPageStore", "StoreError", "content_hash", "open_sqlite", "paginate"]
 
@@ -80,8 +84,55 @@ def content_hash(page_id: str, conv_id: str, index: int, turns_json: str, token_
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _longest_fit(n: int, fits: Callable[[int], bool]) -> int:
+    """The largest k in 1..n with fits(k) (0 when not even fits(1)); doubling then bisection, so a long turn costs
+    O(log page) token counts per piece, not one per word."""
+    if not fits(1):
+        return 0
+    good, step = 1, 2
+    while step <= n and fits(step):
+        good, step = step, step * 2
+    bad = min(step, n + 1)
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return good
+
+
+def split_turn(turn: Turn, count_tokens: TokenCounter, max_tokens: int) -> list[Turn]:
+    """`turn` itself when its rendered text fits in `max_tokens`, else pieces that each do, in order, that join
+    back to its text. Each piece is a Turn with the same id, speaker, timestamp and session."""
+    if count_tokens(render_turn(turn)) <= max_tokens:
+        return [turn]
+
+    def piece(text: str) -> Turn:
+        return Turn(turn.turn_id, turn.speaker, text, turn.timestamp, turn.session_id)
+
+    def fits(text: str) -> bool:
+        return count_tokens(render_turn(piece(text))) <= max_tokens
+
+    words = re.findall(r"\s*\S+\s*", turn.text) or [turn.text]
+    pieces: list[Turn] = []
+    i = 0
+    while i < len(words):
+        k = _longest_fit(len(words) - i, lambda k, i=i: fits("".join(words[i:i + k])))
+        if k:
+            pieces.append(piece("".join(words[i:i + k])))
+            i += k
+            continue
+        word = words[i]  # one word longer than a page: cut it by characters
+        c = _longest_fit(len(word), lambda c, word=word: fits(word[:c]))
+        if c == 0:
+            raise UsageError(f"turn {turn.turn_id!r}: page_tokens={max_tokens} cannot hold even one character of "
+                             "its text after the turn's id, date and speaker; raise memory.page_tokens")
+        pieces.append(piece(word[:c]))
+        words[i] = word[c:]
+    return pieces
+
+
 def paginate(conv_id: str, turns: Sequence[Turn], count_tokens: TokenCounter, max_tokens: int = 1000) -> list[Page]:
-    """Pack turns in order into pages of at most `max_tokens` tokens; a turn longer than that gets a page alone."""
+    """Pack turns in order into pages of at most `max_tokens` tokens; a turn longer than that is split across pages
+    (split_turn), so no page is ever over the limit."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     pages: list[Page] = []
@@ -91,7 +142,7 @@ def paginate(conv_id: str, turns: Sequence[Turn], count_tokens: TokenCounter, ma
     def close() -> None:
         pages.append(Page(f"{conv_id}:p{len(pages):04d}", conv_id, len(pages), tuple(current), current_tokens))
 
-    for turn in turns:
+    for turn in (p for t in turns for p in split_turn(t, count_tokens, max_tokens)):
         # count the whole candidate page: tokenizers do not add up exactly across line joins
         candidate = "\n".join(render_turn(t) for t in [*current, turn])
         tokens = count_tokens(candidate)

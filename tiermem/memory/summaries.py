@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tiermem.data.dates import parse_timestamp
 from tiermem.llm import LLM, LLMError
 from tiermem.memory.raw_store import Page, StoreError, open_sqlite
 from tiermem.memory.text import best_overlap_turn, content_words, split_sentences
@@ -79,29 +80,17 @@ class RetrievedUnit:
 
 
 _NOT_NAMES = {"i", "i'm", "i've", "i'll", "i'd"}
-_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d", "%d %B, %Y", "%d %B %Y", "%Y-%m-%d")
-
-
-def parse_timestamp(timestamp: str) -> datetime | None:
-    for fmt in _DATE_FORMATS:
-        try:
-            return datetime.strptime(timestamp.strip(), fmt)
-        except ValueError:
-            continue
-    try:  # ISO 8601, what the tiermem conversation format recommends ("2024-06-03T09:12:00Z")
-        return datetime.fromisoformat(timestamp.strip())
-    except ValueError:
-        return None
 
 
 def _day(moment: datetime) -> str:
     return f"{moment.day} {moment.strftime('%B %Y')}"
 
 
-def day_of(timestamp: str) -> str:
-    """An absolute day ('8 May 2023') from LoCoMo / LongMemEval timestamps; the raw string if unknown."""
+def day_of(timestamp: str) -> str | None:
+    """An absolute day ('8 May 2023') from a turn's timestamp; None (no date) when it names no day: a string that
+    is not a date never becomes one (the loaders already refuse such timestamps; this guards direct callers)."""
     moment = parse_timestamp(timestamp)
-    return _day(moment) if moment else timestamp.strip()
+    return _day(moment) if moment else None
 
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
@@ -376,7 +365,7 @@ def parse_facts(text: str, page: Page) -> FactParse:
     on_page = {t.turn_id: t for t in page.turns}
     units: list[SummaryUnit] = []
     unlinked = 0
-    for line in text.splitlines():
+    for line in text.splitlines():  # an LLM reply (text, not records): any line break ends a fact
         match = _FACT_LINE.match(line)
         if not match:
             continue
