@@ -16,9 +16,10 @@ from serving.model_card import write_model_card
 from tiermem import contract
 from tiermem.artifacts import make_adapter_portable, read_run_meta
 from tiermem.errors import HubError, stage_main
+from tiermem.rundir import LOCK, updating_run
 
 # Never published: trainer checkpoints, optimizer state, half-written files.
-IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".tiermem_router.*", "runs/**"]
+IGNORE = ["checkpoint-*/**", "checkpoint-*", "**/optimizer.pt", "**/*.tmp", ".tiermem_router.*", "runs/**", LOCK]
 
 
 @dataclass
@@ -39,12 +40,17 @@ class PushConfig:
 
 
 def push(cfg: PushConfig) -> dict[str, Any]:
+    if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
+        raise ValueError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
+    # Push writes the router's card and portable adapter config into its run: only a trained LM router run.
+    with updating_run(cfg.router, "push", ("sft", "grpo")) as run_dir:
+        return _push(cfg, run_dir)
+
+
+def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
     from huggingface_hub import HfApi, get_token
     from huggingface_hub.errors import HfHubHTTPError
 
-    if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
-        raise ValueError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
-    run_dir = Path(cfg.router)
     meta = read_run_meta(run_dir)
     contract.check_version(meta.contract_version, where=str(run_dir))
     weights = ["adapter_model.safetensors", "adapter_config.json"] if meta.adapter else ["config.json"]
