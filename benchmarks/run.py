@@ -26,6 +26,7 @@ from benchmarks.router_bench import RouterBenchConfig  # noqa: E402
 from benchmarks.server_bench import ServerBenchConfig  # noqa: E402
 from benchmarks.training_bench import TrainingBenchConfig  # noqa: E402
 from tiermem.config import ConfigError, parse_cli  # noqa: E402
+from tiermem.rundir import RunDirError, claimed_output_dir  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "bench" / "default.yaml"
 
@@ -56,6 +57,12 @@ def _section(name: str, fn: Any, cfg: Any) -> dict[str, Any]:
 
 
 def run(cfg: BenchConfig) -> dict[str, Any]:
+    # Claimed before any section runs: the sections' own runs go in subdirectories, bench.json at the top.
+    with claimed_output_dir(cfg.output_dir, "bench"):
+        return _run(cfg)
+
+
+def _run(cfg: BenchConfig) -> dict[str, Any]:
     from benchmarks import labeling_bench, router_bench, server_bench, training_bench
     from tiermem.models import setup_cpu_threads
 
@@ -85,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2
-    report = run(cfg)
+    try:
+        report = run(cfg)
+    except RunDirError as exc:
+        print(f"bench: error: RunDirError: {exc}", file=sys.stderr)
+        return RunDirError.exit_code
     return 1 if any(isinstance(v, dict) and "failed" in v for v in report.values()) else 0
 
 

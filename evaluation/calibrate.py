@@ -48,6 +48,7 @@ from router_train.rewards import RewardConfig, resolve_cost_scale, score_decisio
 from serving.router import ESCALATE_ALL, RouterSpec, as_router_spec, build, sigmoid
 from tiermem.artifacts import update_run_meta
 from tiermem.errors import stage_main
+from tiermem.rundir import ROUTER_STAGES, updating_run
 
 OBJECTIVES = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
 ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)
@@ -434,7 +435,15 @@ def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: in
 
 
 def run(cfg: CalibrateConfig) -> dict[str, Any]:
+    path = cfg.router.path
+    if not cfg.write or not path or not Path(path).is_dir():
+        return _run(cfg)
+    # The threshold goes into the router's own run: only a trained router run, checked and locked before loading.
+    with updating_run(path, "calibrate", ROUTER_STAGES):
+        return _run(cfg)
 
+
+def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled,
                                                cfg.limit)
     spec = dataclasses.replace(cfg.router, mode="fast", batch_size=cfg.batch_size)  # calibration needs a score

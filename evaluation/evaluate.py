@@ -20,6 +20,7 @@ import logging
 import platform
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from serving.router import Decision, RouterSpec, as_router_spec, build, router_k
 from tiermem import contract
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
-from tiermem.rundir import claim_output_dir
+from tiermem.rundir import claim_cache_dir, claimed_output_dir, updating_run
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"
@@ -305,7 +306,11 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
 
 
 def write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
-    out = claim_output_dir(out_dir, "eval")
+    with claimed_output_dir(out_dir, "eval") as out:
+        return _write_outputs(report, predictions, out)
+
+
+def _write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], out: Path) -> dict[str, Path]:
     paths = {"plot": out / "eval.png"}
     report["meta"]["plot"] = str(paths["plot"])
     eval_report.write_plot(report, paths["plot"])
@@ -329,6 +334,18 @@ def _lm_run_dir(spec: RouterSpec) -> bool:
 
 
 def run(cfg: EvalConfig) -> dict[str, Path]:
+    # Every directory this run writes is claimed before any data or model loads, and held until it ends.
+    with ExitStack() as held:
+        held.enter_context(claimed_output_dir(cfg.output_dir, "eval"))
+        if _lm_run_dir(cfg.router):  # its card gets this eval's summary: only a trained LM router run
+            held.enter_context(updating_run(cfg.router.path, "eval", ("sft", "grpo")))
+        tiers = Path(cfg.live.workdir) / "tiers"
+        if cfg.live.enabled and not tiers.resolve().is_relative_to(Path(cfg.output_dir).resolve()):
+            claim_cache_dir(tiers)
+        return _run(cfg)
+
+
+def _run(cfg: EvalConfig) -> dict[str, Path]:
     records = load_split(cfg.data, cfg.split)
     if cfg.max_records is not None:
         records = records[: cfg.max_records]

@@ -43,10 +43,10 @@ from labeling.schema import FEATURES
 from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore, record_key
 from tiermem.config import parse_cli, to_dict
-from tiermem.data.conversations import Question, load_conversations
+from tiermem.data.conversations import Conversation, Question, load_conversations
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
-from tiermem.rundir import RunError, claim_output_dir
+from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claimed_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,26 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
 
     `roles` and `embedder` replace the ones the config would build (tests, or reuse across runs)."""
     started = time.perf_counter()
-    out = Path(cfg.output_dir)
+    out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
     if not any(c.questions for c in conversations):
         raise ValueError("no questions selected: check conversations, categories and max_questions_per_conversation")
-    claim_output_dir(out, "label")  # refuses a directory this stage did not make, before touching it
+    # Held until the run ends: a second run on this directory would append every record a second time.
+    with claimed_output_dir(out, "label"):
+        return _run_claimed(cfg, roles, embedder, conversations, started)
+
+
+def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
+                 started: float) -> dict[str, Any]:
+    out = Path(cfg.output_dir)
     check_resumable(cfg, out)
     recover_outputs(out)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     assignment = assign_splits([c.conv_id for c in conversations], cfg.split)
     roles = roles or Roles.from_config(cfg)
     ctx = Context(cfg, roles, LexicalJudge(cfg.judge_threshold), data_format(cfg, cfg.data_path))
-    tiers_root = Path(cfg.tiers_dir or out / "tiers")
+    # A tiers_dir of its own is a cache other runs may share; the default one lives inside this run.
+    tiers_root = claim_cache_dir(cfg.tiers_dir) if cfg.tiers_dir else out / "tiers"
     total = sum(len(c.questions) for c in conversations)
     from tqdm.auto import tqdm
 

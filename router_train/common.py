@@ -172,6 +172,12 @@ def is_main_process(trainer: Any) -> bool:
     return bool(trainer.accelerator.is_main_process)
 
 
+def is_launch_leader() -> bool:
+    """Before the trainer exists: rank 0 of a torchrun / accelerate launch, or a plain single process. Only it
+    locks the run directory; the other ranks of the same run write their shards into it too."""
+    return os.environ.get("RANK", "0").strip() in ("", "0")
+
+
 @dataclass
 class RunResult:
     output_dir: Path

@@ -23,7 +23,7 @@ from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
 from tiermem.errors import stage_main
 from tiermem.models import DEFAULT_LM
-from tiermem.rundir import claim_output_dir
+from tiermem.rundir import claimed_output_dir
 
 from . import data as data_lib
 from .common import (
@@ -32,6 +32,7 @@ from .common import (
     build_trl_config,
     clear_run_meta,
     decision_report,
+    is_launch_leader,
     is_main_process,
     load_adapter_run,
     majority_label,
@@ -159,13 +160,18 @@ def zero_variance_warning(curves: list[dict[str, Any]]) -> str | None:
 
 
 def train(cfg: GRPORecipeConfig) -> RunResult:
-    from transformers import set_seed
-    from trl import GRPOTrainer
-
     args = build_grpo_config(cfg)
     if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
-    claim_output_dir(cfg.output_dir, "grpo")
+    # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
+    with claimed_output_dir(cfg.output_dir, "grpo", lock=is_launch_leader()):
+        return _train(cfg, args)
+
+
+def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
+    from transformers import set_seed
+    from trl import GRPOTrainer
+
     set_seed(cfg.seed)
     model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
     train_rows, val_rows, data_info = load_reward_rows(cfg, tokenizer)

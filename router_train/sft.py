@@ -25,7 +25,7 @@ from tiermem.artifacts import RunMeta
 from tiermem.config import parse_cli
 from tiermem.errors import stage_main
 from tiermem.models import DEFAULT_LM
-from tiermem.rundir import claim_output_dir
+from tiermem.rundir import claimed_output_dir
 
 from . import data as data_lib
 from .common import (
@@ -34,6 +34,7 @@ from .common import (
     build_trl_config,
     clear_run_meta,
     decision_report,
+    is_launch_leader,
     is_main_process,
     load_adapter_run,
     majority_label,
@@ -145,11 +146,16 @@ def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
 def train(cfg: SFTRecipeConfig) -> RunResult:
     from transformers import set_seed
 
-    from tiermem.models import load_causal_lm
-
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
     set_seed(cfg.seed)
-    claim_output_dir(cfg.output_dir, "sft")
+    # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
+    with claimed_output_dir(cfg.output_dir, "sft", lock=is_launch_leader()):
+        return _train(cfg, args)
+
+
+def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
+    from tiermem.models import load_causal_lm
+
     init_meta = None
     if cfg.router:  # continue an existing router's adapter (its base model wins over cfg.model)
         model, tokenizer, init_meta = load_adapter_run(cfg.router, trainable=True)

@@ -205,6 +205,14 @@ def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
 
 
 def fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
+    from tiermem.rundir import claimed_output_dir
+
+    # Both kinds write tiermem_router.json: claimed before the data loads, so no other stage's run is replaced.
+    with claimed_output_dir(cfg.output_dir, "fit-features"):
+        return _fit(cfg)
+
+
+def _fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
     from tiermem.stats import auroc
 
     data = {"dataset": cfg.data, "split": cfg.split}

@@ -28,6 +28,7 @@ from tiermem.artifacts import (
     verify_files,
 )
 from tiermem.errors import HubError, stage_main
+from tiermem.rundir import updating_run
 
 # What transformers' tokenizer and generation saving writes next to the weights (those present are pushed).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -66,12 +67,17 @@ class PushConfig:
 
 
 def push(cfg: PushConfig) -> dict[str, Any]:
+    if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
+        raise ValueError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
+    # Push writes the router's card and portable adapter config into its run: only a trained LM router run.
+    with updating_run(cfg.router, "push", ("sft", "grpo")) as run_dir:
+        return _push(cfg, run_dir)
+
+
+def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
     from huggingface_hub import HfApi, get_token
     from huggingface_hub.errors import HfHubHTTPError
 
-    if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
-        raise ValueError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
-    run_dir = Path(cfg.router)
     meta = read_run_meta(run_dir)
     contract.check_version(meta.contract_version, where=str(run_dir))
     weights = ["adapter_model.safetensors", "adapter_config.json"] if meta.adapter else ["config.json"]

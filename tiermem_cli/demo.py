@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiermem.config import parse_cli
+from tiermem.rundir import claimed_output_dir
 
 STEPS = ("label", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
 DEFAULT_STEPS = ("label", "sft", "lm", "grpo", "features", "calibrate", "eval")
@@ -130,9 +131,16 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
 
 
 def main(argv: list[str]) -> int:
+    cfg = parse_cli(DemoConfig, argv, default_config="configs/demo/default.yaml")
+    # The root holds each step's run directory (claimed by that step) and demo_timings.json; locking it keeps a
+    # second demo from training into the same runs at the same time.
+    with claimed_output_dir(cfg.root, "demo"):
+        return _run(cfg)
+
+
+def _run(cfg: DemoConfig) -> int:
     from tiermem_cli.cli import STAGES
 
-    cfg = parse_cli(DemoConfig, argv, default_config="configs/demo/default.yaml")
     timings: dict[str, float] = {}
     for name, stage, args in steps(cfg):
         if args is None:

@@ -21,6 +21,7 @@ from tiermem.config import parse_cli
 from tiermem.data.conversations import Conversation, Question, load_conversations
 from tiermem.llm import LLMConfig, build_llm
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
+from tiermem.rundir import claim_cache_dir
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ingest" / "default.yaml"
 
@@ -72,6 +73,7 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
 
 def main(argv: list[str]) -> int:
     cfg = parse_cli(IngestConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
+    claim_cache_dir(cfg.workdir)  # tiers are built only in a tier cache, never inside another stage's run
     conv, question = pick(load_conversations(cfg.data or None), cfg.conversation, cfg.question)
     llm = build_llm(cfg.llm)
     start = time.perf_counter()
