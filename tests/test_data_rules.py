@@ -119,7 +119,7 @@ def test_a_swap_killed_between_its_renames_gets_the_old_dataset_back(tmp_path):
     (out / ".finalize-y").mkdir()
     recover_outputs(out)
     assert (out / "dataset" / "dataset_dict.json").read_text() == "{}"
-    assert sorted(p.name for p in out.iterdir()) == [".tiermem-run.json", "dataset"]
+    assert sorted(p.name for p in out.iterdir()) == [".tiermem-run.json", ".tiermem-run.lock", "dataset"]
 
 
 # ---------------------------------------------------------------------------------------------- 8: timestamps
