@@ -78,8 +78,11 @@ def build_rows(
         rows.update({k: [] for k in REWARD_COLUMNS})
     if with_signals:
         rows["signals"] = []
+    # minimal pairs (labeling/minimal_pairs.py) are flagged: the signal head learns from natural retrieval only
+    rows["augmented"] = []
+    has_aug = "augmentation" in table.column_names
     unknown_paths = 0
-    for i, row in enumerate(table.select_columns(list(needed))):
+    for i, row in enumerate(table.select_columns(list(needed) + (["augmentation"] if has_aug else []))):
         if row["label"] is None:
             continue
         where = f"{source} split {split!r} record {i} (qid={row['qid']!r})"
@@ -94,8 +97,9 @@ def build_rows(
                 rows["signals"].append(feature_matrix([row["question"]], [row["router_summaries"]])[0].tolist())
             except ValueError as exc:
                 raise RecordError(f"{where}: {exc}") from None
+        rows["augmented"].append(bool(row.get("augmentation")))
         for key in rows:
-            if key not in ("prompt", "completion", "signals"):
+            if key not in ("prompt", "completion", "signals", "augmented"):
                 rows[key].append(row[key])
         if limit is not None and len(rows["prompt"]) >= limit:
             break

@@ -133,7 +133,8 @@ class RouterSFTTrainer(SFTTrainer):
             self.model.add_module("router_signal_head", self.signal_head)
         self.extra_columns = [c for c, on in ((REWARD_COLUMNS[0], objective.kind == "expected_reward"),
                                               (REWARD_COLUMNS[1], objective.kind == "expected_reward"),
-                                              ("signals", signal_head is not None)) if on]
+                                              ("signals", signal_head is not None),
+                                              ("augmented", signal_head is not None)) if on]
         if self.extra_columns:
             collate = self.data_collator
 
@@ -144,6 +145,7 @@ class RouterSFTTrainer(SFTTrainer):
                                                         dtype=torch.float32)
                 if signal_head is not None:
                     batch["signals"] = torch.tensor([e["signals"] for e in examples], dtype=torch.float32)
+                    batch["natural"] = torch.tensor([not e["augmented"] for e in examples], dtype=torch.float32)
                 return batch
 
             self.data_collator = with_columns
@@ -158,6 +160,7 @@ class RouterSFTTrainer(SFTTrainer):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         reward_pair = inputs.pop("reward_pair", None)
         signals = inputs.pop("signals", None)
+        natural = inputs.pop("natural", None)
         labels = inputs["labels"]
         idx, targets, valid = _positions(labels)
         # Logits only where a completion token is predicted: the vocabulary projection is the costly part.
@@ -188,6 +191,12 @@ class RouterSFTTrainer(SFTTrainer):
                     self.signal_head.linear.bias -= (pair[:, 1] - pair[:, 0]).mean().to(self.signal_head.linear.bias)
                 self._head_centred = True
             head = self.signal_head(signals.to(pair.device))
+            if natural is not None:
+                # Minimal pairs differ from their question by one unit of text, often with near-identical signals
+                # and the opposite label: they teach the reader, and would only blur the head, which serves natural
+                # retrieval. Their gradient reaches the adapter, not the head.
+                keep = natural.to(head)
+                head = keep * head + (1.0 - keep) * head.detach()
             pair = pair + torch.stack([torch.zeros_like(head), head], dim=1)
         if self.objective.kind == "decision":
             y = (targets[rows, first] == escalate_id).long()

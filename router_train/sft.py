@@ -117,6 +117,7 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
         "label_rules": data_lib.label_rules(dataset),
         "router_input": data_lib.router_input(dataset, cfg.train_split),
         "train_labels": data_lib.label_counts(train),
+        "train_minimal_pairs": int(sum(train["augmented"])),
         "train_labels_after_balance": data_lib.label_counts(balanced),
         "validation_labels": data_lib.label_counts(val) if val is not None else None,
         "balance": cfg.balance,
@@ -135,8 +136,10 @@ def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMet
     saved = ((init_meta.data.get("signal_head") or {}).get("file") if init_meta else None)
     if saved:
         return read_logistic(Path(init_dir) / saved), False
-    y = np.array([label == "ESCALATE" for label in train_rows["label"]], dtype=np.float64)
-    return fit_logistic(np.array(train_rows["signals"], dtype=np.float64), y, cfg.objective.signal_head_l2), True
+    natural = [i for i, aug in enumerate(train_rows["augmented"]) if not aug]  # as the head trains: see objectives
+    y = np.array([train_rows["label"][i] == "ESCALATE" for i in natural], dtype=np.float64)
+    x = np.array([train_rows["signals"][i] for i in natural], dtype=np.float64)
+    return fit_logistic(x, y, cfg.objective.signal_head_l2), True
 
 
 def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
@@ -175,7 +178,7 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
              data_info["validation_labels"])
     columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.objective.kind == "expected_reward" else [])
-               + (["signals"] if head_init is not None else []))
+               + (["signals", "augmented"] if head_init is not None else []))
     weights = balanced_class_weights(list(train_rows["label"])) if cfg.objective.class_weight == "balanced" else (
         1.0, 1.0)
     data_info["class_weights"] = list(weights) if cfg.objective.kind == "decision" else None
