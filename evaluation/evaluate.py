@@ -218,7 +218,27 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold:
                            "output": eval_analysis.RouterOutput(sub, esc, None, None, rtok), "threshold": t,
                            "objective": point.get("objective")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
-            "errors": errors, "threshold": threshold_used, "operating_points": points}
+            "errors": errors, "threshold": threshold_used, "operating_points": points,
+            "score_parts": score_part_auroc(routed, decisions)}
+
+
+def score_part_auroc(records: Sequence[dict[str, Any]], decisions: Sequence[Decision]) -> dict[str, Any] | None:
+    """For a router whose score has parts (Decision.score_parts): the AUROC of each part alone and of the score
+    without it, on the labeled records: which inputs carry the decision."""
+    from tiermem.stats import auroc
+
+    if not decisions or any(getattr(d, "score_parts", None) is None for d in decisions):
+        return None
+    idx = [i for i, r in enumerate(records) if r.get("label") in contract.ACTIONS]
+    y = [records[i]["label"] == "ESCALATE" for i in idx]
+    if not 0 < sum(y) < len(y):
+        return None
+    out: dict[str, Any] = {"n_labeled": len(idx), "full": auroc([decisions[i].score for i in idx], y)}
+    for part in decisions[idx[0]].score_parts:
+        alone = [decisions[i].score_parts[part] for i in idx]
+        without = [decisions[i].score - v for i, v in zip(idx, alone, strict=True)]
+        out[part] = {"alone": auroc(alone, y), "without": auroc(without, y)}
+    return out
 
 
 def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router: Any | None = None,
@@ -300,6 +320,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
         bins=cfg.reliability_bins, ranked_only=case_set.unreplayable, ranked_only_clusters=held_clusters))
     for key in points:  # the same scores as their router's row: one ranking entry is enough
         report["ranking"].pop(key, None)
+    report["score_parts"] = {k: r["score_parts"] for k, r in runs.items() if r["score_parts"]}
     report["per_conversation"] = eval_analysis.per_conversation_auroc(
         [*cases, *case_set.unreplayable], [*clusters, *held_clusters], [r["output"] for r in runs.values()])
     return report, predictions

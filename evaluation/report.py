@@ -153,6 +153,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             out.append(f"| {conv} | {row['n_labeled']} | {_fmt(row['escalate_share'])} | "
                        + " | ".join(_fmt(row["auroc"].get(k)) for k in keys) + " |")
         out.append("")
+    for key, parts in (report.get("score_parts") or {}).items():
+        out += [f"### What carries the decision: {POLICY_TITLES.get(key, key)} (AUROC on {parts['n_labeled']} labeled "
+                f"records; full score {_fmt(parts['full'])})", "",
+                "| part of the score | AUROC of the part alone | AUROC of the score without it |", "|---|---|---|"]
+        out += [f"| {name} | {_fmt(v['alone'])} | {_fmt(v['without'])} |" for name, v in parts.items()
+                if isinstance(v, dict)]
+        out.append("")
     points = meta.get("operating_points") or {}
     if points:
         out += ["Rows `name@point` are the same router at another calibrated threshold (calibrate's "

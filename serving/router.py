@@ -52,6 +52,9 @@ class Decision:
     prompt_tokens: int
     error: str | None = None  # an LLM/endpoint error after retries; the action is then ESCALATE, flagged
     score: float | None = None  # log-odds of ESCALATE (float64 margin); None when the router has no score
+    # what the score is made of, when it has parts (an LM router with a signal head: "text" is the LM's margin,
+    # "signals: <group>" each feature group's share of the head; they sum to score minus the head's bias)
+    score_parts: dict[str, float] | None = None
 
 
 def sigmoid(x: float) -> float:
@@ -711,15 +714,21 @@ class LocalRouter(Router):
             rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
                     for q, s in zip(qs, ss, strict=True)]
             margins = self._score(rows)
-            heads = self.head_log_odds(feature_matrix(qs, ss)) if self.signal_head is not None else [0.0] * len(rows)
+            heads, parts = [0.0] * len(rows), [None] * len(rows)
+            if self.signal_head is not None:
+                x = feature_matrix(qs, ss)
+                heads = self.head_log_odds(x)
+                groups = self.signal_head.contributions(x)
+                parts = [{"text": m, **{f"signals: {g}": float(v[i]) for g, v in groups.items()}}
+                         for i, m in enumerate(margins)]
             dt = (time.perf_counter() - started) / len(rows)
-            for m, h, row in zip(margins, heads, rows, strict=True):
+            for m, h, part, row in zip(margins, heads, parts, rows, strict=True):
                 score = m + h
                 action = "ESCALATE" if score >= threshold else "ANSWER"
                 why = (f"log-odds {score:.3f} (text {m:.3f} + signals {h:.3f})" if self.signal_head is not None
                        else f"log-odds {score:.3f}")
                 out.append(Decision(action, sigmoid(score), f"{why} vs threshold {threshold:.3f}", True, dt,
-                                    len(row), score=score))
+                                    len(row), score=score, score_parts=part))
         return out
 
     # -- generate path -----------------------------------------------------------------------------

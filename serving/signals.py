@@ -40,6 +40,10 @@ YES_NO_STARTS = ("is", "are", "was", "were", "do", "does", "did", "has", "have",
                  "would", "should", "shall", "may", "might")
 FEATURES = ("top1", "mean_score", "gap12", "overlap", "overlap_best", "n_summaries", "q_words", "when",
             "how_many", "list_like", "yes_no", "why", "has_date")
+# What each feature measures, for reports of which inputs carry a decision (LogisticModel.contributions).
+FEATURE_GROUPS = {"retrieval scores": ("top1", "mean_score", "gap12"), "lexical overlap": ("overlap", "overlap_best"),
+                  "question form": ("q_words", "when", "how_many", "list_like", "yes_no", "why"),
+                  "summary set": ("n_summaries", "has_date")}
 
 
 def _text(unit: Any) -> str:
@@ -178,6 +182,13 @@ class LogisticModel:
     def log_odds(self, x: np.ndarray) -> np.ndarray:
         z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
         return z @ np.asarray(self.weights, dtype=np.float64) + self.bias
+
+    def contributions(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """Each FEATURE_GROUPS group's share of the log-odds per row (bias left out): they sum to log_odds - bias."""
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale) * np.asarray(self.weights, dtype=np.float64)
+        index = {name: i for i, name in enumerate(self.feature_names)}
+        return {group: z[:, [index[n] for n in names if n in index]].sum(axis=1)
+                for group, names in FEATURE_GROUPS.items()}
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, class_weight: str = "balanced",

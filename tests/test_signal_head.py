@@ -144,3 +144,24 @@ def test_remote_router_adds_the_head_to_the_endpoints_first_token_logprobs(run):
     margin = lm_only.route(q, s).score
     assert decision.score - margin == pytest.approx(float(head.log_odds(np.array([feature_matrix([q], [s])[0]]))[0]),
                                                     abs=1e-6)
+
+
+def test_score_parts_sum_to_the_score_and_eval_reports_what_carries_it(run):
+    from evaluation.evaluate import score_part_auroc
+    from serving.signals import FEATURE_GROUPS
+
+    router, _ = build(RouterSpec(path=str(run.out)))
+    questions = [r["question"] for r in run.validation]
+    summaries = [r["router_summaries"] for r in run.validation]
+    decisions = router.route_batch(questions, summaries)
+    head = read_logistic(run.out / SIGNAL_HEAD_FILE)
+    for d in decisions:
+        assert set(d.score_parts) == {"text", *(f"signals: {g}" for g in FEATURE_GROUPS)}
+        assert sum(d.score_parts.values()) + head.bias == pytest.approx(d.score, abs=1e-9)
+    parts = score_part_auroc(run.validation, decisions)
+    labels = [r["label"] == "ESCALATE" for r in run.validation]
+    assert parts["full"] == pytest.approx(auroc([d.score for d in decisions], labels))
+    assert parts["text"]["alone"] == pytest.approx(auroc([d.score_parts["text"] for d in decisions], labels))
+    # a router without parts reports none
+    assert score_part_auroc(run.validation, [d.__class__(**{**d.__dict__, "score_parts": None}) for d in decisions]) \
+        is None
