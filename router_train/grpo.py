@@ -211,6 +211,9 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
         "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows),
         "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None),
         "warnings": [warning] if warning else [],
+        # the curves' headline columns, for the run card (reward_curves.json keeps every logged key)
+        "reward_curve": [{k: p.get(k) for k in ("step", "reward", "reward_std", "frac_reward_zero_std")}
+                         for p in curves],
     }
     meta = RunMeta(
         contract_version=contract.CONTRACT_VERSION, base_model=base_spec, stage="grpo", adapter=True,

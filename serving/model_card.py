@@ -122,8 +122,17 @@ def _rewards_section(meta: RunMeta) -> str:
     rewards = meta.training.get("rewards")
     if meta.stage != "grpo" or not isinstance(rewards, dict):
         return ""
-    return ("\n## GRPO rewards\n\nThe reward table the policy was optimised against (per sampled decision; "
+    text = ("\n## GRPO rewards\n\nThe reward table the policy was optimised against (per sampled decision; "
             "`cost_weight` scales the research cost penalty):\n\n" + _table(rewards, ("reward", "value")) + "\n")
+    curve = meta.metrics.get("reward_curve") or []
+    if curve:
+        text += ("\nReward curve (mean reward of the sampled completions per logged step; `frac_reward_zero_std`: "
+                 "share of prompts whose samples all got the same reward, which give no gradient; "
+                 "`reward_curves.json` has every logged key):\n\n| step | reward | reward std | frac_reward_zero_std |\n"
+                 "|---|---|---|---|\n" + "\n".join(
+                     f"| {_fmt(p.get('step'))} | {_fmt(p.get('reward'))} | {_fmt(p.get('reward_std'))} "
+                     f"| {_fmt(p.get('frac_reward_zero_std'))} |" for p in curve) + "\n")
+    return text
 
 
 def _eval_section(meta: RunMeta) -> str:
@@ -276,7 +285,7 @@ Tier-2 raw pages (bounded multi-hop research, then answer).
 {_rewards_section(meta)}
 ## Training and validation metrics
 
-{_table({k: v for k, v in meta.metrics.items() if k not in ("log_history",)})}
+{_table({k: v for k, v in meta.metrics.items() if k not in ("log_history", "reward_curve")})}
 
 ## Evaluation
 
