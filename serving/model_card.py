@@ -128,8 +128,8 @@ def _rewards_section(meta: RunMeta) -> str:
     if curve:
         text += ("\nReward curve (mean reward of the sampled completions per logged step; `frac_reward_zero_std`: "
                  "share of prompts whose samples all got the same reward, which give no gradient; "
-                 "`reward_curves.json` has every logged key):\n\n| step | reward | reward std | frac_reward_zero_std |\n"
-                 "|---|---|---|---|\n" + "\n".join(
+                 "`reward_curves.json` has every logged key):\n\n"
+                 "| step | reward | reward std | frac_reward_zero_std |\n|---|---|---|---|\n" + "\n".join(
                      f"| {_fmt(p.get('step'))} | {_fmt(p.get('reward'))} | {_fmt(p.get('reward_std'))} "
                      f"| {_fmt(p.get('frac_reward_zero_std'))} |" for p in curve) + "\n")
     return text
