@@ -188,7 +188,7 @@ class RunResult:
 
 def decision_report(
     model: Any, tokenizer: Any, rows: Any, majority: str | None, cfg: Any, limit: int | None,
-    signal_head: Any = None,
+    signal_head: Any = None, text_weight: float = 1.0,
 ) -> dict[str, Any] | None:
     """Decision metrics on a split's rows (first `limit` rows), or None without rows. With a signal head (a
     serving.signals.LogisticModel), the rows' `signals` column feeds it, as serving's features would."""
@@ -199,7 +199,8 @@ def decision_report(
     rows = rows.select(range(min(len(rows), limit))) if limit else rows
     return evaluate_router(model, tokenizer, rows["prompt"], rows["label"], majority,
                            batch_size=cfg.eval_batch_size, generate_limit=cfg.eval_generate_limit,
-                           signal_head=signal_head, signals=rows["signals"] if signal_head is not None else None)
+                           signal_head=signal_head, signals=rows["signals"] if signal_head is not None else None,
+                           text_weight=text_weight)
 
 
 def print_summary(stage: str, out: Path, metrics: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
 
 
 def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
-                      signal_head: Any = None, signals: Any = None) -> list[float]:
+                      signal_head: Any = None, signals: Any = None, text_weight: float = 1.0) -> list[float]:
     """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.router.LocalRouter.score_prompts):
     training metrics and serving decisions come from one scorer, so they cannot drift apart. A router with a
     signal head (a serving.signals.LogisticModel) also needs the prompts' signal rows."""
@@ -50,7 +50,8 @@ def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_
         return []
     was_training = model.training
     try:
-        router = LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size, signal_head=signal_head)
+        router = LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size, signal_head=signal_head,
+                             text_weight=text_weight)
         return router.score_prompts(list(prompts), signals)
     finally:
         model.train(was_training)
@@ -125,9 +126,10 @@ def evaluate_router(
     max_new_tokens: int = 48,
     signal_head: Any = None,
     signals: Any = None,
+    text_weight: float = 1.0,
 ) -> dict[str, Any]:
     """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
-    scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals)
+    scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals, text_weight)
     probs = [1.0 / (1.0 + math.exp(-s)) for s in scores]
     predicted = ["ESCALATE" if p >= threshold else "ANSWER" for p in probs]
     result = decision_metrics(predicted, labels, train_majority)

@@ -24,6 +24,7 @@ token), so it is the same token serving scores (serving.router reads the same lo
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from serving.signals import LogisticModel
 from tiermem.trunk import FrozenTrunk, decoder_of, supports_trunk
 
 OBJECTIVES = ("lm", "decision", "expected_reward")
+TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid objective.text_weight=null chooses from
 REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 
 
@@ -55,6 +57,9 @@ class ObjectiveConfig:
     # Add a learned linear head over the serve-time signals to the decision margin (decision / expected_reward).
     signal_head: bool = False
     signal_head_l2: float = 1.0  # L2 of the logistic regression that initializes the head
+    # the LM margin's weight beside the head at serving time: null = chosen after training on the validation split
+    # from TEXT_WEIGHTS by AUROC (1.0 when there are no validation rows); a number fixes it
+    text_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OBJECTIVES:
@@ -63,6 +68,8 @@ class ObjectiveConfig:
             raise ValueError(f"objective.class_weight must be balanced|none, got {self.class_weight!r}")
         if self.signal_head and self.kind == "lm":
             raise ValueError("objective.signal_head needs a decision objective (decision or expected_reward), not lm")
+        if self.text_weight is not None and not (math.isfinite(self.text_weight) and self.text_weight >= 0):
+            raise ValueError(f"objective.text_weight must be a finite number >= 0 or null, got {self.text_weight}")
         if self.signal_head_l2 < 0:
             raise ValueError(f"objective.signal_head_l2 must be >= 0, got {self.signal_head_l2}")
         if self.lm_weight < 0 or self.mass_weight < 0:

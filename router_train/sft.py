@@ -44,7 +44,7 @@ from .common import (
     training_device,
 )
 from .decisions import action_first_tokens
-from .objectives import REWARD_COLUMNS, ObjectiveConfig, RouterSFTTrainer, balanced_class_weights
+from .objectives import REWARD_COLUMNS, TEXT_WEIGHTS, ObjectiveConfig, RouterSFTTrainer, balanced_class_weights
 from .rewards import RewardConfig, resolve_cost_scale, score_decision
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,28 @@ def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMet
     return fit_logistic(x, y, cfg.objective.signal_head_l2), True
 
 
+def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel,
+                       val_rows: Any) -> tuple[float, dict[str, float] | None]:
+    """The LM margin's weight beside the head: objective.text_weight, or the TEXT_WEIGHTS entry with the best
+    validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None)."""
+    from tiermem.stats import auroc
+
+    from .decisions import escalation_scores
+
+    if cfg.objective.text_weight is not None:
+        return float(cfg.objective.text_weight), None
+    labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
+    if not 0 < sum(labels) < len(labels):
+        log.warning("no validation rows with both labels: text_weight stays 1.0")
+        return 1.0, None
+    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
+    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
+    grid = {str(w): auroc((w * margins + heads).tolist(), labels) for w in TEXT_WEIGHTS}
+    best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
+    log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
+    return float(best), grid
+
+
 def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
     return [len(tokenizer(p + c)["input_ids"]) for p, c in zip(rows["prompt"], rows["completion"], strict=True)]
 
@@ -211,17 +233,20 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
     majority = majority_label(list(train_rows["label"]))
     head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
+    text_weight = 1.0
     if head is not None:
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
+        text_weight, grid = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows)
         data_info["signal_head"] = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES),
                                     "init": "router" if not centre_head else "logistic regression on train",
                                     "init_weights": dict(zip(FEATURES, head_init.weights, strict=True)),
-                                    "weights": dict(zip(FEATURES, head.weights, strict=True))}
+                                    "weights": dict(zip(FEATURES, head.weights, strict=True)),
+                                    "text_weight": text_weight, "text_weight_validation_auroc": grid}
     metrics = {
         "train": train_metrics,
         "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,
-                                           head),
-        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None, head),
+                                           head, text_weight),
+        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None, head, text_weight),
         "log_history": trainer.state.log_history,
     }
     if metrics["validation"] is None:

@@ -217,7 +217,7 @@ def build(spec: RouterSpec, shared_trunk: bool = False) -> tuple[Router, str]:
         llm = build_llm(spec.llm)
         return build_router("teacher", llm=llm, max_tokens=spec.max_tokens), f"llm-prompt:{llm.name}"
     if kind == "remote":
-        head, pieces = None, None
+        head, pieces, text_weight = None, None, 1.0
         if spec.signal_head:
             from transformers import AutoTokenizer
 
@@ -226,10 +226,11 @@ def build(spec: RouterSpec, shared_trunk: bool = False) -> tuple[Router, str]:
             if not head_file:
                 raise RouterLoadError(f"router.signal_head={spec.signal_head}: that run has no signal head")
             head = read_logistic(Path(spec.signal_head) / head_file)
+            text_weight = meta.data["signal_head"].get("text_weight", 1.0)
             pieces = action_pieces(AutoTokenizer.from_pretrained(spec.signal_head))
         router = build_router("remote", base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
                               strategy=spec.strategy, max_tokens=spec.max_tokens, signal_head=head,
-                              action_pieces=pieces)
+                              text_weight=text_weight, action_pieces=pieces)
         return router, f"remote:{spec.model}@{spec.base_url}"
     if kind in ("features", "top1-score"):
         if spec.path:
@@ -345,7 +346,7 @@ class RemoteRouter(Router):
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", threshold: float | None = None,
                  strategy: str = "auto", max_tokens: int = 64, top_logprobs: int = 10, timeout_s: float = 60.0,
-                 max_retries: int = 3, signal_head: LogisticModel | None = None,
+                 max_retries: int = 3, signal_head: LogisticModel | None = None, text_weight: float = 1.0,
                  action_pieces: dict[str, str] | None = None) -> None:
         from openai import OpenAI
 
@@ -354,6 +355,7 @@ class RemoteRouter(Router):
                              f"logprobs, got {strategy!r}")
         # The served adapter's head: the endpoint returns the LM's first-token log-probs, the head is added here.
         self.signal_head = signal_head
+        self.text_weight = check_text_weight(text_weight)
         # action -> the text of the first token the router's tokenizer gives it after OUTPUT_PREFIX (what the local
         # fast path reads); None: guessed from the returned pieces (the longest one that starts the action)
         self.action_pieces = action_pieces
@@ -415,7 +417,8 @@ class RemoteRouter(Router):
             if margin is not None:
                 self.used["logprobs"] += 1
                 if self.signal_head is not None:
-                    margin += float(self.signal_head.log_odds(feature_matrix([question], [summaries]))[0])
+                    margin = self.text_weight * margin + float(
+                        self.signal_head.log_odds(feature_matrix([question], [summaries]))[0])
                 action = "ESCALATE" if margin >= threshold else "ANSWER"
                 return Decision(action, sigmoid(margin), parsed.reason, True, dt, tokens, score=margin)
             if self.signal_head is not None:  # no margin to add the head to: never a decision without it
@@ -465,6 +468,13 @@ class RemoteRouter(Router):
             except Exception as exc:  # openai already retried with backoff; record, never a silent ANSWER
                 out.append(_error_decision(exc, time.perf_counter() - started))
         return out
+
+
+def check_text_weight(value: Any) -> float:
+    """The LM margin's weight beside a signal head: a finite number >= 0 (named error at load, never per request)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise RouterLoadError(f"signal head: text_weight must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 def action_token_ids(tokenizer: Any) -> tuple[int, int]:
@@ -521,7 +531,7 @@ class LocalRouter(Router):
     def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
                  threshold: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
                  max_new_tokens: int = 64, trunk_layers: int | None = None,
-                 signal_head: LogisticModel | None = None) -> None:
+                 signal_head: LogisticModel | None = None, text_weight: float = 1.0) -> None:
         import torch
 
         if mode not in ("fast", "generate"):
@@ -538,6 +548,8 @@ class LocalRouter(Router):
         self.max_new_tokens = max_new_tokens
         # Learned jointly with the adapter: log-odds over the serve-time signals, added to the LM's margin.
         self.signal_head = signal_head
+        # the weight of the LM's margin beside the head (chosen on validation by SFT; 1.0 without a head)
+        self.text_weight = check_text_weight(text_weight)
         self.summary_fields = ("score",) if signal_head is not None else ()  # the head reads the retrieval scores
         if signal_head is not None and list(signal_head.feature_names) != list(FEATURES):
             raise RouterLoadError(f"signal head reads features {signal_head.feature_names}, this version computes "
@@ -596,6 +608,7 @@ class LocalRouter(Router):
             tokenizer = AutoTokenizer.from_pretrained(str(run_dir))  # the chat template training rendered with
         head_file = (meta.data.get("signal_head") or {}).get("file")
         if head_file:
+            kwargs["text_weight"] = (meta.data.get("signal_head") or {}).get("text_weight", 1.0)
             try:
                 kwargs["signal_head"] = read_logistic(run_dir / head_file)
             except (OSError, ValueError) as exc:
@@ -699,11 +712,12 @@ class LocalRouter(Router):
         if self.signal_head is not None and (signals is None or len(signals) != len(prompts)):
             raise ValueError("this router has a signal head: score_prompts needs one signal row per prompt")
         out: list[float] = []
+        skip_lm = self.signal_head is not None and self.text_weight == 0.0  # as the fast path: the LM is not run
         for i in range(0, len(prompts), self.batch_size):
             rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts[i: i + self.batch_size]]
-            out += self._score(rows)
+            out += [0.0] * len(rows) if skip_lm else self._score(rows)
         if self.signal_head is not None:
-            out = [m + h for m, h in zip(out, self.head_log_odds(signals), strict=True)]
+            out = [self.text_weight * m + h for m, h in zip(out, self.head_log_odds(signals), strict=True)]
         return out
 
     def _fast(self, questions, summaries, threshold: float) -> list[Decision]:
@@ -711,21 +725,27 @@ class LocalRouter(Router):
         for i in range(0, len(questions), self.batch_size):
             qs, ss = questions[i: i + self.batch_size], summaries[i: i + self.batch_size]
             started = time.perf_counter()
-            rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
-                    for q, s in zip(qs, ss, strict=True)]
-            margins = self._score(rows)
+            if self.signal_head is not None and self.text_weight == 0.0:
+                # Validation gave the LM's margin no weight: the decision is the head's, and the LM is not run.
+                rows = [[] for _ in qs]
+                margins = [0.0] * len(rows)
+            else:
+                rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
+                        for q, s in zip(qs, ss, strict=True)]
+                margins = self._score(rows)
             heads, parts = [0.0] * len(rows), [None] * len(rows)
             if self.signal_head is not None:
                 x = feature_matrix(qs, ss)
                 heads = self.head_log_odds(x)
                 groups = self.signal_head.contributions(x)
-                parts = [{"text": m, **{f"signals: {g}": float(v[i]) for g, v in groups.items()}}
+                parts = [{"text": self.text_weight * m, **{f"signals: {g}": float(v[i]) for g, v in groups.items()}}
                          for i, m in enumerate(margins)]
             dt = (time.perf_counter() - started) / len(rows)
             for m, h, part, row in zip(margins, heads, parts, rows, strict=True):
-                score = m + h
+                score = (self.text_weight * m + h) if self.signal_head is not None else m
                 action = "ESCALATE" if score >= threshold else "ANSWER"
-                why = (f"log-odds {score:.3f} (text {m:.3f} + signals {h:.3f})" if self.signal_head is not None
+                why = (f"log-odds {score:.3f} (text {self.text_weight:g} x {m:.3f} + signals {h:.3f})"
+                       if self.signal_head is not None
                        else f"log-odds {score:.3f}")
                 out.append(Decision(action, sigmoid(score), f"{why} vs threshold {threshold:.3f}", True, dt,
                                     len(row), score=score, score_parts=part))

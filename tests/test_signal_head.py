@@ -54,8 +54,14 @@ def run(tmp_path_factory):
 
 
 def test_head_is_trained_saved_and_named_in_the_metadata(run):
+    from router_train.objectives import TEXT_WEIGHTS
+
     meta = read_run_meta(run.out)
     info = meta.data["signal_head"]
+    # the LM margin's weight is the validation-AUROC argmax of the grid (ties: the larger weight)
+    grid = info["text_weight_validation_auroc"]
+    assert set(grid) == {str(w) for w in TEXT_WEIGHTS}
+    assert info["text_weight"] == max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
     assert info["file"] == SIGNAL_HEAD_FILE and info["features"] == list(FEATURES)
     head = read_logistic(run.out / SIGNAL_HEAD_FILE)
     assert head.weights == pytest.approx(list(info["weights"].values()))
@@ -72,12 +78,16 @@ def test_training_metrics_eval_and_serve_read_one_score(run):
     tok = run.result.tokenizer
     prompts = [contract.render_prompt(tok, q, s) for q, s in zip(questions, summaries, strict=True)]
     head = read_logistic(run.out / SIGNAL_HEAD_FILE)
+    text_weight = read_run_meta(run.out).data["signal_head"]["text_weight"]
+    assert router.text_weight == text_weight
     trained = escalation_scores(run.result.model, tok, prompts, signal_head=head,
-                                signals=feature_matrix(questions, summaries))
+                                signals=feature_matrix(questions, summaries), text_weight=text_weight)
     assert trained == pytest.approx(served, abs=1e-4)
     # the head contributes: the LM margin alone is a different number
     lm_only = escalation_scores(run.result.model, tok, prompts)
     assert max(abs(a - b) for a, b in zip(lm_only, served, strict=True)) > 1e-3
+    heads = head.log_odds(feature_matrix(questions, summaries))
+    assert served == pytest.approx([text_weight * m + h for m, h in zip(lm_only, heads, strict=True)], abs=1e-4)
 
     val = read_run_meta(run.out).metrics["validation"]
     labels = [r["label"] == "ESCALATE" for r in run.validation]
@@ -127,10 +137,12 @@ def test_remote_router_adds_the_head_to_the_endpoints_first_token_logprobs(run):
     vocab = len(local.tokenizer)
     head = read_logistic(run.out / SIGNAL_HEAD_FILE)
     pieces = action_pieces(local.tokenizer)  # what build() reads from the run directory's tokenizer
-    assert build(RouterSpec(kind="remote", base_url="http://127.0.0.1:9/v1", model="router",
-                            signal_head=str(run.out)))[0].action_pieces == pieces
+    text_weight = read_run_meta(run.out).data["signal_head"]["text_weight"]
+    built = build(RouterSpec(kind="remote", base_url="http://127.0.0.1:9/v1", model="router",
+                             signal_head=str(run.out)))[0]
+    assert (built.action_pieces, built.text_weight) == (pieces, text_weight)
     remote = RemoteRouter(base_url="http://127.0.0.1:9/v1", model="router", signal_head=head, top_logprobs=vocab,
-                          action_pieces=pieces)
+                          action_pieces=pieces, text_weight=text_weight)
     remote.client = _FakeEndpoint(local)
     q, s = run.validation[0]["question"], run.validation[0]["router_summaries"]
     decision = remote.route(q, s)
@@ -142,8 +154,8 @@ def test_remote_router_adds_the_head_to_the_endpoints_first_token_logprobs(run):
                            action_pieces=pieces)
     lm_only.client = _FakeEndpoint(local)
     margin = lm_only.route(q, s).score
-    assert decision.score - margin == pytest.approx(float(head.log_odds(np.array([feature_matrix([q], [s])[0]]))[0]),
-                                                    abs=1e-6)
+    assert decision.score - text_weight * margin == pytest.approx(
+        float(head.log_odds(np.array([feature_matrix([q], [s])[0]]))[0]), abs=1e-6)
 
 
 def test_score_parts_sum_to_the_score_and_eval_reports_what_carries_it(run):
@@ -155,7 +167,7 @@ def test_score_parts_sum_to_the_score_and_eval_reports_what_carries_it(run):
     summaries = [r["router_summaries"] for r in run.validation]
     decisions = router.route_batch(questions, summaries)
     head = read_logistic(run.out / SIGNAL_HEAD_FILE)
-    for d in decisions:
+    for d in decisions:  # parts: the weighted text margin and each signal group's share
         assert set(d.score_parts) == {"text", *(f"signals: {g}" for g in FEATURE_GROUPS)}
         assert sum(d.score_parts.values()) + head.bias == pytest.approx(d.score, abs=1e-9)
     parts = score_part_auroc(run.validation, decisions)
@@ -165,3 +177,40 @@ def test_score_parts_sum_to_the_score_and_eval_reports_what_carries_it(run):
     # a router without parts reports none
     assert score_part_auroc(run.validation, [d.__class__(**{**d.__dict__, "score_parts": None}) for d in decisions]) \
         is None
+
+
+@pytest.mark.parametrize("bad", [-1.0, "0.5", float("nan"), True])
+def test_a_nonsensical_text_weight_is_refused_at_load(run, tmp_path, bad):
+    import json
+    import shutil
+
+    from serving.router import RouterLoadError
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run.out, copy)
+    meta_path = copy / "tiermem_router.json"
+    meta = json.loads(meta_path.read_text())
+    meta["data"]["signal_head"]["text_weight"] = bad
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(RouterLoadError, match="text_weight"):
+        build(RouterSpec(path=str(copy)))
+
+
+def test_a_zero_text_weight_routes_by_the_head_without_running_the_lm(run, tmp_path):
+    import json
+    import shutil
+
+    copy = tmp_path / "zero"
+    shutil.copytree(run.out, copy)
+    meta_path = copy / "tiermem_router.json"
+    meta = json.loads(meta_path.read_text())
+    meta["data"]["signal_head"]["text_weight"] = 0.0
+    meta_path.write_text(json.dumps(meta))
+    router, _ = build(RouterSpec(path=str(copy)))
+    router._score = None  # any LM forward pass would fail
+    questions = [r["question"] for r in run.validation]
+    summaries = [r["router_summaries"] for r in run.validation]
+    head = read_logistic(copy / SIGNAL_HEAD_FILE)
+    decisions = router.route_batch(questions, summaries)
+    assert [d.score for d in decisions] == pytest.approx(head.log_odds(feature_matrix(questions, summaries)).tolist())
+    assert all(d.prompt_tokens == 0 and d.score_parts["text"] == 0.0 for d in decisions)
