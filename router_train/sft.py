@@ -10,6 +10,7 @@ Multi-GPU: accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -143,25 +144,28 @@ def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMet
 
 
 def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel,
-                       val_rows: Any) -> tuple[float, dict[str, float] | None]:
+                       val_rows: Any) -> tuple[float, dict[str, float] | None, LogisticModel]:
     """The LM margin's weight beside the head: objective.text_weight, or the TEXT_WEIGHTS entry with the best
-    validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None)."""
+    validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None, the head with
+    its bias moved by (1 - weight) x the mean validation margin, so the score keeps the trained combination's level
+    and the uncalibrated threshold keeps its meaning; the ranking does not change)."""
     from tiermem.stats import auroc
 
     from .decisions import escalation_scores
 
     if cfg.objective.text_weight is not None:
-        return float(cfg.objective.text_weight), None
+        return float(cfg.objective.text_weight), None, head
     labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
     if not 0 < sum(labels) < len(labels):
         log.warning("no validation rows with both labels: text_weight stays 1.0")
-        return 1.0, None
+        return 1.0, None, head
     margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
     heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
     grid = {str(w): auroc((w * margins + heads).tolist(), labels) for w in TEXT_WEIGHTS}
     best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
     log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
-    return float(best), grid
+    shifted = dataclasses.replace(head, bias=float(head.bias + (1.0 - best) * margins.mean()))
+    return float(best), grid, shifted
 
 
 def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
@@ -235,8 +239,8 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
     head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
     text_weight = 1.0
     if head is not None:
+        text_weight, grid, head = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows)
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
-        text_weight, grid = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows)
         data_info["signal_head"] = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES),
                                     "init": "router" if not centre_head else "logistic regression on train",
                                     "init_weights": dict(zip(FEATURES, head_init.weights, strict=True)),

@@ -62,6 +62,14 @@ def test_head_is_trained_saved_and_named_in_the_metadata(run):
     grid = info["text_weight_validation_auroc"]
     assert set(grid) == {str(w) for w in TEXT_WEIGHTS}
     assert info["text_weight"] == max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
+    # the head saved is the trained one, its bias moved by (1 - weight) x the mean validation margin
+    trained = run.result.model.router_signal_head.to_logistic()
+    tok = run.result.tokenizer
+    prompts = [contract.render_prompt(tok, r["question"], r["router_summaries"]) for r in run.validation]
+    mean_margin = float(np.mean(escalation_scores(run.result.model, tok, prompts)))
+    saved = read_logistic(run.out / SIGNAL_HEAD_FILE)
+    assert saved.weights == pytest.approx(trained.weights)
+    assert saved.bias == pytest.approx(trained.bias + (1 - info["text_weight"]) * mean_margin, abs=1e-5)
     assert info["file"] == SIGNAL_HEAD_FILE and info["features"] == list(FEATURES)
     head = read_logistic(run.out / SIGNAL_HEAD_FILE)
     assert head.weights == pytest.approx(list(info["weights"].values()))
