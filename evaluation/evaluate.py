@@ -33,7 +33,7 @@ from serving.router import Decision, RouterSpec, as_router_spec, build, router_k
 from tiermem import contract
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
-from tiermem.rundir import claim_cache_dir, claimed_output_dir, updating_run
+from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"
@@ -355,7 +355,11 @@ def _lm_run_dir(spec: RouterSpec) -> bool:
 
 
 def run(cfg: EvalConfig) -> dict[str, Path]:
-    # Every directory this run writes is claimed before any data or model loads, and held until it ends.
+    # A foreign or busy output directory is refused before any data or model loads; it is created (claimed) only once
+    # the records have been read, so an eval that fails on its data leaves nothing behind.
+    check_output_dir(cfg.output_dir, "eval")
+    records = load_split(cfg.data, cfg.split)
+    # Every directory this run writes is claimed before any model loads, and held until it ends.
     with ExitStack() as held:
         held.enter_context(claimed_output_dir(cfg.output_dir, "eval"))
         if _lm_run_dir(cfg.router):  # its card gets this eval's summary: only a trained LM router run
@@ -363,11 +367,10 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
         tiers = Path(cfg.live.workdir) / "tiers"
         if cfg.live.enabled and not tiers.resolve().is_relative_to(Path(cfg.output_dir).resolve()):
             claim_cache_dir(tiers)
-        return _run(cfg)
+        return _run(cfg, records)
 
 
-def _run(cfg: EvalConfig) -> dict[str, Path]:
-    records = load_split(cfg.data, cfg.split)
+def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     if cfg.max_records is not None:
         records = records[: cfg.max_records]
     router, name = (None, "baselines only") if cfg.router.kind == "none" else build(cfg.router, shared_trunk=True)

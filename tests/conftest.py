@@ -25,3 +25,19 @@ def locomo_path() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+def _default_run_dirs() -> set[str]:
+    """What lies under ./runs (two levels): the stages' default output directories, relative to the cwd."""
+    runs = Path("runs")
+    return {str(p) for p in runs.glob("*")} | {str(p) for p in runs.glob("*/*")} if runs.is_dir() else set()
+
+
+@pytest.fixture(autouse=True)
+def _no_output_in_the_default_run_dirs(request):
+    """A test never writes into ./runs (a user's real runs live there): every output goes under tmp_path."""
+    before = _default_run_dirs()
+    yield
+    new = sorted(_default_run_dirs() - before)
+    if new:
+        pytest.fail(f"{request.node.nodeid} wrote into the default run directories: {new}", pytrace=False)

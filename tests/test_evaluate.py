@@ -113,9 +113,11 @@ def test_main_baselines_only(dataset_dir, tmp_path, capsys):
 
 
 def test_main_errors_are_one_line(tmp_path, capsys):
-    assert E.main([f"data={tmp_path / 'nope'}", "router.kind=none"]) == 2
+    out = tmp_path / "eval"
+    assert E.main([f"data={tmp_path / 'nope'}", "router.kind=none", f"output_dir={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "label dataset not found" in err[0]
+    assert not out.exists()  # an eval that fails on its data leaves no run directory behind
     assert E.main(["router.kind=magic"]) == 2
     assert "router.kind" in capsys.readouterr().err
     assert E.main(["bogus_key=1"]) == 2

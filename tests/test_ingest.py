@@ -34,7 +34,7 @@ def test_pick_question():
 
 def test_missing_data_file_is_one_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.json"):
-        main([f"data={tmp_path / 'missing.json'}"])
+        main([f"data={tmp_path / 'missing.json'}", f"workdir={tmp_path / 'mem'}"])
 
 
 @pytest.mark.slow
