@@ -14,8 +14,8 @@ decision logit stayed near ln 2 while the template was learned. These objectives
 
 With `signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
 (serving.signals.features: retrieval scores, lexical overlap, question form), trained together with the adapter
-by the same objective. The head starts from a logistic regression on the train rows, so the adapter learns what the
-signals miss; serving adds the same head to the same margin (serving.router.LocalRouter).
+by the same objective. The head starts from a logistic regression on the natural train rows, so the adapter learns
+what the signals miss; serving adds the same head to the same margin (serving.router.LocalRouter).
 
 The decision position is found in the labels themselves (first completion token that is an action's first
 token), so it is the same token serving scores (serving.router reads the same logits).
@@ -138,10 +138,8 @@ class RouterSFTTrainer(SFTTrainer):
         if signal_head is not None:
             self.signal_head = SignalHead(signal_head).to(self.args.device)
             self.model.add_module("router_signal_head", self.signal_head)
-        self.extra_columns = [c for c, on in ((REWARD_COLUMNS[0], objective.kind == "expected_reward"),
-                                              (REWARD_COLUMNS[1], objective.kind == "expected_reward"),
-                                              ("signals", signal_head is not None),
-                                              ("augmented", signal_head is not None)) if on]
+        self.extra_columns = ((list(REWARD_COLUMNS) if objective.kind == "expected_reward" else [])
+                              + (["signals", "augmented"] if signal_head is not None else []))
         if self.extra_columns:
             collate = self.data_collator
 

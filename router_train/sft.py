@@ -131,12 +131,14 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
 def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMeta | None,
                         init_dir: str | None) -> tuple[LogisticModel | None, bool]:
     """(the head training starts from, whether to centre it against the untrained adapter): the continued
-    router's own head, or a logistic regression on the train rows' signals."""
+    router's own head as it was trained, or a logistic regression on the natural train rows' signals."""
     if not cfg.objective.signal_head:
         return None, False
-    saved = ((init_meta.data.get("signal_head") or {}).get("file") if init_meta else None)
-    if saved:
-        return read_logistic(Path(init_dir) / saved), False
+    info = (init_meta.data.get("signal_head") or {}) if init_meta else {}
+    if info.get("file"):
+        # Training combines the head with the margin at weight 1: undo the shift made for the saved text_weight.
+        head = read_logistic(Path(init_dir) / info["file"])
+        return dataclasses.replace(head, bias=head.bias - float(info.get("bias_shift", 0.0))), False
     natural = [i for i, aug in enumerate(train_rows["augmented"]) if not aug]  # as the head trains: see objectives
     y = np.array([train_rows["label"][i] == "ESCALATE" for i in natural], dtype=np.float64)
     x = np.array([train_rows["signals"][i] for i in natural], dtype=np.float64)
@@ -239,13 +241,15 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
     head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
     text_weight = 1.0
     if head is not None:
+        trained_bias = head.bias
         text_weight, grid, head = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows)
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
         data_info["signal_head"] = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES),
                                     "init": "router" if not centre_head else "logistic regression on train",
                                     "init_weights": dict(zip(FEATURES, head_init.weights, strict=True)),
                                     "weights": dict(zip(FEATURES, head.weights, strict=True)),
-                                    "text_weight": text_weight, "text_weight_validation_auroc": grid}
+                                    "text_weight": text_weight, "text_weight_validation_auroc": grid,
+                                    "bias_shift": head.bias - trained_bias}
     metrics = {
         "train": train_metrics,
         "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,

@@ -70,6 +70,7 @@ def test_head_is_trained_saved_and_named_in_the_metadata(run):
     saved = read_logistic(run.out / SIGNAL_HEAD_FILE)
     assert saved.weights == pytest.approx(trained.weights)
     assert saved.bias == pytest.approx(trained.bias + (1 - info["text_weight"]) * mean_margin, abs=1e-5)
+    assert info["bias_shift"] == pytest.approx(saved.bias - trained.bias)
     assert info["file"] == SIGNAL_HEAD_FILE and info["features"] == list(FEATURES)
     head = read_logistic(run.out / SIGNAL_HEAD_FILE)
     assert head.weights == pytest.approx(list(info["weights"].values()))
@@ -222,3 +223,13 @@ def test_a_zero_text_weight_routes_by_the_head_without_running_the_lm(run, tmp_p
     decisions = router.route_batch(questions, summaries)
     assert [d.score for d in decisions] == pytest.approx(head.log_odds(feature_matrix(questions, summaries)).tolist())
     assert all(d.prompt_tokens == 0 and d.score_parts["text"] == 0.0 for d in decisions)
+
+
+def test_continuing_a_head_router_starts_from_the_head_as_trained(run):
+    from router_train.sft import initial_signal_head
+
+    meta = read_run_meta(run.out)
+    cfg = sft.SFTRecipeConfig(objective=sft.ObjectiveConfig(kind="decision", signal_head=True))
+    head, centre = initial_signal_head(cfg, None, meta, str(run.out))
+    assert not centre
+    assert head.bias == pytest.approx(run.result.model.router_signal_head.to_logistic().bias, abs=1e-6)
