@@ -30,35 +30,42 @@ NO_SCORE = {"question": "Where does Tomas volunteer?", "summaries": [{"text": "T
                                                                        "date": "2024-01-01"}]}
 
 
-class GatedFeatureRouter(FeatureRouter):
-    """The real features router; route_batch waits on a gate and records each batch's questions."""
+class Gated:
+    """route_batch waits on `gate` (set: open) and records each batch's questions in `batches`."""
 
-    def __init__(self) -> None:
-        super().__init__(_features_model())
+    def _open_gate(self) -> None:
         self.gate = threading.Event()
         self.gate.set()
         self.batches: list[list[str]] = []
 
-    def route_batch(self, questions, summaries, threshold=None):
+    def _pass_gate(self, questions) -> None:
         self.gate.wait(30)
         self.batches.append(list(questions))
+
+
+class GatedFeatureRouter(Gated, FeatureRouter):
+    """The real features router behind the gate."""
+
+    def __init__(self) -> None:
+        super().__init__(_features_model())
+        self._open_gate()
+
+    def route_batch(self, questions, summaries, threshold=None):
+        self._pass_gate(questions)
         return super().route_batch(questions, summaries, threshold)
 
 
-class PickyRouter:
+class PickyRouter(Gated):
     """route_batch raises when the batch holds the question `bad` (ValueError: refused input) or `boom`
     (RuntimeError: an internal error); otherwise it answers each question with its own text as the reason."""
 
     kind, mode, threshold, meta = "fake", "fast", 0.0, None
 
     def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.gate.set()
-        self.batches: list[list[str]] = []
+        self._open_gate()
 
     def route_batch(self, questions, summaries, threshold=None):
-        self.gate.wait(30)
-        self.batches.append(list(questions))
+        self._pass_gate(questions)
         if "bad" in questions:
             raise ValueError("question 'bad' is not something this router can read")
         if "boom" in questions:
