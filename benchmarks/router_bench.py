@@ -58,13 +58,13 @@ def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str
 
 
 def run(cfg: RouterBenchConfig) -> dict[str, Any]:
-    from serving.router import LocalRouter
+    from serving.routers.local import LocalRouter
     from tiermem import contract
     from tiermem.models import load_causal_lm
 
     with PeakRSS() as load_mem:
         if cfg.router:
-            loaded = LocalRouter.from_pretrained(cfg.router)
+            loaded = LocalRouter.load(cfg.router)
             model, tokenizer, meta, name = loaded.model, loaded.tokenizer, loaded.meta, cfg.router
         else:
             model, tokenizer = load_causal_lm(cfg.model)
@@ -112,7 +112,7 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
     agree = sum(a.action == b for a, b in zip(fast_d, gen_d, strict=True))
     argmax = ["ESCALATE" if (d.p_escalate or 0.0) >= 0.5 else "ANSWER" for d in fast_d]
     agree_argmax = sum(a == b for a, b in zip(argmax, gen_d, strict=True))
-    threshold = getattr(router, "threshold", None)
+    threshold = getattr(router, "threshold_logit", None)
     text = "\n".join([
         f"router: {name}; prompts: {len(questions)} from {source}; "
         f"prompt tokens mean {sum(prompt_tokens) / len(prompt_tokens):.0f} (max {max(prompt_tokens)}); "

@@ -80,12 +80,12 @@ def run(cfg: ServerBenchConfig) -> dict[str, Any]:
     import httpx
 
     from benchmarks.router_bench import RouterBenchConfig, router_inputs
-    from serving.router import LocalRouter
+    from serving.routers.local import LocalRouter
     from serving.server import ServeConfig, create_app
     from tiermem.models import load_causal_lm
 
     if cfg.router:
-        router, name = LocalRouter.from_pretrained(cfg.router), cfg.router
+        router, name = LocalRouter.load(cfg.router), cfg.router
     else:
         model, tokenizer = load_causal_lm(cfg.model)
         router, name = LocalRouter(model, tokenizer, mode="fast"), f"{cfg.model} (untrained: speed only)"

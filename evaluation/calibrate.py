@@ -28,8 +28,7 @@ Objectives:
   new conversations; the stored guarantee says which unit was used. When no threshold is certified the router
   escalates everything (zero false cache hits by construction).
 
-The chosen threshold is stored as `calibration.threshold_logit` (and `calibration.threshold` =
-sigmoid(threshold_logit), a probability, for displays and older readers), with `guarantee` (or null).
+The chosen threshold is stored as `calibration.threshold_logit`, with `guarantee` (or null).
 """
 
 from __future__ import annotations
@@ -45,7 +44,8 @@ from typing import Any
 import numpy as np
 
 from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
-from serving.router import ESCALATE_ALL, RouterSpec, as_router_spec, build, sigmoid
+from serving.routers import RouterSpec, as_router_spec, build
+from serving.routers.base import ESCALATE_ALL
 from tiermem.artifacts import update_run_meta
 from tiermem.errors import stage_main
 from tiermem.rundir import ROUTER_STAGES, updating_run
@@ -374,7 +374,7 @@ def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
                               "achieved": summarize(cs.scores, cs.labels, t, cs, cfg.reward)}
     return {
         "objective": cfg.objective, "value": cfg.value, **params,
-        "threshold_logit": float(threshold), "threshold": sigmoid(float(threshold)),
+        "threshold_logit": float(threshold),
         "target": {"kind": cfg.objective, "value": cfg.value},  # read by the model card
         "n_calibration": len(cs.scores),
         "achieved": summarize(cs.scores, cs.labels, threshold, cs, cfg.reward),
@@ -447,7 +447,7 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled,
                                                cfg.limit)
     spec = dataclasses.replace(cfg.router, mode="fast", batch_size=cfg.batch_size)  # calibration needs a score
-    router, _ = build(spec, shared_trunk=True)
+    router = build(spec, trunk_cache={})
     scores = score_records(router, records, cfg.batch_size)
     result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)
     result.update({"data": cfg.data, "split": cfg.split, "correctness": cfg.correctness,

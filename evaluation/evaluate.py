@@ -6,7 +6,7 @@ Reads the label DatasetDict (or the labeling JSONL), asks the router for every r
 the stored router input (`router_summaries`, never re-retrieved), replays the decisions through the
 records' per-path correctness and costs (evaluation.metrics) and writes eval.json, eval.md,
 eval.png (+ eval_reliability.png) and predictions.jsonl under `output_dir`. Routers are built through
-serving.router's registry; `compare:` adds more routers on the same records, each with its own threshold.
+serving.routers' registry; `compare:` adds more routers on the same records, each with its own threshold.
 Every rate, APGR, AUROC/AUPRC and ECE carries a 95% two-stage cluster-bootstrap interval, and paired
 intervals compare each router with random at its rate, the baselines and the main router
 (evaluation.analysis). `live.enabled=true` additionally runs the memory runtime end to end on
@@ -29,7 +29,8 @@ from evaluation import analysis as eval_analysis
 from evaluation import metrics
 from evaluation import report as eval_report
 from labeling.dataset import RecordError, load_split
-from serving.router import Decision, RouterSpec, as_router_spec, build, router_kind_of
+from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
+from serving.routers.spec import router_kind_of
 from tiermem import contract
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
@@ -101,9 +102,9 @@ class EvalConfig:
 # ---- routers ---------------------------------------------------------------------------------
 
 
-def route_records(router: Any, records: Sequence[dict[str, Any]], threshold: float | None,
+def route_records(router: Any, records: Sequence[dict[str, Any]], threshold_logit: float | None,
                   batch_size: int) -> list[Decision]:
-    """Decisions on the stored router input; any object with serving.router's route_batch works."""
+    """Decisions on the stored router input; any object with serving.routers.Router's route_batch works."""
     from tqdm import tqdm
 
     out: list[Decision] = []
@@ -114,7 +115,7 @@ def route_records(router: Any, records: Sequence[dict[str, Any]], threshold: flo
                 raise RecordError(
                     f"record {start + i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
         decisions = router.route_batch([r["question"] for r in chunk], [r["router_summaries"] for r in chunk],
-                                       threshold=threshold)
+                                       threshold_logit=threshold_logit)
         if len(decisions) != len(chunk):
             raise RuntimeError(f"router returned {len(decisions)} decisions for {len(chunk)} questions")
         out.extend(decisions)
@@ -165,14 +166,14 @@ def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -
     return out
 
 
-def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold: float | None, batch_size: int,
+def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_logit: float | None, batch_size: int,
                cases: Sequence[metrics.Case], cfg: EvalConfig, notes: list[str],
                ranked_only: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Decisions of one router on the replayed records (then on the `ranked_only` ones: labeled, outcome unknown,
     scored for the ranking metrics only), its replay metrics, sweep and per-case predictions."""
     t0 = time.perf_counter()
     routed = [*kept, *ranked_only]
-    decisions = route_records(router, routed, threshold, batch_size)
+    decisions = route_records(router, routed, threshold_logit, batch_size)
     wall = round(time.perf_counter() - t0, 3)
     n = len(kept)
     escalate = [1.0 if d.action == "ESCALATE" else 0.0 for d in decisions]
@@ -202,23 +203,23 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold:
               "reason": d.reason, "parsed_ok": d.parsed_ok, "latency_s": d.latency_s,
               "prompt_tokens": d.prompt_tokens, "error": getattr(d, "error", None)}
              for i, (rec, d) in enumerate(zip(routed, decisions, strict=True))]
-    threshold_used = threshold if threshold is not None else getattr(router, "threshold", None)
+    threshold_used = threshold_logit if threshold_logit is not None else getattr(router, "threshold_logit", None)
     output = eval_analysis.RouterOutput(key, escalate, scores, probs, rtok)
     points = {}
     # The router's other calibrated operating points (calibrate's operating_points), each a row of its own; an
     # explicit threshold override means the caller asked for one operating point only.
     stored = ((getattr(getattr(router, "meta", None), "calibration", None) or {}).get("operating_points") or {})
-    if scores is not None and threshold is None:
+    if scores is not None and threshold_logit is None:
         for name, point in stored.items():
             t = float(point["threshold_logit"])
-            esc = [1.0 if sc >= t else 0.0 for sc in scores]
+            esc = [1.0 if decide(sc, t) == "ESCALATE" else 0.0 for sc in scores]
             sub = f"{key}@{name}"
             points[sub] = {"policy": metrics.replay(cases, esc[:n], sub, rtok[:n], rlat[:n],
                                                     [d.parsed_ok for d in decisions[:n]]),
-                           "output": eval_analysis.RouterOutput(sub, esc, None, None, rtok), "threshold": t,
+                           "output": eval_analysis.RouterOutput(sub, esc, None, None, rtok), "threshold_logit": t,
                            "objective": point.get("objective")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
-            "errors": errors, "threshold": threshold_used, "operating_points": points,
+            "errors": errors, "threshold_logit": threshold_used, "operating_points": points,
             "score_parts": score_part_auroc(routed, decisions)}
 
 
@@ -284,23 +285,23 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     predictions: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Any]] = {}
     if router is not None:
-        runs["routed"] = _route_one(router, "routed", kept, cfg.router.threshold, cfg.router.batch_size, cases,
+        runs["routed"] = _route_one(router, "routed", kept, cfg.router.threshold_logit, cfg.router.batch_size, cases,
                                     cfg, notes, held)
         meta["routing_wall_s"] = runs["routed"]["wall_s"]
-        meta["threshold"] = runs["routed"]["threshold"]
+        meta["threshold_logit"] = runs["routed"]["threshold_logit"]
         meta["router_errors"] = runs["routed"]["errors"]
     specs = {s.name: s for s in cfg.compare}
     meta["compared"] = {}
     for key, other, display in compare:
         spec = specs.get(key)
-        runs[key] = _route_one(other, key, kept, spec.threshold if spec else None,
+        runs[key] = _route_one(other, key, kept, spec.threshold_logit if spec else None,
                                spec.batch_size if spec else cfg.router.batch_size, cases, cfg, notes, held)
-        meta["compared"][key] = {"router": display, "threshold": runs[key]["threshold"],
+        meta["compared"][key] = {"router": display, "threshold_logit": runs[key]["threshold_logit"],
                                  "routing_wall_s": runs[key]["wall_s"], "router_errors": runs[key]["errors"]}
     for run_ in runs.values():
         predictions += run_["predictions"]
     points = {k: p for r in runs.values() for k, p in r["operating_points"].items()}
-    meta["operating_points"] = {k: {"threshold": p["threshold"], "objective": p["objective"]}
+    meta["operating_points"] = {k: {"threshold_logit": p["threshold_logit"], "objective": p["objective"]}
                                 for k, p in points.items()}
     random_rate = runs["routed"]["policy"].escalation_rate if "routed" in runs else None
     base = metrics.baselines(cases, random_rate)
@@ -373,8 +374,11 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
 def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     if cfg.max_records is not None:
         records = records[: cfg.max_records]
-    router, name = (None, "baselines only") if cfg.router.kind == "none" else build(cfg.router, shared_trunk=True)
-    compare = [(spec.name, *build(spec, shared_trunk=True)) for spec in cfg.compare]
+    trunk_cache: dict[str, Any] = {}  # LM routers of one base share their frozen trunk's states in this run
+    router = None if cfg.router.kind == "none" else build(cfg.router, trunk_cache=trunk_cache)
+    name = "baselines only" if router is None else router.name
+    compare = [(spec.name, router_, router_.name)
+               for spec, router_ in ((spec, build(spec, trunk_cache=trunk_cache)) for spec in cfg.compare)]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
     paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval

@@ -309,7 +309,7 @@ def baselines(cases: Sequence[Case], random_rate: float | None = None) -> dict[s
 
 @dataclass
 class SweepPoint:
-    threshold: float  # escalate when p_escalate >= threshold (inf: never)
+    threshold_logit: float  # escalate when the router's log-odds score >= this (inf: never)
     escalation_rate: float
     accuracy: float
     mean_input_tokens: float
@@ -327,8 +327,8 @@ class SweepResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for p in d["points"]:  # JSON has no infinity
-            if math.isinf(p["threshold"]):
-                p["threshold"] = None
+            if math.isinf(p["threshold_logit"]):
+                p["threshold_logit"] = None
         return d
 
 

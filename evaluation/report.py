@@ -116,7 +116,7 @@ def headline_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
 def render_markdown(report: Mapping[str, Any]) -> str:
     meta, policies, sweep = report["meta"], report["policies"], report.get("sweep")
     out = [f"# Routing evaluation: {meta.get('router', 'router')} on `{meta.get('split', '?')}`", ""]
-    for key in ("dataset", "split", "router", "threshold", "correctness_rule", "label_rule", "n",
+    for key in ("dataset", "split", "router", "threshold_logit", "correctness_rule", "label_rule", "n",
                 "n_conversations", "n_error", "n_unlabeled", "n_unreplayable", "n_unreplayable_labeled",
                 "router_errors", "routing_wall_s", "mode"):
         if key in meta:
@@ -129,7 +129,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         contract_v = prov.get("contract_version") or "not recorded in the dataset"
         out.append(f"- made by: {made}; contract: {contract_v} (this code: {prov.get('current_contract_version')})")
     for key, c in (meta.get("compared") or {}).items():
-        out.append(f"- compared router `{key}`: {c['router']}, threshold {_fmt(c.get('threshold'))}")
+        out.append(f"- compared router `{key}`: {c['router']}, threshold_logit {_fmt(c.get('threshold_logit'))}")
     for note in meta.get("notes", []):
         out.append(f"- note: {note}")
     out += ["", headline_table(policies), ""]
@@ -163,7 +163,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     points = meta.get("operating_points") or {}
     if points:
         out += ["Rows `name@point` are the same router at another calibrated threshold (calibrate's "
-                "operating_points): " + ", ".join(f"`{k}` ({p['objective']}, log-odds {_fmt(p['threshold'])})"
+                "operating_points): " + ", ".join(f"`{k}` ({p['objective']}, log-odds {_fmt(p['threshold_logit'])})"
                                                    for k, p in points.items()), ""]
     verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random")]
     if verdicts:

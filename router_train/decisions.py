@@ -41,10 +41,10 @@ def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
 
 def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
                       signal_head: Any = None, signals: Any = None, text_weight: float = 1.0) -> list[float]:
-    """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.router.LocalRouter.score_prompts):
+    """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.routers.local.LocalRouter.score_prompts):
     training metrics and serving decisions come from one scorer, so they cannot drift apart. A router with a
     signal head (a serving.signals.LogisticModel) also needs the prompts' signal rows."""
-    from serving.router import LocalRouter
+    from serving.routers.local import LocalRouter
 
     if not prompts:
         return []

@@ -1,7 +1,7 @@
 """`make serve`: a small JSON API over an in-process router.
 
-POST /route {question, summaries: [{text, date, score?}], threshold? | threshold_logit?} -> the Decision as JSON
-     (`threshold` is a probability, `threshold_logit` log-odds; the router decides score >= threshold_logit;
+POST /route {question, summaries: [{text, date, score?}], threshold_prob? | threshold_logit?} -> the Decision as JSON
+     (`threshold_prob` is a probability, `threshold_logit` log-odds; the router decides score >= threshold_logit;
      `score` is the retrieval score the top1-score and features routers read)
 GET  /health                                                   -> router kind, contract version, threshold
 POST /v1/chat/completions                                      -> OpenAI-style greedy completion from the router
@@ -40,7 +40,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from serving.router import RouterSpec, as_router_spec, logit, sigmoid
+from serving.routers import RouterSpec, as_router_spec, build
+from serving.routers.base import logit, sigmoid
 from tiermem import contract
 from tiermem.errors import stage_main
 
@@ -83,14 +84,14 @@ class RequestError(ValueError):
 def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
                            summary_fields: tuple[str, ...] = (), router_kind: str = "loaded",
                            ) -> tuple[str, list[dict[str, Any]], float | None]:
-    """Check a /route body; every failure names the field. Returns (question, summaries, threshold). `top_k`: the
+    """Check a /route body; every failure names the field. Returns (question, summaries, threshold_logit). `top_k`: the
     most summaries the router's training prompts held (saved with it); `summary_fields`: the optional summary
     fields the router cannot decide without (Router.summary_fields)."""
     if not isinstance(body, dict):
         raise RequestError(400, "body must be a JSON object with 'question' and 'summaries'")
-    unknown = sorted(set(body) - {"question", "summaries", "threshold", "threshold_logit"})
+    unknown = sorted(set(body) - {"question", "summaries", "threshold_prob", "threshold_logit"})
     if unknown:
-        raise RequestError(422, f"unknown field(s) {unknown}; allowed: question, summaries, threshold, "
+        raise RequestError(422, f"unknown field(s) {unknown}; allowed: question, summaries, threshold_prob, "
                                 "threshold_logit")
     question = body.get("question")
     if not isinstance(question, str) or not question.strip():
@@ -126,18 +127,17 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
                 raise RequestError(422, f"summaries[{i}].{name} is required by the {router_kind} router "
                                         f"(send each summary's retrieval {name})")
         clean.append(unit)
-    threshold = body.get("threshold")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
-                                  or not 0.0 <= threshold <= 1.0):
-        raise RequestError(422, "'threshold' must be a number in [0, 1] or absent")
+    prob = body.get("threshold_prob")
+    if prob is not None and (isinstance(prob, bool) or not isinstance(prob, int | float) or not 0.0 <= prob <= 1.0):
+        raise RequestError(422, "'threshold_prob' must be a number in [0, 1] or absent")
     logit_t = body.get("threshold_logit")
     if logit_t is not None:
-        if threshold is not None:
-            raise RequestError(422, "give 'threshold' (a probability) or 'threshold_logit', not both")
+        if prob is not None:
+            raise RequestError(422, "give 'threshold_prob' (a probability) or 'threshold_logit', not both")
         if isinstance(logit_t, bool) or not isinstance(logit_t, int | float) or math.isnan(logit_t):
             raise RequestError(422, "'threshold_logit' must be a number or absent")
         return question, clean, float(logit_t)
-    return question, clean, None if threshold is None else logit(threshold)
+    return question, clean, None if prob is None else logit(prob)  # the edge where a probability becomes log-odds
 
 
 def _is_int(value: Any) -> bool:
@@ -225,7 +225,8 @@ def _route_many(router: Any, items: list[tuple[str, list[dict[str, Any]], float 
     out: list[Any] = [None] * len(items)
     for threshold in dict.fromkeys(t for _, _, t in items):
         idx = [i for i, (_, _, t) in enumerate(items) if t == threshold]
-        decisions = router.route_batch([items[i][0] for i in idx], [items[i][1] for i in idx], threshold=threshold)
+        decisions = router.route_batch([items[i][0] for i in idx], [items[i][1] for i in idx],
+                                       threshold_logit=threshold)
         for i, d in zip(idx, decisions, strict=True):
             out[i] = d
     return out
@@ -327,8 +328,8 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "router": router.kind, "mode": getattr(router, "mode", None),
-                "contract_version": contract.CONTRACT_VERSION, "threshold_logit": router.threshold,
-                "threshold": sigmoid(router.threshold),
+                "contract_version": contract.CONTRACT_VERSION, "threshold_logit": router.threshold_logit,
+                "threshold_prob": sigmoid(router.threshold_logit),
                 "base_model": meta.base_model if meta else None, "chat_passthrough": _chat_enabled()}
 
     def _chat_enabled() -> bool:
@@ -351,24 +352,18 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     return app
 
 
-def load_router(cfg: ServeConfig) -> Any:
-    from serving.router import build
-
-    return build(cfg.router)[0]
-
-
 @stage_main("serve")
 def main(argv: list[str]) -> int:
     from tiermem.config import parse_cli
 
     cfg = parse_cli(ServeConfig, argv, default_config=None)
-    router = load_router(cfg)
+    router = build(cfg.router)
     import uvicorn
 
     if cfg.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"serve: warning: binding {cfg.host}; the API has no authentication", file=sys.stderr)
     where = cfg.router.path or cfg.router.kind
-    print(f"serve: router {where} ({router.kind}, threshold {router.threshold}) on http://{cfg.host}:{cfg.port}",
+    print(f"serve: router {where} ({router.kind}, threshold_logit {router.threshold_logit}) on http://{cfg.host}:{cfg.port}",
           file=sys.stderr)
     uvicorn.run(create_app(router, cfg), host=cfg.host, port=cfg.port, log_level="info")
     return 0

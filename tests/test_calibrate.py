@@ -20,7 +20,7 @@ from evaluation.calibrate import (
     threshold_risk_control,
     threshold_token_budget,
 )
-from serving.router import ESCALATE_ALL
+from serving.routers.base import ESCALATE_ALL
 from tiermem.config import ConfigError, parse_cli
 
 SCORES = [0.9, 0.1, 0.8, 0.3, 0.7, 0.2, 0.6, 0.4, 0.5, 0.05]
@@ -56,7 +56,7 @@ def test_hard_recall_threshold():
     assert threshold_for_hard_recall(SCORES, LABELS, 1.0) == 0.3
     out = calibrate(CalibrationSet(SCORES, LABELS), CalibrateConfig(objective="hard_recall", value=0.75))
     assert out["threshold_logit"] == 0.6 and out["objective"] == "hard_recall"
-    assert out["threshold"] == pytest.approx(1 / (1 + math.exp(-0.6)))  # probability, for displays
+    assert "threshold" not in out  # log-odds only in the JSON we write; a probability is for displays
     assert out["achieved"]["hard_recall"] == 0.75
     assert out["achieved"]["escalation_rate"] == 0.4  # 0.9, 0.8, 0.7, 0.6
     assert out["achieved"]["label_accuracy"] == 0.8  # 0.7 wrongly escalated, 0.3 wrongly answered
@@ -214,7 +214,7 @@ def test_a_router_without_a_score_is_one_clear_error(tmp_path, capsys):
 def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     import shutil
 
-    from serving.router import LocalRouter
+    from serving.routers.local import LocalRouter
     from tests.router_fixtures import FIXTURES, make_router_run
     from tests.test_evaluate import rec
     from tiermem.artifacts import read_run_meta
@@ -235,7 +235,7 @@ def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     assert cal["target"] == {"kind": "hard_recall", "value": 1.0}
     assert cal["achieved"]["hard_recall"] == 1.0 and cal["achieved"]["n"] == len(FIXTURES) + 1
     router = LocalRouter.from_pretrained(run_dir)
-    assert router.threshold == cal["threshold_logit"]
+    assert router.threshold_logit == cal["threshold_logit"]
     escalated = [d.action == "ESCALATE" for d in router.route_batch([r["question"] for r in [*rows, dropped]],
                                                                      [r["router_summaries"] for r in [*rows, dropped]])]
     assert sum(escalated) / len(escalated) == cal["achieved"]["escalation_rate"]

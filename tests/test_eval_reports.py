@@ -25,7 +25,7 @@ def report(tmp_path):
     routed = M.replay(cases, escalate, router_tokens=[12] * 5, router_latency_s=[0.2] * 5,
                       parsed_ok=[True, True, False, True, True])
     meta = {"router": "unit-router", "split": "test", "n": len(cases), "correctness_rule": "label_rule",
-            "label_rule": "outcome", "threshold": 0.5, "plot": str(tmp_path / "eval.png"),
+            "label_rule": "outcome", "threshold_logit": 0.5, "plot": str(tmp_path / "eval.png"),
             "notes": ["hand-built records"]}
     return R.build_report(routed=routed, baselines=M.baselines(cases, routed.escalation_rate),
                           sweep=M.sweep(cases, p, [12] * 5, [0.2] * 5), meta=meta)
@@ -39,7 +39,7 @@ def test_json_roundtrip(report, tmp_path):
     assert data["policies"]["routed"]["unparseable"] == 1
     assert data["policies"]["routed"]["mean_input_tokens"] == pytest.approx(460 + 12)
     assert data["sweep"]["apgr"] == pytest.approx(1.3)
-    assert data["sweep"]["points"][0]["threshold"] is None
+    assert data["sweep"]["points"][0]["threshold_logit"] is None
     assert data["meta"]["router"] == "unit-router"
     assert R.load_json(path) == data
 

@@ -38,12 +38,12 @@ class Decision:
 
 
 class KeywordRouter:
-    """A deterministic stand-in with serving.router's interface: ANSWER when a summary says 'SAYS IT'."""
+    """A deterministic stand-in with serving.routers.Router's interface: ANSWER when a summary says 'SAYS IT'."""
 
-    threshold = 0.5
+    threshold_logit = 0.5
 
-    def route_batch(self, questions, summaries, threshold=None):
-        t = self.threshold if threshold is None else threshold
+    def route_batch(self, questions, summaries, threshold_logit=None):
+        t = self.threshold_logit if threshold_logit is None else threshold_logit
         out = []
         for s in summaries:
             p = 0.1 if any("SAYS IT" in u["text"] for u in s) else 0.9
@@ -86,7 +86,7 @@ def test_evaluate_records_with_router(dataset_dir, tmp_path):
     assert report["policies"]["summary_only"]["accuracy"] == pytest.approx(0.5)
     assert report["policies"]["raw_only"]["accuracy"] == pytest.approx(0.5)
     assert report["policies"]["random"]["escalation_rate"] == pytest.approx(0.5)
-    assert report["meta"]["label_rule"] == "evidence" and report["meta"]["threshold"] == 0.5
+    assert report["meta"]["label_rule"] == "evidence" and report["meta"]["threshold_logit"] == 0.5
     assert [p["qid"] for p in preds] == ["q2", "q3", "q4", "q5"]
     paths = E.write_outputs(report, preds, cfg.output_dir)
     assert {"json", "markdown", "plot", "predictions"} <= set(paths)
@@ -96,10 +96,10 @@ def test_evaluate_records_with_router(dataset_dir, tmp_path):
 
 def test_threshold_override_moves_decisions(dataset_dir):
     cfg = E.EvalConfig(data=str(dataset_dir))
-    cfg.router.threshold = 0.05  # everything escalates
+    cfg.router.threshold_logit = 0.05  # everything escalates
     report, _ = E.evaluate_records(E.load_split(dataset_dir, "test"), cfg, KeywordRouter(), "keyword")
     assert report["policies"]["routed"]["escalation_rate"] == 1.0
-    assert report["meta"]["threshold"] == 0.05
+    assert report["meta"]["threshold_logit"] == 0.05
 
 
 def test_main_baselines_only(dataset_dir, tmp_path, capsys):
@@ -125,7 +125,7 @@ def test_main_errors_are_one_line(tmp_path, capsys):
 
 
 def test_teacher_router_errors_and_garbage_are_counted(dataset_dir):
-    from serving.router import TeacherRouter
+    from serving.routers.teacher import TeacherRouter
     from tiermem.llm import LLMError, ScriptedLLM
 
     def responder(messages):
@@ -152,7 +152,7 @@ def test_live_eval_runs_the_runtime_with_each_policy(tmp_path):
     from datasets import Dataset, DatasetDict
 
     from evaluation.live_eval import run_live
-    from serving.router import AlwaysEscalate
+    from serving.routers.fixed import AlwaysEscalate
     from tiermem.llm import ScriptedLLM
     from tiermem.memory.policies import ANSWER_SYSTEM
 
@@ -231,17 +231,17 @@ def _many(n_conv=6, per=20, seed=0):
 class NoiseRouter:
     """Random scores: a router that knows nothing (log-odds, like the LM routers)."""
 
-    threshold = 0.0
+    threshold_logit = 0.0
 
     def __init__(self, seed=1):
         import random
 
         self.rng = random.Random(seed)
 
-    def route_batch(self, questions, summaries, threshold=None):
-        from serving.router import Decision as D
+    def route_batch(self, questions, summaries, threshold_logit=None):
+        from serving.routers import Decision as D
 
-        t = self.threshold if threshold is None else threshold
+        t = self.threshold_logit if threshold_logit is None else threshold_logit
         out = []
         for _ in questions:
             s = self.rng.gauss(0, 1)
@@ -293,7 +293,7 @@ def test_small_test_sets_are_called_small(dataset_dir):
 
 def test_compare_config_builds_routers_through_the_registry(tmp_path, capsys):
     """Any labeled JSONL with a label config.yaml beside it; main + compared routers from the registry."""
-    from serving.feature_router import Top1ScoreRouter
+    from serving.routers.top1 import Top1ScoreRouter
 
     data_dir = tmp_path / "other_label"
     data_dir.mkdir()
@@ -306,13 +306,13 @@ def test_compare_config_builds_routers_through_the_registry(tmp_path, capsys):
     out = tmp_path / "eval"
     rc = E.main([f"data={data_dir / 'records.jsonl'}", "router.kind=always-escalate", f"output_dir={out}",
                  "bootstrap.n_boot=100",
-                 f"compare=[{{name: top1, kind: top1-score, path: {tmp_path / 'top1'}, threshold: -0.5}}, "
+                 f"compare=[{{name: top1, kind: top1-score, path: {tmp_path / 'top1'}, threshold_logit: -0.5}}, "
                  "{name: never, kind: always-answer}]"])
     assert rc == 0, capsys.readouterr().err
     data = json.loads((out / "eval.json").read_text())
     assert set(data["policies"]) >= {"routed", "top1", "never"}
     assert data["policies"]["top1"]["accuracy"] > data["policies"]["never"]["accuracy"]
-    assert data["meta"]["compared"]["top1"]["threshold"] == -0.5
+    assert data["meta"]["compared"]["top1"]["threshold_logit"] == -0.5
     assert data["ranking"]["top1"]["auroc"]["estimate"] > 0.7
     assert data["ranking"]["never"]["auroc"]["estimate"] == 0.5  # a constant score ranks at chance
     prov = data["meta"]["provenance"]

@@ -24,14 +24,14 @@ PULL = """
 import json, sys
 from huggingface_hub import ModelCard
 from serving.hub import pull
-from serving.router import Router
+from serving.routers import Router
 repo, rev, q, s = sys.argv[1], sys.argv[2] or None, sys.argv[3], json.loads(sys.argv[4])
 path = pull(repo, revision=rev)
 card = ModelCard.load(repo)  # README.md downloaded from the hub, metadata parsed by huggingface_hub
 out = {"path": str(path), "card": card.data.to_dict(), "text": card.text}
 if sys.argv[5] == "route":
     router = Router.from_pretrained(repo, revision=rev)
-    out.update(p=router.route(q, s).p_escalate, threshold=router.threshold)
+    out.update(p=router.route(q, s).p_escalate, threshold_logit=router.threshold_logit)
 print(json.dumps(out))
 """
 
@@ -85,7 +85,7 @@ def test_push_pull_round_trip(tmp_path):
         assert "base_model" not in card  # the fixture's base is a local directory: nothing to link
         meta = read_run_meta(local)
         assert meta.contract_version in out["text"] and meta.base_model in out["text"]
-        from serving.router import LocalRouter
+        from serving.routers.local import LocalRouter
 
         assert out["p"] == pytest.approx(LocalRouter.from_pretrained(local).route(q, s).p_escalate, abs=1e-5)
 

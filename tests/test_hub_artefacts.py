@@ -37,7 +37,7 @@ with torch.no_grad():
     logits = model(**tokenizer(text, return_tensors="pt", add_special_tokens=False)).logits[0, -1]
 out = {"base_path": model.base_model.model.name_or_path, "logits": logits[:64].tolist()}
 if sys.argv[3] == "router":
-    from serving.router import Router
+    from serving.routers import Router
     out["p"] = Router.from_pretrained(repo).route(text, []).p_escalate
 print(json.dumps(out))
 """
@@ -53,7 +53,7 @@ def test_pushed_router_loads_with_plain_peft_by_base_hub_id(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from serving.router import LocalRouter
+    from serving.routers.local import LocalRouter
     from tiermem import contract
 
     original = make_router_run()
@@ -200,7 +200,7 @@ def test_push_uploads_only_the_allowlist_and_the_pulled_router_verifies(tmp_path
         assert json.loads(push.stdout)["files"] == expected
 
         pulled = _last_json(_run(["-c", PULL, "acme/router", "", q, json.dumps(s), "route"], env))
-        from serving.router import LocalRouter
+        from serving.routers.local import LocalRouter
 
         assert pulled["p"] == pytest.approx(LocalRouter.from_pretrained(run).route(q, s).p_escalate, abs=1e-5)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serving.router import RouterLoadError, RouterSpec, build
+from serving.routers import RouterSpec, build
 from tests.router_fixtures import make_router_run
 from tiermem.artifacts import RUN_META_FILE, RunMetaError
-from tiermem.errors import EXIT_STORE, EXIT_USAGE, StoreError, exit_code
+from tiermem.errors import EXIT_STORE, EXIT_USAGE, RouterLoadError, StoreError, exit_code
 
 
 def _sha256(path: Path) -> str:
@@ -48,17 +48,18 @@ def lm_run(tmp_path) -> Path:
 
 
 def _features_run(path: Path) -> Path:
-    from serving import feature_router as F
+    from serving.routers.features import FeatureRouter
+    from serving.signals import FEATURES, fit_logistic
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(40, len(F.FEATURES)))
+    x = rng.normal(size=(40, len(FEATURES)))
     y = (x[:, 0] + 0.3 * rng.normal(size=40) > 0).astype(float)
-    F.FeatureRouter(F.fit_logistic(x, y)).save(path)
+    FeatureRouter(fit_logistic(x, y)).save(path)
     return path
 
 
 def _load(run: Path):
-    return build(RouterSpec(path=str(run)))[0]
+    return build(RouterSpec(path=str(run)))
 
 
 def _flip_4kb(path: Path) -> None:
@@ -78,7 +79,7 @@ def test_save_records_a_digest_of_every_weight_file(lm_run, tmp_path):
     from transformers import AutoTokenizer
 
     from router_train.common import save_run
-    from serving import feature_router as F
+    from serving.routers.top1 import Top1ScoreRouter
     from tiermem.artifacts import read_run_meta
 
     assert _meta(lm_run)["files"] == {"adapter_model.safetensors": _sha256(lm_run / "adapter_model.safetensors")}
@@ -90,7 +91,7 @@ def test_save_records_a_digest_of_every_weight_file(lm_run, tmp_path):
 
     feats = _features_run(tmp_path / "features")
     assert _meta(feats)["files"] == {"feature_model.json": _sha256(feats / "feature_model.json")}
-    F.Top1ScoreRouter().save(tmp_path / "top1")
+    Top1ScoreRouter().save(tmp_path / "top1")
     assert _meta(tmp_path / "top1")["files"] == {}
 
 
@@ -121,9 +122,9 @@ def test_a_router_saved_without_digests_is_refused_with_the_fix(lm_run, tmp_path
     with pytest.raises(StoreError, match="records no sha256.*re-save the router"):
         _load(lm_run)
     # a top1-score directory holds no weights: nothing a digest would protect, so an older one still loads
-    from serving import feature_router as F
+    from serving.routers.top1 import Top1ScoreRouter
 
-    F.Top1ScoreRouter().save(tmp_path / "top1")
+    Top1ScoreRouter().save(tmp_path / "top1")
     meta = _meta(tmp_path / "top1")
     meta.pop("files", None)
     _write_meta(tmp_path / "top1", meta)
@@ -164,13 +165,13 @@ def test_a_non_finite_threshold_logit_is_refused_at_load(lm_run, value):
 
 
 def test_an_uncalibrated_router_still_loads(tmp_path):
-    from serving import feature_router as F
+    from serving.routers.features import FeatureRouter
 
     feats = _features_run(tmp_path / "features")
     meta = _meta(feats)
     meta["calibration"] = {"threshold_logit": None}
     _write_meta(feats, meta)
-    assert isinstance(_load(feats), F.FeatureRouter) and _load(feats).threshold == 0.0
+    assert isinstance(_load(feats), FeatureRouter) and _load(feats).threshold == 0.0
 
 
 @pytest.mark.parametrize(("field", "value", "pattern"), [
@@ -189,8 +190,8 @@ def test_a_nonsensical_top_k_is_refused_at_load(lm_run, field, value, pattern):
 
 @pytest.mark.parametrize(("field", "value", "pattern"), [
     ("adapter", "yes", "'adapter'"),
-    ("calibration", {"threshold": 1.0}, "'calibration.threshold'"),  # log-odds +inf
-    ("calibration", {"threshold": 1.5}, "'calibration.threshold'"),
+    ("calibration", {"threshold": 1.0}, "'calibration.threshold_logit'"),  # log-odds +inf
+    ("calibration", {"threshold": 1.5}, "'calibration.threshold_logit'"),
     ("files", {"../adapter_model.safetensors": "0" * 64}, "'files'"),
     ("files", {"adapter_model.safetensors": "not-a-digest"}, "'files.adapter_model.safetensors'"),
     ("metrics", [], "'metrics'"),

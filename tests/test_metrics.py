@@ -117,7 +117,7 @@ def test_sweep_on_known_ranking(cases):
     assert res.rate_to_recover == {"80": pytest.approx(0.16), "95": pytest.approx(0.19)}
     assert res.auc_accuracy_tokens == pytest.approx(0.66)
     d = res.to_dict()
-    assert d["points"][0]["threshold"] is None  # inf is not JSON
+    assert d["points"][0]["threshold_logit"] is None  # inf is not JSON
     M.dumps(d)
 
 

@@ -122,17 +122,21 @@ def test_expected_reward_objective_continues_an_adapter(decision_run, workdir):
 
 
 def test_shared_trunk_router_scores_like_the_plain_router(decision_run):
-    from serving.router import LocalRouter
+    from serving.routers.local import LocalRouter
 
     questions = ["When did Caroline go hiking?", "What does Melanie paint?"]
     summaries = [[{"text": "Caroline hiked on 7 May 2023.", "date": "8 May 2023", "score": 0.8}], []]
     plain = LocalRouter.from_pretrained(decision_run.output_dir)
-    shared = LocalRouter.from_pretrained(decision_run.output_dir, shared_trunk=True)
+    trunk_cache: dict = {}  # what eval hands every router it builds
+    shared = LocalRouter.from_pretrained(decision_run.output_dir, trunk_cache=trunk_cache)
     assert plain.trunk is None and shared.trunk is not None
     assert shared.score(questions, summaries) == pytest.approx(plain.score(questions, summaries), abs=1e-4)
-    again = LocalRouter.from_pretrained(decision_run.output_dir, shared_trunk=True)
+    again = LocalRouter.from_pretrained(decision_run.output_dir, trunk_cache=trunk_cache)
     again.score(questions, summaries)
-    assert again.trunk.misses == 0  # the second router of the process reuses the first one's trunk states
+    assert again.trunk.misses == 0  # a second router handed the same cache reuses the first one's trunk states
+    other = LocalRouter.from_pretrained(decision_run.output_dir, trunk_cache={})
+    other.score(questions, summaries)
+    assert other.trunk.misses > 0  # no global cache: a router given its own sees nothing of the others
 
 
 def test_objective_config_and_class_weights():

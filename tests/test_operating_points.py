@@ -69,10 +69,10 @@ def test_calibrate_stores_operating_points_and_eval_reports_them(dataset, tmp_pa
     for name, point in points.items():
         key = f"routed@{name}"
         assert key in report["policies"] and key in report["intervals"]
-        assert report["meta"]["operating_points"][key]["threshold"] == point["threshold_logit"]
+        assert report["meta"]["operating_points"][key]["threshold_logit"] == point["threshold_logit"]
         assert key not in report["ranking"]  # the same scores as the router's own row
     # the main row keeps the main threshold
-    assert report["meta"]["threshold"] == calibration["threshold_logit"]
+    assert report["meta"]["threshold_logit"] == calibration["threshold_logit"]
     per_conv = report["per_conversation"]
     assert set(per_conv) == {"c4", "c5"} and per_conv["c4"]["n_labeled"] == 3
     from tiermem.stats import auroc
@@ -87,5 +87,5 @@ def test_calibrate_stores_operating_points_and_eval_reports_them(dataset, tmp_pa
     # an explicit threshold asks for one operating point: no extra rows
     out2 = tmp_path / "eval2"
     assert cli.main(["eval", f"data={dataset}", "split=test", "router.kind=features", f"router.path={router}",
-                     "router.threshold=0.0", f"output_dir={out2}", "bootstrap.n_boot=0"]) == 0
+                     "router.threshold_logit=0.0", f"output_dir={out2}", "bootstrap.n_boot=0"]) == 0
     assert not any("@" in k for k in json.loads((out2 / "eval.json").read_text())["policies"])

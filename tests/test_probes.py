@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.router import AlwaysEscalate
+from serving.routers.fixed import AlwaysEscalate
 from serving.server import ServeConfig, create_app
 from tiermem_cli import cli
 
@@ -164,8 +164,8 @@ def test_malformed_config_is_a_named_error(tmp_path, capsys, monkeypatch, name):
 
 @pytest.mark.parametrize(("overrides", "needle"), [
     (["port=99999"], "port must be in 0..65535"),
-    (["router.threshold=.nan"], "threshold must be a finite log-odds number"),
-    (["router.threshold=high"], "threshold: expected float"),
+    (["router.threshold_logit=.nan"], "threshold_logit must be a finite log-odds number"),
+    (["router.threshold_logit=high"], "threshold_logit: expected float"),
     (["max_queue=0"], "max_queue must be >= 1"),
 ])
 def test_serve_config_probes_fail_before_serving(capsys, overrides, needle):
@@ -184,12 +184,12 @@ def test_api_key_in_api_key_env_is_refused_without_echoing_it(tmp_path, capsys):
 
 ROUTE_PROBES: list[tuple[Any, int, str]] = [
     ("{" * 50_000 + "}" * 50_000, 400, "not valid JSON"),
-    ('{"question": "q", "summaries": [], "threshold": NaN}', 422, "'threshold'"),
+    ('{"question": "q", "summaries": [], "threshold_prob": NaN}', 422, "'threshold_prob'"),
     ({"question": 5, "summaries": []}, 422, "'question'"),
     ({"question": "q", "summaries": {"text": "t"}}, 422, "'summaries'"),
     ({"question": "q", "summaries": ["text"]}, 422, "summaries[0]"),
-    ({"question": "q", "summaries": [], "threshold": "0.5"}, 422, "'threshold'"),
-    ({"question": "q", "summaries": [], "threshold": -0.1}, 422, "'threshold'"),
+    ({"question": "q", "summaries": [], "threshold_prob": "0.5"}, 422, "'threshold_prob'"),
+    ({"question": "q", "summaries": [], "threshold_prob": -0.1}, 422, "'threshold_prob'"),
     ("\xff\xfe", 400, "not valid JSON"),
 ]
 

@@ -10,7 +10,9 @@ from evaluation.calibrate import CalibrateConfig
 from evaluation.evaluate import EvalConfig
 from router_train.grpo import GRPORecipeConfig
 from router_train.sft import SFTRecipeConfig
-from serving.router import AlwaysEscalate, LocalRouter, RouterSpec, build
+from serving.routers import RouterSpec, build
+from serving.routers.fixed import AlwaysEscalate
+from serving.routers.local import LocalRouter
 from serving.server import RequestError, ServeConfig, validate_route_request
 from tests.router_fixtures import make_router_run
 from tiermem import contract
@@ -24,9 +26,9 @@ def test_router_is_a_path_or_a_mapping_in_every_stage():
         full = parse_config(cls, None, ["router.path=runs/x", "router.mode=generate"]).router
         assert isinstance(short, RouterSpec) and (short.path, short.kind) == ("runs/x", "auto")
         assert (full.path, full.mode) == ("runs/x", "generate")
-    # a shorthand overridden key by key, as `make serve ARGS="router=... router.threshold=..."` does
-    spec = parse_config(ServeConfig, None, ["router=always-escalate", "router.threshold=1.5"]).router
-    assert (spec.kind, spec.path, spec.threshold) == ("always-escalate", None, 1.5)
+    # a shorthand overridden key by key, as `make serve ARGS="router=... router.threshold_logit=..."` does
+    spec = parse_config(ServeConfig, None, ["router=always-escalate", "router.threshold_logit=1.5"]).router
+    assert (spec.kind, spec.path, spec.threshold_logit) == ("always-escalate", None, 1.5)
 
 
 def test_one_vocabulary_and_old_names_point_to_the_new_ones():
@@ -41,8 +43,8 @@ def test_one_vocabulary_and_old_names_point_to_the_new_ones():
 
 
 def test_build_serves_every_stage_from_one_registry():
-    router, name = build(RouterSpec(path=None, kind="always-escalate"))
-    assert isinstance(router, AlwaysEscalate) and name == "always-escalate"
+    router = build(RouterSpec(path=None, kind="always-escalate"))
+    assert isinstance(router, AlwaysEscalate) and router.name == "always-escalate"
     with pytest.raises(ValueError, match="remote needs base_url and model"):
         RouterSpec(kind="remote")
     with pytest.raises(ValueError, match="none builds no router"):
@@ -59,7 +61,7 @@ def run_copy(tmp_path_factory):
 def test_top_k_saved_with_the_router_is_enforced(run_copy):
     update_run_meta(run_copy, data={**read_run_meta(run_copy).data,
                                     "router_input": {"top_k": 2, **contract.limits()}})
-    router, _ = build(RouterSpec(path=str(run_copy)))
+    router = build(RouterSpec(path=str(run_copy)))
     assert isinstance(router, LocalRouter) and router.top_k == 2
     two = [{"text": "a", "date": None}, {"text": "b", "date": None}]
     assert len(router.route_batch(["What is it?"], [two])) == 1

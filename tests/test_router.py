@@ -2,10 +2,15 @@ import shutil
 
 import pytest
 
-from serving.router import ROUTERS, AlwaysAnswer, AlwaysEscalate, LocalRouter, Router, TeacherRouter, build_router
+from serving.routers import Router, RouterSpec, build
+from serving.routers.fixed import AlwaysAnswer, AlwaysEscalate
+from serving.routers.local import LocalRouter
+from serving.routers.registry import ROUTER_KINDS, router_class
+from serving.routers.teacher import TeacherRouter
 from tests.router_fixtures import FIXTURES, make_router_run
 from tiermem import contract
 from tiermem.artifacts import read_run_meta, update_run_meta, write_run_meta
+from tiermem.errors import UsageError
 
 QUESTIONS = [q for q, _, _ in FIXTURES]
 SUMMARIES = [s for _, s, _ in FIXTURES]
@@ -54,7 +59,7 @@ def test_batch_equals_single_and_prefix_cache_changes_nothing(run_dir, fast):
     assert fast._prefix_cache is not None and len(fast.prefix_ids) > 50
     batch = [d.p_escalate for d in fast.route_batch(QUESTIONS, SUMMARIES)]
     single = [fast.route(q, s).p_escalate for q, s in zip(QUESTIONS, SUMMARIES, strict=True)]
-    uncached = LocalRouter.from_pretrained(run_dir, prefix_cache=False)
+    uncached = LocalRouter.load(run_dir, prefix_cache=False)
     plain = [d.p_escalate for d in uncached.route_batch(QUESTIONS, SUMMARIES)]
     assert batch == pytest.approx(single, abs=1e-5)
     assert batch == pytest.approx(plain, abs=1e-5)
@@ -65,32 +70,27 @@ def test_batch_equals_single_and_prefix_cache_changes_nothing(run_dir, fast):
 def test_threshold_override_and_stored_calibration(run_dir, tmp_path, fast):
     import math
 
-    from serving.router import logit
 
     d = fast.route_batch(QUESTIONS, SUMMARIES)
     m = [x.score for x in d]
-    assert fast.threshold == 0.0  # log-odds: the argmax decision
+    assert fast.threshold_logit == 0.0  # log-odds: the argmax decision
     assert [x.p_escalate for x in d] == pytest.approx([1 / (1 + math.exp(-x)) for x in m])
-    everything = fast.route_batch(QUESTIONS, SUMMARIES, threshold=-1e9)
+    everything = fast.route_batch(QUESTIONS, SUMMARIES, threshold_logit=-1e9)
     assert [x.action for x in everything] == ["ESCALATE"] * len(m)
     cut = sorted(m)[1]  # strictly between the two smallest -> only the smallest is ANSWER
     mid = (sorted(m)[0] + cut) / 2
-    actions = [x.action for x in fast.route_batch(QUESTIONS, SUMMARIES, threshold=mid)]
+    actions = [x.action for x in fast.route_batch(QUESTIONS, SUMMARIES, threshold_logit=mid)]
     assert actions.count("ANSWER") == 1 and actions[m.index(min(m))] == "ANSWER"
     with pytest.raises(ValueError, match="threshold"):
-        fast.route(QUESTIONS[0], SUMMARIES[0], threshold=float("nan"))
+        fast.route(QUESTIONS[0], SUMMARIES[0], threshold_logit=float("nan"))
 
     calibrated = tmp_path / "calibrated"
     shutil.copytree(run_dir, calibrated)
-    update_run_meta(calibrated, calibration={"threshold_logit": mid, "threshold": 0.3,
-                                             "target": {"kind": "escalation_rate", "value": 0.8}})
+    update_run_meta(calibrated, calibration={"threshold_logit": mid})
     loaded = LocalRouter.from_pretrained(calibrated)
-    assert loaded.threshold == mid  # threshold_logit wins over the display probability
+    assert loaded.threshold_logit == mid  # the calibrated threshold applies
     assert [x.action for x in loaded.route_batch(QUESTIONS, SUMMARIES)] == actions
-    assert loaded.route(QUESTIONS[0], SUMMARIES[0], threshold=-1e9).action == "ESCALATE"
-    # an older run stored a probability threshold: read it as its log-odds
-    update_run_meta(calibrated, calibration={"threshold": 0.25})
-    assert LocalRouter.from_pretrained(calibrated).threshold == pytest.approx(logit(0.25))
+    assert loaded.route(QUESTIONS[0], SUMMARIES[0], threshold_logit=-1e9).action == "ESCALATE"
 
 
 def test_margins_are_float64_and_never_saturate(run_dir):
@@ -157,19 +157,20 @@ def test_contract_version_mismatch_is_refused(run_dir, tmp_path):
 def test_missing_run_files_fail_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="tiermem_router.json"):
         Router.from_pretrained(tmp_path)
-    with pytest.raises(FileNotFoundError, match="no such directory"):
+    with pytest.raises(UsageError, match="no such directory"):
         Router.from_pretrained(tmp_path / "nope")
 
 
 def test_fixed_routers_and_registry():
-    build_router("top1-score")  # the registry registers the serve-time baselines on first use
-    assert {"local", "remote", "teacher", "always-answer", "always-escalate", "top1-score", "features"} <= set(ROUTERS)
-    assert isinstance(build_router("always-answer"), AlwaysAnswer)
+    assert {"local", "remote", "teacher", "always-answer", "always-escalate", "top1-score", "features"} <= set(
+        ROUTER_KINDS)
+    assert all(router_class(kind).kind == kind for kind in ROUTER_KINDS)  # every entry imports and names itself
+    assert isinstance(build("always-answer"), AlwaysAnswer)
     a = AlwaysAnswer().route_batch(QUESTIONS, SUMMARIES)
     e = AlwaysEscalate().route("q", [])
     assert {d.action for d in a} == {"ANSWER"} and e.action == "ESCALATE" and e.p_escalate == 1.0
     with pytest.raises(ValueError, match="unknown router kind"):
-        build_router("nope")
+        build(RouterSpec(kind="nope", path=None))
 
 
 def test_teacher_router_parses_and_records_errors():

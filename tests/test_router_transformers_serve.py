@@ -2,7 +2,8 @@
 
 import pytest
 
-from serving.router import LocalRouter, RemoteRouter
+from serving.routers.local import LocalRouter
+from serving.routers.remote import RemoteRouter
 from tests.router_fixtures import FIXTURES, make_router_run
 from tests.servers import transformers_serve
 
@@ -10,7 +11,7 @@ from tests.servers import transformers_serve
 @pytest.fixture(scope="module")
 def merged_router(tmp_path_factory):
     """The fixture router with its adapter merged into the base: what a server without LoRA support serves."""
-    router = LocalRouter.from_pretrained(make_router_run(), merge=True)
+    router = LocalRouter.load(make_router_run(), merge=True)
     out = tmp_path_factory.mktemp("merged") / "router"
     router.model.save_pretrained(out)
     router.tokenizer.save_pretrained(out)

@@ -125,7 +125,7 @@ def test_run_card_after_sft_grpo_calibrate_and_eval(runs):
 
 
 def test_trained_router_loads_offline_by_its_spec(runs):
-    from serving.router import Router
+    from serving.routers import Router
 
     router = Router.from_pretrained(runs["grpo"])
     model, _, meta = load_adapter_run(runs["grpo"], trainable=False)
@@ -136,7 +136,7 @@ def test_trained_router_loads_offline_by_its_spec(runs):
 def test_loaders_never_read_the_adapter_configs_base(tmp_path):
     """A router whose adapter config names an uncached hub id loads offline: the base comes from
     tiermem_router.json (the spec), which is what makes the portable adapter config safe."""
-    from serving.router import LocalRouter
+    from serving.routers.local import LocalRouter
 
     original = make_router_run()
     run = tmp_path / "run"

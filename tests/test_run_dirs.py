@@ -105,7 +105,7 @@ def _snapshot(d: Path) -> dict[str, str]:
 LOADERS = [("tiermem.models", "load_causal_lm"), ("tiermem.models", "load_embedder"),
            ("tiermem.models", "resolve_model"),
            ("labeling.dataset", "load_split"), ("labeling.dataset", "load_dataset_dict"),
-           ("tiermem.data.conversations", "load_conversations"), ("serving.router", "build"),
+           ("tiermem.data.conversations", "load_conversations"), ("serving.routers.spec", "build"),
            ("tiermem.llm", "build_llm"), ("router_train.grpo", "load_policy")]
 
 
@@ -114,7 +114,7 @@ def _poison_loaders(monkeypatch: pytest.MonkeyPatch) -> None:
     refusal must come before any of them (and so costs nothing)."""
     for target, _ in cli.STAGES.values():
         importlib.import_module(target.split(":")[0])
-    from serving.router import Router
+    from serving.routers import Router
     from tiermem.memory.runtime import MemoryRuntime
 
     def loaded(*a, **k):

@@ -201,7 +201,7 @@ def test_dev_conversation_ingest(tmp_path, locomo_path):
 
 
 def test_serving_routers_plug_in(tmp_path, conv):
-    from serving.router import AlwaysAnswer, AlwaysEscalate
+    from serving.routers.fixed import AlwaysAnswer, AlwaysEscalate
 
     rt = build(tmp_path, conv)
     rt.llm = answer_llm()

@@ -4,7 +4,9 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.router import AlwaysEscalate, LocalRouter, RemoteRouter
+from serving.routers.fixed import AlwaysEscalate
+from serving.routers.local import LocalRouter
+from serving.routers.remote import RemoteRouter
 from serving.server import ServeConfig, create_app, main
 from tests.router_fixtures import FIXTURES, make_router_run
 from tests.servers import free_port
@@ -40,8 +42,8 @@ def test_health(fixed_client):
     ({"question": "q", "summaries": [{"text": "t"}] * (contract.MAX_SUMMARIES + 1)}, 422, "at most"),
     ({"question": "q" * 2001, "summaries": []}, 413, "limit is 2000"),
     ({"question": "q", "summaries": [{"text": "t" * 4001}]}, 413, "summaries[0].text"),
-    ({"question": "q", "summaries": [], "threshold": 2}, 422, "'threshold'"),
-    ({"question": "q", "summaries": [], "threshold": True}, 422, "'threshold'"),
+    ({"question": "q", "summaries": [], "threshold_prob": 2}, 422, "'threshold_prob'"),
+    ({"question": "q", "summaries": [], "threshold_prob": True}, 422, "'threshold_prob'"),
     ({"question": "q", "summaries": [], "k": 5}, 422, "unknown field"),
 ])
 def test_route_validation_gives_clear_4xx(fixed_client, body, status, needle):
@@ -66,7 +68,7 @@ def test_route_with_a_trained_router_and_override(local_router):
     direct = local_router.route(q, s)
     assert d["p_escalate"] == pytest.approx(direct.p_escalate, abs=1e-6)
     assert d["prompt_tokens"] == direct.prompt_tokens
-    forced = client.post("/route", json={"question": q, "summaries": s, "threshold": 1.0}).json()
+    forced = client.post("/route", json={"question": q, "summaries": s, "threshold_prob": 1.0}).json()
     assert forced["action"] == ("ESCALATE" if direct.p_escalate >= 1.0 else "ANSWER")
 
 

@@ -11,9 +11,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from serving.feature_router import FEATURES, FeatureRouter, LogisticModel
-from serving.router import Decision
+from serving.routers import Decision
+from serving.routers.features import FeatureRouter
 from serving.server import ServeConfig, create_app
+from serving.signals import FEATURES, LogisticModel
 from tests.test_server_limits import LANES, _post_later, serving, wait_for
 
 
@@ -50,21 +51,21 @@ class GatedFeatureRouter(Gated, FeatureRouter):
         super().__init__(_features_model())
         self._open_gate()
 
-    def route_batch(self, questions, summaries, threshold=None):
+    def route_batch(self, questions, summaries, threshold_logit=None):
         self._pass_gate(questions)
-        return super().route_batch(questions, summaries, threshold)
+        return super().route_batch(questions, summaries, threshold_logit)
 
 
 class PickyRouter(Gated):
     """route_batch raises when the batch holds the question `bad` (ValueError: refused input) or `boom`
     (RuntimeError: an internal error); otherwise it answers each question with its own text as the reason."""
 
-    kind, mode, threshold, meta = "fake", "fast", 0.0, None
+    kind, mode, threshold_logit, meta = "fake", "fast", 0.0, None
 
     def __init__(self) -> None:
         self._open_gate()
 
-    def route_batch(self, questions, summaries, threshold=None):
+    def route_batch(self, questions, summaries, threshold_logit=None):
         self._pass_gate(questions)
         if "bad" in questions:
             raise ValueError("question 'bad' is not something this router can read")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import uvicorn
 
-from serving.router import Decision
+from serving.routers import Decision
 from serving.server import ServeConfig, create_app
 from tests.servers import free_port
 
@@ -31,7 +31,7 @@ class FakeTokenizer:
 class SlowRouter:
     """route_batch and generate block until released; every call is recorded."""
 
-    kind, mode, threshold, meta = "fake", "fast", 0.5, None
+    kind, mode, threshold_logit, meta = "fake", "fast", 0.5, None
 
     def __init__(self) -> None:
         self.tokenizer = FakeTokenizer()
@@ -41,7 +41,7 @@ class SlowRouter:
         self.batches: list[list[str]] = []
         self.chat_started = threading.Event()
 
-    def route_batch(self, questions, summaries, threshold=None):
+    def route_batch(self, questions, summaries, threshold_logit=None):
         self.route_gate.wait(30)
         self.batches.append(list(questions))
         return [Decision("ANSWER", 0.1, q, True, 0.0, 1) for q in questions]

@@ -14,7 +14,9 @@ from fastapi.testclient import TestClient
 from router_train import sft
 from router_train.common import LoraSettings
 from router_train.decisions import escalation_scores
-from serving.router import RemoteRouter, RouterSpec, action_pieces, build
+from serving.routers import RouterSpec, build
+from serving.routers.lm_head import action_pieces
+from serving.routers.remote import RemoteRouter
 from serving.server import ServeConfig, create_app
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, feature_matrix, read_logistic
 from tests.router_fixtures import build_tiny_model_dir, record
@@ -80,7 +82,7 @@ def test_head_is_trained_saved_and_named_in_the_metadata(run):
 def test_training_metrics_eval_and_serve_read_one_score(run):
     questions = [r["question"] for r in run.validation]
     summaries = [r["router_summaries"] for r in run.validation]
-    router, _ = build(RouterSpec(path=str(run.out)))
+    router = build(RouterSpec(path=str(run.out)))
     assert router.signal_head is not None and router.summary_fields == ("score",)
     served = router.score(questions, summaries)
 
@@ -114,7 +116,7 @@ def test_training_metrics_eval_and_serve_read_one_score(run):
 
 
 def test_scoring_without_signal_rows_is_refused(run):
-    router, _ = build(RouterSpec(path=str(run.out)))
+    router = build(RouterSpec(path=str(run.out)))
     with pytest.raises(ValueError, match="signal head"):
         router.score_prompts(["a prompt"])
 
@@ -142,13 +144,13 @@ class _FakeEndpoint:
 
 
 def test_remote_router_adds_the_head_to_the_endpoints_first_token_logprobs(run):
-    local, _ = build(RouterSpec(path=str(run.out)))
+    local = build(RouterSpec(path=str(run.out)))
     vocab = len(local.tokenizer)
     head = read_logistic(run.out / SIGNAL_HEAD_FILE)
     pieces = action_pieces(local.tokenizer)  # what build() reads from the run directory's tokenizer
     text_weight = read_run_meta(run.out).data["signal_head"]["text_weight"]
     built = build(RouterSpec(kind="remote", base_url="http://127.0.0.1:9/v1", model="router",
-                             signal_head=str(run.out)))[0]
+                             signal_head=str(run.out)))
     assert (built.action_pieces, built.text_weight) == (pieces, text_weight)
     remote = RemoteRouter(base_url="http://127.0.0.1:9/v1", model="router", signal_head=head, top_logprobs=vocab,
                           action_pieces=pieces, text_weight=text_weight)
@@ -171,7 +173,7 @@ def test_score_parts_sum_to_the_score_and_eval_reports_what_carries_it(run):
     from evaluation.evaluate import score_part_auroc
     from serving.signals import FEATURE_GROUPS
 
-    router, _ = build(RouterSpec(path=str(run.out)))
+    router = build(RouterSpec(path=str(run.out)))
     questions = [r["question"] for r in run.validation]
     summaries = [r["router_summaries"] for r in run.validation]
     decisions = router.route_batch(questions, summaries)
@@ -193,7 +195,7 @@ def test_a_nonsensical_text_weight_is_refused_at_load(run, tmp_path, bad):
     import json
     import shutil
 
-    from serving.router import RouterLoadError
+    from tiermem.errors import RouterLoadError
 
     copy = tmp_path / "copy"
     shutil.copytree(run.out, copy)
@@ -215,7 +217,7 @@ def test_a_zero_text_weight_routes_by_the_head_without_running_the_lm(run, tmp_p
     meta = json.loads(meta_path.read_text())
     meta["data"]["signal_head"]["text_weight"] = 0.0
     meta_path.write_text(json.dumps(meta))
-    router, _ = build(RouterSpec(path=str(copy)))
+    router = build(RouterSpec(path=str(copy)))
     router._score = None  # any LM forward pass would fail
     questions = [r["question"] for r in run.validation]
     summaries = [r["router_summaries"] for r in run.validation]

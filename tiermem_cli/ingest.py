@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
     print(f"tiers: {runtime.workdir} (ingest took {stats['seconds']:.1f} s when built; opened in {built_s:.1f} s)")
     router = None
     if cfg.router:
-        from serving.router import Router
+        from serving.routers import Router
 
         router = Router.from_pretrained(cfg.router)
     out = runtime.answer(question, router)

@@ -1,0 +1,99 @@
+"""`tiermem-router fit-features`: fit the serve-time features router (a logistic regression on
+serving.signals) on the label split, or make a top1-score directory that calibration can store a threshold in."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from serving.routers.features import FeatureRouter
+from serving.routers.top1 import Top1ScoreRouter
+from serving.signals import FEATURES, feature_matrix, fit_logistic
+from tiermem import contract
+from tiermem.config import ConfigError
+from tiermem.errors import DataError, stage_main
+
+
+@dataclass
+class FitFeaturesConfig:
+    kind: str = "features"  # features (fit a logistic regression) | top1-score (no fitting; a directory to calibrate)
+    data: str = "runs/label/dataset"  # label DatasetDict or JSONL
+    split: str = "train"
+    output_dir: str = "runs/features"
+    l2: float = 1.0
+    class_weight: str = "balanced"  # balanced | none
+    eval_splits: list[str] = field(default_factory=lambda: ["validation"])  # AUROC reported in the metrics
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("features", "top1-score"):
+            raise ConfigError(f"kind must be features or top1-score, got {self.kind!r}")
+        if self.l2 < 0:
+            raise ConfigError(f"l2 must be >= 0, got {self.l2}")
+
+
+def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
+    from labeling.dataset import load_split
+
+    rows = [r for r in load_split(data, split) if r.get("label") in contract.ACTIONS and not r.get("error")]
+    for i, r in enumerate(rows):
+        for key in ("question", "router_summaries"):
+            if key not in r:
+                raise DataError(f"{data} [{split}] labeled record {i} (qid={r.get('qid')!r}): missing field {key!r}")
+    return rows
+
+
+def fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
+    from tiermem.rundir import claimed_output_dir
+
+    # Both kinds write tiermem_router.json: claimed before the data loads, so no other stage's run is replaced.
+    with claimed_output_dir(cfg.output_dir, "fit-features"):
+        return _fit(cfg)
+
+
+def _fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
+    from tiermem.stats import auroc
+
+    data = {"dataset": cfg.data, "split": cfg.split}
+    if cfg.kind == "top1-score":
+        router: FeatureRouter | Top1ScoreRouter = Top1ScoreRouter()
+        rows = []
+    else:
+        rows = labeled_rows(cfg.data, cfg.split)
+        if not rows:
+            raise DataError(f"{cfg.data} [{cfg.split}]: no labeled records to fit the features router on")
+        x = feature_matrix([r["question"] for r in rows], [r["router_summaries"] for r in rows])
+        y = np.array([r["label"] == "ESCALATE" for r in rows], dtype=np.float64)
+        router = FeatureRouter(fit_logistic(x, y, cfg.l2, cfg.class_weight))
+        data["train_records"] = len(rows)
+    metrics: dict[str, Any] = {}
+    for split in [cfg.split, *cfg.eval_splits] if rows else cfg.eval_splits:
+        try:
+            eval_rows = rows if split == cfg.split else labeled_rows(cfg.data, split)
+        except ConfigError as exc:  # a missing split is reported, not fatal: fitting needs only train
+            metrics[split] = {"error": str(exc)}
+            continue
+        if not eval_rows:
+            continue
+        s = router.score([r["question"] for r in eval_rows], [r["router_summaries"] for r in eval_rows])
+        labels = [r["label"] == "ESCALATE" for r in eval_rows]
+        metrics[split] = {"n": len(eval_rows), "auroc": auroc(s, labels) if 0 < sum(labels) < len(labels) else None}
+    router.save(cfg.output_dir, data=data, metrics=metrics)
+    weights = dict(zip(FEATURES, router.model.weights, strict=True)) if isinstance(router, FeatureRouter) else {}
+    return {"output_dir": cfg.output_dir, "kind": cfg.kind, "metrics": metrics, "weights": weights}
+
+
+@stage_main("fit-features")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
+
+    cfg = parse_cli(FitFeaturesConfig, argv, default_config=None)
+    result = fit(cfg)
+    print(json.dumps({"config": asdict(cfg), **result}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""A logistic regression on serve-time signals (serving.signals: retrieval scores, lexical overlap, question
+form, ...): what a CPU user may prefer to an LM. Its score is the model's log-odds of ESCALATE. Fitting it is
+training: router_train/fit_features.py (`tiermem-router fit-features`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from serving.routers.base import (
+    DEFAULT_THRESHOLD_LOGIT,
+    ScoreRouter,
+    Summaries,
+    calibrated_threshold_logit,
+    check_lengths,
+)
+from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
+from serving.signals import FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
+from tiermem.artifacts import FEATURE_MODEL_FILE, RunMeta
+from tiermem.errors import RouterLoadError
+
+
+class FeatureRouter(ScoreRouter):
+    kind = "features"
+    probabilistic = True
+    summary_fields = ("score",)  # the signals read the retrieval scores
+
+    def __init__(self, model: LogisticModel, threshold_logit: float | None = None) -> None:
+        if list(model.feature_names) != list(FEATURES):
+            raise RouterLoadError(f"features router: saved features {model.feature_names} differ from this "
+                                  f"version's {list(FEATURES)}; refit with `tiermem-router fit-features`")
+        self.model = model
+        self.threshold_logit = DEFAULT_THRESHOLD_LOGIT if threshold_logit is None else float(threshold_logit)
+        self.name = self.kind
+        self.run_dir: Path | None = None
+        self.meta: RunMeta | None = None
+
+    @classmethod
+    def from_spec(cls, spec, trunk_cache=None):
+        if not spec.path:
+            raise RouterLoadError("a features router needs router.path: a `tiermem-router fit-features` directory")
+        return cls.load(spec.path, threshold_logit=spec.threshold_logit)
+
+    def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        check_lengths(questions, summaries)
+        if not len(questions):
+            return []
+        return self.model.log_odds(feature_matrix(questions, summaries)).tolist()
+
+    def save(self, run_dir: str | Path, data: dict[str, Any] | None = None,
+             metrics: dict[str, Any] | None = None) -> Path:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        save_logistic(Path(run_dir) / FEATURE_MODEL_FILE, self.model)
+        self.meta = score_run_meta(self.kind, data or {}, metrics or {}, {"feature_model": FEATURE_MODEL_FILE})
+        self.run_dir = write_score_run(run_dir, self.meta)
+        return self.run_dir
+
+    @classmethod
+    def load(cls, path: str | Path, threshold_logit: float | None = None) -> FeatureRouter:
+        run_dir, meta = open_score_run(path, cls.kind)
+        model_path = run_dir / FEATURE_MODEL_FILE
+        if not model_path.is_file():
+            raise RouterLoadError(f"{model_path} not found: a features router directory needs its fitted model")
+        calibrated = calibrated_threshold_logit(meta)
+        router = cls(read_logistic(model_path), threshold_logit=threshold_logit if threshold_logit is not None
+                     else calibrated)
+        router.run_dir, router.meta, router.name = run_dir, meta, f"{cls.kind}:{path}"
+        return router

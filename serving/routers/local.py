@@ -1,0 +1,351 @@
+"""An in-process LM router: base model + LoRA adapter (or merged weights) read by the contract.
+
+Modes:
+- fast (default): one forward pass over the prompt + contract.OUTPUT_PREFIX; the score is the log-odds margin
+  logit(ESCALATE) - logit(ANSWER) of the two actions' first tokens, in float64 so that no two distinct margins tie
+  (a float32 softmax saturates at 1.0), plus the signal head's log-odds when the run has one. No generation.
+- generate: greedy generation of the full JSON, parsed by the contract (audits, reasons).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.routers.base import (
+    DEFAULT_THRESHOLD_LOGIT,
+    Decision,
+    Router,
+    Summaries,
+    calibrated_threshold_logit,
+    check_lengths,
+    decide,
+    decision_from_text,
+    open_run_dir,
+    sigmoid,
+)
+from serving.routers.lm_head import action_token_ids, check_head_features, check_text_weight, read_signal_head
+from serving.signals import FEATURES, LogisticModel, feature_matrix
+from tiermem import contract
+from tiermem.artifacts import RunMeta, read_run_meta
+from tiermem.errors import RouterLoadError, UsageError
+from tiermem.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
+
+
+def adapter_top_layers(model: Any) -> int | None:
+    """N when a PEFT model's LoRA weights sit only in its top N decoder layers (else None: no shared trunk)."""
+    import re
+
+    try:
+        n = len(decoder_of(model).layers)
+    except ValueError:
+        return None
+    layers = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
+              for m in [re.search(r"\.layers\.(\d+)\.", name)] if m}
+    if not layers or any("lora_" in name and ".layers." not in name for name, _ in model.named_parameters()):
+        return None
+    return n - min(layers) if 0 < min(layers) else None
+
+
+class LocalRouter(Router):
+    """An in-process router model (base + LoRA adapter, or merged weights).
+
+    __init__ puts the model in eval mode and, with `prefix_cache=True`, caches the KV of the shared instruction
+    prefix computed with the weights of that moment: a training loop that scores with a LocalRouter must build it
+    with `prefix_cache=False` (or call `refresh_prefix_cache()` after each update) and restore `model.train()`
+    itself afterwards.
+    """
+
+    kind = "local"
+    spec_fields = ("revision", "mode")
+
+    def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
+                 threshold_logit: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
+                 max_new_tokens: int = 64, trunk_layers: int | None = None, trunk_cache: dict | None = None,
+                 signal_head: LogisticModel | None = None, text_weight: float = 1.0) -> None:
+        import torch
+
+        if mode not in ("fast", "generate"):
+            raise UsageError(f"router.mode must be fast or generate, got {mode!r}")
+        self.torch = torch
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.meta = meta
+        self.mode = mode
+        calibrated = calibrated_threshold_logit(meta)
+        self.threshold_logit = threshold_logit if threshold_logit is not None else (
+            calibrated if calibrated is not None else DEFAULT_THRESHOLD_LOGIT)
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        # Learned jointly with the adapter: log-odds over the serve-time signals, added to the LM's margin.
+        self.signal_head = None if signal_head is None else check_head_features(signal_head)
+        # the weight of the LM's margin beside the head (chosen on validation by SFT; 1.0 without a head)
+        self.text_weight = check_text_weight(text_weight)
+        self.summary_fields = ("score",) if signal_head is not None else ()  # the head reads the retrieval scores
+        # the most summaries a training prompt held
+        self.top_k = ((meta.data.get("router_input") or {}).get("top_k") or None) if meta else None
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.device = next(model.parameters()).device
+        self.answer_id, self.escalate_id = action_token_ids(self.tokenizer)
+        self.prefix_ids, self._prefix_cache = self._fixed_prefix() if prefix_cache else ([], None)
+        # Offline stages that score the same records with several routers of one base (eval, calibrate) share
+        # the frozen bottom layers' output: the adapters only differ in the top `trunk_layers` layers. The states
+        # live in the caller's `trunk_cache`, so only the routers it was handed to see them.
+        self.trunk = None
+        if trunk_layers and supports_trunk(model):
+            self.trunk = FrozenTrunk(model, trunk_layers, batch_size=batch_size)
+            if trunk_cache is not None:
+                self.trunk.cache = trunk_cache.setdefault(self.trunk.fingerprint, {})
+
+    # -- loading -----------------------------------------------------------------------------------
+    @classmethod
+    def check_spec(cls, spec):
+        if spec.mode not in ("fast", "generate"):
+            raise UsageError(f"router.mode must be fast or generate, got {spec.mode!r}")
+        if not spec.path:
+            raise UsageError("router.kind=local needs router.path (a run directory or hub id)")
+
+    @classmethod
+    def from_spec(cls, spec, trunk_cache=None):
+        router = cls.load(spec.path, revision=spec.revision, mode=spec.mode, threshold_logit=spec.threshold_logit,
+                          batch_size=spec.batch_size, trunk_cache=trunk_cache if spec.mode == "fast" else None)
+        router.name = f"local:{spec.path} ({spec.mode})"
+        return router
+
+    @classmethod
+    def load(cls, path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",
+             threshold_logit: float | None = None, device: str | None = None, dtype: Any = None,
+             merge: bool = True, cache_dir: str | None = None, batch_size: int = 8,
+             trunk_cache: dict | None = None, prefix_cache: bool = True) -> LocalRouter:
+        """A run directory or hub id. `trunk_cache`: see __init__ (the adapter's layers decide the trunk split)."""
+        from transformers import AutoTokenizer
+
+        from tiermem.models import load_causal_lm
+
+        run_dir = Path(path_or_hub_id).expanduser()
+        if not run_dir.exists():
+            if str(path_or_hub_id).startswith((".", "/", "~")) or str(path_or_hub_id).count("/") != 1:
+                raise UsageError(f"router {path_or_hub_id!r}: no such directory, and not a hub id org/name")
+            from serving.hub import pull
+
+            run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir, verify=False)
+        kind = read_run_meta(run_dir).extra.get("router_kind")
+        if kind not in (None, "local"):
+            raise RouterLoadError(f"{run_dir} holds a {kind!r} router, not a language model: load it with "
+                                  f"kind={kind} (or Router.from_pretrained, which reads the kind)")
+        meta = open_run_dir(run_dir, where=f"router {path_or_hub_id}")
+        trunk_layers = None
+        if (run_dir / "adapter_config.json").is_file():
+            from peft import PeftModel
+
+            model, tokenizer = load_causal_lm(meta.base_model, dtype=dtype, device=device)
+            model = PeftModel.from_pretrained(model, str(run_dir))
+            if trunk_cache is not None:
+                trunk_layers = adapter_top_layers(model)
+            if merge:  # one set of weights: no LoRA matmuls per layer at inference
+                model = model.merge_and_unload()
+        elif (run_dir / "config.json").is_file():
+            model, tokenizer = load_causal_lm(str(run_dir), dtype=dtype, device=device)
+        else:
+            raise RouterLoadError(f"{run_dir}: neither adapter_config.json (LoRA) nor config.json (merged model)")
+        if (run_dir / "tokenizer_config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(str(run_dir))  # the chat template training rendered with
+        head, text_weight = read_signal_head(run_dir, meta)
+        return cls(model, tokenizer, meta=meta, mode=mode, threshold_logit=threshold_logit, batch_size=batch_size,
+                   prefix_cache=prefix_cache, trunk_layers=trunk_layers, trunk_cache=trunk_cache, signal_head=head,
+                   text_weight=text_weight)
+
+    def head_log_odds(self, signals: Any) -> list[float]:
+        """The signal head's log-odds for raw feature rows ([n, len(FEATURES)]); zeros without a head."""
+        if self.signal_head is None:
+            return [0.0] * len(signals)
+        return [float(v) for v in self.signal_head.log_odds(np.asarray(signals, dtype=np.float64).reshape(
+            len(signals), len(FEATURES)))]
+
+    # -- tokens ------------------------------------------------------------------------------------
+    def _encode(self, text: str) -> list[int]:
+        # The chat template already carries the special tokens; adding BOS again would shift the prompt.
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def refresh_prefix_cache(self) -> None:
+        """Recompute the cached prefix KV (after the weights changed)."""
+        self.prefix_ids, self._prefix_cache = self._fixed_prefix()
+
+    def _fixed_prefix(self) -> tuple[list[int], Any]:
+        """Token ids and KV cache of the prompt part every request shares (system prompt, chat markup)."""
+        a = self._encode(contract.render_prompt(self.tokenizer, "first question", []))
+        b = self._encode(contract.render_prompt(self.tokenizer, "another one", [{"text": "x", "date": None}]))
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        n -= 1  # the last shared token may merge differently with what follows; keep a safe margin
+        if n <= 0:
+            return [], None
+        ids = a[:n]
+        with self.torch.inference_mode():
+            out = self.model(input_ids=self.torch.tensor([ids], device=self.device), use_cache=True)
+        return ids, out.cache if hasattr(out, "cache") else out.past_key_values
+
+    # -- fast path ---------------------------------------------------------------------------------
+    def _score(self, rows: list[list[int]]) -> list[float]:
+        """Log-odds margin logit(ESCALATE) - logit(ANSWER) per row. Rows are right-padded after the (optional)
+        cached prefix and read at their last real token; pads never sit between the prefix and a row, so no
+        position shifts are needed."""
+        torch = self.torch
+        if self.trunk is not None:
+            ids, mask = right_padded(rows, self.tokenizer.pad_token_id)
+            last = (mask.sum(dim=1) - 1).to(self.device)
+            with torch.inference_mode():
+                logits = self.trunk.logits(self.model, ids.to(self.device), mask.to(self.device),
+                                           logits_to_keep=last[:, None])
+            picked = logits[:, 0, [self.answer_id, self.escalate_id]].double()
+            return (picked[:, 1] - picked[:, 0]).tolist()
+        p_len = len(self.prefix_ids)
+        use_cache = self._prefix_cache is not None and all(r[:p_len] == self.prefix_ids for r in rows)
+        start = p_len if use_cache else 0
+        tails = [r[start:] for r in rows]
+        width = max(len(t) for t in tails)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails], device=self.device)
+        mask = torch.tensor([[1] * (start + len(t)) + [0] * (width - len(t)) for t in tails], device=self.device)
+        positions = (torch.arange(width, device=self.device) + start).unsqueeze(0).expand(len(rows), -1)
+        kwargs: dict[str, Any] = {}
+        if use_cache:
+            cache = copy.deepcopy(self._prefix_cache)
+            if len(rows) > 1:
+                cache.batch_repeat_interleave(len(rows))
+            kwargs["cache"] = cache
+        with torch.inference_mode():
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                use_cache=use_cache, **kwargs).logits
+        last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
+        picked = logits[torch.arange(len(rows), device=self.device), last][:, [self.answer_id, self.escalate_id]]
+        # The margin in float64: a float32 softmax saturates at exactly 1.0 for large margins, which ties
+        # distinct decisions and collapses sweeps and quantile thresholds.
+        picked = picked.double()
+        return (picked[:, 1] - picked[:, 0]).tolist()
+
+    def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        """Log-odds of ESCALATE for each (question, summaries), batched; what calibration and evaluation sweep
+        over."""
+        self._check_top_k(summaries)
+        return [d.score for d in self._fast(questions, summaries, self.threshold_logit)]  # type: ignore[misc]
+
+    def _check_top_k(self, summaries: Sequence[Summaries]) -> None:
+        """A prompt with more summaries than any training prompt is one the router never learned to read."""
+        most = max((len(s) for s in summaries), default=0)
+        if self.top_k and most > self.top_k:
+            raise UsageError(f"this router was trained on prompts with at most {self.top_k} summaries, got {most}: "
+                             f"retrieve top_k={self.top_k} (saved in tiermem_router.json data.router_input)")
+
+    def score_prompts(self, prompts: Sequence[str], signals: Any = None) -> list[float]:
+        """Log-odds of ESCALATE for already-rendered prompts (contract.render_prompt output, without
+        OUTPUT_PREFIX): the same tokenization (add_special_tokens=False) and forward pass as the fast path, so
+        training metrics and serving read the same number; `signals` (the rows' serve-time features, as
+        serving.signals.feature_matrix gives them) are required when the router has a signal head. Puts nothing
+        in train mode: callers that train restore `model.train()` themselves (see the class docstring about the
+        prefix cache)."""
+        if self.signal_head is not None and (signals is None or len(signals) != len(prompts)):
+            raise ValueError("this router has a signal head: score_prompts needs one signal row per prompt")
+        out: list[float] = []
+        skip_lm = self.signal_head is not None and self.text_weight == 0.0  # as the fast path: the LM is not run
+        for i in range(0, len(prompts), self.batch_size):
+            rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts[i: i + self.batch_size]]
+            out += [0.0] * len(rows) if skip_lm else self._score(rows)
+        if self.signal_head is not None:
+            out = [self.text_weight * m + h for m, h in zip(out, self.head_log_odds(signals), strict=True)]
+        return out
+
+    def _fast(self, questions, summaries, threshold_logit: float) -> list[Decision]:
+        out: list[Decision] = []
+        for i in range(0, len(questions), self.batch_size):
+            qs, ss = questions[i: i + self.batch_size], summaries[i: i + self.batch_size]
+            started = time.perf_counter()
+            if self.signal_head is not None and self.text_weight == 0.0:
+                # Validation gave the LM's margin no weight: the decision is the head's, and the LM is not run.
+                rows = [[] for _ in qs]
+                margins = [0.0] * len(rows)
+            else:
+                rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
+                        for q, s in zip(qs, ss, strict=True)]
+                margins = self._score(rows)
+            heads, parts = [0.0] * len(rows), [None] * len(rows)
+            if self.signal_head is not None:
+                x = feature_matrix(qs, ss)
+                heads = self.head_log_odds(x)
+                groups = self.signal_head.contributions(x)
+                parts = [{"text": self.text_weight * m, **{f"signals: {g}": float(v[i]) for g, v in groups.items()}}
+                         for i, m in enumerate(margins)]
+            dt = (time.perf_counter() - started) / len(rows)
+            for m, h, part, row in zip(margins, heads, parts, rows, strict=True):
+                score = (self.text_weight * m + h) if self.signal_head is not None else m
+                action = decide(score, threshold_logit)
+                why = (f"log-odds {score:.3f} (text {self.text_weight:g} x {m:.3f} + signals {h:.3f})"
+                       if self.signal_head is not None
+                       else f"log-odds {score:.3f}")
+                out.append(Decision(action, sigmoid(score), f"{why} vs threshold {threshold_logit:.3f}", True, dt,
+                                    len(row), score=score, score_parts=part))
+        return out
+
+    # -- generate path -----------------------------------------------------------------------------
+    def generate(self, prompts: list[str], max_new_tokens: int | None = None,
+                 top_logprobs: int = 0) -> list[dict[str, Any]]:
+        """Greedy completions of raw prompt strings: text, token counts, and per-token log-probs if asked."""
+        torch = self.torch
+        enc = [self._encode(p) for p in prompts]
+        width = max(len(e) for e in enc)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc], device=self.device)  # left pad
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc], device=self.device)
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens or self.max_new_tokens,
+                do_sample=False, pad_token_id=pad, return_dict_in_generate=True, output_scores=top_logprobs > 0)
+        new = out.sequences[:, width:]
+        results = []
+        eos = {self.tokenizer.eos_token_id, pad}
+        for b, e in enumerate(enc):
+            ids = new[b].tolist()
+            n = next((k for k, t in enumerate(ids) if t in eos), len(ids))
+            item: dict[str, Any] = {
+                "text": self.tokenizer.decode(ids[:n], skip_special_tokens=True),
+                "prompt_tokens": len(e), "completion_tokens": n, "finish_reason": "stop" if n < len(ids) else "length",
+            }
+            if top_logprobs > 0:
+                steps = []
+                for k in range(n):
+                    logp = torch.log_softmax(out.scores[k][b].float(), dim=-1)
+                    top = torch.topk(logp, top_logprobs)
+                    steps.append({
+                        "token": self.tokenizer.decode([ids[k]]), "logprob": logp[ids[k]].item(),
+                        "top_logprobs": [{"token": self.tokenizer.decode([int(t)]), "logprob": v.item()}
+                                         for v, t in zip(top.values, top.indices, strict=True)],
+                    })
+                item["logprobs"] = steps
+            results.append(item)
+        return results
+
+    def _generate(self, questions, summaries) -> list[Decision]:
+        out: list[Decision] = []
+        for i in range(0, len(questions), self.batch_size):
+            qs, ss = questions[i: i + self.batch_size], summaries[i: i + self.batch_size]
+            started = time.perf_counter()
+            gens = self.generate([contract.render_prompt(self.tokenizer, q, s) for q, s in zip(qs, ss, strict=True)])
+            dt = (time.perf_counter() - started) / len(gens)
+            out.extend(decision_from_text(g["text"], dt, g["prompt_tokens"]) for g in gens)
+        return out
+
+    def route_batch(self, questions, summaries, threshold_logit=None):
+        check_lengths(questions, summaries)
+        if not questions:
+            return []
+        self._check_top_k(summaries)
+        if self.mode == "generate":  # the model's own greedy decision; the threshold does not apply
+            return self._generate(list(questions), list(summaries))
+        return self._fast(list(questions), list(summaries), self._threshold_logit(threshold_logit))

@@ -1,0 +1,33 @@
+"""The router kinds: the only list of them. Adding a kind is one module with a Router subclass plus one line here.
+
+Entries name "module:Class" and are imported when a kind is built, so a stage that serves a features router
+never imports torch or openai.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tiermem.errors import UsageError
+
+ROUTER_KINDS: dict[str, str] = {
+    "local": "serving.routers.local:LocalRouter",  # a LoRA adapter or merged LM, in process
+    "remote": "serving.routers.remote:RemoteRouter",  # the adapter behind an OpenAI-compatible endpoint
+    "teacher": "serving.routers.teacher:TeacherRouter",  # any chat LLM prompted with the contract
+    "features": "serving.routers.features:FeatureRouter",  # logistic regression on serve-time signals
+    "top1-score": "serving.routers.top1:Top1ScoreRouter",  # the top-1 retrieval score against a cutoff
+    "always-answer": "serving.routers.fixed:AlwaysAnswer",
+    "always-escalate": "serving.routers.fixed:AlwaysEscalate",
+}
+
+
+def router_class(kind: str) -> Any:
+    """The Router subclass registered under `kind`."""
+    if kind not in ROUTER_KINDS:
+        raise UsageError(f"unknown router kind {kind!r}; known: {sorted(ROUTER_KINDS)}")
+    module, _, name = ROUTER_KINDS[kind].partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if getattr(cls, "kind", None) != kind:
+        raise TypeError(f"registry entry {kind!r} -> {ROUTER_KINDS[kind]} declares kind {getattr(cls, 'kind', None)!r}")
+    return cls

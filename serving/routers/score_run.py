@@ -1,0 +1,36 @@
+"""A router run without a language model (features, top1-score): its tiermem_router.json, written and read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from serving.routers.base import open_run_dir
+from tiermem import contract
+from tiermem.artifacts import RunMeta, file_digests, read_run_meta, write_run_meta
+from tiermem.errors import RouterLoadError
+
+
+def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], extra: dict[str, Any]) -> RunMeta:
+    return RunMeta(contract_version=contract.CONTRACT_VERSION, base_model=f"none ({kind}: no language model)",
+                   stage=kind, adapter=False, training={}, data=data, metrics=metrics,
+                   extra={"router_kind": kind, **extra})
+
+
+def write_score_run(run_dir: str | Path, meta: RunMeta) -> Path:
+    """The metadata last, with the digest of every file just written (calibration keeps them)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta.files = file_digests(run_dir)
+    write_run_meta(run_dir, meta)
+    return run_dir
+
+
+def open_score_run(path: str | Path, kind: str) -> tuple[Path, RunMeta]:
+    """A run directory that must hold a `kind` router, checked like every router run (contract, digests)."""
+    run_dir = Path(path).expanduser()
+    meta = read_run_meta(run_dir)
+    if meta.extra.get("router_kind") != kind:
+        raise RouterLoadError(f"{run_dir}: tiermem_router.json says router_kind "
+                              f"{meta.extra.get('router_kind')!r}, not {kind!r}")
+    return run_dir, open_run_dir(run_dir)

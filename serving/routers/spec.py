@@ -1,0 +1,97 @@
+"""`RouterSpec`, what every stage that uses a router (eval, calibrate, serve, bench, ask) reads from its config,
+and `build(spec)`, the one way to get a router (`Router.from_pretrained(path)` is its thin alias)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serving.routers.registry import ROUTER_KINDS, router_class
+from tiermem.artifacts import read_run_meta
+from tiermem.errors import UsageError
+from tiermem.llm.base import LLMConfig
+
+# besides the registry's kinds: "auto" (what the directory's tiermem_router.json names) and "none" (no router:
+# eval then reports the baselines only)
+META_KINDS = ("auto", "none")
+# fields every kind takes; the others belong to the kinds whose `spec_fields` name them
+COMMON_FIELDS = ("path", "kind", "name", "threshold_logit", "batch_size")
+
+
+@dataclass
+class RouterSpec:
+    """`router:` in a config is this mapping, or a plain path / hub id / kind as shorthand (`router: runs/grpo`)."""
+
+    path: str | None = "runs/grpo"  # run directory or hub id (LM, features or top1-score router)
+    kind: str = "auto"  # auto: what the directory's tiermem_router.json names; none; or a registry kind
+    name: str | None = None  # display name (eval's compare rows)
+    threshold_logit: float | None = None  # escalate when score >= this; None: the threshold calibrate stored
+    batch_size: int = 8  # questions per route_batch call
+    revision: str | None = None  # local: hub revision
+    mode: str = "fast"  # local: fast (log-odds of the action tokens) | generate (parsed JSON)
+    llm: LLMConfig = field(default_factory=LLMConfig)  # teacher: the chat model prompted with the contract
+    max_tokens: int = 64  # teacher / remote: the action comes first, so short completions suffice
+    base_url: str | None = None  # remote: OpenAI-compatible endpoint serving the router adapter (vLLM, ...)
+    model: str | None = None  # remote: the model name the endpoint serves the adapter under
+    api_key_env: str = "OPENAI_API_KEY"  # remote
+    strategy: str = "auto"  # remote: auto | logprobs | choice | generate
+    # remote: the run directory of the adapter the endpoint serves, when it has a signal head (added to the margin)
+    signal_head: str | None = None
+
+    @classmethod
+    def from_shorthand(cls, value: str) -> RouterSpec:
+        """A directory or hub id, or a kind that needs none (`router=always-escalate`)."""
+        if value in ROUTER_KINDS and not Path(value).is_dir():
+            return cls(path=None, kind=value)
+        return cls(path=value)
+
+    def __post_init__(self) -> None:
+        if self.kind not in (*META_KINDS, *ROUTER_KINDS):
+            raise UsageError(f"unknown router kind {self.kind!r} (router.kind); known: "
+                             f"{[*META_KINDS, *ROUTER_KINDS]}")
+        if self.threshold_logit is not None and not math.isfinite(self.threshold_logit):
+            raise UsageError(f"router.threshold_logit must be a finite log-odds number or null, got "
+                             f"{self.threshold_logit!r}")
+        if self.batch_size < 1:
+            raise UsageError(f"router.batch_size must be >= 1, got {self.batch_size}")
+        if self.kind == "auto" and not self.path:
+            raise UsageError("router.kind=auto needs router.path (a run directory or hub id)")
+        if self.kind in ROUTER_KINDS:
+            router_class(self.kind).check_spec(self)
+
+
+def as_router_spec(value: RouterSpec | str) -> RouterSpec:
+    """Configs built in Python may name the router by its path, as YAML and overrides may."""
+    return RouterSpec.from_shorthand(value) if isinstance(value, str) else value
+
+
+def router_kind_of(path_or_hub_id: str | Path) -> str:
+    """The router kind a run directory holds (tiermem_router.json's router_kind); a hub id holds an LM router."""
+    path = Path(path_or_hub_id).expanduser()
+    if not path.is_dir():
+        return "local"
+    return str(read_run_meta(path).extra.get("router_kind") or "local")
+
+
+def resolved_kind(spec: RouterSpec) -> str:
+    if spec.kind == "none":
+        raise UsageError("router.kind=none builds no router")
+    return router_kind_of(spec.path) if spec.kind == "auto" else spec.kind  # type: ignore[arg-type]
+
+
+def build(spec: RouterSpec | str, trunk_cache: dict[str, Any] | None = None) -> Any:
+    """The router a spec names. A spec that sets a field its kind does not read is refused (a typo or a
+    misplaced option must not be ignored), naming the fields that kind takes."""
+    spec = as_router_spec(spec)
+    kind = resolved_kind(spec)
+    cls = router_class(kind)
+    defaults = RouterSpec(path=None, kind="none")
+    ignored = [f.name for f in dataclasses.fields(RouterSpec) if f.name not in (*COMMON_FIELDS, *cls.spec_fields)
+               and getattr(spec, f.name) != getattr(defaults, f.name)]
+    if ignored:
+        raise UsageError(f"router.{ignored[0]} does not apply to a {kind} router; it takes "
+                         f"{sorted([*COMMON_FIELDS, *cls.spec_fields])}")
+    return cls.from_spec(spec, trunk_cache=trunk_cache)

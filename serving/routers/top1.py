@@ -1,0 +1,54 @@
+"""Escalate when the top-1 retrieval score of the summaries is below a cutoff. The score is `-top1` (higher =
+escalate), so the shared rule `score >= threshold_logit` holds with threshold_logit = -cutoff."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from serving.routers.base import (
+    DEFAULT_THRESHOLD_LOGIT,
+    ScoreRouter,
+    Summaries,
+    calibrated_threshold_logit,
+    check_lengths,
+)
+from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
+from serving.signals import top1
+from tiermem.artifacts import RunMeta
+
+
+class Top1ScoreRouter(ScoreRouter):
+    kind = "top1-score"
+    summary_fields = ("score",)
+
+    def __init__(self, threshold_logit: float | None = None) -> None:
+        self.threshold_logit = DEFAULT_THRESHOLD_LOGIT if threshold_logit is None else float(threshold_logit)
+        self.name = self.kind
+        self.run_dir: Path | None = None
+        self.meta: RunMeta | None = None
+
+    @classmethod
+    def from_spec(cls, spec, trunk_cache=None):
+        if not spec.path:
+            return cls(threshold_logit=spec.threshold_logit)
+        return cls.load(spec.path, threshold_logit=spec.threshold_logit)
+
+    def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        check_lengths(questions, summaries)
+        return [-top1(s, f"question {i}: summaries") for i, s in enumerate(summaries)]
+
+    def save(self, run_dir: str | Path, data: dict[str, Any] | None = None,
+             metrics: dict[str, Any] | None = None) -> Path:
+        self.meta = score_run_meta(self.kind, data or {}, metrics or {}, {})
+        self.run_dir = write_score_run(run_dir, self.meta)
+        return self.run_dir
+
+    @classmethod
+    def load(cls, path: str | Path, threshold_logit: float | None = None) -> Top1ScoreRouter:
+        run_dir, meta = open_score_run(path, cls.kind)
+        calibrated = calibrated_threshold_logit(meta)
+        router = cls(threshold_logit=threshold_logit if threshold_logit is not None else calibrated)
+        router.run_dir, router.meta, router.name = run_dir, meta, f"{cls.kind}:{path}"
+        return router
