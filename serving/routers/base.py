@@ -123,7 +123,7 @@ class Router(ABC):
         base, built for one offline stage, share their frozen trunk's states in (None: nothing shared)."""
 
     @classmethod
-    def check_spec(cls, spec: Any) -> None:
+    def check_spec(cls, spec: Any) -> None:  # noqa: B027  (an optional hook: most kinds need no check)
         """Refuse, when the config is read, a spec this kind cannot build (UsageError naming `router.<field>`)."""
 
     @classmethod
