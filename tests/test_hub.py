@@ -120,13 +120,13 @@ def test_card_names_the_hub_base_model_and_reads_values_from_meta():
     from huggingface_hub import ModelCard
 
     meta = RunMeta(contract_version="tiermem-router-contract/1", base_model="packaged:smollm2-135m-instruct",
-                   stage="grpo", data={"label_rule": "outcome", "train_records": 123},
+                   stage="grpo", data={"label_rules": ["outcome"], "train_records": 123},
                    metrics={"validation": {"accuracy": 0.8125}},
-                   calibration={"threshold": 0.4321, "target": {"kind": "hard_recall", "value": 0.9},
+                   calibration={"threshold": 0.4321, "objective": "hard_recall", "value": 0.9,
                                 "data": "runs/label/dataset", "split": "validation",
                                 "achieved": {"escalation_rate": 0.37}})
     card = ModelCard(str(render_card(meta, "acme/r", license="mit", tags=["x"])))
     assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert card.data.license == "mit" and "x" in card.data.tags and "grpo" in card.data.tags
-    for value in ("0.8125", "0.4321", "hard_recall", "outcome", "123", "0.37", "acme/r"):
+    for value in ("0.8125", "0.4321", "hard_recall = 0.9", "Label rule `outcome`", "123", "0.37", "acme/r"):
         assert value in card.text, value

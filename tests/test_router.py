@@ -83,7 +83,7 @@ def test_threshold_override_and_stored_calibration(run_dir, tmp_path, fast):
     calibrated = tmp_path / "calibrated"
     shutil.copytree(run_dir, calibrated)
     update_run_meta(calibrated, calibration={"threshold_logit": mid, "threshold": 0.3,
-                                             "target": {"kind": "escalation_rate", "value": 0.8}})
+                                             "objective": "escalation_rate", "value": 0.8})
     loaded = LocalRouter.from_pretrained(calibrated)
     assert loaded.threshold == mid  # threshold_logit wins over the display probability
     assert [x.action for x in loaded.route_batch(QUESTIONS, SUMMARIES)] == actions
