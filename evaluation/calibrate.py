@@ -98,7 +98,6 @@ class CalibrateConfig:
     objective: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
     value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
     budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
-    target: str | None = None  # older name of `objective` (configs written before it was renamed)
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
     alpha: float = 0.1  # risk_control: allowed false-cache-hit rate
     delta: float = 0.1  # risk_control: allowed probability that the bound fails
@@ -121,8 +120,6 @@ class CalibrateConfig:
             raise ValueError(f"operating_points: names must be unique, got {names}")
         self.operating_points = points
         _check_objective(self.objective, self.value, self.budget_share)
-        if self.target is not None:
-            self.objective, self.target = self.target, None
         if not (0 < self.alpha < 1 and 0 < self.delta < 1):
             raise ValueError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
         if self.risk_unit not in RISK_UNITS:
@@ -375,7 +372,6 @@ def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
     return {
         "objective": cfg.objective, "value": cfg.value, **params,
         "threshold_logit": float(threshold),
-        "target": {"kind": cfg.objective, "value": cfg.value},  # read by the model card
         "n_calibration": len(cs.scores),
         "achieved": summarize(cs.scores, cs.labels, threshold, cs, cfg.reward),
         "guarantee": guarantee,

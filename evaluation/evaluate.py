@@ -383,7 +383,8 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval
 
-    record_eval(cfg.router.path if _lm_run_dir(cfg.router) else None, report, paths["json"])  # the run's card
+    if _lm_run_dir(cfg.router):  # the run's metadata and card
+        record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]))
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
         from evaluation.live_eval import run_live

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.metrics import PolicyMetrics, SweepResult, dumps
+from tiermem.eval_summary import POLICY_METRICS, RANKING_METRICS, EvalSummary
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
 POLICY_TITLES = {
@@ -46,6 +47,28 @@ def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(report) + "\n")
     return path
+
+
+def eval_summary(report: Mapping[str, Any], path: str | Path | None = None, date: str | None = None) -> EvalSummary:
+    """What the router run keeps of `report` (tiermem_router.json `eval`, rendered on the model card): eval.json's
+    own numbers, per policy its point metrics and intervals, per router its ranking intervals. `date`: now (UTC)."""
+    import datetime
+
+    meta, intervals = report["meta"], report.get("intervals") or {}
+    uncertainty, sweep = report.get("uncertainty") or {}, report.get("sweep") or {}
+    n_boot = int(uncertainty.get("n_boot") or 0)
+    policies = {name: {"metrics": {m: policy.get(m) for m in POLICY_METRICS if m in policy},
+                       "intervals": dict(intervals.get(name) or {})} for name, policy in report["policies"].items()}
+    ranking = {name: {k: r.get(k) for k in ("n_labeled", "escalate_share", *RANKING_METRICS, "note") if k in r}
+               for name, r in (report.get("ranking") or {}).items()}
+    return EvalSummary.from_dict({
+        "path": str(path) if path is not None else None,
+        "date": date or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **{k: meta.get(k) for k in ("dataset", "split", "router", "correctness_rule", "n", "n_conversations",
+                                    "threshold_logit")},
+        "level": uncertainty.get("level") if n_boot else None, "n_boot": n_boot,
+        "policies": policies, "ranking": ranking,
+        "gap": sweep.get("gap"), "auc_accuracy_tokens": sweep.get("auc_accuracy_tokens")})
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

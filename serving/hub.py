@@ -42,7 +42,7 @@ def push_files(run_dir: Path, meta: RunMeta) -> list[str]:
     the card. An allowlist rather than ignore patterns, so a file a trainer adds later is never published by
     accident."""
     names = list(meta.files or {})
-    if (meta.extra.get("router_kind") or "local") == "local":
+    if meta.router_kind == "local":
         names += [ADAPTER_CONFIG_FILE] if meta.adapter else list(MODEL_CONFIG_FILES)
         names += list(TOKENIZER_FILES)
     names += [RUN_META_FILE, CARD_FILE]

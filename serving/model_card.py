@@ -15,20 +15,15 @@ from typing import Any
 from labeling.rules import LABEL_RULE_TEXT
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
+from tiermem.eval_summary import EvalSummary, Interval
 from tiermem.models import PACKAGED_HUB_IDS, hub_id
 
-__all__ = ["PACKAGED_HUB_IDS", "base_model_hub_id", "record_eval", "refresh_card", "render_card",
-           "write_model_card", "write_run_card"]
+__all__ = ["PACKAGED_HUB_IDS", "record_eval", "refresh_card", "render_card", "write_model_card", "write_run_card"]
 
 CARD_FILE = "README.md"
-EVAL_KEY = "eval"  # tiermem_router.json: {path, dataset, split, n, router, threshold, policies, sweep}
-EVAL_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
+# The eval table's columns: EvalSummary's point metrics, each with its interval where eval.json has one.
+EVAL_COLUMNS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
                 "repair_rate", "regress_rate")
-
-
-def base_model_hub_id(spec: str) -> str | None:
-    """Kept for callers of the old name: see tiermem.models.hub_id."""
-    return hub_id(spec)
 
 
 # ---------------------------------------------------------------------------------------------- formatting
@@ -59,30 +54,12 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _interval(policy: dict[str, Any], metric: str) -> tuple[float, float] | None:
-    """A confidence interval for `metric`, in whichever of the shapes an eval report uses: `{metric: {value,
-    low, high}}`, `intervals[metric]` / `ci[metric]` as [low, high] or {low, high}, or `{metric}_ci`."""
-    candidates = [policy.get(metric), policy.get(f"{metric}_ci")]
-    for key in ("intervals", "ci"):
-        if isinstance(policy.get(key), dict):
-            candidates.append(policy[key].get(metric))
-    for c in candidates:
-        if isinstance(c, list | tuple) and len(c) == 2 and all(_number(x) is not None for x in c):
-            return float(c[0]), float(c[1])
-        if isinstance(c, dict):
-            low, high = c.get("low", c.get("lo")), c.get("high", c.get("hi"))
-            if _number(low) is not None and _number(high) is not None:
-                return float(low), float(high)
-    return None
-
-
-def _metric_cell(policy: dict[str, Any], metric: str) -> str:
-    value = policy.get(metric)
-    if isinstance(value, dict):
-        value = value.get("value", value.get("mean", value.get("point")))
-    cell = _fmt(_number(value)) if _number(value) is not None else "n/a"
-    interval = _interval(policy, metric)
-    return f"{cell} [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else cell
+def _ci(value: float | None, interval: Interval | None) -> str:
+    """`0.75 [0.61, 0.86]`: the point value and its bootstrap interval, as eval.json has them."""
+    cell = _fmt(value)
+    if interval is not None and interval.lo is not None and interval.hi is not None:
+        cell += f" [{_fmt(interval.lo)}, {_fmt(interval.hi)}]"
+    return cell
 
 
 # ---------------------------------------------------------------------------------------------- sections
@@ -90,7 +67,7 @@ def _metric_cell(policy: dict[str, Any], metric: str) -> str:
 
 def _data_section(meta: RunMeta) -> str:
     data = dict(meta.data)
-    rules = data.get("label_rules") or ([data["label_rule"]] if data.get("label_rule") else [])
+    rules = data.get("label_rules") or []
     lines = [_table(data), ""]
     lines.append("Labels are hindsight labels: ANSWER when the summary-only path was right, ESCALATE when only the "
                  "research path (the linked raw pages) was right; questions where both paths failed are dropped.")
@@ -136,39 +113,44 @@ def _rewards_section(meta: RunMeta) -> str:
 
 
 def _eval_section(meta: RunMeta) -> str:
-    ev = meta.extra.get(EVAL_KEY)
-    if not isinstance(ev, dict) or not isinstance(ev.get("policies"), dict):
+    ev = meta.eval
+    if ev is None:
         return "Not evaluated yet: run `make eval` (the table then appears here)."
-    metrics = [m for m in EVAL_METRICS if any(m in p for p in ev["policies"].values() if isinstance(p, dict))]
-    head = ["policy", *metrics]
-    lines = [f"On `{ev.get('dataset')}` [{ev.get('split')}], n = {_fmt(ev.get('n'))}, threshold "
-             f"{_fmt(ev.get('threshold'))}; counterfactual replay of the labeled paths"
-             + (f" (full report: `{ev['path']}`)" if ev.get("path") else "") + ". Intervals, where shown, are "
-             "as the eval report computed them.", "",
-             "| " + " | ".join(h.replace("_", " ") for h in head) + " |", "|" + "---|" * len(head)]
-    for name, policy in ev["policies"].items():
-        if isinstance(policy, dict):
-            lines.append("| " + " | ".join([name, *(_metric_cell(policy, m) for m in metrics)]) + " |")
-    sweep = ev.get("sweep") or {}
-    extras = {k: sweep[k] for k in ("apgr", "auc_accuracy_tokens", "gap") if k in sweep}
-    if extras:
-        lines += ["", "Threshold sweep: " + ", ".join(f"{k} {_fmt(v)}" for k, v in extras.items())
-                  + " (APGR: average gap recovered over escalation rates, random = 0.5)."]
+    level = f"{round(100 * ev.level)}%" if ev.level is not None else None
+    lines = [f"On `{ev.dataset}` [{ev.split}], {ev.n} questions in {ev.n_conversations} conversation(s); router "
+             f"`{ev.router}` at threshold_logit {_fmt(ev.threshold_logit)}; counterfactual replay of the labeled paths under "
+             f"correctness rule `{ev.correctness_rule}` (evaluated {ev.date}"
+             + (f"; full report: `{ev.path}`" if ev.path else "") + "). "
+             + (f"In brackets: {level} two-stage cluster bootstrap intervals (conversations, then questions; "
+                f"{ev.n_boot} replicates)." if level else "No intervals: eval ran without a bootstrap."), "",
+             "| policy | " + " | ".join(m.replace("_", " ") for m in EVAL_COLUMNS) + " |",
+             "|" + "---|" * (1 + len(EVAL_COLUMNS))]
+    for name, policy in ev.policies.items():
+        cells = [_ci(policy.metrics.get(m), policy.intervals.get(m)) for m in EVAL_COLUMNS]
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    if ev.ranking:
+        lines += ["", "Ranking quality of the score (labeled records, ESCALATE positive; random AUROC = 0.5, "
+                      "APGR = 0.5):", "",
+                  "| router | AUROC | AUPRC | APGR | ECE | labeled | ESCALATE share |", "|---|---|---|---|---|---|---|"]
+        for name, r in ev.ranking.items():
+            cells = [_ci(iv.estimate if iv else None, iv) for iv in (r.auroc, r.auprc, r.apgr, r.ece)]
+            lines.append("| " + " | ".join([name, *cells, str(r.n_labeled), _fmt(r.escalate_share)]) + " |")
+    if ev.gap is not None or ev.auc_accuracy_tokens is not None:
+        lines += ["", f"Threshold sweep: gap (raw-only - summary-only accuracy) {_fmt(ev.gap)}, AUC of accuracy vs "
+                      f"mean input tokens {_fmt(ev.auc_accuracy_tokens)}."]
     return "\n".join(lines)
 
 
 def _calibration_section(meta: RunMeta) -> str:
     cal = meta.calibration
     if not cal:
-        return "Not calibrated: the default threshold 0.5 applies (run `make calibrate`)."
-    target = cal.get("target") if isinstance(cal.get("target"), dict) else {"value": cal.get("target")}
-    objective = cal.get("objective") or target.get("kind")
-    goal = cal.get("value", target.get("value"))
-    threshold, logit = _number(cal.get("threshold")), _number(cal.get("threshold_logit"))
-    if threshold is None and logit is not None:
-        threshold = 1.0 / (1.0 + math.exp(-logit))
-    parts = [f"Threshold **{_fmt(threshold)}** on p_escalate"
-             + (f" (logit {_fmt(logit)})" if logit is not None else "")
+        return ("Not calibrated: the default threshold_logit 0 (threshold_prob 0.5, the argmax) applies (run "
+                "`make calibrate`).")
+    objective, goal = cal.get("objective"), cal.get("value")
+    logit = _number(cal.get("threshold_logit"))
+    prob = None if logit is None else 1.0 / (1.0 + math.exp(-logit))
+    parts = [f"Threshold: threshold_logit **{_fmt(logit)}** on the log-odds score (threshold_prob {_fmt(prob)} on "
+             "p_escalate)"
              + f", chosen for {objective or 'an unrecorded objective'}"
              + (f" = {_fmt(goal)}" if goal is not None else "")
              + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
@@ -337,24 +319,12 @@ def refresh_card(run_dir: str | Path) -> Path | None:
     return write_run_card(run_dir)
 
 
-def record_eval(run_dir: str | Path | None, report: dict[str, Any], eval_path: str | Path | None = None
-                ) -> Path | None:
-    """Store an eval report's summary in the run's tiermem_router.json (`eval`) and refresh the card.
-
-    `report` is the eval stage's report ({meta, policies, sweep}); per policy every scalar metric and any
-    interval keys are kept, bulky breakdowns (confusion, per category) are left in the eval's own files.
-    `run_dir` None or not a local run directory (a hub id, an LLM router): nothing to record, None."""
+def record_eval(run_dir: str | Path | None, summary: EvalSummary) -> Path | None:
+    """Store an eval's summary in the run's tiermem_router.json (`eval`) and refresh the card. `run_dir` None or
+    not a local run directory (a hub id, an LLM router): nothing to record, None."""
     if not run_dir or not (Path(run_dir) / "tiermem_router.json").is_file():
         return None
     meta = read_run_meta(run_dir)
-    info = report.get("meta") or {}
-    policies = {}
-    for name, policy in (report.get("policies") or {}).items():
-        if isinstance(policy, dict):
-            policies[name] = {k: v for k, v in policy.items() if k not in ("name", "confusion", "per_category")}
-    sweep = {k: v for k, v in (report.get("sweep") or {}).items() if k != "points"}
-    meta.extra[EVAL_KEY] = {"path": str(eval_path) if eval_path else None,
-                            **{k: info.get(k) for k in ("dataset", "split", "n", "router", "threshold", "mode")},
-                            "policies": policies, "sweep": sweep}
+    meta.eval = summary
     write_run_meta(run_dir, meta)
     return write_run_card(run_dir, meta)

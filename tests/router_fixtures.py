@@ -155,10 +155,10 @@ def _train(model, tokenizer, labels: list[str], steps: int, lr: float) -> None:
     train_on_completions(model, rows, tokenizer.pad_token_id, steps, lr)
 
 
-def make_router_run(root: Path | None = None) -> Path:
+def make_router_run() -> Path:
     """Base + adapter run directory; built once and kept under $TIERMEM_CACHE/test-fixtures, keyed by this
-    file's source and the contract version (training takes ~20 s of CPU; reruns should not pay it).
-    `root` is accepted for older callers and unused."""
+    file's source and the contract version (training takes ~20 s of CPU; reruns should not pay it). Shared by
+    every test: a test that writes into a run directory (calibrate, eval) copies it first."""
     sources = Path(__file__).read_text()
     key = hashlib.sha256((sources + contract.CONTRACT_VERSION).encode()).hexdigest()[:12]
     cached = cache_root() / "test-fixtures" / f"router-{key}"
@@ -206,6 +206,6 @@ def _build(root: Path) -> None:
     write_run_meta(run_dir, RunMeta(
         contract_version=contract.CONTRACT_VERSION, base_model=str(base_dir), stage="sft",
         training={"recipe": "tests/router_fixtures.py", "lora_r": 8, "steps": 40},
-        data={"dataset": "tests fixtures", "label_rule": "evidence", "train_records": len(FIXTURES)},
+        data={"dataset": "tests fixtures", "label_rules": ["evidence"], "train_records": len(FIXTURES)},
         metrics={"validation": {"accuracy": 1.0, "escalation_rate": 0.5, "n": len(FIXTURES)}},
         files=file_digests(run_dir)))

@@ -122,8 +122,8 @@ def test_bad_objectives_are_rejected():
         parse_cli(CalibrateConfig, ["objective=hard_recall", "value=1.5"])
     with pytest.raises(ConfigError, match="token_budget"):
         parse_cli(CalibrateConfig, ["objective=token_budget"])
-    # the older key still works
-    assert parse_cli(CalibrateConfig, ["target=escalation_rate", "value=0.5"]).objective == "escalation_rate"
+    with pytest.raises(ConfigError, match="unknown key"):  # `objective` is the one name
+        parse_cli(CalibrateConfig, ["target=escalation_rate", "value=0.5"])
 
 
 def test_p_values():
@@ -232,7 +232,7 @@ def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     data.write_text("\n".join(json.dumps(r) for r in [*rows, dropped]))
     assert main([f"router={run_dir}", f"data={data}", "objective=hard_recall", "value=1.0"]) == 0
     cal = read_run_meta(run_dir).calibration
-    assert cal["target"] == {"kind": "hard_recall", "value": 1.0}
+    assert (cal["objective"], cal["value"]) == ("hard_recall", 1.0) and "target" not in cal
     assert cal["achieved"]["hard_recall"] == 1.0 and cal["achieved"]["n"] == len(FIXTURES) + 1
     router = LocalRouter.from_pretrained(run_dir)
     assert router.threshold_logit == cal["threshold_logit"]

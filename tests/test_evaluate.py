@@ -1,4 +1,5 @@
 import json
+import shutil
 from dataclasses import dataclass
 
 import pytest
@@ -190,7 +191,8 @@ def test_main_with_a_trained_router_run(tmp_path):
 
     from tests.router_fixtures import FIXTURES, make_router_run
 
-    run_dir = make_router_run()  # built once, cached by the serving tests' fixture
+    run_dir = tmp_path / "run"  # eval records its summary in the run: never in the shared cached fixture
+    shutil.copytree(make_router_run(), run_dir)
     rows = []
     for i, (question, summaries, label) in enumerate(FIXTURES):
         r = rec(f"f{i}", "c9", label == "ANSWER", True, label, "test")  # research right everywhere

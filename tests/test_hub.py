@@ -92,7 +92,7 @@ def test_push_pull_round_trip(tmp_path):
         # A second push as a pull request: main is untouched, the PR revision is pullable.
         (local / "tiermem_router.json").write_text(
             (local / "tiermem_router.json").read_text().replace('"calibration": null',
-                                                               '"calibration": {"threshold": 0.25}'))
+                                                               '"calibration": {"threshold_logit": -1.25}'))
         pr = _run(["-m", "serving.hub", f"router={local}", "repo_id=acme/router", "create_pr=true"], env)
         assert pr.returncode == 0, pr.stderr
         pr_out = json.loads(pr.stdout)
@@ -101,7 +101,7 @@ def test_push_pull_round_trip(tmp_path):
         pulled_pr = _run(["-c", PULL, "acme/router", "refs/pr/1", q, json.dumps(s), "files"], env)
         assert pulled_pr.returncode == 0, pulled_pr.stderr
         pr_snapshot = Path(json.loads(pulled_pr.stdout.strip().splitlines()[-1])["path"])
-        assert read_run_meta(pr_snapshot).calibration == {"threshold": 0.25}
+        assert read_run_meta(pr_snapshot).calibration == {"threshold_logit": -1.25}
         assert read_run_meta(snapshot).calibration is None  # main's snapshot is a different, untouched commit
 
 
@@ -120,13 +120,13 @@ def test_card_names_the_hub_base_model_and_reads_values_from_meta():
     from huggingface_hub import ModelCard
 
     meta = RunMeta(contract_version="tiermem-router-contract/1", base_model="packaged:smollm2-135m-instruct",
-                   stage="grpo", data={"label_rule": "outcome", "train_records": 123},
+                   stage="grpo", data={"label_rules": ["outcome"], "train_records": 123},
                    metrics={"validation": {"accuracy": 0.8125}},
-                   calibration={"threshold": 0.4321, "target": {"kind": "hard_recall", "value": 0.9},
+                   calibration={"threshold_logit": 0.4321, "objective": "hard_recall", "value": 0.9,
                                 "data": "runs/label/dataset", "split": "validation",
                                 "achieved": {"escalation_rate": 0.37}})
     card = ModelCard(str(render_card(meta, "acme/r", license="mit", tags=["x"])))
     assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert card.data.license == "mit" and "x" in card.data.tags and "grpo" in card.data.tags
-    for value in ("0.8125", "0.4321", "hard_recall", "outcome", "123", "0.37", "acme/r"):
+    for value in ("0.8125", "0.4321", "hard_recall = 0.9", "Label rule `outcome`", "123", "0.37", "acme/r"):
         assert value in card.text, value

@@ -128,7 +128,7 @@ def test_a_router_saved_without_digests_is_refused_with_the_fix(lm_run, tmp_path
     meta = _meta(tmp_path / "top1")
     meta.pop("files", None)
     _write_meta(tmp_path / "top1", meta)
-    assert _load(tmp_path / "top1").threshold == 0.0
+    assert _load(tmp_path / "top1").threshold_logit == 0.0
 
 
 def test_a_tampered_feature_model_is_refused_and_calibrate_keeps_the_digests(tmp_path, capsys):
@@ -141,7 +141,7 @@ def test_a_tampered_feature_model_is_refused_and_calibrate_keeps_the_digests(tmp
     meta = _meta(feats)
     assert meta["calibration"]["threshold_logit"] is not None
     assert meta["files"] == {"feature_model.json": _sha256(feats / "feature_model.json")}
-    assert _load(feats).threshold == meta["calibration"]["threshold_logit"]
+    assert _load(feats).threshold_logit == meta["calibration"]["threshold_logit"]
 
     model = json.loads((feats / "feature_model.json").read_text())
     model["bias"] += 5.0  # a different router under the same name
@@ -157,7 +157,7 @@ def test_a_tampered_feature_model_is_refused_and_calibrate_keeps_the_digests(tmp
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_threshold_logit_is_refused_at_load(lm_run, value):
     meta = _meta(lm_run)
-    meta["calibration"] = {"threshold_logit": value, "threshold": 0.5}
+    meta["calibration"] = {"threshold_logit": value}
     _write_meta(lm_run, meta)
     with pytest.raises(RunMetaError, match=r"tiermem_router.json: field 'calibration.threshold_logit'") as err:
         _load(lm_run)
@@ -171,7 +171,7 @@ def test_an_uncalibrated_router_still_loads(tmp_path):
     meta = _meta(feats)
     meta["calibration"] = {"threshold_logit": None}
     _write_meta(feats, meta)
-    assert isinstance(_load(feats), FeatureRouter) and _load(feats).threshold == 0.0
+    assert isinstance(_load(feats), FeatureRouter) and _load(feats).threshold_logit == 0.0
 
 
 @pytest.mark.parametrize(("field", "value", "pattern"), [
@@ -188,14 +188,46 @@ def test_a_nonsensical_top_k_is_refused_at_load(lm_run, field, value, pattern):
         _load(lm_run)
 
 
+EVAL = {"path": "runs/eval/eval.json", "date": "2025-01-01T00:00:00+00:00", "dataset": "d", "split": "test",
+        "router": "local:runs/grpo (fast)", "correctness_rule": "label_rule", "n": 4, "n_conversations": 1}
+
+
+def test_router_kind_and_eval_are_fields_of_the_metadata(lm_run, tmp_path):
+    from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
+    from tiermem.eval_summary import EvalSummary
+
+    meta = read_run_meta(lm_run)
+    assert meta.router_kind == "local" and meta.eval is None and meta.extra == {}
+    meta.eval = EvalSummary.from_dict(EVAL)
+    write_run_meta(lm_run, meta)
+    assert read_run_meta(lm_run).eval == meta.eval and _meta(lm_run)["eval"]["split"] == "test"
+    top1 = RunMeta(contract_version=meta.contract_version, base_model="none", adapter=False, router_kind="top1-score")
+    write_run_meta(tmp_path / "top1", top1)
+    assert _meta(tmp_path / "top1")["router_kind"] == "top1-score" == read_run_meta(tmp_path / "top1").router_kind
+    top1.extra = {"router_kind": "features"}  # a field passed as an unknown key is refused, never written over it
+    with pytest.raises(RunMetaError, match=r"field 'extra' holds \['router_kind'\]"):
+        write_run_meta(tmp_path / "top1", top1)
+
+
 @pytest.mark.parametrize(("field", "value", "pattern"), [
     ("adapter", "yes", "'adapter'"),
-    ("calibration", {"threshold": 1.0}, "'calibration.threshold_logit'"),  # log-odds +inf
-    ("calibration", {"threshold": 1.5}, "'calibration.threshold_logit'"),
+    ("calibration", {"threshold": 0.5}, "'calibration.threshold' is not a field"),  # log-odds only
     ("files", {"../adapter_model.safetensors": "0" * 64}, "'files'"),
     ("files", {"adapter_model.safetensors": "not-a-digest"}, "'files.adapter_model.safetensors'"),
     ("metrics", [], "'metrics'"),
     ("contract_version", 2, "'contract_version'"),
+    ("router_kind", "", "'router_kind'"),
+    ("router_kind", ["features"], "'router_kind'"),
+    ("eval", [], "'eval'"),
+    ("eval", {"path": None, "dataset": "d", "split": "test"}, "'eval'.*missing"),
+    ("eval", {**EVAL, "n": -1}, "'eval.n'"),
+    ("eval", {**EVAL, "policies": {"routed": {"metrics": {"accuracy": "0.5"}}}},
+     "'eval.policies.routed.metrics.accuracy'"),
+    ("eval", {**EVAL, "policies": {"routed": {"intervals": {"accuracy": {"estimate": 0.5, "lo": 0.6, "hi": 0.4}}}}},
+     "'eval.policies.routed.intervals.accuracy'"),
+    ("eval", {**EVAL, "ranking": {"routed": {"n_labeled": 4, "auroc": {"lo": 0.1, "hi": 0.9}}}},
+     "'eval.ranking.routed.auroc'"),
+    ("eval", {**EVAL, "sweep": {"apgr": 0.6}}, "'eval' has unknown key"),  # the shape of extra["eval"] before
 ])
 def test_other_metadata_fields_are_typed(lm_run, field, value, pattern):
     meta = _meta(lm_run)

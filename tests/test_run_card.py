@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from evaluation import calibrate, evaluate
+from evaluation.report import eval_summary
 from router_train import grpo, sft
 from router_train.common import LoraSettings, load_adapter_run
 from serving.model_card import record_eval, refresh_card
@@ -55,6 +56,37 @@ def eval_dataset(path: Path) -> Path:
 
 def card(run_dir: Path) -> str:
     return (run_dir / "README.md").read_text()
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def cell(report: dict, policy: str, metric: str) -> str:
+    """A card cell as eval.json has it: the policy's point value, then its bootstrap interval."""
+    iv = report["intervals"][policy][metric]
+    return f"{_g(report['policies'][policy][metric])} [{_g(iv['lo'])}, {_g(iv['hi'])}]"
+
+
+def _rows(text: str, header: str) -> dict[str, list[str]]:
+    """The rows of the card's table whose header line starts with `header`: first cell -> the other cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header)) + 2
+    rows = {}
+    for line in lines[start:]:
+        if not line.startswith("| "):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def eval_rows(text: str) -> dict[str, list[str]]:
+    return _rows(text, "| policy | accuracy |")
+
+
+def ranking_rows(text: str) -> dict[str, list[str]]:
+    return _rows(text, "| router | AUROC |")
 
 
 def assert_our_card(text: str, run_dir: Path, stage: str) -> None:
@@ -111,17 +143,17 @@ def test_run_card_after_sft_grpo_calibrate_and_eval(runs):
     assert f"| escalate_research_wrong | {rewards['escalate_research_wrong']} |" in cards["grpo"]
     assert "Not evaluated yet" in cards["grpo"] and "Not calibrated" in cards["grpo"]
 
-    threshold = runs["calibration"]["threshold"]
-    assert "Not calibrated" not in cards["calibrate"] and f"Threshold **{threshold:.4g}**" in cards["calibrate"]
+    threshold = runs["calibration"]["threshold_logit"]
+    assert "Not calibrated" not in cards["calibrate"] and f"threshold_logit **{threshold:.4g}**" in cards["calibrate"]
     assert "Not evaluated yet" in cards["calibrate"]
 
     report = json.loads(runs["eval"]["json"].read_text())
-    routed = report["policies"]["routed"]
     assert "Not evaluated yet" not in cards["eval"] and f"Threshold **{threshold:.4g}**" in cards["eval"]
-    row = next(line for line in cards["eval"].splitlines() if line.startswith("| routed |"))
-    assert f"| {routed['accuracy']:.4g} | {routed['escalation_rate']:.4g} |" in row
-    stored = read_run_meta(runs["grpo"]).extra["eval"]
-    assert stored["path"] == str(runs["eval"]["json"]) and stored["split"] == "test"
+    rows = eval_rows(cards["eval"])
+    for name in ("routed", "summary_only", "raw_only", "random", "oracle"):
+        assert rows[name][:2] == [cell(report, name, "accuracy"), cell(report, name, "escalation_rate")], name
+    stored = read_run_meta(runs["grpo"]).eval
+    assert stored.path == str(runs["eval"]["json"]) and stored.split == "test" and stored.n == 4
 
 
 def test_trained_router_loads_offline_by_its_spec(runs):
@@ -165,26 +197,52 @@ def test_packaged_base_gets_its_upstream_hub_id(tmp_path):
         make_adapter_portable(run, "packaged:smollm2-135m-instruct")
 
 
-def test_card_renders_intervals_and_calibration_guarantees(tmp_path):
+def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
+    """eval.json from the eval stage itself (the fixture router on its own questions, two conversations), recorded
+    in the router run: the card shows every policy's intervals and the AUROC table, with eval.json's numbers."""
+    from datasets import Dataset, DatasetDict
+
+    from tests.router_fixtures import FIXTURES
+    from tests.test_evaluate import rec
+
     run = tmp_path / "run"
     shutil.copytree(make_router_run(), run)
-    report = {
-        "meta": {"dataset": "d", "split": "test", "n": 40, "router": "r", "threshold": 0.3},
-        "policies": {
-            "routed": {"accuracy": 0.5, "escalation_rate": 0.25, "intervals": {"accuracy": [0.35, 0.65]},
-                       "confusion": {"x": 1}, "per_category": {"1": {}}},
-            "summary-only": {"accuracy": {"value": 0.2, "low": 0.1, "high": 0.3}, "escalation_rate": 0.0},
-            "raw-only": {"accuracy": 0.7, "accuracy_ci": [0.55, 0.8], "escalation_rate": 1.0},
-        },
-        "sweep": {"apgr": 0.61, "points": [{"threshold": 0.1}]},
-    }
-    record_eval(run, report, tmp_path / "eval.json")
+    rows = []
+    flip = {"ANSWER": "ESCALATE", "ESCALATE": "ANSWER"}
+    for i, (question, summaries, label) in enumerate(FIXTURES * 2):
+        label = flip[label] if i in (6, 9) else label  # two questions the router gets wrong: AUROC < 1
+        r = rec(f"f{i}", f"c{i % 2}", label == "ANSWER", True, label, "test")
+        r.update(question=question, router_summaries=[dict(s, unit_id="u", page_ids=[]) for s in summaries])
+        rows.append(r)
+    DatasetDict({"test": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
+    paths = evaluate.run(evaluate.EvalConfig(data=str(tmp_path / "ds"), split="test", output_dir=str(tmp_path / "eval"),
+                                             router=evaluate.RouterSpec(path=str(run)),
+                                             bootstrap=evaluate.BootstrapConfig(n_boot=200)))
+    report = json.loads(paths["json"].read_text())
+    stored = read_run_meta(run).eval  # eval recorded its summary in the run: eval.json's own numbers
+    assert stored == eval_summary(report, paths["json"], date=stored.date)
+    assert (stored.n, stored.n_conversations, stored.level, stored.n_boot) == (12, 2, 0.95, 200)
+
     text = card(run)
-    assert "| routed | 0.5 [0.35, 0.65] | 0.25 |" in text
-    assert "| summary-only | 0.2 [0.1, 0.3] | 0 |" in text
-    assert "| raw-only | 0.7 [0.55, 0.8] | 1 |" in text
-    assert "apgr 0.61" in text and "confusion" not in json.dumps(read_run_meta(run).extra["eval"])
-    assert record_eval(None, report) is None and record_eval(tmp_path / "nowhere", report) is None
+    assert f"(evaluated {stored.date}; full report: `{paths['json']}`)" in text
+    assert "95% two-stage cluster bootstrap intervals" in text and "200 replicates" in text
+    rows = eval_rows(text)
+    assert list(rows) == list(report["policies"])
+    for name in report["policies"]:
+        assert rows[name][:3] == [cell(report, name, m) for m in ("accuracy", "escalation_rate",
+                                                                  "mean_input_tokens")], name
+        assert "[" not in rows[name][3]  # mean latency: no interval in eval.json
+    ranking = ranking_rows(text)
+    routed = report["ranking"]["routed"]
+    assert routed["auroc"]["estimate"] > 0.5 and routed["auroc"]["lo"] < routed["auroc"]["hi"]
+    for metric, got in zip(("auroc", "auprc", "apgr", "ece"), ranking["routed"][:4], strict=True):
+        iv = routed[metric]
+        assert got == f"{_g(iv['estimate'])} [{_g(iv['lo'])}, {_g(iv['hi'])}]", metric
+    assert ranking["routed"][4] == str(routed["n_labeled"]) == "12"
+    assert f"gap (raw-only - summary-only accuracy) {_g(report['sweep']['gap'])}" in text
+    meta_text = (run / "tiermem_router.json").read_text()
+    assert "confusion" not in meta_text and "per_category" not in meta_text and "reliability" not in meta_text
+    assert record_eval(None, stored) is None and record_eval(tmp_path / "nowhere", stored) is None
 
     logit = math.log(0.2 / 0.8)
     update_run_meta(run, calibration={
@@ -192,10 +250,12 @@ def test_card_renders_intervals_and_calibration_guarantees(tmp_path):
         "guarantee": {"method": "clopper-pearson", "alpha": 0.1, "delta": 0.05, "n_calibration": 57,
                       "achieved": 0.93}})
     text = card(refresh_card(run).parent)
-    assert "Threshold **0.2** on p_escalate (logit -1.386)" in text and "hard_recall = 0.9" in text
+    assert "threshold_logit **-1.386** on the log-odds score (threshold_prob 0.2 on p_escalate)" in text
+    assert "hard_recall = 0.9" in text
     assert "method `clopper-pearson`, alpha = 0.1, delta = 0.05, on 57 calibration questions" in text
-    update_run_meta(run, calibration={"threshold": 0.42, "target": {"kind": "escalation_rate", "value": 0.5},
+    update_run_meta(run, calibration={"threshold_logit": math.log(0.42 / 0.58), "objective": "escalation_rate",
+                                      "value": 0.5,
                                       "guarantee": None})
     text = card(refresh_card(run).parent)
-    assert "Threshold **0.42**" in text and "No statistical guarantee" in text
+    assert "threshold_prob 0.42 on" in text and "escalation_rate = 0.5" in text and "No statistical guarantee" in text
     assert refresh_card(tmp_path / "not-a-run") is None

@@ -1,8 +1,8 @@
 """`tiermem_router.json`: the one metadata file saved next to every router checkpoint.
 
 Training writes it (contract version, base model spec, training config, metrics), calibration adds the
-threshold, serving and the model card read it. Reading and writing live only here so every stage agrees
-on the format.
+threshold, eval adds its summary (`eval`, a tiermem.eval_summary.EvalSummary), serving and the model card read
+it. Reading and writing live only here so every stage agrees on the format.
 
 Integrity: `files` maps every weight/model file a loader reads (`weight_files`) to its sha256, recorded at save
 time by `file_digests` and checked by `verify_files` before any loader opens one. `read_run_meta` checks every
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.errors import StoreError
+from tiermem.eval_summary import EvalSummary
 
 RUN_META_FILE = "tiermem_router.json"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -56,6 +57,9 @@ class RunMeta:
     metrics: dict[str, Any] = field(default_factory=dict)  # e.g. {"validation": {"accuracy": ..}}
     calibration: dict[str, Any] | None = None  # written by evaluation.calibrate
     files: dict[str, str] | None = None  # weight file name -> sha256 (file_digests); None: saved before digests
+    # which router the directory holds: "local" (a LoRA/merged LM), else a serving.router kind (features, top1-score)
+    router_kind: str = "local"
+    eval: EvalSummary | None = None  # the latest `make eval` of this router (evaluation.evaluate)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept verbatim
 
 
@@ -74,7 +78,13 @@ def read_run_meta(run_dir: str | Path) -> RunMeta:
         raise RunMetaError(f"{path}: missing or empty field(s) {missing}")
     known = set(RunMeta.__dataclass_fields__) - {"extra"}
     extra = {k: v for k, v in raw.items() if k not in known}
-    meta = RunMeta(**{k: v for k, v in raw.items() if k in known}, extra=extra)
+    values = {k: v for k, v in raw.items() if k in known}
+    if values.get("eval") is not None:
+        try:
+            values["eval"] = EvalSummary.from_dict(values["eval"])
+        except ValueError as exc:
+            raise RunMetaError(f"{path}: {exc} (remove the `eval` key and rerun `make eval`)") from None
+    meta = RunMeta(**values, extra=extra)
     validate_run_meta(meta, path)
     return meta
 
@@ -122,15 +132,21 @@ def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
         logit = cal.get("threshold_logit")
         if logit is not None and not (_is_number(logit) and math.isfinite(logit)):
             raise bad("calibration.threshold_logit", f"must be a finite log-odds number or null, got {logit!r}")
-        prob = cal.get("threshold")
-        if prob is not None and not (_is_number(prob) and 0.0 <= prob <= 1.0):
-            raise bad("calibration.threshold", f"must be a probability in [0, 1] or null, got {prob!r}")
-        if logit is None and prob is not None and prob in (0.0, 1.0):
-            # the log-odds of 0 or 1 are infinite: every question would go one way
-            raise bad("calibration.threshold", f"{prob!r} is an infinite log-odds threshold; recalibrate")
-    kind = meta.extra.get("router_kind")
-    if kind is not None and (not isinstance(kind, str) or not kind):
-        raise bad("router_kind", f"must be a non-empty string or absent, got {kind!r}")
+        if "threshold" in cal:
+            raise bad("calibration.threshold", "is not a field: the stored threshold is calibration.threshold_logit "
+                                               "(log-odds); recalibrate")
+    if not isinstance(meta.router_kind, str) or not meta.router_kind:
+        raise bad("router_kind", f"must be a non-empty string, got {meta.router_kind!r}")
+    if meta.eval is not None:
+        if not isinstance(meta.eval, EvalSummary):
+            raise bad("eval", f"must be an EvalSummary or null, got {type(meta.eval).__name__}")
+        try:
+            EvalSummary.from_dict(asdict(meta.eval))
+        except ValueError as exc:
+            raise RunMetaError(f"{where}: {exc}") from None
+    clash = sorted(set(meta.extra) & set(RunMeta.__dataclass_fields__))
+    if clash:
+        raise bad("extra", f"holds {clash}, which are fields of RunMeta: set them as fields")
     model_file = meta.extra.get("feature_model")
     if model_file is not None and model_file != FEATURE_MODEL_FILE:
         raise bad("feature_model", f"must be {FEATURE_MODEL_FILE!r}, got {model_file!r}")

@@ -102,11 +102,6 @@ def _check_scalar(tp: Any, value: Any, where: str) -> Any:
 
 SHORTHAND = "__shorthand__"  # a section given as one string (`router: runs/grpo`), then overridden (`router.mode=...`)
 
-# Keys an earlier version used, and the one word every stage now uses for the same thing.
-RENAMED_KEYS = {"dataset_dir": "data", "dataset": "data", "out_dir": "output_dir", "sft_dir": "router",
-                "init_adapter": "router"}
-
-
 def _expand_shorthand(tp: Any, value: Any, where: str) -> Any:
     """A dataclass with `from_shorthand(str)` (e.g. RouterSpec) may be given as a string."""
     if isinstance(value, str):
@@ -130,9 +125,7 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        renamed = [f"{k} is now {RENAMED_KEYS[k]}" for k in unknown if RENAMED_KEYS.get(k) in fields]
-        hint = f" ({'; '.join(renamed)})" if renamed else ""
-        raise ConfigError(f"{where}: unknown key(s) {unknown}{hint}; valid keys: {sorted(fields)}")
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = _strip_optional(hints[name])

@@ -135,8 +135,8 @@ class LocalRouter(Router):
             from serving.hub import pull
 
             run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir, verify=False)
-        kind = read_run_meta(run_dir).extra.get("router_kind")
-        if kind not in (None, "local"):
+        kind = read_run_meta(run_dir).router_kind
+        if kind != "local":
             raise RouterLoadError(f"{run_dir} holds a {kind!r} router, not a language model: load it with "
                                   f"kind={kind} (or Router.from_pretrained, which reads the kind)")
         meta = open_run_dir(run_dir, where=f"router {path_or_hub_id}")

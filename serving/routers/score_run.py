@@ -14,7 +14,7 @@ from tiermem.errors import RouterLoadError
 def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], extra: dict[str, Any]) -> RunMeta:
     return RunMeta(contract_version=contract.CONTRACT_VERSION, base_model=f"none ({kind}: no language model)",
                    stage=kind, adapter=False, training={}, data=data, metrics=metrics,
-                   extra={"router_kind": kind, **extra})
+                   router_kind=kind, extra=extra)
 
 
 def write_score_run(run_dir: str | Path, meta: RunMeta) -> Path:
@@ -30,7 +30,6 @@ def open_score_run(path: str | Path, kind: str) -> tuple[Path, RunMeta]:
     """A run directory that must hold a `kind` router, checked like every router run (contract, digests)."""
     run_dir = Path(path).expanduser()
     meta = read_run_meta(run_dir)
-    if meta.extra.get("router_kind") != kind:
-        raise RouterLoadError(f"{run_dir}: tiermem_router.json says router_kind "
-                              f"{meta.extra.get('router_kind')!r}, not {kind!r}")
+    if meta.router_kind != kind:
+        raise RouterLoadError(f"{run_dir}: tiermem_router.json says router_kind {meta.router_kind!r}, not {kind!r}")
     return run_dir, open_run_dir(run_dir)

@@ -73,7 +73,7 @@ def router_kind_of(path_or_hub_id: str | Path) -> str:
     path = Path(path_or_hub_id).expanduser()
     if not path.is_dir():
         return "local"
-    return str(read_run_meta(path).extra.get("router_kind") or "local")
+    return read_run_meta(path).router_kind
 
 
 def resolved_kind(spec: RouterSpec) -> str:

@@ -1,0 +1,143 @@
+"""`EvalSummary`: what a router run keeps of its latest eval report (`RunMeta.eval` in tiermem_router.json).
+
+`make eval` builds it from eval.json (evaluation.report.eval_summary) and stores it with the router; the model card
+renders it. The numbers are eval.json's own: per policy the point metrics of `policies[name]` and the bootstrap
+intervals of `intervals[name]`, per router the ranking intervals of `ranking[name]`, each interval exactly as
+tiermem.stats.interval wrote it ({estimate, lo, hi, n_boot}). Bulky breakdowns (confusion, per category, sweep
+points, reliability curves) stay in eval.json, named by `path`.
+
+`EvalSummary.from_dict` is the one reader: it checks every field's type and refuses unknown keys, raising
+ValueError naming the field (tiermem.artifacts adds the file).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+# The point metrics kept per policy: PolicyMetrics' scalars the card shows (eval.json policies[name]).
+POLICY_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
+                  "false_cache_hits", "false_cache_misses", "repair_rate", "regress_rate")
+RANKING_METRICS = ("auroc", "auprc", "apgr", "ece")
+
+
+@dataclass
+class Interval:
+    """One bootstrap interval as eval.json writes it; lo/hi None when no replicate was defined (or n_boot=0)."""
+
+    estimate: float
+    lo: float | None = None
+    hi: float | None = None
+    n_boot: int = 0
+
+
+@dataclass
+class PolicyEval:
+    metrics: dict[str, float | None] = field(default_factory=dict)  # eval.json policies[name], POLICY_METRICS
+    intervals: dict[str, Interval | None] = field(default_factory=dict)  # eval.json intervals[name]
+
+
+@dataclass
+class RankingEval:
+    """eval.json ranking[name]: score vs label on the labeled records (ESCALATE positive)."""
+
+    n_labeled: int
+    escalate_share: float | None = None
+    auroc: Interval | None = None
+    auprc: Interval | None = None
+    apgr: Interval | None = None
+    ece: Interval | None = None
+    note: str | None = None
+
+
+@dataclass
+class EvalSummary:
+    path: str | None  # the eval.json it summarizes
+    date: str  # when it was recorded (UTC, ISO 8601)
+    dataset: str
+    split: str
+    router: str  # eval's display name of the routed router
+    correctness_rule: str
+    n: int  # questions replayed
+    n_conversations: int
+    threshold_logit: float | None = None
+    level: float | None = None  # interval level (0.95); None when eval ran without a bootstrap
+    n_boot: int = 0
+    policies: dict[str, PolicyEval] = field(default_factory=dict)  # eval.json's policy order
+    ranking: dict[str, RankingEval] = field(default_factory=dict)
+    gap: float | None = None  # the routed sweep: raw-only - summary-only accuracy
+    auc_accuracy_tokens: float | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> EvalSummary:
+        return _build(cls, raw, "eval")
+
+
+# ---------------------------------------------------------------------------------------------- checked reading
+
+
+def _number(value: Any, where: str, optional: bool = True) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"field {where!r} must be a finite number{' or null' if optional else ''}, got {value!r}")
+    return float(value)
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"field {where!r} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _string(value: Any, where: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or (not optional and not value):
+        raise ValueError(f"field {where!r} must be a {'string or null' if optional else 'non-empty string'}, "
+                         f"got {value!r}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"field {where!r} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _interval(value: Any, where: str) -> Interval | None:
+    if value is None:
+        return None
+    iv = _build(Interval, value, where)
+    if (iv.lo is None) != (iv.hi is None) or (iv.lo is not None and iv.lo > iv.hi):  # type: ignore[operator]
+        raise ValueError(f"field {where!r}: lo and hi must both be null or lo <= hi, got {value!r}")
+    return iv
+
+
+_READERS: dict[str, Any] = {
+    "estimate": lambda v, w: _number(v, w, optional=False),
+    "lo": _number, "hi": _number, "escalate_share": _number, "threshold_logit": _number, "level": _number,
+    "gap": _number, "auc_accuracy_tokens": _number,
+    "n_boot": _count, "n_labeled": _count, "n": _count, "n_conversations": _count,
+    "path": lambda v, w: _string(v, w, optional=True), "note": lambda v, w: _string(v, w, optional=True),
+    **{k: _string for k in ("date", "dataset", "split", "router", "correctness_rule")},
+    **{k: _interval for k in RANKING_METRICS},
+    "metrics": lambda v, w: {k: _number(x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
+    "intervals": lambda v, w: {k: _interval(x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
+    "policies": lambda v, w: {k: _build(PolicyEval, x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
+    "ranking": lambda v, w: {k: _build(RankingEval, x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
+}
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    """`cls` from a JSON object: every key known, every value of its field's type, required ones present."""
+    raw = _mapping(raw, where)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ValueError(f"field {where!r} has unknown key(s) {unknown}; known: {sorted(names)}")
+    try:
+        return cls(**{k: _READERS[k](v, f"{where}.{k}") for k, v in raw.items()})
+    except TypeError as exc:  # a required key missing
+        raise ValueError(f"field {where!r}: {exc}") from None
