@@ -118,8 +118,8 @@ def _eval_section(meta: RunMeta) -> str:
         return "Not evaluated yet: run `make eval` (the table then appears here)."
     level = f"{round(100 * ev.level)}%" if ev.level is not None else None
     lines = [f"On `{ev.dataset}` [{ev.split}], {ev.n} questions in {ev.n_conversations} conversation(s); router "
-             f"`{ev.router}` at threshold_logit {_fmt(ev.threshold_logit)}; counterfactual replay of the labeled paths under "
-             f"correctness rule `{ev.correctness_rule}` (evaluated {ev.date}"
+             f"`{ev.router}` at threshold_logit {_fmt(ev.threshold_logit)}; counterfactual replay of the labeled paths "
+             f"under correctness rule `{ev.correctness_rule}` (evaluated {ev.date}"
              + (f"; full report: `{ev.path}`" if ev.path else "") + "). "
              + (f"In brackets: {level} two-stage cluster bootstrap intervals (conversations, then questions; "
                 f"{ev.n_boot} replicates)." if level else "No intervals: eval ran without a bootstrap."), "",

@@ -123,8 +123,10 @@ class Router(ABC):
         base, built for one offline stage, share their frozen trunk's states in (None: nothing shared)."""
 
     @classmethod
-    def check_spec(cls, spec: Any) -> None:  # noqa: B027  (an optional hook: most kinds need no check)
-        """Refuse, when the config is read, a spec this kind cannot build (UsageError naming `router.<field>`)."""
+    def check_spec(cls, spec: Any) -> None:
+        """Refuse, when the config is read, a spec this kind cannot build (UsageError naming `router.<field>`);
+        most kinds need no check."""
+        return None
 
     @classmethod
     def from_pretrained(cls, path_or_hub_id: str | Path, trunk_cache: dict[str, Any] | None = None,
