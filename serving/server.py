@@ -34,6 +34,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -42,7 +43,7 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.router import RouterSpec, as_router_spec, logit, sigmoid
 from tiermem import contract
-from tiermem.errors import stage_main
+from tiermem.errors import ConfigError, MissingFileError, stage_main
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +66,13 @@ class ServeConfig:
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         if not 0 <= self.port <= 65_535:
-            raise ValueError(f"port must be in 0..65535, got {self.port}")
+            raise ConfigError(f"port must be in 0..65535, got {self.port}")
         for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_chat_tokens",
                      "max_prompt_tokens", "max_queue", "route_batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.queue_timeout_s > 0:
-            raise ValueError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
+            raise ConfigError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
 
 
 class RequestError(ValueError):
@@ -354,7 +355,15 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
 def load_router(cfg: ServeConfig) -> Any:
     from serving.router import build
 
-    return build(cfg.router)[0]
+    try:
+        return build(cfg.router)[0]
+    except FileNotFoundError as exc:
+        # Interim: serving/router.py still refuses a router path that is not there with a plain FileNotFoundError.
+        # The path is the user's, so that is a MissingFileError (exit 2); drop this once router.py raises it itself.
+        path = cfg.router.path
+        if isinstance(exc, MissingFileError) or not path or Path(path).expanduser().exists():
+            raise
+        raise MissingFileError(str(exc)) from None
 
 
 @stage_main("serve")
