@@ -47,7 +47,7 @@ from router_train.rewards import RewardConfig, resolve_cost_scale, score_decisio
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import ESCALATE_ALL
 from tiermem.artifacts import update_run_meta
-from tiermem.errors import stage_main
+from tiermem.errors import ConfigError, MissingFileError, UsageError, stage_main
 from tiermem.rundir import ROUTER_STAGES, updating_run
 
 OBJECTIVES = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
@@ -57,20 +57,20 @@ RISK_UNITS = ("question", "conversation")
 
 def _check_objective(objective: str, value: float | None, budget_share: float | None) -> None:
     if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     if objective in ("hard_recall", "escalation_rate"):
         if value is None or not 0.0 < value <= 1.0:
-            raise ValueError(f"objective {objective}: value must be a share in (0, 1], got {value}")
+            raise ConfigError(f"objective {objective}: value must be a share in (0, 1], got {value}")
     if objective == "token_budget":
         if (value is None) == (budget_share is None):
-            raise ValueError("objective token_budget: give exactly one of value (mean input tokens) and budget_share "
-                             f"(share of raw-only's mean input tokens), got {value}, {budget_share}")
+            raise ConfigError("objective token_budget: give exactly one of value (mean input tokens) and budget_share "
+                              f"(share of raw-only's mean input tokens), got {value}, {budget_share}")
         if value is not None and value <= 0:
-            raise ValueError(f"objective token_budget: value must be a mean input-token budget > 0, got {value}")
+            raise ConfigError(f"objective token_budget: value must be a mean input-token budget > 0, got {value}")
         if budget_share is not None and not 0.0 < budget_share <= 1.0:
-            raise ValueError(f"objective token_budget: budget_share must be in (0, 1], got {budget_share}")
+            raise ConfigError(f"objective token_budget: budget_share must be in (0, 1], got {budget_share}")
     elif budget_share is not None:
-        raise ValueError(f"budget_share applies to objective token_budget only, not {objective}")
+        raise ConfigError(f"budget_share applies to objective token_budget only, not {objective}")
 
 
 @dataclass
@@ -84,9 +84,9 @@ class OperatingPoint:
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
-            raise ValueError(f"operating point name must be a word (letters, digits, _), got {self.name!r}")
+            raise ConfigError(f"operating point name must be a word (letters, digits, _), got {self.name!r}")
         if self.objective == "risk_control":
-            raise ValueError("operating points take max_reward, token_budget, hard_recall or escalation_rate")
+            raise ConfigError("operating points take max_reward, token_budget, hard_recall or escalation_rate")
         _check_objective(self.objective, self.value, self.budget_share)
 
 
@@ -117,15 +117,15 @@ class CalibrateConfig:
         points = [p if isinstance(p, OperatingPoint) else OperatingPoint(**p) for p in self.operating_points]
         names = [p.name for p in points]
         if len(set(names)) != len(names):
-            raise ValueError(f"operating_points: names must be unique, got {names}")
+            raise ConfigError(f"operating_points: names must be unique, got {names}")
         self.operating_points = points
         _check_objective(self.objective, self.value, self.budget_share)
         if not (0 < self.alpha < 1 and 0 < self.delta < 1):
-            raise ValueError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
+            raise ConfigError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
         if self.risk_unit not in RISK_UNITS:
-            raise ValueError(f"risk_unit must be one of {RISK_UNITS}, got {self.risk_unit!r}")
+            raise ConfigError(f"risk_unit must be one of {RISK_UNITS}, got {self.risk_unit!r}")
         if len(self.risk_grid) != 3 or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2:
-            raise ValueError(f"risk_grid must be [lo, hi, points] with lo < hi and points >= 2, got {self.risk_grid}")
+            raise ConfigError(f"risk_grid must be [lo, hi, points] with lo < hi and points >= 2, got {self.risk_grid}")
 
 
 @dataclass
@@ -172,7 +172,7 @@ def threshold_for_hard_recall(scores: Sequence[float], labels: Sequence[str | No
     """Largest threshold that escalates at least `recall` of the ESCALATE-labeled records."""
     hard = [s for s, label in zip(scores, labels, strict=True) if label == "ESCALATE"]
     if not hard:
-        raise ValueError("no ESCALATE-labeled records: hard-recall is undefined on this split")
+        raise UsageError("no ESCALATE-labeled records: hard-recall is undefined on this split")
     return threshold_for_rate(hard, recall)
 
 
@@ -222,7 +222,7 @@ def threshold_token_budget(cs: CalibrationSet, budget: float) -> float:
             best = (acc, -tokens, t)
     if best is None:
         floor = sum(cs.s_tokens) / len(cs.s_tokens)  # type: ignore[arg-type]
-        raise ValueError(f"token budget {budget} is below the summary-only mean input tokens {floor:.1f}: "
+        raise UsageError(f"token budget {budget} is below the summary-only mean input tokens {floor:.1f}: "
                          "no threshold meets it")
     return best[2]
 
@@ -396,7 +396,7 @@ def load_calibration_records(data: str, split: str, correctness: str = "label_ru
     for i, row in enumerate(rows):
         for key in ("question", "router_summaries", "label"):
             if key not in row:
-                raise ValueError(f"{path} [{split}] record {i}: missing field {key!r}")
+                raise RecordError(f"{path} [{split}] record {i}: missing field {key!r}")
     try:
         kept, case_set = replayable_records(rows, correctness, include_unlabeled)
     except RecordError as exc:  # the record reader names record and field; the file is known here
@@ -404,7 +404,7 @@ def load_calibration_records(data: str, split: str, correctness: str = "label_ru
     if not kept:
         why = (f" ({case_set.n_unreplayable} have an unknown path verdict under rule {correctness!r})"
                if case_set.n_unreplayable else "")
-        raise ValueError(f"{path} [{split}]: no replayable records to calibrate on{why}")
+        raise ConfigError(f"{path} [{split}]: no replayable records to calibrate on{why}")
     counts = {"n_records": len(rows), "n_error": case_set.n_error, "n_unreplayable": case_set.n_unreplayable}
     return list(kept[:limit] if limit else kept), counts
 
@@ -453,7 +453,7 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
                            f"under rule {cfg.correctness!r}): left out of the calibration set"]
     if cfg.write:
         if not spec.path or not Path(spec.path).is_dir():
-            raise FileNotFoundError(f"{spec.path}: calibration is stored in a local run directory")
+            raise MissingFileError(f"{spec.path}: calibration is stored in a local run directory")
         update_run_meta(spec.path, calibration=result)
         from serving.model_card import refresh_card
 

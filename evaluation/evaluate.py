@@ -49,7 +49,7 @@ class BootstrapConfig:
 
     def __post_init__(self) -> None:
         if self.n_boot < 0 or not 0.5 < self.level < 1:
-            raise ValueError(f"bootstrap: n_boot must be >= 0 and level in (0.5, 1), got {self.n_boot}, {self.level}")
+            raise ConfigError(f"bootstrap: n_boot must be >= 0 and level in (0.5, 1), got {self.n_boot}, {self.level}")
 
 
 @dataclass
@@ -83,19 +83,19 @@ class EvalConfig:
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         if self.correctness not in metrics.CORRECTNESS_RULES:
-            raise ValueError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
+            raise ConfigError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
         specs: list[RouterSpec] = []
         for i, item in enumerate(self.compare):
             spec = item if isinstance(item, RouterSpec) else from_dict(RouterSpec, item, f"compare[{i}]")
             if not spec.name:
-                raise ValueError(f"compare[{i}]: every compared router needs a name (its row in the table)")
+                raise ConfigError(f"compare[{i}]: every compared router needs a name (its row in the table)")
             if spec.kind == "none":
-                raise ValueError(f"compare[{i}]: kind none builds no router")
+                raise ConfigError(f"compare[{i}]: kind none builds no router")
             specs.append(spec)
         names = [s.name for s in specs]
         clash = sorted({n for n in names if names.count(n) > 1 or n in RESERVED_NAMES})
         if clash:
-            raise ValueError(f"compare: router names {clash} are repeated or reserved {RESERVED_NAMES}")
+            raise ConfigError(f"compare: router names {clash} are repeated or reserved {RESERVED_NAMES}")
         self.compare = specs
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.config import ConfigError
+from tiermem.errors import MissingFileError
 
 POLICIES = ("summary_only", "raw_only", "routed")
 
@@ -39,7 +40,7 @@ def _label_config(cfg: Any) -> Any:
 
     path = Path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"live eval: label config {path} not found (set live.label_config=PATH)")
+        raise MissingFileError(f"live eval: label config {path} not found (set live.label_config=PATH)")
     return parse_config(LabelConfig, path)
 
 

@@ -13,6 +13,7 @@ from labeling.evidence import EvidenceConfig
 from labeling.rules import check_rule
 from labeling.split import SplitSpec
 from tiermem.data.conversations import Conversation, detect_file_format
+from tiermem.errors import ConfigError
 from tiermem.llm import LLMConfig
 from tiermem.memory import MemoryConfig
 
@@ -41,9 +42,9 @@ class MinimalPairsConfig:
     def __post_init__(self) -> None:
         unknown = [k for k in self.kinds if k not in PAIR_KINDS]
         if unknown or not self.kinds or len(set(self.kinds)) != len(self.kinds):
-            raise ValueError(f"minimal_pairs.kinds must be distinct names from {PAIR_KINDS}, got {self.kinds}")
+            raise ConfigError(f"minimal_pairs.kinds must be distinct names from {PAIR_KINDS}, got {self.kinds}")
         if self.deep_k < 1:
-            raise ValueError(f"minimal_pairs.deep_k must be >= 1, got {self.deep_k}")
+            raise ConfigError(f"minimal_pairs.deep_k must be >= 1, got {self.deep_k}")
 
 
 @dataclass
@@ -78,26 +79,26 @@ class LabelConfig:
     def __post_init__(self) -> None:
         check_rule(self.label_rule)
         if not self.generate_answers and self.label_rule != "evidence":
-            raise ValueError("generate_answers=false labels without answers: it needs label_rule=evidence "
-                             f"(got {self.label_rule!r}); the outcome rule judges generated answers")
+            raise ConfigError("generate_answers=false labels without answers: it needs label_rule=evidence "
+                              f"(got {self.label_rule!r}); the outcome rule judges generated answers")
         if self.minimal_pairs.enabled:
             if self.generate_answers or self.label_rule != "evidence":
-                raise ValueError("minimal_pairs needs label_rule=evidence and generate_answers=false: a variant's "
-                                 "label comes from the evidence rule over its summary set, while the outcome rule "
-                                 "would need answers generated from each new summary set")
+                raise ConfigError("minimal_pairs needs label_rule=evidence and generate_answers=false: a variant's "
+                                  "label comes from the evidence rule over its summary set, while the outcome rule "
+                                  "would need answers generated from each new summary set")
             if self.minimal_pairs.deep_k <= self.memory.top_k:
-                raise ValueError(f"minimal_pairs.deep_k ({self.minimal_pairs.deep_k}) must exceed memory.top_k "
-                                 f"({self.memory.top_k}): brought-in units come from the ranks below top_k")
+                raise ConfigError(f"minimal_pairs.deep_k ({self.minimal_pairs.deep_k}) must exceed memory.top_k "
+                                  f"({self.memory.top_k}): brought-in units come from the ranks below top_k")
         if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
-            raise ValueError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
+            raise ConfigError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):
-            raise ValueError(f"question_sampling must be random|first, got {self.question_sampling!r}")
+            raise ConfigError(f"question_sampling must be random|first, got {self.question_sampling!r}")
         if self.concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
+            raise ConfigError("concurrency must be >= 1")
         if any(v is not None and v < 1 for v in (self.max_conversations, self.max_questions_per_conversation)):
-            raise ValueError("max_conversations and max_questions_per_conversation must be >= 1 (null = all)")
+            raise ConfigError("max_conversations and max_questions_per_conversation must be >= 1 (null = all)")
         if not 0 <= self.judge_threshold <= 1:
-            raise ValueError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
+            raise ConfigError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
 
 
 def select(cfg: LabelConfig, conversations: list[Conversation]) -> list[Conversation]:
@@ -106,7 +107,7 @@ def select(cfg: LabelConfig, conversations: list[Conversation]) -> list[Conversa
         known = {c.conv_id for c in conversations}
         missing = [c for c in cfg.conversations if c not in known]
         if missing:
-            raise ValueError(f"conversations {missing} are not in {cfg.data_path or 'the sample'}")
+            raise ConfigError(f"conversations {missing} are not in {cfg.data_path or 'the sample'}")
         conversations = [c for c in conversations if c.conv_id in set(cfg.conversations)]
     if cfg.max_conversations is not None:
         conversations = conversations[: cfg.max_conversations]

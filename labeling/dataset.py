@@ -12,7 +12,7 @@ from typing import Any
 
 from tiermem.config import ConfigError
 from tiermem.data.textfile import jsonl_records, read_utf8
-from tiermem.errors import DataError
+from tiermem.errors import DataError, MissingFileError
 
 
 class RecordError(DataError):
@@ -47,7 +47,7 @@ def load_dataset_dict(path: str | Path) -> Any:
 
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"label dataset {path} not found: run `make label` first or set data=...")
+        raise MissingFileError(f"label dataset {path} not found: run `make label` first or set data=...")
     try:
         data = load_from_disk(str(path))
     except (FileNotFoundError, ValueError) as exc:
@@ -67,7 +67,7 @@ def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
     """
     path = Path(dataset)
     if not path.exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"label data not found: {path} (label dataset not found: run `make label` first, or point the stage at one)"
         )
     if path.is_dir():

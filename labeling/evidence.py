@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labeling.judges import scoring_gold, stemmed_tokens
+from tiermem.errors import ConfigError
 from tiermem.memory.text import content_words
 
 
@@ -36,9 +37,9 @@ class EvidenceConfig:
         for name in ("recall_threshold", "linked_recall_threshold"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"evidence.{name} must be in [0, 1], got {value}")
+                raise ConfigError(f"evidence.{name} must be in [0, 1], got {value}")
         if self.linked_recall_threshold > self.recall_threshold:
-            raise ValueError("evidence.linked_recall_threshold must not exceed evidence.recall_threshold")
+            raise ConfigError("evidence.linked_recall_threshold must not exceed evidence.recall_threshold")
 
 
 @dataclass

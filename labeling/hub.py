@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from labeling.rules import LABEL_RULE_TEXT
-from tiermem.errors import HubError
+from tiermem.errors import HubError, MissingFileError, UsageError
 
 # Source benchmark -> the license its derived records keep (the `source` column of every label record).
 SOURCE_LICENSES = {
@@ -152,10 +152,10 @@ def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: 
     from huggingface_hub.errors import HfHubHTTPError
 
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ValueError(f"dataset repo id must be org/name, got {repo_id!r}")
+        raise UsageError(f"dataset repo id must be org/name, got {repo_id!r}")
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no saved dataset (make label writes <output_dir>/dataset)")
+        raise MissingFileError(f"{path}: no saved dataset (make label writes <output_dir>/dataset)")
     dataset = load_from_disk(str(path))
     config_path, stats_path = path.parent / "config.yaml", path.parent / "stats.json"
     label_config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}

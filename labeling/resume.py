@@ -9,6 +9,7 @@ from typing import Any
 
 from labeling.config import LabelConfig
 from tiermem.config import to_dict
+from tiermem.errors import UsageError
 
 FINAL_OUTPUTS = ("dataset", "all_records.jsonl", "stats.json", "report.md")
 # Settings that change no committed record: run mechanics, the question subset and the split (reassigned at the end).
@@ -43,7 +44,7 @@ def check_resumable(cfg: LabelConfig, out: Path) -> None:
         saved = json.loads(path.read_text())
         changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
         if changed:
-            raise ValueError(f"{out} holds records labeled with other settings ({', '.join(changed)}); "
+            raise UsageError(f"{out} holds records labeled with other settings ({', '.join(changed)}); "
                              "use a new output_dir or delete the old one")
     path.write_text(json.dumps(current, indent=2, sort_keys=True))
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from labeling.config import LabelConfig
+from tiermem.errors import ConfigError
 from tiermem.llm import LLM, LLMConfig, build_llm
 
 
@@ -21,7 +22,7 @@ class Roles:
 
     def __init__(self, roles: dict[str, LLM | None], need_answerer: bool = True) -> None:
         if need_answerer and roles.get("answerer") is None:
-            raise ValueError("labeling needs an answerer LLM (llm.answerer)")
+            raise ConfigError("labeling needs an answerer LLM (llm.answerer)")
         unknown = set(roles) - set(self.NAMES)
         if unknown:
             raise ValueError(f"unknown LLM role(s) {sorted(unknown)}; roles are {self.NAMES}")

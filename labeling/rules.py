@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tiermem.errors import ConfigError
+
 RULES = ("outcome", "evidence")
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
 # How each rule decides that a path was right, worded for the model and dataset cards.
@@ -50,5 +52,5 @@ def decide(s_ok: bool | None, r_ok: bool | None, sufficient: bool | None = None)
 
 def check_rule(rule: str) -> str:
     if rule not in RULES:
-        raise ValueError(f"label_rule must be one of {RULES}, got {rule!r}")
+        raise ConfigError(f"label_rule must be one of {RULES}, got {rule!r}")
     return rule

@@ -44,6 +44,7 @@ from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore, record_key
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, Question, load_conversations
+from tiermem.errors import UsageError
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
 from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claimed_output_dir
@@ -76,7 +77,7 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
     if not any(c.questions for c in conversations):
-        raise ValueError("no questions selected: check conversations, categories and max_questions_per_conversation")
+        raise UsageError("no questions selected: check conversations, categories and max_questions_per_conversation")
     # Held until the run ends: a second run on this directory would append every record a second time.
     with claimed_output_dir(out, "label"):
         return _run_claimed(cfg, roles, embedder, conversations, started)

@@ -6,6 +6,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tiermem.errors import ConfigError
+
 SPLITS = ("train", "validation", "test")
 
 
@@ -21,7 +23,7 @@ class SplitSpec:
 
     def __post_init__(self) -> None:
         if len(self.ratios) != 3 or any(r < 0 for r in self.ratios) or sum(self.ratios) <= 0:
-            raise ValueError(f"split.ratios must be 3 non-negative numbers (train, validation, test): {self.ratios}")
+            raise ConfigError(f"split.ratios must be 3 non-negative numbers (train, validation, test): {self.ratios}")
 
     @property
     def explicit(self) -> bool:
@@ -54,11 +56,11 @@ def assign_splits(conv_ids: Sequence[str], spec: SplitSpec) -> dict[str, str]:
         for name, members in lists.items():
             for conv in members:
                 if conv in seen:
-                    raise ValueError(f"split: conversation {conv!r} is listed in both {seen[conv]} and {name}")
+                    raise ConfigError(f"split: conversation {conv!r} is listed in both {seen[conv]} and {name}")
                 seen[conv] = name
         missing = [c for c in ids if c not in seen]
         if missing:
-            raise ValueError(f"split: conversations {missing} are in the data but in no split list")
+            raise ConfigError(f"split: conversations {missing} are in the data but in no split list")
         assignment = {c: seen[c] for c in ids}
     else:
         shuffled = sorted(ids)

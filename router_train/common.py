@@ -19,6 +19,7 @@ from tiermem.artifacts import (
     verify_files,
     write_run_meta,
 )
+from tiermem.errors import ConfigError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         if self.top_layers is not None and self.top_layers < 1:
-            raise ValueError(f"lora.top_layers must be >= 1 or null (all layers), got {self.top_layers}")
+            raise ConfigError(f"lora.top_layers must be >= 1 or null (all layers), got {self.top_layers}")
 
     def to_peft(self, num_layers: int | None = None) -> Any:
         from peft import LoraConfig
@@ -130,7 +131,7 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
     meta = read_run_meta(run_dir)
     contract.check_version(meta.contract_version, where=str(run_dir))
     if not meta.adapter:
-        raise ValueError(f"{run_dir}: holds merged weights, not a LoRA adapter; load it as a model spec instead")
+        raise UsageError(f"{run_dir}: holds merged weights, not a LoRA adapter; load it as a model spec instead")
     verify_files(run_dir, meta)  # GRPO starts from these weights: the same check as serving them
     base, _ = load_causal_lm(meta.base_model, device=training_device())
     tokenizer = AutoTokenizer.from_pretrained(str(run_dir))

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from tiermem import contract
+from tiermem.errors import UsageError
 from tiermem.stats import auroc
 
 
@@ -29,13 +30,13 @@ def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
     for action in contract.ACTIONS:
         ids = encode(prompt + contract.OUTPUT_PREFIX + action)
         if ids[: len(base)] != base or len(ids) == len(base):
-            raise ValueError(
+            raise UsageError(
                 f"tokenizer merges {contract.OUTPUT_PREFIX!r} with {action!r}: the action cannot be read after "
                 "the fixed prefix; use the generate path"
             )
         firsts.append(ids[len(base)])
     if firsts[0] == firsts[1]:
-        raise ValueError(f"ANSWER and ESCALATE start with the same token {firsts[0]}: use the generate path")
+        raise UsageError(f"ANSWER and ESCALATE start with the same token {firsts[0]}: use the generate path")
     return firsts[0], firsts[1]
 
 

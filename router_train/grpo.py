@@ -21,7 +21,7 @@ from labeling.dataset import load_dataset_dict
 from tiermem import contract
 from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
-from tiermem.errors import stage_main
+from tiermem.errors import MissingFileError, stage_main
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import claimed_output_dir
 
@@ -85,7 +85,7 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
 
     if cfg.router:
         if not (Path(cfg.router) / RUN_META_FILE).is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no SFT router run at {cfg.router} ({RUN_META_FILE} missing): run `make sft` first, or point "
                 "router= at an SFT output directory"
             )
@@ -93,7 +93,7 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
         sft_info = {"sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation")}
         return model, tokenizer, meta.base_model, sft_info, None
     if not cfg.allow_no_sft:
-        raise FileNotFoundError(
+        raise ConfigError(
             "GRPO starts from an SFT adapter: set router= to a `make sft` output, or allow_no_sft=true to start "
             "from the bare base model (its rewards had zero variance in our probe: no learning signal)"
         )

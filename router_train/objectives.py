@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from trl import SFTTrainer
 
 from serving.signals import LogisticModel
+from tiermem.errors import ConfigError
 from tiermem.trunk import FrozenTrunk, decoder_of, supports_trunk
 
 OBJECTIVES = ("lm", "decision", "expected_reward")
@@ -63,18 +64,18 @@ class ObjectiveConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in OBJECTIVES:
-            raise ValueError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
+            raise ConfigError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
         if self.class_weight not in ("balanced", "none"):
-            raise ValueError(f"objective.class_weight must be balanced|none, got {self.class_weight!r}")
+            raise ConfigError(f"objective.class_weight must be balanced|none, got {self.class_weight!r}")
         if self.signal_head and self.kind == "lm":
-            raise ValueError("objective.signal_head needs a decision objective (decision or expected_reward), not lm")
+            raise ConfigError("objective.signal_head needs a decision objective (decision or expected_reward), not lm")
         if self.text_weight is not None and not (math.isfinite(self.text_weight) and self.text_weight >= 0):
-            raise ValueError(f"objective.text_weight must be a finite number >= 0 or null, got {self.text_weight}")
+            raise ConfigError(f"objective.text_weight must be a finite number >= 0 or null, got {self.text_weight}")
         if self.signal_head_l2 < 0:
-            raise ValueError(f"objective.signal_head_l2 must be >= 0, got {self.signal_head_l2}")
+            raise ConfigError(f"objective.signal_head_l2 must be >= 0, got {self.signal_head_l2}")
         if self.lm_weight < 0 or self.mass_weight < 0:
-            raise ValueError(f"objective.lm_weight and mass_weight must be >= 0, got {self.lm_weight}, "
-                             f"{self.mass_weight}")
+            raise ConfigError(f"objective.lm_weight and mass_weight must be >= 0, got {self.lm_weight}, "
+                              f"{self.mass_weight}")
 
 
 class SignalHead(torch.nn.Module):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tiermem import contract
+from tiermem.errors import ConfigError
 
 COST_MODES = ("wasted", "every_escalation")
 FORMAT_SCOPES = ("action", "full")
@@ -52,13 +53,13 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         if self.format_scope not in FORMAT_SCOPES:
-            raise ValueError(f"format_scope must be one of {FORMAT_SCOPES}, got {self.format_scope!r}")
+            raise ConfigError(f"format_scope must be one of {FORMAT_SCOPES}, got {self.format_scope!r}")
         if self.cost_on not in COST_MODES:
-            raise ValueError(f"cost_on must be one of {COST_MODES}, got {self.cost_on!r}")
+            raise ConfigError(f"cost_on must be one of {COST_MODES}, got {self.cost_on!r}")
         if self.cost_scale is not None and self.cost_scale <= 0:
-            raise ValueError(f"cost_scale must be > 0 tokens, got {self.cost_scale}")
+            raise ConfigError(f"cost_scale must be > 0 tokens, got {self.cost_scale}")
         if self.cost_weight < 0 or self.waste < 0:
-            raise ValueError("cost_weight and waste are penalties: they must be >= 0")
+            raise ConfigError("cost_weight and waste are penalties: they must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def check_completion_length(cfg: RewardConfig, max_completion_length: int | None
         return
     short = {a: n for a, n in needed_tokens.items() if n > max_completion_length}
     if short:
-        raise ValueError(
+        raise ConfigError(
             f"max_completion_length={max_completion_length} cuts the {cfg.format_scope!r}-scope format of "
             f"{sorted(short)} (needs {short} tokens): the format reward would depend on the action taken; raise "
             "max_completion_length or use rewards.format_scope=action")

@@ -27,7 +27,7 @@ from tiermem.artifacts import (
     read_run_meta,
     verify_files,
 )
-from tiermem.errors import HubError, stage_main
+from tiermem.errors import ConfigError, HubError, MissingFileError, UsageError, stage_main
 from tiermem.rundir import updating_run
 
 # What transformers' tokenizer and generation saving writes next to the weights (those present are pushed).
@@ -63,12 +63,12 @@ class PushConfig:
 
     def __post_init__(self) -> None:
         if self.create_pr and self.revision not in (None, "main"):
-            raise ValueError("create_pr opens the PR against main; leave revision unset")
+            raise ConfigError("create_pr opens the PR against main; leave revision unset")
 
 
 def push(cfg: PushConfig) -> dict[str, Any]:
     if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
-        raise ValueError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
+        raise UsageError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
     # Push writes the router's card and portable adapter config into its run: only a trained LM router run.
     with updating_run(cfg.router, "push", ("sft", "grpo")) as run_dir:
         return _push(cfg, run_dir)
@@ -83,7 +83,7 @@ def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
     weights = ["adapter_model.safetensors", "adapter_config.json"] if meta.adapter else ["config.json"]
     missing = [f for f in weights if not (run_dir / f).is_file()]
     if missing:
-        raise FileNotFoundError(f"{run_dir}: missing {missing}; not a complete router run")
+        raise MissingFileError(f"{run_dir}: missing {missing}; not a complete router run")
     verify_files(run_dir, meta)  # never publish weights that differ from the ones training recorded
     if get_token() is None:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")

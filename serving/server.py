@@ -19,7 +19,7 @@ bodies are counted while they stream in (413 as soon as `max_body_bytes` is pass
 Failures stay with the request that caused them: a /route body is checked against what the loaded router needs
 (e.g. each summary's `score` for the features and top1-score routers) before it joins a batch (422 naming the
 field), and when a batched call raises anyway the lane reruns that batch's requests one by one, so only the failing
-request gets an error: 422 when the router refused its input (ValueError), otherwise 500 with an error id whose
+request gets an error: 422 when the router refused its input (UsageError, DataError), otherwise 500 with an error id whose
 traceback is in the server log.
 """
 
@@ -43,7 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
 from tiermem import contract
-from tiermem.errors import stage_main
+from tiermem.errors import ConfigError, DataError, UsageError, stage_main
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +66,13 @@ class ServeConfig:
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         if not 0 <= self.port <= 65_535:
-            raise ValueError(f"port must be in 0..65535, got {self.port}")
+            raise ConfigError(f"port must be in 0..65535, got {self.port}")
         for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_chat_tokens",
                      "max_prompt_tokens", "max_queue", "route_batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.queue_timeout_s > 0:
-            raise ValueError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
+            raise ConfigError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
 
 
 class RequestError(ValueError):
@@ -277,13 +277,14 @@ def _chat_generate(router: Any, body: dict[str, Any], prompt: str, max_tokens: i
 
 
 def _submit(lane: Lane, item: Any) -> Any:
-    """Run `item` in `lane`; its own failure becomes its own response: RequestError as is, a ValueError (the router
-    refused this input) 422, anything else 500 with an error id (the traceback goes to the log, not the client)."""
+    """Run `item` in `lane`; its own failure becomes its own response: RequestError as is, a UsageError or DataError
+    (the router refused this input) 422, anything else 500 with an error id (the traceback goes to the log, not the
+    client)."""
     try:
         return lane.submit(item)
     except RequestError:
         raise
-    except ValueError as exc:
+    except (UsageError, DataError) as exc:
         raise RequestError(422, f"the router refused this request: {exc}") from None
     except Exception:
         error_id = uuid.uuid4().hex[:12]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tiermem.artifacts import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
-from tiermem.errors import RouterLoadError
+from tiermem.errors import ConfigError, DataError, RouterLoadError
 
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
 
@@ -74,7 +74,7 @@ def retrieval_scores(summaries: Sequence[Any], where: str = "summaries") -> list
     for i, unit in enumerate(summaries):
         s = _score_of(unit)
         if s is None or not math.isfinite(s):
-            raise ValueError(f"{where}[{i}]: retrieval 'score' missing or not a number (needed by score routers)")
+            raise DataError(f"{where}[{i}]: retrieval 'score' missing or not a number (needed by score routers)")
         scores.append(s)
     return scores
 
@@ -202,9 +202,9 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, class_weight: st
     if x.ndim != 2 or len(x) != len(y) or len(y) == 0:
         raise ValueError(f"fit_logistic: need a 2-d feature matrix with one label per row, got {x.shape}, {y.shape}")
     if y.min() == y.max():
-        raise ValueError("fit_logistic: the training rows hold one class only; cannot fit a router")
+        raise DataError("fit_logistic: the training rows hold one class only; cannot fit a router")
     if class_weight not in ("balanced", "none"):
-        raise ValueError(f"class_weight must be balanced or none, got {class_weight!r}")
+        raise ConfigError(f"class_weight must be balanced or none, got {class_weight!r}")
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale[scale < 1e-12] = 1.0  # a constant feature stays 0 after centring

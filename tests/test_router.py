@@ -10,7 +10,6 @@ from serving.routers.teacher import TeacherRouter
 from tests.router_fixtures import FIXTURES, make_router_run
 from tiermem import contract
 from tiermem.artifacts import read_run_meta, update_run_meta, write_run_meta
-from tiermem.errors import UsageError
 
 QUESTIONS = [q for q, _, _ in FIXTURES]
 SUMMARIES = [s for _, s, _ in FIXTURES]
@@ -157,7 +156,7 @@ def test_contract_version_mismatch_is_refused(run_dir, tmp_path):
 def test_missing_run_files_fail_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="tiermem_router.json"):
         Router.from_pretrained(tmp_path)
-    with pytest.raises(UsageError, match="no such directory"):
+    with pytest.raises(FileNotFoundError, match="no such directory"):
         Router.from_pretrained(tmp_path / "nope")
 
 

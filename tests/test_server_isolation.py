@@ -16,6 +16,7 @@ from serving.routers.features import FeatureRouter
 from serving.server import ServeConfig, create_app
 from serving.signals import FEATURES, LogisticModel
 from tests.test_server_limits import LANES, _post_later, serving, wait_for
+from tiermem.errors import UsageError
 
 
 def _features_model() -> LogisticModel:
@@ -57,7 +58,7 @@ class GatedFeatureRouter(Gated, FeatureRouter):
 
 
 class PickyRouter(Gated):
-    """route_batch raises when the batch holds the question `bad` (ValueError: refused input) or `boom`
+    """route_batch raises when the batch holds the question `bad` (UsageError: refused input) or `boom`
     (RuntimeError: an internal error); otherwise it answers each question with its own text as the reason."""
 
     kind, mode, threshold_logit, meta = "fake", "fast", 0.0, None
@@ -68,7 +69,7 @@ class PickyRouter(Gated):
     def route_batch(self, questions, summaries, threshold_logit=None):
         self._pass_gate(questions)
         if "bad" in questions:
-            raise ValueError("question 'bad' is not something this router can read")
+            raise UsageError("question 'bad' is not something this router can read")
         if "boom" in questions:
             raise RuntimeError("the scorer fell over")
         return [Decision("ANSWER", 0.1, q, True, 0.0, 1) for q in questions]

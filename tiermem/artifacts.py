@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import StoreError
+from tiermem.errors import MissingFileError, StoreError, UsageError
 from tiermem.eval_summary import EvalSummary
 
 RUN_META_FILE = "tiermem_router.json"
@@ -38,8 +38,9 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
 
 
-class RunMetaError(ValueError):
-    """A missing or malformed tiermem_router.json (the message names the file and the field)."""
+class RunMetaError(UsageError):
+    """A missing or malformed tiermem_router.json (the message names the file and the field): a run directory the
+    user named that cannot be used, exit 2."""
 
 
 class IntegrityError(StoreError):
@@ -66,7 +67,7 @@ class RunMeta:
 def read_run_meta(run_dir: str | Path) -> RunMeta:
     path = Path(run_dir) / RUN_META_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: not a tiermem router run directory (make sft writes one)")
+        raise MissingFileError(f"{path} not found: not a tiermem router run directory (make sft writes one)")
     try:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -255,7 +256,7 @@ def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
 
     path = Path(run_dir) / ADAPTER_CONFIG_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: not a LoRA adapter run")
+        raise MissingFileError(f"{path} not found: not a LoRA adapter run")
     base_id = hub_id(base_spec)
     if base_id is None:
         return None

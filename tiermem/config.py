@@ -17,11 +17,9 @@ from typing import Any, TypeVar
 
 import yaml
 
+from tiermem.errors import ConfigError  # defined with the other error kinds; `tiermem.config.ConfigError` still works
+
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A config file or override that does not fit its dataclass."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -144,6 +142,8 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
+        # The dataclass's own checks (__post_init__) judge the user's values here: whatever they refuse is a config
+        # error, one line and exit 2 (most raise ConfigError themselves; a plain ValueError is named here).
         raise ConfigError(f"{where}: {exc}") from None
     return obj
 

@@ -1,12 +1,17 @@
 """Named errors shared across stages, one per kind of failure, and the one table that maps them to exit codes
 (README "Run directories and exit codes"): each kind carries its `exit_code`; errors elsewhere subclass a kind or set
-`exit_code` themselves (contract, models, LLM layer), so this module imports nothing of the project."""
+`exit_code` themselves (contract, models, LLM layer). Only those, and a transport failure reaching an endpoint, are
+bad input or a bad environment: any other exception is a bug, and a stage reports it with its traceback and
+EXIT_INTERNAL. This module imports nothing of the project (it sits under every other one), so the credential mask
+its error lines need (`redact_text`) lives here and tiermem.redact re-exports it."""
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
+import traceback
 from collections.abc import Callable
 
 EXIT_OK = 0
@@ -17,10 +22,25 @@ EXIT_RUN_DIR = 4  # refused output directory: not made by this stage
 EXIT_STORE = 5  # unreadable, incomplete or tampered store: SQLite, manifest, records file
 EXIT_FAILED = 6  # the stage ran but produced nothing usable, or an LLM call failed after retries
 EXIT_NETWORK = 7  # an endpoint or hub that cannot be reached
+# An internal error: an exception that is none of the named kinds above, i.e. a bug rather than bad input. 70 is
+# sysexits.h's EX_SOFTWARE ("internal software error"), well clear of 0-7 and of 1 (the interpreter's own code for an
+# uncaught exception), so a script can tell "fix your input" from "report this".
+EXIT_INTERNAL = 70
 
 
 class UsageError(ValueError):
     """A value the user gave that cannot work (a router directory without a model, a hub without a token)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """A config file or override that does not fit its dataclass (also importable from tiermem.config)."""
+
+
+class MissingFileError(FileNotFoundError):
+    """A file or directory the user named (config, data file, run directory) that is not there; the message names
+    the path. A FileNotFoundError, so code that catches those still does."""
 
     exit_code = EXIT_USAGE
 
@@ -77,31 +97,57 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-# Plain bad input (a config key, a value, a missing file) that is not one of the named kinds.
-_USAGE = (ValueError, FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
-
-
 def exit_code(exc: BaseException) -> int | None:
-    """The exit code for a named error, or None for an unexpected one (which keeps its traceback)."""
+    """The exit code for a named error or an unreachable endpoint; None for anything else (an internal error,
+    which keeps its traceback)."""
     code = getattr(exc, "exit_code", None)
-    if isinstance(code, int):
+    if isinstance(code, int) and not isinstance(code, bool):
         return code
     if isinstance(exc, _network_errors()):
         return EXIT_NETWORK
-    return EXIT_USAGE if isinstance(exc, _USAGE) else None
+    return None
+
+
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+# Common API-key shapes (OpenAI sk-..., Hugging Face hf_..., bearer-like long tokens).
+_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,})")
+MASK = "***"
+
+
+def redact_text(text: str) -> str:
+    """`http://user:pw@host/v1` -> `http://***@host/v1`; key-shaped tokens -> `***`."""
+    return _KEYLIKE.sub(MASK, _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text))
 
 
 def error_line(stage: str, exc: BaseException) -> str:
-    from tiermem.config import ConfigError
-    from tiermem.redact import redact_text
-
     kind = "" if isinstance(exc, ConfigError) else f"{type(exc).__name__}: "
     return f"tiermem-router {stage}: error: {kind}{redact_text(str(exc))}"
 
 
+def internal_error_line(stage: str) -> str:
+    return f"tiermem-router {stage}: internal error (a bug, please report it with the traceback above)"
+
+
+def report_error(stage: str, exc: Exception) -> int:
+    """What a stage's main does with an exception that reached it: a named error becomes one line on stderr and
+    its exit code; anything else is an internal error, printed with its traceback and a line saying so, and gives
+    EXIT_INTERNAL. With TIERMEM_DEBUG=1 every exception is re-raised (a traceback for named errors too)."""
+    code = exit_code(exc)
+    if os.environ.get("TIERMEM_DEBUG"):
+        raise exc
+    if code is not None:
+        print(error_line(stage, exc), file=sys.stderr)
+        return code
+    # The traceback can hold what the user passed (URLs with user:password@): masked like every error line.
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    print(redact_text(text), end="", file=sys.stderr)
+    print(internal_error_line(stage), file=sys.stderr)
+    return EXIT_INTERNAL
+
+
 def stage_main(stage: str) -> Callable[[Callable[[list[str]], int | None]], Callable[[list[str] | None], int]]:
-    """Every stage's `main(argv)`: a named error becomes one line on stderr and its exit code; anything else
-    keeps its traceback (TIERMEM_DEBUG=1 keeps it for named errors too)."""
+    """Every stage's `main(argv)`: an exception that reaches it goes through `report_error` (one line and its exit
+    code for a named error; the traceback, an internal-error line and EXIT_INTERNAL for anything else)."""
 
     def deco(fn: Callable[[list[str]], int | None]) -> Callable[[list[str] | None], int]:
         @functools.wraps(fn)
@@ -109,11 +155,7 @@ def stage_main(stage: str) -> Callable[[Callable[[list[str]], int | None]], Call
             try:
                 return int(fn(list(sys.argv[1:] if argv is None else argv)) or 0)
             except Exception as exc:
-                code = exit_code(exc)
-                if code is None or os.environ.get("TIERMEM_DEBUG"):
-                    raise
-                print(error_line(stage, exc), file=sys.stderr)
-                return code
+                return report_error(stage, exc)
 
         return main
 

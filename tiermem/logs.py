@@ -15,6 +15,8 @@ import logging
 import os
 import warnings
 
+from tiermem.errors import UsageError
+
 OUR_LOGGERS = ("tiermem", "labeling", "router_train", "serving", "benchmarks", "__main__")
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 ENV = "TIERMEM_LOG"
@@ -43,7 +45,7 @@ class _ConsoleFilter(logging.Filter):
 def _level(name: str) -> int:
     level = logging.getLevelName(name.strip().upper())
     if not isinstance(level, int):
-        raise ValueError(f"{ENV}={name!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+        raise UsageError(f"{ENV}={name!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
     return level
 
 

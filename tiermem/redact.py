@@ -2,23 +2,18 @@
 
 Used wherever a config or an endpoint is recorded: config.yaml and resume_fingerprint.json (via
 tiermem.config.to_dict), LLM names in stats.json/report.md and the response cache, and httpx's request log.
+The string rule itself (`redact_text`) lives in tiermem.errors, which masks every error line with it and imports
+nothing of the project; it is re-exported here.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-# Common API-key shapes (OpenAI sk-..., Hugging Face hf_..., bearer-like long tokens).
-_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,})")
-MASK = "***"
+from tiermem.errors import MASK, redact_text
 
-
-def redact_text(text: str) -> str:
-    """`http://user:pw@host/v1` -> `http://***@host/v1`; key-shaped tokens -> `***`."""
-    return _KEYLIKE.sub(MASK, _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text))
+__all__ = ["MASK", "RedactingFilter", "install_log_filter", "redact", "redact_text", "redact_url"]
 
 
 def redact_url(url: str | None) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tiermem.errors import StoreError
+from tiermem.errors import StoreError, UsageError
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
 
@@ -30,7 +30,7 @@ def decoder_of(model: Any) -> Any:
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     inner = getattr(inner, "model", inner)
     if not hasattr(inner, "layers"):
-        raise ValueError(f"{type(model).__name__}: no decoder layers found")
+        raise UsageError(f"{type(model).__name__}: no decoder layers found")
     return inner
 
 
@@ -53,11 +53,11 @@ class FrozenTrunk:
 
     def __init__(self, model: Any, top_layers: int, batch_size: int = 8, cache_file: str | Path | None = None) -> None:
         if not supports_trunk(model):
-            raise ValueError(f"model type {model.config.model_type!r} is not supported by the frozen trunk")
+            raise UsageError(f"model type {model.config.model_type!r} is not supported by the frozen trunk")
         self.inner = decoder_of(model)
         n = len(self.inner.layers)
         if not 1 <= top_layers < n:
-            raise ValueError(f"top_layers must be in [1, {n - 1}], got {top_layers}")
+            raise UsageError(f"top_layers must be in [1, {n - 1}], got {top_layers}")
         self.split = n - top_layers
         self.batch_size = batch_size
         self.cache: dict[tuple[int, ...], torch.Tensor] = {}
@@ -69,7 +69,7 @@ class FrozenTrunk:
         if self.cache_file is not None and self.cache_file.is_file():
             saved = load_trunk_states(self.cache_file, self.inner.embed_tokens.weight.device)
             if saved["fingerprint"] != self.fingerprint:
-                raise ValueError(f"{self.cache_file}: trunk states of another model or split; delete the file")
+                raise UsageError(f"{self.cache_file}: trunk states of another model or split; delete the file")
             self.cache = saved["states"]
 
     def save(self) -> None:

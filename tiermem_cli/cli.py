@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
 
 from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: README "exit codes")
     EXIT_DATA,
     EXIT_FAILED,
+    EXIT_INTERNAL,
     EXIT_NETWORK,
     EXIT_RUN_DIR,
     EXIT_STORE,
     EXIT_USAGE,
     error_line,
     exit_code,
+    report_error,
 )
 from tiermem.logs import setup_logging
 
@@ -80,11 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         fn = getattr(importlib.import_module(module), func)
         return int(fn(rest) or 0)
     except Exception as exc:  # stages without their own stage_main wrapper, and logging setup
-        code = exit_code(exc)
-        if code is None or os.environ.get("TIERMEM_DEBUG"):
-            raise
-        print(error_line(stage, exc), file=sys.stderr)
-        return code
+        return report_error(stage, exc)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiermem.config import parse_cli
+from tiermem.errors import ConfigError, UsageError
 from tiermem.rundir import claimed_output_dir
 
 STEPS = ("label", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
@@ -50,9 +51,9 @@ class DemoConfig:
     def __post_init__(self) -> None:
         unknown = [s for s in self.stages if s not in STEPS]
         if unknown:
-            raise ValueError(f"demo: unknown stage(s) {unknown}; stages are {STEPS}")
+            raise ConfigError(f"demo: unknown stage(s) {unknown}; stages are {STEPS}")
         if self.main_router not in (*LM_ROUTERS, "best"):
-            raise ValueError(f"demo: main_router must be best or one of {LM_ROUTERS}, got {self.main_router!r}")
+            raise ConfigError(f"demo: main_router must be best or one of {LM_ROUTERS}, got {self.main_router!r}")
 
 
 def lm_routers(cfg: DemoConfig) -> list[str]:
@@ -73,7 +74,7 @@ def pick_main_router(cfg: DemoConfig) -> str:
             auc = (read_run_meta(root / name).metrics.get("validation") or {}).get("auroc")
             scored.append((auc if auc is not None else float("-inf"), -LM_ROUTERS.index(name), name))
     if not scored:
-        raise ValueError(f"demo: main_router=best but no trained LM router under {root}")
+        raise UsageError(f"demo: main_router=best but no trained LM router under {root}")
     best = max(scored)
     print(f"demo: main router {best[2]!r} (validation AUROC {best[0]:.3f}; "
           + ", ".join(f"{n} {a:.3f}" for a, _, n in scored) + ")")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tiermem.config import parse_cli
 from tiermem.data.conversations import Conversation, Question, load_conversations
+from tiermem.errors import UsageError
 from tiermem.llm import LLMConfig, build_llm
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
 from tiermem.rundir import claim_cache_dir
@@ -48,7 +49,7 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
     if conv_id:
         matches = [c for c in convs if c.conv_id == conv_id]
         if not matches:
-            raise ValueError(f"conversation {conv_id!r} not found; have {[c.conv_id for c in convs][:10]}")
+            raise UsageError(f"conversation {conv_id!r} not found; have {[c.conv_id for c in convs][:10]}")
         conv = matches[0]
     else:
         conv = convs[0]
@@ -58,16 +59,16 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
     if is_free_text(question):
         return conv, question.strip()
     if not conv.questions:
-        raise ValueError(f"conversation {conv.conv_id!r} has no questions in the file; ask one in words "
+        raise UsageError(f"conversation {conv.conv_id!r} has no questions in the file; ask one in words "
                          "(question=\"What did ...?\")")
     if question == "":
         return conv, conv.questions[0]
     if question.isdigit():
         index = int(question)
         if index >= len(conv.questions):
-            raise ValueError(f"question index {index} out of range (conversation has {len(conv.questions)})")
+            raise UsageError(f"question index {index} out of range (conversation has {len(conv.questions)})")
         return conv, conv.questions[index]
-    raise ValueError(f"question {question!r} not found in conversation {conv.conv_id!r}; ask a question of your "
+    raise UsageError(f"question {question!r} not found in conversation {conv.conv_id!r}; ask a question of your "
                      "own in words (with a space or a question mark)")
 
 

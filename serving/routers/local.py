@@ -33,7 +33,7 @@ from serving.routers.lm_head import action_token_ids, check_head_features, check
 from serving.signals import FEATURES, LogisticModel, feature_matrix
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta
-from tiermem.errors import RouterLoadError, UsageError
+from tiermem.errors import MissingFileError, RouterLoadError, UsageError
 from tiermem.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
 
 
@@ -131,7 +131,7 @@ class LocalRouter(Router):
         run_dir = Path(path_or_hub_id).expanduser()
         if not run_dir.exists():
             if str(path_or_hub_id).startswith((".", "/", "~")) or str(path_or_hub_id).count("/") != 1:
-                raise UsageError(f"router {path_or_hub_id!r}: no such directory, and not a hub id org/name")
+                raise MissingFileError(f"router {path_or_hub_id!r}: no such directory, and not a hub id org/name")
             from serving.hub import pull
 
             run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir, verify=False)

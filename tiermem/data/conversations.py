@@ -30,7 +30,7 @@ from typing import Any
 from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
 from tiermem.data.textfile import read_utf8
-from tiermem.errors import DataError
+from tiermem.errors import DataError, MissingFileError, UsageError
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
 # LoCoMo's question categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
@@ -42,7 +42,7 @@ def _read_json(path: str | Path) -> Any:
     if path.is_dir():
         raise DataError(f"{path}: is a directory, not a benchmark JSON file")
     if not path.is_file():
-        raise FileNotFoundError(f"benchmark file not found: {path}")
+        raise MissingFileError(f"benchmark file not found: {path}")
     text = read_utf8(path)  # a UTF-8 byte-order mark is fine; a byte that is not UTF-8 is named by offset
     try:
         return json.loads(text)
@@ -328,7 +328,7 @@ def load_conversations(
     """
     path = SAMPLE_PATH if path is None or str(path) == "" else Path(path)
     if fmt not in ("auto", "locomo", "longmemeval", "tiermem"):
-        raise ValueError(f"unknown benchmark format {fmt!r}; expected auto, locomo, longmemeval or tiermem")
+        raise UsageError(f"unknown benchmark format {fmt!r}; expected auto, locomo, longmemeval or tiermem")
     if path.suffix == ".jsonl" or fmt == "tiermem":  # your own conversations: tiermem/data/tiermem_format.py
         from tiermem.data.tiermem_format import load_tiermem
 

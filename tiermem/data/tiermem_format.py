@@ -45,7 +45,7 @@ from typing import Any
 from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
 from tiermem.data.textfile import jsonl_records, read_utf8
-from tiermem.errors import DataError
+from tiermem.errors import DataError, MissingFileError
 
 FORMAT_NAME = "tiermem-conversations"
 FORMAT_VERSION = 1
@@ -203,7 +203,7 @@ def load_tiermem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
     """Load a tiermem-format .json or .jsonl file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"conversation file not found: {path}")
+        raise MissingFileError(f"conversation file not found: {path}")
     text = read_utf8(path, TiermemFormatError)
     if path.suffix != ".jsonl":
         try:

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tiermem.errors import EXIT_FAILED
+from tiermem.errors import EXIT_FAILED, ConfigError
 from tiermem.llm.cache import ResponseCache
 
 Messages = list[dict[str, str]]
@@ -66,24 +66,24 @@ class LLMConfig:
 
     def __post_init__(self) -> None:
         if self.backend not in ("local", "openai"):
-            raise ValueError(f"llm.backend must be 'local' or 'openai', got {self.backend!r}")
+            raise ConfigError(f"llm.backend must be 'local' or 'openai', got {self.backend!r}")
         if self.structured not in ("vllm", "openai", "none"):
-            raise ValueError(f"llm.structured must be vllm|openai|none, got {self.structured!r}")
+            raise ConfigError(f"llm.structured must be vllm|openai|none, got {self.structured!r}")
         # 0 or negative would hang (a zero-size semaphore), loop forever or silently fall back to a default
         for name in ("max_concurrency", "max_tokens", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"llm.{name} must be an integer >= 1, got {value!r}")
+                raise ConfigError(f"llm.{name} must be an integer >= 1, got {value!r}")
         if not self.timeout_s > 0:
-            raise ValueError(f"llm.timeout_s must be > 0 seconds, got {self.timeout_s!r}")
+            raise ConfigError(f"llm.timeout_s must be > 0 seconds, got {self.timeout_s!r}")
         if self.max_retries < 0:
-            raise ValueError(f"llm.max_retries must be >= 0, got {self.max_retries!r}")
+            raise ConfigError(f"llm.max_retries must be >= 0, got {self.max_retries!r}")
         if not 0 <= self.temperature <= 2:
-            raise ValueError(f"llm.temperature must be in [0, 2], got {self.temperature!r}")
+            raise ConfigError(f"llm.temperature must be in [0, 2], got {self.temperature!r}")
         if not _ENV_NAME.match(self.api_key_env):
             # never echo it: what does not look like a variable name is most likely the key itself
-            raise ValueError("llm.api_key_env must be the NAME of an environment variable (letters, digits, "
-                             "underscores), not the key; the value given is not shown")
+            raise ConfigError("llm.api_key_env must be the NAME of an environment variable (letters, digits, "
+                              "underscores), not the key; the value given is not shown")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from tiermem.contract import ACTIONS
 from tiermem.data.conversations import Conversation, Question
+from tiermem.errors import ConfigError
 from tiermem.llm import LLM
 from tiermem.memory.policies import (
     LinkedQuote,
@@ -74,24 +75,24 @@ class MemoryConfig:
 
     def __post_init__(self) -> None:
         if self.summarizer not in ("extractive", "llm"):
-            raise ValueError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
+            raise ConfigError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
         if self.fixed_policy not in ("summary", "research"):
-            raise ValueError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
+            raise ConfigError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
         if not 1 <= self.max_rounds <= 3:
-            raise ValueError(f"max_rounds must be 1..3 (bounded research), got {self.max_rounds}")
+            raise ConfigError(f"max_rounds must be 1..3 (bounded research), got {self.max_rounds}")
         positive = ("page_tokens", "top_k", "pages_per_round", "max_units_per_page", "summarizer_max_tokens",
                     "step_max_tokens", "answer_max_tokens")
         for name in positive:  # 0 would silently become a default further down; negatives slice from the end
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"memory.{name} must be an integer >= 1, got {value!r}")
+                raise ConfigError(f"memory.{name} must be an integer >= 1, got {value!r}")
         for name in ("keyword_k", "search_k", "max_snippets"):
             if getattr(self, name) < 0:
-                raise ValueError(f"memory.{name} must be >= 0, got {getattr(self, name)!r}")
+                raise ConfigError(f"memory.{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0 < self.keep_ratio <= 1:
-            raise ValueError(f"memory.keep_ratio must be in (0, 1], got {self.keep_ratio!r}")
+            raise ConfigError(f"memory.keep_ratio must be in (0, 1], got {self.keep_ratio!r}")
         if not self.writeback_update_similarity <= self.writeback_skip_similarity:
-            raise ValueError("writeback_update_similarity must be <= writeback_skip_similarity")
+            raise ConfigError("writeback_update_similarity must be <= writeback_skip_similarity")
 
     def tier_fields(self) -> dict[str, Any]:
         keys = ["page_tokens", "tokenizer", "summarizer", "embedder"]

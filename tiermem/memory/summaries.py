@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tiermem.data.dates import parse_timestamp
+from tiermem.errors import ConfigError, UsageError
 from tiermem.llm import LLM, LLMError
 from tiermem.memory.raw_store import Page, StoreError, open_sqlite
 from tiermem.memory.text import best_overlap_turn, content_words, split_sentences
@@ -180,7 +181,7 @@ class SummaryIndex:
 
     def _check_dim(self, vectors: np.ndarray) -> None:
         if self.matrix.size and vectors.shape[1] != self.matrix.shape[1]:
-            raise ValueError(
+            raise UsageError(
                 f"{self.directory}: embedder gives {vectors.shape[1]}-dim vectors but the index holds "
                 f"{self.matrix.shape[1]}-dim ones; rebuild the index with one embedder"
             )
@@ -238,7 +239,7 @@ class SummaryIndex:
             return []
         query = query.reshape(-1)
         if query.shape[0] != self.matrix.shape[1]:
-            raise ValueError(f"{self.directory}: query vector has {query.shape[0]} dims, the index "
+            raise UsageError(f"{self.directory}: query vector has {query.shape[0]} dims, the index "
                              f"{self.matrix.shape[1]}; use the embedder the index was built with")
         scores = self.matrix @ query
         # stable sort on -score: ties keep insertion order, so results are deterministic
@@ -396,6 +397,6 @@ def build_summarizer(kind: str, llm: LLM | None = None, keep_ratio: float = 0.3,
         return ExtractiveSummarizer(keep_ratio, max_units_per_page)
     if kind == "llm":
         if llm is None:
-            raise ValueError("the llm summarizer needs an LLM (memory.summarizer=llm with an llm config)")
+            raise ConfigError("the llm summarizer needs an LLM (memory.summarizer=llm with an llm config)")
         return LLMFactSummarizer(llm, max_tokens)
     raise ValueError(f"unknown summarizer {kind!r}; expected 'extractive' or 'llm'")
