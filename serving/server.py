@@ -19,8 +19,8 @@ bodies are counted while they stream in (413 as soon as `max_body_bytes` is pass
 Failures stay with the request that caused them: a /route body is checked against what the loaded router needs
 (e.g. each summary's `score` for the features and top1-score routers) before it joins a batch (422 naming the
 field), and when a batched call raises anyway the lane reruns that batch's requests one by one, so only the failing
-request gets an error: 422 when the router refused its input (UsageError, DataError), otherwise 500 with an error id whose
-traceback is in the server log.
+request gets an error: 422 when the router refused its input (UsageError, DataError), otherwise 500 with an error id
+whose traceback is in the server log.
 """
 
 from __future__ import annotations
