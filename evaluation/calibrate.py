@@ -3,9 +3,9 @@
 Every record eval replays is scored (labeled ones, and dropped ones whose path correctness is known: what the
 router will meet), with the router's log-odds `score()`; the decision rule is `score >= threshold_logit`.
 Records whose path correctness is unknown under the rule (e.g. the evidence rule's research verdict for a question
-without gold evidence turns) cannot be replayed: every objective below is computed without them, and the result
+without gold evidence turns) cannot be replayed: every criterion below is computed without them, and the result
 counts them (`n_unreplayable`).
-Objectives:
+Criteria:
 
 - `max_reward` (default): the threshold with the largest total reward under the GRPO reward table
   (router_train.rewards: RewardConfig + score_decision). Every record knows both paths' outcomes, so both
@@ -50,44 +50,44 @@ from tiermem.artifacts import update_run_meta
 from tiermem.errors import ConfigError, MissingFileError, UsageError, stage_main
 from tiermem.rundir import ROUTER_STAGES, updating_run
 
-OBJECTIVES = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
+CRITERIA = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
 ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)
 RISK_UNITS = ("question", "conversation")
 
 
-def _check_objective(objective: str, value: float | None, budget_share: float | None) -> None:
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if objective in ("hard_recall", "escalation_rate"):
+def _check_criterion(criterion: str, value: float | None, budget_share: float | None) -> None:
+    if criterion not in CRITERIA:
+        raise ConfigError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    if criterion in ("hard_recall", "escalation_rate"):
         if value is None or not 0.0 < value <= 1.0:
-            raise ConfigError(f"objective {objective}: value must be a share in (0, 1], got {value}")
-    if objective == "token_budget":
+            raise ConfigError(f"criterion {criterion}: value must be a share in (0, 1], got {value}")
+    if criterion == "token_budget":
         if (value is None) == (budget_share is None):
-            raise ConfigError("objective token_budget: give exactly one of value (mean input tokens) and budget_share "
+            raise ConfigError("criterion token_budget: give exactly one of value (mean input tokens) and budget_share "
                               f"(share of raw-only's mean input tokens), got {value}, {budget_share}")
         if value is not None and value <= 0:
-            raise ConfigError(f"objective token_budget: value must be a mean input-token budget > 0, got {value}")
+            raise ConfigError(f"criterion token_budget: value must be a mean input-token budget > 0, got {value}")
         if budget_share is not None and not 0.0 < budget_share <= 1.0:
-            raise ConfigError(f"objective token_budget: budget_share must be in (0, 1], got {budget_share}")
+            raise ConfigError(f"criterion token_budget: budget_share must be in (0, 1], got {budget_share}")
     elif budget_share is not None:
-        raise ConfigError(f"budget_share applies to objective token_budget only, not {objective}")
+        raise ConfigError(f"budget_share applies to criterion token_budget only, not {criterion}")
 
 
 @dataclass
 class OperatingPoint:
-    """One extra threshold calibrate stores by name (objectives and values as CalibrateConfig's)."""
+    """One extra threshold calibrate stores by name (criteria and values as CalibrateConfig's)."""
 
     name: str
-    objective: str = "token_budget"
+    criterion: str = "token_budget"
     value: float | None = None
     budget_share: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ConfigError(f"operating point name must be a word (letters, digits, _), got {self.name!r}")
-        if self.objective == "risk_control":
+        if self.criterion == "risk_control":
             raise ConfigError("operating points take max_reward, token_budget, hard_recall or escalation_rate")
-        _check_objective(self.objective, self.value, self.budget_share)
+        _check_criterion(self.criterion, self.value, self.budget_share)
 
 
 @dataclass
@@ -95,7 +95,7 @@ class CalibrateConfig:
     router: RouterSpec = field(default_factory=RouterSpec)  # the router to calibrate (a run directory as shorthand)
     data: str = "runs/label/dataset"  # DatasetDict saved by `make label`, or a .jsonl of label records
     split: str = "validation"
-    objective: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
+    criterion: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
     value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
     budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
@@ -109,7 +109,7 @@ class CalibrateConfig:
     limit: int | None = None  # score only the first N replayable records (quick runs)
     write: bool = True  # store the threshold in the run directory's tiermem_router.json
     # More thresholds stored beside the main one (calibration.operating_points), each picked on the same split by
-    # its own objective, e.g. {name: tokens_80, objective: token_budget, budget_share: 0.8}; eval reports each.
+    # its own criterion, e.g. {name: tokens_80, criterion: token_budget, budget_share: 0.8}; eval reports each.
     operating_points: list[OperatingPoint] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -119,7 +119,7 @@ class CalibrateConfig:
         if len(set(names)) != len(names):
             raise ConfigError(f"operating_points: names must be unique, got {names}")
         self.operating_points = points
-        _check_objective(self.objective, self.value, self.budget_share)
+        _check_criterion(self.criterion, self.value, self.budget_share)
         if not (0 < self.alpha < 1 and 0 < self.delta < 1):
             raise ConfigError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
         if self.risk_unit not in RISK_UNITS:
@@ -152,7 +152,7 @@ class CalibrationSet:
     def need(self, *names: str) -> None:
         missing = [n for n in names if getattr(self, n) is None]
         if missing:
-            raise ValueError(f"this objective needs per-record {missing}")
+            raise ValueError(f"this criterion needs per-record {missing}")
 
 
 # ---- thresholds ------------------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def threshold_risk_control(cs: CalibrationSet, alpha: float, delta: float, unit:
     return chosen, guarantee
 
 
-# ---- the whole objective ---------------------------------------------------------------------------------
+# ---- the whole criterion ---------------------------------------------------------------------------------
 
 
 def summarize(scores: Sequence[float], labels: Sequence[str | None], threshold: float,
@@ -341,36 +341,36 @@ def _budget(cs: CalibrationSet, value: float | None, budget_share: float | None)
     return budget_share * sum(cs.r_tokens) / len(cs.r_tokens)  # type: ignore[arg-type]
 
 
-def pick_threshold(cs: CalibrationSet, cfg: CalibrateConfig, objective: str, value: float | None,
+def pick_threshold(cs: CalibrationSet, cfg: CalibrateConfig, criterion: str, value: float | None,
                    budget_share: float | None = None) -> tuple[float, dict[str, Any], dict[str, Any] | None]:
-    """(threshold_logit, the objective's parameters, guarantee or None) for one objective on cs."""
-    if objective == "max_reward":
+    """(threshold_logit, the criterion's parameters, guarantee or None) for one criterion on cs."""
+    if criterion == "max_reward":
         return threshold_max_reward(cs, cfg.reward)[0], {"reward": asdict(cfg.reward)}, None
-    if objective == "token_budget":
+    if criterion == "token_budget":
         budget = _budget(cs, value, budget_share)
         return threshold_token_budget(cs, budget), {"budget_mean_input_tokens": budget,
                                                     "budget_share": budget_share}, None
-    if objective == "hard_recall":
+    if criterion == "hard_recall":
         return threshold_for_hard_recall(cs.scores, cs.labels, float(value)), {}, None  # type: ignore[arg-type]
-    if objective == "escalation_rate":
+    if criterion == "escalation_rate":
         return threshold_for_rate(cs.scores, float(value)), {}, None  # type: ignore[arg-type]
-    if objective == "risk_control":
+    if criterion == "risk_control":
         threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_unit, cfg.risk_grid)
         return threshold, {"alpha": cfg.alpha, "delta": cfg.delta, "unit": cfg.risk_unit}, guarantee
-    raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
 
 
 def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
-    """Pick the threshold for cfg.objective on cs; returns the calibration dict stored with the router."""
-    threshold, params, guarantee = pick_threshold(cs, cfg, cfg.objective, cfg.value, cfg.budget_share)
+    """Pick the threshold for cfg.criterion on cs; returns the calibration dict stored with the router."""
+    threshold, params, guarantee = pick_threshold(cs, cfg, cfg.criterion, cfg.value, cfg.budget_share)
     points = {}
     for point in cfg.operating_points:
-        t, p_params, _ = pick_threshold(cs, cfg, point.objective, point.value, point.budget_share)
-        points[point.name] = {"objective": point.objective, "value": point.value, **p_params,
+        t, p_params, _ = pick_threshold(cs, cfg, point.criterion, point.value, point.budget_share)
+        points[point.name] = {"criterion": point.criterion, "value": point.value, **p_params,
                               "threshold_logit": float(t),
                               "achieved": summarize(cs.scores, cs.labels, t, cs, cfg.reward)}
     return {
-        "objective": cfg.objective, "value": cfg.value, **params,
+        "criterion": cfg.criterion, "value": cfg.value, **params,
         "threshold_logit": float(threshold),
         "n_calibration": len(cs.scores),
         "achieved": summarize(cs.scores, cs.labels, threshold, cs, cfg.reward),

@@ -217,7 +217,7 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
             points[sub] = {"policy": metrics.replay(cases, esc[:n], sub, rtok[:n], rlat[:n],
                                                     [d.parsed_ok for d in decisions[:n]]),
                            "output": eval_analysis.RouterOutput(sub, esc, None, None, rtok), "threshold_logit": t,
-                           "objective": point.get("objective")}
+                           "criterion": point.get("criterion")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
             "errors": errors, "threshold_logit": threshold_used, "operating_points": points,
             "score_parts": score_part_auroc(routed, decisions)}
@@ -301,7 +301,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     for run_ in runs.values():
         predictions += run_["predictions"]
     points = {k: p for r in runs.values() for k, p in r["operating_points"].items()}
-    meta["operating_points"] = {k: {"threshold_logit": p["threshold_logit"], "objective": p["objective"]}
+    meta["operating_points"] = {k: {"threshold_logit": p["threshold_logit"], "criterion": p["criterion"]}
                                 for k, p in points.items()}
     random_rate = runs["routed"]["policy"].escalation_rate if "routed" in runs else None
     base = metrics.baselines(cases, random_rate)

@@ -186,7 +186,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     points = meta.get("operating_points") or {}
     if points:
         out += ["Rows `name@point` are the same router at another calibrated threshold (calibrate's "
-                "operating_points): " + ", ".join(f"`{k}` ({p['objective']}, log-odds {_fmt(p['threshold_logit'])})"
+                "operating_points): " + ", ".join(f"`{k}` ({p['criterion']}, log-odds {_fmt(p['threshold_logit'])})"
                                                    for k, p in points.items()), ""]
     verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random")]
     if verdicts:

@@ -146,12 +146,12 @@ def _calibration_section(meta: RunMeta) -> str:
     if not cal:
         return ("Not calibrated: the default threshold_logit 0 (threshold_prob 0.5, the argmax) applies (run "
                 "`make calibrate`).")
-    objective, goal = cal.get("objective"), cal.get("value")
+    criterion, goal = cal.get("criterion"), cal.get("value")
     logit = _number(cal.get("threshold_logit"))
     prob = None if logit is None else 1.0 / (1.0 + math.exp(-logit))
     parts = [f"Threshold: threshold_logit **{_fmt(logit)}** on the log-odds score (threshold_prob {_fmt(prob)} on "
              "p_escalate)"
-             + f", chosen for {objective or 'an unrecorded objective'}"
+             + f", chosen by criterion {criterion or '(not recorded)'}"
              + (f" = {_fmt(goal)}" if goal is not None else "")
              + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
     if isinstance(cal.get("achieved"), dict):

@@ -54,8 +54,8 @@ def test_hard_recall_threshold():
     assert threshold_for_hard_recall(SCORES, LABELS, 0.5) == 0.8
     assert threshold_for_hard_recall(SCORES, LABELS, 0.75) == 0.6
     assert threshold_for_hard_recall(SCORES, LABELS, 1.0) == 0.3
-    out = calibrate(CalibrationSet(SCORES, LABELS), CalibrateConfig(objective="hard_recall", value=0.75))
-    assert out["threshold_logit"] == 0.6 and out["objective"] == "hard_recall"
+    out = calibrate(CalibrationSet(SCORES, LABELS), CalibrateConfig(criterion="hard_recall", value=0.75))
+    assert out["threshold_logit"] == 0.6 and out["criterion"] == "hard_recall"
     assert "threshold" not in out  # log-odds only in the JSON we write; a probability is for displays
     assert out["achieved"]["hard_recall"] == 0.75
     assert out["achieved"]["escalation_rate"] == 0.4  # 0.9, 0.8, 0.7, 0.6
@@ -77,8 +77,8 @@ def test_max_reward_picks_the_best_total_reward():
     assert t == 1.0
     # rewards at t=1: A +1, B +0.6, C +1, D (ANSWER, right) +1, E (ANSWER, wrong) -1.5
     assert mean_reward == pytest.approx((1 + 0.6 + 1 + 1 - 1.5) / 5)
-    out = calibrate(HAND, CalibrateConfig())  # the default objective
-    assert out["objective"] == "max_reward" and out["threshold_logit"] == 1.0
+    out = calibrate(HAND, CalibrateConfig())  # the default criterion
+    assert out["criterion"] == "max_reward" and out["threshold_logit"] == 1.0
     assert out["achieved"]["mean_reward"] == pytest.approx(mean_reward)
     assert out["achieved"]["accuracy"] == 0.8 and out["achieved"]["false_cache_hit_rate"] == 0.0
 
@@ -102,27 +102,27 @@ def test_token_budget_best_accuracy_within_budget():
     assert threshold_token_budget(HAND, 100) == ANSWER_ALL
     with pytest.raises(ValueError, match="below the summary-only"):
         threshold_token_budget(HAND, 50)
-    out = calibrate(HAND, CalibrateConfig(objective="token_budget", value=700))
+    out = calibrate(HAND, CalibrateConfig(criterion="token_budget", value=700))
     assert out["achieved"]["mean_input_tokens"] == 640 and out["achieved"]["accuracy"] == 0.8
 
 
-def test_escalation_rate_objective_counts_dropped_records():
-    out = calibrate(HAND, CalibrateConfig(objective="escalation_rate", value=0.4))
+def test_escalation_rate_criterion_counts_dropped_records():
+    out = calibrate(HAND, CalibrateConfig(criterion="escalation_rate", value=0.4))
     assert out["threshold_logit"] == 2.0 and out["achieved"]["n"] == 5
 
 
-def test_bad_objectives_are_rejected():
+def test_bad_criteria_are_rejected():
     with pytest.raises(ValueError, match="rate"):
         threshold_for_rate(SCORES, 0.0)
     with pytest.raises(ValueError, match="no ESCALATE"):
         threshold_for_hard_recall([0.1], ["ANSWER"], 0.9)
-    with pytest.raises(ConfigError, match="objective"):
-        parse_cli(CalibrateConfig, ["objective=cheap"])
+    with pytest.raises(ConfigError, match="criterion"):
+        parse_cli(CalibrateConfig, ["criterion=cheap"])
     with pytest.raises(ConfigError, match="value"):
-        parse_cli(CalibrateConfig, ["objective=hard_recall", "value=1.5"])
+        parse_cli(CalibrateConfig, ["criterion=hard_recall", "value=1.5"])
     with pytest.raises(ConfigError, match="token_budget"):
-        parse_cli(CalibrateConfig, ["objective=token_budget"])
-    with pytest.raises(ConfigError, match="unknown key"):  # `objective` is the one name
+        parse_cli(CalibrateConfig, ["criterion=token_budget"])
+    with pytest.raises(ConfigError, match="unknown key"):  # `criterion` is the one name
         parse_cli(CalibrateConfig, ["target=escalation_rate", "value=0.5"])
 
 
@@ -173,7 +173,7 @@ def test_risk_control_with_too_little_data_escalates_everything():
                         clusters=["a", "b", "c"])
     t, g = threshold_risk_control(cs, 0.1, 0.1, "question", grid=(-5.0, 5.0, 11))
     assert t == ESCALATE_ALL and g["p_value"] is None and "escalates everything" in g["statement"]
-    out = calibrate(cs, CalibrateConfig(objective="risk_control", risk_unit="conversation"))
+    out = calibrate(cs, CalibrateConfig(criterion="risk_control", risk_unit="conversation"))
     assert out["guarantee"]["unit"] == "conversation" and out["guarantee"]["n_calibration"] == 3
     assert out["achieved"]["escalation_rate"] == 1.0
 
@@ -230,19 +230,19 @@ def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     dropped.update(question=FIXTURES[0][0], router_summaries=FIXTURES[0][1])
     data = tmp_path / "val.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in [*rows, dropped]))
-    assert main([f"router={run_dir}", f"data={data}", "objective=hard_recall", "value=1.0"]) == 0
+    assert main([f"router={run_dir}", f"data={data}", "criterion=hard_recall", "value=1.0"]) == 0
     cal = read_run_meta(run_dir).calibration
-    assert (cal["objective"], cal["value"]) == ("hard_recall", 1.0) and "target" not in cal
+    assert (cal["criterion"], cal["value"]) == ("hard_recall", 1.0) and "target" not in cal
     assert cal["achieved"]["hard_recall"] == 1.0 and cal["achieved"]["n"] == len(FIXTURES) + 1
     router = LocalRouter.from_pretrained(run_dir)
     assert router.threshold_logit == cal["threshold_logit"]
     escalated = [d.action == "ESCALATE" for d in router.route_batch([r["question"] for r in [*rows, dropped]],
                                                                      [r["router_summaries"] for r in [*rows, dropped]])]
     assert sum(escalated) / len(escalated) == cal["achieved"]["escalation_rate"]
-    # the default objective (max expected reward) also runs end to end and is stored with its table
+    # the default criterion (max expected reward) also runs end to end and is stored with its table
     assert main([f"router={run_dir}", f"data={data}"]) == 0
     cal = read_run_meta(run_dir).calibration
-    assert cal["objective"] == "max_reward" and cal["reward"]["waste"] == 0.4
+    assert cal["criterion"] == "max_reward" and cal["reward"]["waste"] == 0.4
     # every fixture: research right; the summary right exactly on ANSWER labels -> escalating the ESCALATE
     # labels (and the dropped one, whose both paths fail, is neutral) is optimal: the fixture router ranks them
     assert cal["achieved"]["accuracy"] == pytest.approx(6 / 7)

@@ -109,7 +109,7 @@ def test_fit_save_load_roundtrip_through_the_registry_and_calibration(tmp_path):
     scores = [r.score(qs, ss) for r in via]
     assert all(s == scores[0] for s in scores) and len(set(scores[0])) > 50  # identical, and no ties
     # calibration stores its log-odds threshold in the directory; loading applies it
-    assert calibrate_main([f"router={out}", f"data={data}", "objective=escalation_rate", "value=0.3"]) == 0
+    assert calibrate_main([f"router={out}", f"data={data}", "criterion=escalation_rate", "value=0.3"]) == 0
     cal = json.loads((out / "tiermem_router.json").read_text())["calibration"]
     loaded = Router.from_pretrained(out)
     assert loaded.threshold_logit == cal["threshold_logit"] != 0.0

@@ -122,7 +122,7 @@ def test_card_names_the_hub_base_model_and_reads_values_from_meta():
     meta = RunMeta(contract_version="tiermem-router-contract/1", base_model="packaged:smollm2-135m-instruct",
                    stage="grpo", data={"label_rules": ["outcome"], "train_records": 123},
                    metrics={"validation": {"accuracy": 0.8125}},
-                   calibration={"threshold_logit": 0.4321, "objective": "hard_recall", "value": 0.9,
+                   calibration={"threshold_logit": 0.4321, "criterion": "hard_recall", "value": 0.9,
                                 "data": "runs/label/dataset", "split": "validation",
                                 "achieved": {"escalation_rate": 0.37}})
     card = ModelCard(str(render_card(meta, "acme/r", license="mit", tags=["x"])))

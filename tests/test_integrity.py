@@ -137,7 +137,7 @@ def test_a_tampered_feature_model_is_refused_and_calibrate_keeps_the_digests(tmp
 
     feats = _features_run(tmp_path / "features")
     data = _label_dataset(tmp_path)
-    assert calibrate_main([f"router={feats}", f"data={data}", "objective=escalation_rate", "value=0.5"]) == 0
+    assert calibrate_main([f"router={feats}", f"data={data}", "criterion=escalation_rate", "value=0.5"]) == 0
     meta = _meta(feats)
     assert meta["calibration"]["threshold_logit"] is not None
     assert meta["files"] == {"feature_model.json": _sha256(feats / "feature_model.json")}

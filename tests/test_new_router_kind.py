@@ -26,7 +26,7 @@ def test_eval_calibrate_and_serve_build_a_new_kind(tmp_path, word_count_kind):
 
     data = _label_dataset(tmp_path)
     run = WordCountRouter().save(tmp_path / "word_count")
-    assert calibrate_main([f"router={run}", f"data={data}", "objective=escalation_rate", "value=0.5"]) == 0
+    assert calibrate_main([f"router={run}", f"data={data}", "criterion=escalation_rate", "value=0.5"]) == 0
     stored = json.loads((run / "tiermem_router.json").read_text())["calibration"]["threshold_logit"]
 
     out = tmp_path / "eval"

@@ -39,21 +39,21 @@ def dataset(tmp_path):
 
 def test_operating_point_config_is_checked():
     with pytest.raises(ValueError, match="exactly one of value"):
-        OperatingPoint(name="x", objective="token_budget")
+        OperatingPoint(name="x", criterion="token_budget")
     with pytest.raises(ValueError, match="budget_share must be in"):
-        OperatingPoint(name="x", objective="token_budget", budget_share=1.5)
+        OperatingPoint(name="x", criterion="token_budget", budget_share=1.5)
     with pytest.raises(ValueError, match="budget_share applies"):
-        OperatingPoint(name="x", objective="escalation_rate", value=0.5, budget_share=0.5)
+        OperatingPoint(name="x", criterion="escalation_rate", value=0.5, budget_share=0.5)
     with pytest.raises(ValueError, match="unique"):
-        CalibrateConfig(operating_points=[{"name": "a", "objective": "escalation_rate", "value": 0.5}] * 2)
+        CalibrateConfig(operating_points=[{"name": "a", "criterion": "escalation_rate", "value": 0.5}] * 2)
 
 
 def test_calibrate_stores_operating_points_and_eval_reports_them(dataset, tmp_path, capsys):
     router = tmp_path / "features"
     assert cli.main(["fit-features", f"data={dataset}", f"output_dir={router}"]) == 0
     assert cli.main(["calibrate", f"router={router}", f"data={dataset}", "split=validation",
-                     'operating_points=[{"name": "tokens_80", "objective": "token_budget", "budget_share": 0.8},'
-                     ' {"name": "half", "objective": "escalation_rate", "value": 0.5}]']) == 0
+                     'operating_points=[{"name": "tokens_80", "criterion": "token_budget", "budget_share": 0.8},'
+                     ' {"name": "half", "criterion": "escalation_rate", "value": 0.5}]']) == 0
     calibration = read_run_meta(router).calibration
     points = calibration["operating_points"]
     assert set(points) == {"tokens_80", "half"}

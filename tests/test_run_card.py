@@ -246,14 +246,14 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
 
     logit = math.log(0.2 / 0.8)
     update_run_meta(run, calibration={
-        "objective": "hard_recall", "value": 0.9, "threshold_logit": logit, "data": "d", "split": "validation",
+        "criterion": "hard_recall", "value": 0.9, "threshold_logit": logit, "data": "d", "split": "validation",
         "guarantee": {"method": "clopper-pearson", "alpha": 0.1, "delta": 0.05, "n_calibration": 57,
                       "achieved": 0.93}})
     text = card(refresh_card(run).parent)
     assert "threshold_logit **-1.386** on the log-odds score (threshold_prob 0.2 on p_escalate)" in text
     assert "hard_recall = 0.9" in text
     assert "method `clopper-pearson`, alpha = 0.1, delta = 0.05, on 57 calibration questions" in text
-    update_run_meta(run, calibration={"threshold_logit": math.log(0.42 / 0.58), "objective": "escalation_rate",
+    update_run_meta(run, calibration={"threshold_logit": math.log(0.42 / 0.58), "criterion": "escalation_rate",
                                       "value": 0.5,
                                       "guarantee": None})
     text = card(refresh_card(run).parent)
