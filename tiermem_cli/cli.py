@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: README "exit codes")
+from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: docs/serving.md "Exit codes")
     EXIT_DATA,
     EXIT_FAILED,
     EXIT_NETWORK,
