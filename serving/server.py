@@ -9,7 +9,7 @@ POST /v1/chat/completions                                      -> OpenAI-style g
                                                                   other OpenAI clients can talk to it
 Binds 127.0.0.1 unless told otherwise.
 
-Concurrency model (see README "Server concurrency and limits"): /route and chat have separate lanes, so a chat
+Concurrency model (see docs/serving.md "Concurrency and limits"): /route and chat have separate lanes, so a chat
 request never holds the lock /route waits on. Each lane runs one model call at a time; /route requests that
 arrive while one runs are scored together in the next batch (up to `route_batch_size`). A lane holds at most
 `max_queue` requests (running + waiting): the next one gets 503 at once, and a request that cannot start

@@ -227,7 +227,7 @@ def test_invalid_utf8_in_label_records_names_file_and_offset(tmp_path, capsys):
     with pytest.raises(RecordError, match=rf"records\.jsonl: not UTF-8 text: byte 0xff at byte offset {offset} "
                                           r"\(line 2\)"):
         load_split(records, "test")
-    # the label run's own store: a store file (exit 5, README exit-code table), named the same way
+    # the label run's own store: a store file (exit 5, docs/serving.md exit-code table), named the same way
     out = claim_output_dir(tmp_path / "out", "label")
     (out / "records.jsonl").write_bytes(data)
     code = cli.main(["label", f"output_dir={out}", f"data_path={FIXTURES / 'locomo_tiny.json'}", *FAST_FAIL])

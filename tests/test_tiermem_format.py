@@ -130,12 +130,12 @@ def test_malformed_jsonl_names_the_line(tmp_path):
 
 
 def test_readme_converter_from_openai_messages(tmp_path, monkeypatch):
-    """The README's converter (OpenAI-style message lists -> the format) runs and its output loads."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Your own conversations", 1)[1]
+    """docs/formats.md's converter (OpenAI-style message lists -> the format) runs and its output loads."""
+    doc = (ROOT / "docs" / "formats.md").read_text()
+    section = doc.split("## Your own conversations", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - our own README
+    exec(compile(code, "docs/formats.md", "exec"), {"__name__": "formats_doc"})  # noqa: S102 - our own docs
     convs = load_conversations(tmp_path / "my_agent.jsonl")
     assert convs and all(c.turns for c in convs) and convs[0].questions[0].evidence
 

@@ -1,5 +1,5 @@
 """Named errors shared across stages, one per kind of failure, and the one table that maps them to exit codes
-(README "Run directories and exit codes"): each kind carries its `exit_code`; errors elsewhere subclass a kind or set
+(docs/serving.md "Exit codes"): each kind carries its `exit_code`; errors elsewhere subclass a kind or set
 `exit_code` themselves (contract, models, LLM layer). Only those, and a transport failure reaching an endpoint, are
 bad input or a bad environment: any other exception is a bug, and a stage reports it with its traceback and
 EXIT_INTERNAL. This module imports nothing of the project (it sits under every other one), so the credential mask

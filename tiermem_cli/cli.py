@@ -6,7 +6,7 @@ import importlib
 import logging
 import sys
 
-from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: README "exit codes")
+from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: docs/serving.md "Exit codes")
     EXIT_DATA,
     EXIT_FAILED,
     EXIT_INTERNAL,
