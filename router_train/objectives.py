@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 from trl import SFTTrainer
 
 from serving.signals import LogisticModel
-from tiermem.trunk import FrozenTrunk, decoder_of, supports_trunk
+from tiermem.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
 OBJECTIVES = ("lm", "decision", "expected_reward")
 TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid objective.text_weight=null chooses from
@@ -128,7 +127,7 @@ class RouterSFTTrainer(SFTTrainer):
         self.class_weights = class_weights
         super().__init__(*args, **kwargs)
         self.trunk = None
-        top = trainable_top_layers(self.model)
+        top = top_layers_holding(self.model, "trainable")
         if objective.kind != "lm" and objective.frozen_trunk and top is not None and supports_trunk(self.model):
             self.trunk = FrozenTrunk(self.model, top, cache_file=objective.trunk_cache)
         # After the trunk check: the head's parameters are not in a decoder layer. A submodule of the model, so
@@ -224,24 +223,6 @@ class RouterSFTTrainer(SFTTrainer):
             self._metrics[mode]["lm_loss"].append(float(lm_loss))
             self._metrics[mode]["mean_p_escalate"].append(float(p_escalate.mean()))
         return (loss, None) if return_outputs else loss
-
-
-def trainable_top_layers(model: Any) -> int | None:
-    """How many top decoder layers hold trainable parameters, if every trainable one sits in a contiguous top
-    block (LoRA with layers_to_transform); None when a lower layer or a non-layer module also trains."""
-    try:
-        n = len(decoder_of(model).layers)
-    except ValueError:
-        return None
-    lowest = n
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        match = re.search(r"\.layers\.(\d+)\.", name)
-        if match is None:
-            return None
-        lowest = min(lowest, int(match.group(1)))
-    return n - lowest if 0 < lowest < n else None
 
 
 def balanced_class_weights(labels: list[str]) -> tuple[float, float]:

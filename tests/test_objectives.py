@@ -12,9 +12,10 @@ import torch
 
 from router_train import sft
 from router_train.common import LoraSettings
-from router_train.objectives import ObjectiveConfig, balanced_class_weights, trainable_top_layers
+from router_train.objectives import ObjectiveConfig, balanced_class_weights
 from tests.router_fixtures import build_tiny_model_dir, record
 from tiermem.artifacts import read_run_meta
+from tiermem.trunk import top_layers_holding
 
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
                     top_layers=1)
@@ -77,7 +78,7 @@ def test_decision_objective_fits_the_labels_through_the_frozen_trunk(decision_ru
     meta = read_run_meta(decision_run.output_dir)
     assert meta.data["objective"] == "decision" and meta.data["class_weights"] == pytest.approx([0.75, 1.5])
     assert meta.metrics["validation"]["auroc"] is not None
-    assert trainable_top_layers(decision_run.model) == 1
+    assert top_layers_holding(decision_run.model, "trainable") == 1
     logged = [h for h in meta.metrics["log_history"] if "decision_loss" in h]
     assert logged and logged[-1]["decision_loss"] < logged[0]["decision_loss"]
     # the full-vocabulary mass on the two action tokens grows: sampled completions stay parseable
