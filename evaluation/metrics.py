@@ -87,6 +87,7 @@ class CaseSet:
     # The labeled ones among them: not replayed, but their label still counts in the ranking metrics.
     unreplayable: list[Case] = field(default_factory=list)
     unreplayable_records: list[Mapping[str, Any]] = field(default_factory=list)
+    records: list[Mapping[str, Any]] = field(default_factory=list)  # the records of `cases`, one to one
 
     @property
     def n_unknown(self) -> int:  # the count's older name
@@ -122,6 +123,7 @@ def load_cases(
     metrics that need only the label (AUROC, AUPRC, ECE).
     """
     cases: list[Case] = []
+    kept: list[Mapping[str, Any]] = []
     held: list[Case] = []
     held_records: list[Mapping[str, Any]] = []
     n_error = n_unlabeled = n_unreplayable = 0
@@ -137,12 +139,13 @@ def load_cases(
         case = to_case(rec, rule, i)  # validates every field, the null verdicts' neighbours included
         if kind == REPLAY:
             cases.append(case)
+            kept.append(rec)
             continue
         n_unreplayable += 1
         if case.label is not None:
             held.append(case)
             held_records.append(rec)
-    return CaseSet(cases, n_error, n_unlabeled, n_unreplayable, held, held_records)
+    return CaseSet(cases, n_error, n_unlabeled, n_unreplayable, held, held_records, kept)
 
 
 def replayable(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> bool:
@@ -156,10 +159,7 @@ def replayable_records(
 ) -> tuple[list[Mapping[str, Any]], CaseSet]:
     """The records replay scores and their cases, aligned one to one (what eval and calibration share)."""
     case_set = load_cases(records, rule, include_unlabeled)
-    kept = [r for r in records if replayable(r, rule, include_unlabeled)]
-    if len(kept) != len(case_set.cases):
-        raise RuntimeError(f"internal: {len(kept)} routable records but {len(case_set.cases)} replay cases")
-    return kept, case_set
+    return case_set.records, case_set
 
 
 def _check_replayable(cases: Sequence[Case], name: str) -> None:

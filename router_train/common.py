@@ -1,9 +1,11 @@
-"""Pieces both recipes share: LoRA settings, CPU-aware trainer arguments, loading and saving a router run."""
+"""Pieces both recipes share: LoRA settings, CPU-aware trainer arguments, the label rows, loading a router run,
+training it and saving and reporting the result."""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,47 @@ def build_trl_config(config_cls: type, kwargs: dict[str, Any]) -> Any:
         raise ConfigError(f"trainer ({config_cls.__name__}): {exc}") from None
 
 
+def load_label_rows(cfg: RecipeConfig, tokenizer: Any, empty: str, *, train_rewards: bool, eval_rewards: bool,
+                    signals: bool = False) -> tuple[Any, Any, Any]:
+    """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split).
+
+    `*_rewards`: keep only rows whose path outcomes are known and bring the columns rewards read; `signals`: add
+    the serve-time features (router_train.data.build_rows). `empty` says why an empty train split is an error."""
+    from labeling.dataset import load_dataset_dict
+
+    from . import data as data_lib
+
+    dataset = load_dataset_dict(cfg.data)
+    source = f"label dataset {cfg.data}"
+    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=train_rewards,
+                                with_signals=signals, limit=cfg.max_train_rows)
+    if len(train) == 0:
+        raise data_lib.RecordError(f"{source}: {empty}")
+    val = (data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=eval_rewards,
+                               with_signals=signals, limit=cfg.max_eval_rows) if cfg.eval_split in dataset else None)
+    return dataset, train, val
+
+
+def balance_rows(cfg: RecipeConfig, dataset: Any, train: Any, val: Any,
+                 minimal_pairs: bool = False) -> tuple[Any, dict[str, Any]]:
+    """The train rows balanced by `cfg.balance`, and what the run's metadata records of the rows (`data`);
+    `minimal_pairs`: count the train rows that are minimal pairs too."""
+    from . import data as data_lib
+
+    balanced = data_lib.balance(train, cfg.balance, cfg.seed)
+    info = {
+        "data": cfg.data,
+        "label_rules": data_lib.label_rules(dataset),
+        "router_input": data_lib.router_input(dataset, cfg.train_split),
+        "train_labels": data_lib.label_counts(train),
+        **({"train_minimal_pairs": int(sum(train["augmented"]))} if minimal_pairs else {}),
+        "train_labels_after_balance": data_lib.label_counts(balanced),
+        "validation_labels": data_lib.label_counts(val) if val is not None else None,
+        "balance": cfg.balance,
+    }
+    return balanced, info
+
+
 def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any, RunMeta]:
     """Base model + the run's LoRA adapter; refuses a run saved under another contract version."""
     from peft import PeftModel
@@ -185,6 +228,49 @@ class RunResult:
     metrics: dict[str, Any]
     model: Any  # the trained PeftModel, still in memory
     tokenizer: Any
+
+
+def train_and_save_weights(trainer: Any, output_dir: str | Path) -> dict[str, Any] | None:
+    """Train, then save the weights from every process (sharded/distributed saves need all ranks). Returns the
+    train metrics (with global_step and seconds_per_step) on the main process, None on the others: only the main
+    process reports and writes the run's metadata (`save_and_report`)."""
+    # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
+    clear_run_meta(output_dir)
+    started = time.perf_counter()
+    result = trainer.train()
+    if getattr(trainer, "trunk", None) is not None:  # SFT's frozen trunk: its states, for the next run to reuse
+        trainer.trunk.save()
+    steps = trainer.state.global_step
+    train_metrics = {**result.metrics, "global_step": steps,
+                     "seconds_per_step": (time.perf_counter() - started) / max(steps, 1)}
+    trainer.save_model(output_dir)
+    return train_metrics if is_main_process(trainer) else None
+
+
+def decision_reports(model: Any, tokenizer: Any, train_rows: Any, val_rows: Any, cfg: RecipeConfig,
+                     signal_head: Any = None, text_weight: float = 1.0) -> dict[str, Any]:
+    """The run's `train_decisions` (the first cfg.metrics_train_rows train rows) and `validation` metrics, against
+    the train split's majority label."""
+    majority = majority_label(list(train_rows["label"]))
+    return {
+        "train_decisions": decision_report(model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,
+                                           signal_head, text_weight),
+        "validation": decision_report(model, tokenizer, val_rows, majority, cfg, None, signal_head, text_weight),
+    }
+
+
+def save_and_report(stage: str, model: Any, tokenizer: Any, meta: RunMeta, output_dir: str | Path,
+                    files: dict[str, str] | None = None) -> RunResult:
+    """Write the run (the recipe's own `files` by name and text, then save_run: metadata last, it marks a finished
+    run) and print its summary line."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {}).items():
+        (out / name).write_text(text)
+    save_run(tokenizer, out, meta)
+    log.info("saved the %s router to %s", stage, out)
+    print_summary(stage, out, meta.metrics)
+    return RunResult(out, meta.metrics, model, tokenizer)
 
 
 def decision_report(

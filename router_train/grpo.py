@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from labeling.dataset import load_dataset_dict
 from tiermem import contract
 from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
@@ -25,19 +23,17 @@ from tiermem.errors import MissingFileError, stage_main
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import claimed_output_dir
 
-from . import data as data_lib
 from .common import (
     RecipeConfig,
     RunResult,
+    balance_rows,
     build_trl_config,
-    clear_run_meta,
-    decision_report,
+    decision_reports,
     is_launch_leader,
-    is_main_process,
     load_adapter_run,
-    majority_label,
-    print_summary,
-    save_run,
+    load_label_rows,
+    save_and_report,
+    train_and_save_weights,
     trainer_args,
     training_device,
 )
@@ -104,24 +100,9 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
 
 
 def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    dataset = load_dataset_dict(cfg.data)
-    source = f"label dataset {cfg.data}"
-    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=True,
-                                limit=cfg.max_train_rows)
-    if len(train) == 0:
-        raise data_lib.RecordError(f"{source}: no labeled rows with known path outcomes in {cfg.train_split!r}")
-    val = (data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=True,
-                               limit=cfg.max_eval_rows) if cfg.eval_split in dataset else None)
-    balanced = data_lib.balance(train, cfg.balance, cfg.seed)
-    info = {
-        "data": cfg.data,
-        "label_rules": data_lib.label_rules(dataset),
-        "router_input": data_lib.router_input(dataset, cfg.train_split),
-        "train_labels": data_lib.label_counts(train),
-        "train_labels_after_balance": data_lib.label_counts(balanced),
-        "validation_labels": data_lib.label_counts(val) if val is not None else None,
-        "balance": cfg.balance,
-    }
+    dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows with known path outcomes in "
+                                          f"{cfg.train_split!r}", train_rewards=True, eval_rewards=True)
+    balanced, info = balance_rows(cfg, dataset, train, val)
     return balanced, val, info
 
 
@@ -191,25 +172,16 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     )
     log.info("GRPO on %d prompts x %d generations, max_completion_length=%d", len(train_rows),
              args.num_generations, args.max_completion_length)
-    # Only now, with the policy and the rows loaded, does the old run stop being the run in this directory.
-    clear_run_meta(cfg.output_dir)
-    started = time.perf_counter()
-    result = trainer.train()
-    steps = trainer.state.global_step
-    train_metrics = {**result.metrics, "global_step": steps,
-                     "seconds_per_step": (time.perf_counter() - started) / max(steps, 1)}
-    trainer.save_model(cfg.output_dir)  # every process: sharded/distributed saves need all ranks
-    if not is_main_process(trainer):
+    train_metrics = train_and_save_weights(trainer, cfg.output_dir)
+    if train_metrics is None:  # another rank: the main process reports and writes the metadata
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
     curves = reward_curves(trainer.state.log_history)
     warning = zero_variance_warning(curves)
     if warning:
         log.warning("\n%s\n!!! %s\n%s", "!" * 70, warning, "!" * 70)
-    majority = majority_label(list(train_rows["label"]))
     metrics = {
         "train": train_metrics,
-        "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows),
-        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None),
+        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg),
         "warnings": [warning] if warning else [],
         # the curves' headline columns, for the run card (reward_curves.json keeps every logged key)
         "reward_curve": [{k: p.get(k) for k in ("step", "reward", "reward_std", "frac_reward_zero_std")}
@@ -224,12 +196,8 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
                       "bf16", "use_vllm", "vllm_mode", "seed")}},
         data=data_info, metrics=metrics,
     )
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / CURVES_FILE).write_text(json.dumps(curves, indent=1))
-    save_run(tokenizer, out, meta)  # metadata last: it marks a finished run
-    print_summary("grpo", out, metrics)
-    return RunResult(out, metrics, trainer.model, tokenizer)
+    return save_and_report("grpo", trainer.model, tokenizer, meta, cfg.output_dir,
+                           files={CURVES_FILE: json.dumps(curves, indent=1)})
 
 
 @stage_main("grpo")

@@ -1,8 +1,8 @@
-"""Decision-focused training objectives for the router, on top of TRL's SFTTrainer.
+"""Decision-focused training losses for the router (`LOSSES`, the SFT config's `loss:`), on top of TRL's SFTTrainer.
 
 The router's decision is ONE token (the action's first token after contract.OUTPUT_PREFIX) among ~25 tokens of
 templated JSON. Plain completion-only SFT spends almost all of its loss on the template, and in our runs the
-decision logit stayed near ln 2 while the template was learned. These objectives put the loss where the decision is:
+decision logit stayed near ln 2 while the template was learned. These losses put the loss where the decision is:
 
 - `lm`: TRL's completion-only NLL (the previous recipe).
 - `decision`: cross-entropy over the two actions' first-token logits at the decision position, plus
@@ -12,7 +12,7 @@ decision logit stayed near ln 2 while the template was learned. These objectives
   (router_train.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
   knows the reward of both actions, so the expectation is exact and its gradient has no variance.
 
-With `signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
+With `loss.signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
 (serving.signals.features: retrieval scores, lexical overlap, question form), trained together with the adapter
 by the same objective. The head starts from a logistic regression on the natural train rows, so the adapter learns
 what the signals miss; serving adds the same head to the same margin (serving.router.LocalRouter).
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,15 +34,15 @@ from trl import SFTTrainer
 
 from serving.signals import LogisticModel
 from tiermem.errors import ConfigError
-from tiermem.trunk import FrozenTrunk, decoder_of, supports_trunk
+from tiermem.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
-OBJECTIVES = ("lm", "decision", "expected_reward")
-TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid objective.text_weight=null chooses from
+LOSSES = ("lm", "decision", "expected_reward")  # the SFT losses (`loss.kind`)
+TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid loss.text_weight=null chooses from
 REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 
 
 @dataclass
-class ObjectiveConfig:
+class LossConfig:
     kind: str = "decision"  # lm | decision | expected_reward
     lm_weight: float = 0.1  # weight of the completion NLL beside the decision term (keeps the JSON format)
     # weight of -log p(either action token) at the decision position, over the full vocabulary: the two-way
@@ -63,18 +62,18 @@ class ObjectiveConfig:
     text_weight: float | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in OBJECTIVES:
-            raise ConfigError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
+        if self.kind not in LOSSES:
+            raise ConfigError(f"loss.kind must be one of {LOSSES}, got {self.kind!r}")
         if self.class_weight not in ("balanced", "none"):
-            raise ConfigError(f"objective.class_weight must be balanced|none, got {self.class_weight!r}")
+            raise ConfigError(f"loss.class_weight must be balanced|none, got {self.class_weight!r}")
         if self.signal_head and self.kind == "lm":
-            raise ConfigError("objective.signal_head needs a decision objective (decision or expected_reward), not lm")
+            raise ConfigError("loss.signal_head needs a decision loss (decision or expected_reward), not lm")
         if self.text_weight is not None and not (math.isfinite(self.text_weight) and self.text_weight >= 0):
-            raise ConfigError(f"objective.text_weight must be a finite number >= 0 or null, got {self.text_weight}")
+            raise ConfigError(f"loss.text_weight must be a finite number >= 0 or null, got {self.text_weight}")
         if self.signal_head_l2 < 0:
-            raise ConfigError(f"objective.signal_head_l2 must be >= 0, got {self.signal_head_l2}")
+            raise ConfigError(f"loss.signal_head_l2 must be >= 0, got {self.signal_head_l2}")
         if self.lm_weight < 0 or self.mass_weight < 0:
-            raise ConfigError(f"objective.lm_weight and mass_weight must be >= 0, got {self.lm_weight}, "
+            raise ConfigError(f"loss.lm_weight and mass_weight must be >= 0, got {self.lm_weight}, "
                               f"{self.mass_weight}")
 
 
@@ -119,19 +118,19 @@ def _positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
 
 
 class RouterSFTTrainer(SFTTrainer):
-    """SFTTrainer with the decision-focused objectives above; `objective.kind=lm` is SFTTrainer's own loss."""
+    """SFTTrainer with the decision-focused losses above; `loss.kind=lm` is SFTTrainer's own loss."""
 
-    def __init__(self, *args: Any, objective: ObjectiveConfig, action_ids: tuple[int, int],
+    def __init__(self, *args: Any, loss: LossConfig, action_ids: tuple[int, int],
                  class_weights: tuple[float, float] = (1.0, 1.0), signal_head: LogisticModel | None = None,
                  centre_signal_head: bool = True, **kwargs: Any) -> None:
-        self.objective = objective
+        self.loss_config = loss
         self.action_ids = action_ids
         self.class_weights = class_weights
         super().__init__(*args, **kwargs)
         self.trunk = None
-        top = trainable_top_layers(self.model)
-        if objective.kind != "lm" and objective.frozen_trunk and top is not None and supports_trunk(self.model):
-            self.trunk = FrozenTrunk(self.model, top, cache_file=objective.trunk_cache)
+        top = top_layers_holding(self.model, "trainable")
+        if loss.kind != "lm" and loss.frozen_trunk and top is not None and supports_trunk(self.model):
+            self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache)
         # After the trunk check: the head's parameters are not in a decoder layer. A submodule of the model, so
         # the trainer's optimizer updates it with the adapter.
         self.signal_head = None
@@ -139,14 +138,14 @@ class RouterSFTTrainer(SFTTrainer):
         if signal_head is not None:
             self.signal_head = SignalHead(signal_head).to(self.args.device)
             self.model.add_module("router_signal_head", self.signal_head)
-        self.extra_columns = ((list(REWARD_COLUMNS) if objective.kind == "expected_reward" else [])
+        self.extra_columns = ((list(REWARD_COLUMNS) if loss.kind == "expected_reward" else [])
                               + (["signals", "augmented"] if signal_head is not None else []))
         if self.extra_columns:
             collate = self.data_collator
 
             def with_columns(examples: list[dict[str, Any]]) -> dict[str, Any]:
                 batch = collate(examples)
-                if objective.kind == "expected_reward":
+                if loss.kind == "expected_reward":
                     batch["reward_pair"] = torch.tensor([[e[c] for c in REWARD_COLUMNS] for e in examples],
                                                         dtype=torch.float32)
                 if signal_head is not None:
@@ -162,7 +161,7 @@ class RouterSFTTrainer(SFTTrainer):
             self._signature_columns = list(self._signature_columns) + self.extra_columns
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.objective.kind == "lm":
+        if self.loss_config.kind == "lm":
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         reward_pair = inputs.pop("reward_pair", None)
         signals = inputs.pop("signals", None)
@@ -189,7 +188,7 @@ class RouterSFTTrainer(SFTTrainer):
         pair = logits[rows, first][:, [answer_id, escalate_id]]  # [B, 2]: ANSWER, ESCALATE
         if self.signal_head is not None:
             if signals is None:
-                raise ValueError("objective.signal_head: the batch has no `signals` column")
+                raise ValueError("loss.signal_head: the batch has no `signals` column")
             if not self._head_centred and model.training:
                 # The untrained adapter's margin has an arbitrary offset; the head starts centred against it (first
                 # batch), so the combined log-odds start at the logistic regression's.
@@ -204,19 +203,19 @@ class RouterSFTTrainer(SFTTrainer):
                 keep = natural.to(head)
                 head = keep * head + (1.0 - keep) * head.detach()
             pair = pair + torch.stack([torch.zeros_like(head), head], dim=1)
-        if self.objective.kind == "decision":
+        if self.loss_config.kind == "decision":
             y = (targets[rows, first] == escalate_id).long()
             weight = torch.tensor(self.class_weights, device=pair.device)
             decision_loss = F.cross_entropy(pair, y, weight=weight)
         else:
             if reward_pair is None:
-                raise ValueError("objective expected_reward needs the reward_answer/reward_escalate columns")
+                raise ValueError("loss expected_reward needs the reward_answer/reward_escalate columns")
             probs = torch.softmax(pair, dim=-1)
             decision_loss = -(probs * reward_pair.to(probs.device)).sum(dim=-1).mean()
         # -log p(ANSWER or ESCALATE first token) over the whole vocabulary at the decision position
         decision_logp = logp[rows, first]
         mass_loss = -torch.logsumexp(decision_logp[:, [answer_id, escalate_id]], dim=-1).mean()
-        loss = decision_loss + self.objective.lm_weight * lm_loss + self.objective.mass_weight * mass_loss
+        loss = decision_loss + self.loss_config.lm_weight * lm_loss + self.loss_config.mass_weight * mass_loss
         mode = "train" if model.training else "eval"
         with torch.no_grad():
             p_escalate = torch.softmax(pair, dim=-1)[:, 1]
@@ -225,24 +224,6 @@ class RouterSFTTrainer(SFTTrainer):
             self._metrics[mode]["lm_loss"].append(float(lm_loss))
             self._metrics[mode]["mean_p_escalate"].append(float(p_escalate.mean()))
         return (loss, None) if return_outputs else loss
-
-
-def trainable_top_layers(model: Any) -> int | None:
-    """How many top decoder layers hold trainable parameters, if every trainable one sits in a contiguous top
-    block (LoRA with layers_to_transform); None when a lower layer or a non-layer module also trains."""
-    try:
-        n = len(decoder_of(model).layers)
-    except ValueError:
-        return None
-    lowest = n
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        match = re.search(r"\.layers\.(\d+)\.", name)
-        if match is None:
-            return None
-        lowest = min(lowest, int(match.group(1)))
-    return n - lowest if 0 < lowest < n else None
 
 
 def balanced_class_weights(labels: list[str]) -> tuple[float, float]:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from labeling.dataset import load_dataset_dict
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic, save_logistic
 from tiermem import contract
 from tiermem.artifacts import RunMeta
@@ -28,24 +26,22 @@ from tiermem.errors import stage_main
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import claimed_output_dir
 
-from . import data as data_lib
 from .common import (
     RecipeConfig,
     RunResult,
+    balance_rows,
     build_trl_config,
-    clear_run_meta,
-    decision_report,
+    decision_reports,
     is_launch_leader,
-    is_main_process,
     load_adapter_run,
-    majority_label,
-    print_summary,
-    save_run,
+    load_label_rows,
+    save_and_report,
+    train_and_save_weights,
     trainer_args,
     training_device,
 )
 from .decisions import action_first_tokens
-from .objectives import REWARD_COLUMNS, TEXT_WEIGHTS, ObjectiveConfig, RouterSFTTrainer, balanced_class_weights
+from .objectives import REWARD_COLUMNS, TEXT_WEIGHTS, LossConfig, RouterSFTTrainer, balanced_class_weights
 from .rewards import RewardConfig, resolve_cost_scale, score_decision
 
 log = logging.getLogger(__name__)
@@ -72,7 +68,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 class SFTRecipeConfig(RecipeConfig):
     model: str = DEFAULT_LM  # router base: packaged:..., a local dir or a hub id
     output_dir: str = "runs/sft"
-    objective: ObjectiveConfig = field(default_factory=lambda: ObjectiveConfig(kind="lm"))
+    loss: LossConfig = field(default_factory=lambda: LossConfig(kind="lm"))
     router: str | None = None  # continue training this router run's adapter (e.g. runs/sft); None: a new adapter
 
 
@@ -94,37 +90,18 @@ def with_action_rewards(rows: Any, rewards: RewardConfig, scale: float | None) -
 
 
 def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    dataset = load_dataset_dict(cfg.data)
-    source = f"label dataset {cfg.data}"
-    need_rewards = cfg.objective.kind == "expected_reward"
-    signals = cfg.objective.signal_head
-    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, limit=cfg.max_train_rows,
-                                with_rewards=need_rewards, with_signals=signals)
-    if len(train) == 0:
-        raise data_lib.RecordError(f"{source}: no labeled rows in split {cfg.train_split!r}; nothing to train on")
-    val = (
-        data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, limit=cfg.max_eval_rows,
-                            with_signals=signals)
-        if cfg.eval_split in dataset
-        else None
-    )
+    need_rewards = cfg.loss.kind == "expected_reward"
+    dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows in split {cfg.train_split!r}; nothing "
+                                          "to train on", train_rewards=need_rewards, eval_rewards=False,
+                                          signals=cfg.loss.signal_head)
     scale = None
     if need_rewards:
         scale = resolve_cost_scale(cfg.rewards, train["cost_research_input_tokens"])
         train = with_action_rewards(train, cfg.rewards, scale)
-    balanced = data_lib.balance(train, cfg.balance, cfg.seed)
-    info = {
-        "data": cfg.data,
-        "label_rules": data_lib.label_rules(dataset),
-        "router_input": data_lib.router_input(dataset, cfg.train_split),
-        "train_labels": data_lib.label_counts(train),
-        "train_minimal_pairs": int(sum(train["augmented"])),
-        "train_labels_after_balance": data_lib.label_counts(balanced),
-        "validation_labels": data_lib.label_counts(val) if val is not None else None,
-        "balance": cfg.balance,
-        "objective": cfg.objective.kind,
-        **({"cost_scale_tokens": scale} if need_rewards else {}),
-    }
+    balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
+    info["loss"] = cfg.loss.kind
+    if need_rewards:
+        info["cost_scale_tokens"] = scale
     return balanced, val, info
 
 
@@ -132,22 +109,22 @@ def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMet
                         init_dir: str | None) -> tuple[LogisticModel | None, bool]:
     """(the head training starts from, whether to centre it against the untrained adapter): the continued
     router's own head as it was trained, or a logistic regression on the natural train rows' signals."""
-    if not cfg.objective.signal_head:
+    if not cfg.loss.signal_head:
         return None, False
     info = (init_meta.data.get("signal_head") or {}) if init_meta else {}
     if info.get("file"):
         # Training combines the head with the margin at weight 1: undo the shift made for the saved text_weight.
         head = read_logistic(Path(init_dir) / info["file"])
         return dataclasses.replace(head, bias=head.bias - float(info.get("bias_shift", 0.0))), False
-    natural = [i for i, aug in enumerate(train_rows["augmented"]) if not aug]  # as the head trains: see objectives
+    natural = [i for i, aug in enumerate(train_rows["augmented"]) if not aug]  # as the head trains: see objectives.py
     y = np.array([train_rows["label"][i] == "ESCALATE" for i in natural], dtype=np.float64)
     x = np.array([train_rows["signals"][i] for i in natural], dtype=np.float64)
-    return fit_logistic(x, y, cfg.objective.signal_head_l2), True
+    return fit_logistic(x, y, cfg.loss.signal_head_l2), True
 
 
 def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel,
                        val_rows: Any) -> tuple[float, dict[str, float] | None, LogisticModel]:
-    """The LM margin's weight beside the head: objective.text_weight, or the TEXT_WEIGHTS entry with the best
+    """The LM margin's weight beside the head: loss.text_weight, or the TEXT_WEIGHTS entry with the best
     validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None, the head with
     its bias moved by (1 - weight) x the mean validation margin, so the score keeps the trained combination's level
     and the uncalibrated threshold keeps its meaning; the ranking does not change)."""
@@ -155,8 +132,8 @@ def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: L
 
     from .decisions import escalation_scores
 
-    if cfg.objective.text_weight is not None:
-        return float(cfg.objective.text_weight), None, head
+    if cfg.loss.text_weight is not None:
+        return float(cfg.loss.text_weight), None, head
     labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
     if not 0 < sum(labels) < len(labels):
         log.warning("no validation rows with both labels: text_weight stays 1.0")
@@ -205,39 +182,29 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
                      train_rows_over_max_length=over)
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
              data_info["validation_labels"])
-    columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.objective.kind == "expected_reward" else [])
+    columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.loss.kind == "expected_reward" else [])
                + (["signals", "augmented"] if head_init is not None else []))
-    weights = balanced_class_weights(list(train_rows["label"])) if cfg.objective.class_weight == "balanced" else (
+    weights = balanced_class_weights(list(train_rows["label"])) if cfg.loss.class_weight == "balanced" else (
         1.0, 1.0)
-    data_info["class_weights"] = list(weights) if cfg.objective.kind == "decision" else None
+    data_info["class_weights"] = list(weights) if cfg.loss.kind == "decision" else None
     trainer = RouterSFTTrainer(
         model=model,
         args=args,
         train_dataset=train_rows.select_columns(columns),
         eval_dataset=(val_rows.select_columns(["prompt", "completion"])
-                      if val_rows is not None and args.eval_strategy != "no" and cfg.objective.kind != "expected_reward"
+                      if val_rows is not None and args.eval_strategy != "no" and cfg.loss.kind != "expected_reward"
                       else None),
         processing_class=tokenizer,
         peft_config=peft_config,
-        objective=cfg.objective,
+        loss=cfg.loss,
         action_ids=action_first_tokens(tokenizer, train_rows["prompt"][0]),
         class_weights=weights,
         signal_head=head_init,
         centre_signal_head=centre_head,
     )
-    # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
-    clear_run_meta(cfg.output_dir)
-    started = time.perf_counter()
-    result = trainer.train()
-    if getattr(trainer, "trunk", None) is not None:
-        trainer.trunk.save()
-    train_metrics = dict(result.metrics)
-    steps = trainer.state.global_step
-    train_metrics.update(global_step=steps, seconds_per_step=(time.perf_counter() - started) / max(steps, 1))
-    trainer.save_model(cfg.output_dir)  # every process: sharded/distributed saves need all ranks
-    if not is_main_process(trainer):
+    train_metrics = train_and_save_weights(trainer, cfg.output_dir)
+    if train_metrics is None:  # another rank: the main process reports and writes the metadata
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
-    majority = majority_label(list(train_rows["label"]))
     head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
     text_weight = 1.0
     if head is not None:
@@ -252,22 +219,17 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
                                     "bias_shift": head.bias - trained_bias}
     metrics = {
         "train": train_metrics,
-        "train_decisions": decision_report(trainer.model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,
-                                           head, text_weight),
-        "validation": decision_report(trainer.model, tokenizer, val_rows, majority, cfg, None, head, text_weight),
+        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight),
         "log_history": trainer.state.log_history,
     }
     if metrics["validation"] is None:
         log.warning("no labeled validation rows: validation metrics are missing from this run")
     meta = RunMeta(
         contract_version=contract.CONTRACT_VERSION, base_model=base_spec,
-        stage="sft" if cfg.objective.kind != "expected_reward" else "expected_reward", adapter=True,
+        stage="sft" if cfg.loss.kind != "expected_reward" else "expected_reward", adapter=True,
         training={**asdict(cfg), "resolved_trainer_args": _resolved(args)}, data=data_info, metrics=metrics,
     )
-    path = save_run(tokenizer, cfg.output_dir, meta)
-    log.info("saved SFT router to %s", path.parent)
-    print_summary("sft", path.parent, metrics)
-    return RunResult(path.parent, metrics, trainer.model, tokenizer)
+    return save_and_report("sft", trainer.model, tokenizer, meta, cfg.output_dir)
 
 
 def _resolved(args: Any) -> dict[str, Any]:

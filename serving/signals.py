@@ -24,18 +24,10 @@ import numpy as np
 
 from tiermem.artifacts import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
 from tiermem.errors import ConfigError, DataError, RouterLoadError
+from tiermem.words import SIGNAL_STOPWORDS, strip_plural, tokens
 
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
 
-# Small built-in list (no corpus download): function words that carry no content to look up.
-STOPWORDS = frozenset("""
-a an the and or but if of to in on at by for with from about as into over after before between during than then
-is are was were be been being am do does did done doing have has had having will would shall should can could may
-might must i me my mine we us our you your he him his she her it its they them their this that these those there
-here what when where which who whom whose why how all any some no not only own same so too very just also ever
-s t don doesn didn isn wasn weren aren hasn haven hadn won wouldn ll re ve d m o y many much one ones thing things
-""".split())
-_WORD = re.compile(r"[a-z0-9]+")
 YES_NO_STARTS = ("is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will",
                  "would", "should", "shall", "may", "might")
 FEATURES = ("top1", "mean_score", "gap12", "overlap", "overlap_best", "n_summaries", "q_words", "when",
@@ -61,12 +53,7 @@ def _date(unit: Any) -> Any:
 
 def content_words(text: str) -> set[str]:
     """Lower-cased content words with a crude plural strip, so 'dogs' matches 'dog'."""
-    out = set()
-    for w in _WORD.findall(text.lower()):
-        if w in STOPWORDS:
-            continue
-        out.add(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w)
-    return out
+    return {strip_plural(w) for w in tokens(text) if w not in SIGNAL_STOPWORDS}
 
 
 def retrieval_scores(summaries: Sequence[Any], where: str = "summaries") -> list[float]:
@@ -87,7 +74,7 @@ def top1(summaries: Sequence[Any], where: str = "summaries") -> float:
 
 def question_form(question: str) -> dict[str, float]:
     q = question.lower().strip()
-    words = _WORD.findall(q)
+    words = tokens(q)
     first = words[0] if words else ""
     return {
         "when": float("when" in words or "what year" in q or "what date" in q or "what month" in q
@@ -116,7 +103,7 @@ def features(question: str, summaries: Sequence[Any], where: str = "record") -> 
         "overlap": len(q_words & union) / denom,  # content-word recall of the question in all summaries
         "overlap_best": max((len(q_words & w) / denom for w in unit_words), default=0.0),
         "n_summaries": float(len(summaries)),
-        "q_words": math.log1p(len(_WORD.findall(question.lower()))),
+        "q_words": math.log1p(len(tokens(question))),
         "has_date": float(any(_date(u) for u in summaries)),
     }
     out.update(question_form(question))

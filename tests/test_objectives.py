@@ -1,5 +1,5 @@
-"""Decision-focused SFT objectives on a tiny model: the decision logit moves the right way, the frozen trunk gives
-the same losses as full forwards, the expected-reward objective trains from an existing adapter, and the serving
+"""Decision-focused SFT losses on a tiny model: the decision logit moves the right way, the frozen trunk gives
+the same losses as full forwards, the expected-reward loss trains from an existing adapter, and the serving
 router with a shared trunk scores like the plain one."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import torch
 
 from router_train import sft
 from router_train.common import LoraSettings
-from router_train.objectives import ObjectiveConfig, balanced_class_weights, trainable_top_layers
+from router_train.objectives import LossConfig, balanced_class_weights
 from tests.router_fixtures import build_tiny_model_dir, record
 from tiermem.artifacts import read_run_meta
+from tiermem.trunk import top_layers_holding
 
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
                     top_layers=1)
@@ -42,10 +43,10 @@ def workdir(tmp_path_factory):
     return root
 
 
-def _cfg(root, name, objective, **extra) -> sft.SFTRecipeConfig:
+def _cfg(root, name, loss, **extra) -> sft.SFTRecipeConfig:
     return sft.SFTRecipeConfig(
         model=str(root / "base"), data=str(root / "dataset"), output_dir=str(root / name), lora=LORA,
-        objective=objective, eval_generate_limit=0, metrics_train_rows=6,
+        loss=loss, eval_generate_limit=0, metrics_train_rows=6,
         trainer={"max_steps": 30, "per_device_train_batch_size": 6, "learning_rate": 3e-2, "logging_steps": 1,
                  "lr_scheduler_type": "constant", "warmup_steps": 0}, **extra)
 
@@ -69,15 +70,15 @@ def _train_margin(run) -> float:
 
 @pytest.fixture(scope="module")
 def decision_run(workdir):
-    return sft.train(_cfg(workdir, "decision", ObjectiveConfig(kind="decision", lm_weight=0.1)))
+    return sft.train(_cfg(workdir, "decision", LossConfig(kind="decision", lm_weight=0.1)))
 
 
 def test_decision_objective_fits_the_labels_through_the_frozen_trunk(decision_run):
     assert _train_margin(decision_run) > 0.5
     meta = read_run_meta(decision_run.output_dir)
-    assert meta.data["objective"] == "decision" and meta.data["class_weights"] == pytest.approx([0.75, 1.5])
+    assert meta.data["loss"] == "decision" and meta.data["class_weights"] == pytest.approx([0.75, 1.5])
     assert meta.metrics["validation"]["auroc"] is not None
-    assert trainable_top_layers(decision_run.model) == 1
+    assert top_layers_holding(decision_run.model, "trainable") == 1
     logged = [h for h in meta.metrics["log_history"] if "decision_loss" in h]
     assert logged and logged[-1]["decision_loss"] < logged[0]["decision_loss"]
     # the full-vocabulary mass on the two action tokens grows: sampled completions stay parseable
@@ -89,7 +90,7 @@ def test_trunk_and_full_forward_give_the_same_loss(workdir):
 
     losses = {}
     for trunk in (True, False):
-        cfg = _cfg(workdir, f"same_{trunk}", ObjectiveConfig(kind="decision", frozen_trunk=trunk))
+        cfg = _cfg(workdir, f"same_{trunk}", LossConfig(kind="decision", frozen_trunk=trunk))
         cfg.trainer = {**cfg.trainer, "max_steps": 1, "learning_rate": 1e-12}
         seen = []
         original = RouterSFTTrainer.compute_loss
@@ -110,13 +111,13 @@ def test_trunk_and_full_forward_give_the_same_loss(workdir):
 
 
 def test_expected_reward_objective_continues_an_adapter(decision_run, workdir):
-    cfg = _cfg(workdir, "er", ObjectiveConfig(kind="expected_reward", lm_weight=0.0),
+    cfg = _cfg(workdir, "er", LossConfig(kind="expected_reward", lm_weight=0.0),
                router=str(decision_run.output_dir))
     cfg.trainer = {**cfg.trainer, "max_steps": 2}
     run = sft.train(cfg)
     meta = read_run_meta(run.output_dir)
     assert meta.stage == "expected_reward" and meta.base_model == str(workdir / "base")
-    assert meta.data["objective"] == "expected_reward" and meta.data["cost_scale_tokens"] > 0
+    assert meta.data["loss"] == "expected_reward" and meta.data["cost_scale_tokens"] > 0
     logged = [h for h in meta.metrics["log_history"] if "decision_loss" in h]
     assert logged and all(math.isfinite(h["decision_loss"]) for h in logged)
 
@@ -139,12 +140,17 @@ def test_shared_trunk_router_scores_like_the_plain_router(decision_run):
     assert other.trunk.misses > 0  # no global cache: a router given its own sees nothing of the others
 
 
-def test_objective_config_and_class_weights():
-    with pytest.raises(ValueError, match="objective.kind"):
-        ObjectiveConfig(kind="dpo")
+def test_loss_config_and_class_weights():
+    with pytest.raises(ValueError, match="loss.kind"):
+        LossConfig(kind="dpo")
     assert balanced_class_weights(["ANSWER"] * 3 + ["ESCALATE"]) == pytest.approx((4 / 6, 2.0))
     assert balanced_class_weights(["ANSWER"] * 2) == (1.0, 1.0)
-    assert dataclasses.asdict(ObjectiveConfig())["kind"] == "decision"
+    assert dataclasses.asdict(LossConfig())["kind"] == "decision"
+    from tiermem.config import ConfigError, parse_cli
+
+    assert parse_cli(sft.SFTRecipeConfig, ["loss.kind=decision"]).loss.kind == "decision"
+    with pytest.raises(ConfigError, match="objective"):  # the section's old name is not an alias
+        parse_cli(sft.SFTRecipeConfig, ["objective.kind=decision"])
     with pytest.raises(ValueError, match="top_layers"):
         LoraSettings(top_layers=0)
     assert torch  # imported for the spy's tensors

@@ -48,7 +48,7 @@ def run(tmp_path_factory):
     cfg = sft.SFTRecipeConfig(
         model=str(base), data=str(root / "dataset"), output_dir=str(root / "sft"),
         lora=LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"], top_layers=1),
-        objective=sft.ObjectiveConfig(kind="decision", signal_head=True), eval_generate_limit=0,
+        loss=sft.LossConfig(kind="decision", signal_head=True), eval_generate_limit=0,
         metrics_train_rows=8, trainer={"max_steps": 3, "per_device_train_batch_size": 4, "learning_rate": 1e-2,
                                        "logging_steps": 1})
     result = sft.train(cfg)
@@ -231,7 +231,7 @@ def test_continuing_a_head_router_starts_from_the_head_as_trained(run):
     from router_train.sft import initial_signal_head
 
     meta = read_run_meta(run.out)
-    cfg = sft.SFTRecipeConfig(objective=sft.ObjectiveConfig(kind="decision", signal_head=True))
+    cfg = sft.SFTRecipeConfig(loss=sft.LossConfig(kind="decision", signal_head=True))
     head, centre = initial_signal_head(cfg, None, meta, str(run.out))
     assert not centre
     assert head.bias == pytest.approx(run.result.model.router_signal_head.to_logistic().bias, abs=1e-6)

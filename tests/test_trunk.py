@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tiermem.trunk import FrozenTrunk, right_padded
+from tiermem.trunk import FrozenTrunk, right_padded, top_layers_holding
 
 
 def _tiny(num_layers=3, seed=0):
@@ -95,3 +95,21 @@ def test_a_planted_pickle_in_the_trunk_cache_never_runs(tmp_path, monkeypatch):
     torch.save(["not", "a", "trunk"], cache)  # loads under weights_only, but is no trunk-state file
     with pytest.raises(StoreError, match="expected fingerprint and states"):
         FrozenTrunk(model, top_layers=1, cache_file=cache)
+
+
+def test_top_layers_holding_reads_trainable_and_lora_parameters():
+    from peft import LoraConfig, get_peft_model
+
+
+    top = get_peft_model(_tiny(4), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2, 3]))
+    assert top_layers_holding(top, "trainable") == top_layers_holding(top, "lora") == 2
+    for p in top.parameters():  # a loaded adapter for serving: nothing trains, its LoRA weights still count
+        p.requires_grad_(False)
+    assert top_layers_holding(top, "trainable") is None and top_layers_holding(top, "lora") == 2
+    everywhere = get_peft_model(_tiny(3), LoraConfig(r=4, target_modules=["q_proj"]))  # layer 0 too: no trunk
+    assert top_layers_holding(everywhere, "lora") is None
+    plain = _tiny(3)
+    assert top_layers_holding(plain, "lora") is None
+    assert top_layers_holding(plain, "trainable") is None  # every layer and the embeddings train
+    with pytest.raises(ValueError, match="params"):
+        top_layers_holding(plain, "frozen")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tiermem.errors import EXIT_USAGE
+from tiermem.words import FORM_WORDS, stem, tokens
 
 CONTRACT_VERSION = "tiermem-router-contract/2"
 ACTIONS = ("ANSWER", "ESCALATE")
@@ -77,28 +78,13 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_SUMMARY_CHARS else text[: MAX_SUMMARY_CHARS - 3] + "..."
 
 
-_WORD = re.compile(r"[a-z0-9]+")
-# Words a question is made of rather than about; the rest must appear in a summary for it to state the answer.
-_FORM_WORDS = frozenset("""a an the and or but of to in on at for with by from as about into over after before
-    is are was were be been being am do does did done have has had will would could should can may might must shall
-    what when where which who whom whose why how many much long often ever yet also there here this that these those
-    i me my you your he him his she her it its we us our they them their s t not no yes""".split())
-
-
-def _stem(word: str) -> str:
-    """A crude, dependency-free plural/tense fold, enough to match 'agencies'~'agency', 'painted'~'paint'."""
-    for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + repl
-    return word
-
-
 def missing_words(question: str, texts: Sequence[str]) -> list[str]:
-    """The question's content words (in order, once) that appear in none of `texts`."""
-    seen = {_stem(w) for t in texts for w in _WORD.findall(t.lower())}
+    """The question's content words (in order, once) that appear in none of `texts`: FORM_WORDS (the words a
+    question is made of rather than about) are skipped, and words match up to `stem`'s plural/tense fold."""
+    seen = {stem(w) for t in texts for w in tokens(t)}
     out: list[str] = []
-    for word in _WORD.findall(question.lower()):
-        if word not in _FORM_WORDS and _stem(word) not in seen and word not in out:
+    for word in tokens(question):
+        if word not in FORM_WORDS and stem(word) not in seen and word not in out:
             out.append(word)
     return out
 

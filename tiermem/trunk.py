@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,33 @@ def decoder_of(model: Any) -> Any:
     if not hasattr(inner, "layers"):
         raise UsageError(f"{type(model).__name__}: no decoder layers found")
     return inner
+
+
+TOP_LAYER_PARAMS = ("trainable", "lora")
+
+
+def top_layers_holding(model: Any, params: str = "trainable") -> int | None:
+    """N when every selected parameter sits in the top N decoder layers (0 < N < the number of layers): the
+    layers a frozen trunk below them must leave to run; None when a selected parameter sits in the bottom layer
+    or outside the decoder layers, when none is selected, or when the model has no decoder layers.
+
+    `params="trainable"`: the parameters that train (requires_grad), for training (LoRA with layers_to_transform);
+    `params="lora"`: the LoRA weights, trainable or not, for a loaded adapter (serving's shared trunk)."""
+    if params not in TOP_LAYER_PARAMS:
+        raise ValueError(f"params must be one of {TOP_LAYER_PARAMS}, got {params!r}")
+    try:
+        n = len(decoder_of(model).layers)
+    except ValueError:
+        return None
+    lowest = n
+    for name, param in model.named_parameters():
+        if not (param.requires_grad if params == "trainable" else "lora_" in name):
+            continue
+        match = re.search(r"\.layers\.(\d+)\.", name)
+        if match is None:
+            return None
+        lowest = min(lowest, int(match.group(1)))
+    return n - lowest if 0 < lowest < n else None
 
 
 def supports_trunk(model: Any) -> bool:

@@ -6,7 +6,7 @@ Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed a
 proves the real commands work together. The routers compared on the held-out test conversations:
 SFT with the signal head (the LM's decision margin plus a learned head over the serve-time signals), the plain LM
 router (same recipe, no head), GRPO from the plain LM router (GRPO samples actions from the LM alone, so it cannot
-train the head), optionally the exact expected-reward objective (`stages` with `expected_reward`), and the
+train the head), optionally the exact expected-reward loss (`stages` with `expected_reward`), and the
 serve-time baselines (feature logistic regression, top-1 score). The main row is the LM router with the best
 validation AUROC (`main_router: best`), chosen before the test split is read.
 """
@@ -99,7 +99,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     argv is None here: it names the main router, which is chosen once the routers are trained (eval_args)."""
     root = Path(cfg.root)
     dataset = root / "label" / "dataset"
-    trunk = f"objective.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by the other SFTs
+    trunk = f"loss.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by the other SFTs
     if cfg.data_path and Path(cfg.data_path).is_file():
         label_args = ["--config", cfg.label_config, f"data_path={cfg.data_path}"]
     else:
@@ -110,7 +110,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
         "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
         "sft": [("sft", "sft", ["--config", cfg.sft_config, f"data={dataset}", f"output_dir={root / 'sft'}",
                                 trunk])],
-        "lm": [("lm", "sft", ["--config", cfg.sft_config, "objective.signal_head=false", f"data={dataset}",
+        "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", f"data={dataset}",
                               f"output_dir={root / 'lm'}", trunk])],
         "expected_reward": [("expected_reward", "sft", [
             "--config", cfg.expected_reward_config, f"data={dataset}", f"router={root / 'sft'}",

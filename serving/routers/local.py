@@ -34,22 +34,7 @@ from serving.signals import FEATURES, LogisticModel, feature_matrix
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta
 from tiermem.errors import MissingFileError, RouterLoadError, UsageError
-from tiermem.trunk import FrozenTrunk, decoder_of, right_padded, supports_trunk
-
-
-def adapter_top_layers(model: Any) -> int | None:
-    """N when a PEFT model's LoRA weights sit only in its top N decoder layers (else None: no shared trunk)."""
-    import re
-
-    try:
-        n = len(decoder_of(model).layers)
-    except ValueError:
-        return None
-    layers = {int(m.group(1)) for name, _ in model.named_parameters() if "lora_" in name
-              for m in [re.search(r"\.layers\.(\d+)\.", name)] if m}
-    if not layers or any("lora_" in name and ".layers." not in name for name, _ in model.named_parameters()):
-        return None
-    return n - min(layers) if 0 < min(layers) else None
+from tiermem.trunk import FrozenTrunk, right_padded, supports_trunk, top_layers_holding
 
 
 class LocalRouter(Router):
@@ -147,7 +132,7 @@ class LocalRouter(Router):
             model, tokenizer = load_causal_lm(meta.base_model, dtype=dtype, device=device)
             model = PeftModel.from_pretrained(model, str(run_dir))
             if trunk_cache is not None:
-                trunk_layers = adapter_top_layers(model)
+                trunk_layers = top_layers_holding(model, "lora")
             if merge:  # one set of weights: no LoRA matmuls per layer at inference
                 model = model.merge_and_unload()
         elif (run_dir / "config.json").is_file():

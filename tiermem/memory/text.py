@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tiermem.data.conversations import Turn
-
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her here
-    hers herself him himself his how i if in into is it its itself just let me more most my myself no nor not now
-    of off on once only or other our ours ourselves out over own same she should so some such than that the their
-    theirs them themselves then there these they this those through to too under until up very was we were what
-    when where which while who whom why will with would you your yours yourself yourselves im ive ill id youre
-    youve its thats dont didnt doesnt isnt wasnt cant wont also really yeah yes oh hey hi wow thanks thank lot
-    much many got get gets getting go going went gone like know think something things thing one ones way well
-    s t d ll m re ve""".split()
-)
-
-_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-"})
-
-
-def normalize(text: str) -> str:
-    """Casefolded, punctuation-free, single-spaced: the form quotes and raw text are compared in."""
-    text = unicodedata.normalize("NFKC", text).translate(_QUOTES).casefold()
-    text = re.sub(r"'", "", text)  # "don't" == "dont"
-    return " ".join(re.sub(r"[^\w\s]", " ", text).split())
+from tiermem.words import MEMORY_STOPWORDS, normalize
 
 
 def content_words(text: str) -> list[str]:
-    return [w for w in normalize(text).split() if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
+    return [w for w in normalize(text).split() if w not in MEMORY_STOPWORDS and (len(w) > 1 or w.isdigit())]
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
