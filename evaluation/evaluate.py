@@ -28,6 +28,7 @@ from typing import Any
 from evaluation import analysis as eval_analysis
 from evaluation import metrics
 from evaluation import report as eval_report
+from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
 from serving.routers.spec import router_kind_of
@@ -196,7 +197,7 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
         if scores is None:
             notes.append(f"{key}: the router gives no score (log-odds or p_escalate); the sweep uses its hard "
                          "decisions (operating point only)")
-        sweep = metrics.sweep(cases, (scores if scores is not None else escalate)[:n], rtok[:n], rlat[:n],
+        sweep = sweep_of(cases, (scores if scores is not None else escalate)[:n], rtok[:n], rlat[:n],
                               cfg.recover_shares)
     preds = [{"router": key, "conv_id": rec.get("conv_id"), "qid": rec["qid"], "label": rec.get("label"),
               "replayed": i < n, "action": d.action, "score": getattr(d, "score", None), "p_escalate": d.p_escalate,

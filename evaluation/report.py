@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from evaluation.metrics import PolicyMetrics, SweepResult, dumps
+from evaluation.metrics import PolicyMetrics, dumps
+from evaluation.sweep import SweepResult
 from tiermem.eval_summary import POLICY_METRICS, RANKING_METRICS, EvalSummary
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")

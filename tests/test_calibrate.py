@@ -4,15 +4,12 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.calibrate import (
+from evaluation.calibrate import CalibrateConfig, calibrate, load_replayable, main
+from evaluation.criteria import (
     ANSWER_ALL,
-    CalibrateConfig,
     CalibrationSet,
     binom_cdf,
-    calibrate,
     hb_p_value,
-    load_replayable,
-    main,
     summarize,
     threshold_for_hard_recall,
     threshold_for_rate,

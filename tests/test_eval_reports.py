@@ -4,6 +4,7 @@ import pytest
 
 from evaluation import metrics as M
 from evaluation import report as R
+from evaluation import sweep as S
 
 
 def rec(qid, s_ok, r_ok, label, cat):
@@ -28,7 +29,7 @@ def report(tmp_path):
             "label_rule": "outcome", "threshold_logit": 0.5, "plot": str(tmp_path / "eval.png"),
             "notes": ["hand-built records"]}
     return R.build_report(routed=routed, baselines=M.baselines(cases, routed.escalation_rate),
-                          sweep=M.sweep(cases, p, [12] * 5, [0.2] * 5), meta=meta)
+                          sweep=S.sweep(cases, p, [12] * 5, [0.2] * 5), meta=meta)
 
 
 def test_json_roundtrip(report, tmp_path):

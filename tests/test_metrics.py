@@ -3,6 +3,7 @@ import math
 import pytest
 
 from evaluation import metrics as M
+from evaluation import sweep as S
 
 
 def rec(qid, s_ok, r_ok, label, cat="1", s_tok=100, r_tok=1000, s_lat=1.0, r_lat=10.0, **extra):
@@ -104,7 +105,7 @@ def test_oracle_prefers_cheaper_correct_path():
 
 def test_sweep_on_known_ranking(cases):
     # ranking C > D > E > B > A: the two repairable cases first
-    res = M.sweep(cases, [0.1, 0.2, 0.9, 0.8, 0.3])
+    res = S.sweep(cases, [0.1, 0.2, 0.9, 0.8, 0.3])
     rates = [p.escalation_rate for p in res.points]
     accs = [p.accuracy for p in res.points]
     assert rates == pytest.approx([0, 0.2, 0.4, 0.6, 0.8, 1.0])
@@ -122,7 +123,7 @@ def test_sweep_on_known_ranking(cases):
 
 
 def test_sweep_ties_escalate_together(cases):
-    res = M.sweep(cases, [0.5, 0.5, 0.5, 0.1, 0.1])
+    res = S.sweep(cases, [0.5, 0.5, 0.5, 0.1, 0.1])
     assert [p.escalation_rate for p in res.points] == pytest.approx([0, 0.6, 1.0])
 
 
@@ -130,22 +131,22 @@ def test_apgr_known_curves():
     # random routing: accuracy linear in the escalation rate -> APGR 0.5, 80% at rate 0.8
     rates = [0, 0.25, 0.5, 0.75, 1.0]
     linear = [0.4 + 0.2 * r for r in rates]
-    assert M.apgr(rates, linear, 0.4, 0.6) == pytest.approx(0.5)
-    assert M.rate_to_recover(rates, linear, 0.4, 0.6, 0.8) == pytest.approx(0.8)
+    assert S.apgr(rates, linear, 0.4, 0.6) == pytest.approx(0.5)
+    assert S.rate_to_recover(rates, linear, 0.4, 0.6, 0.8) == pytest.approx(0.8)
     # a router that recovers the whole gap at 20% escalation, then stays flat
-    assert M.apgr([0, 0.2, 1.0], [0.4, 0.6, 0.6], 0.4, 0.6) == pytest.approx(0.9)
-    assert M.rate_to_recover([0, 0.2, 1.0], [0.4, 0.6, 0.6], 0.4, 0.6, 0.95) == pytest.approx(0.19)
+    assert S.apgr([0, 0.2, 1.0], [0.4, 0.6, 0.6], 0.4, 0.6) == pytest.approx(0.9)
+    assert S.rate_to_recover([0, 0.2, 1.0], [0.4, 0.6, 0.6], 0.4, 0.6, 0.95) == pytest.approx(0.19)
     # no gap: nothing to recover
-    assert M.apgr(rates, linear, 0.6, 0.6) is None
-    assert M.rate_to_recover(rates, linear, 0.7, 0.6, 0.8) is None
+    assert S.apgr(rates, linear, 0.6, 0.6) is None
+    assert S.rate_to_recover(rates, linear, 0.7, 0.6, 0.8) is None
     with pytest.raises(ValueError, match="rate 0 to 1"):
-        M.apgr([0.2, 1.0], [0.5, 0.6], 0.4, 0.6)
+        S.apgr([0.2, 1.0], [0.5, 0.6], 0.4, 0.6)
 
 
 def test_auc_normalized():
-    assert M.auc_normalized([0, 1, 2], [0, 1, 1]) == pytest.approx(0.75)
-    assert M.auc_normalized([2, 0, 1], [1, 0, 1]) == pytest.approx(0.75)  # order-free
-    assert M.auc_normalized([5, 5], [0.1, 0.2]) is None
+    assert S.auc_normalized([0, 1, 2], [0, 1, 1]) == pytest.approx(0.75)
+    assert S.auc_normalized([2, 0, 1], [1, 0, 1]) == pytest.approx(0.75)  # order-free
+    assert S.auc_normalized([5, 5], [0.1, 0.2]) is None
 
 
 def test_correctness_rule_selects_columns():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from evaluation import metrics as M
+from evaluation import sweep as SW
 from tiermem import stats as S
 
 SCORES = [0.9, 0.8, 0.8, 0.3, 0.1]
@@ -46,7 +47,7 @@ def test_apgr_agrees_with_metrics_sweep():
                      "cost_summary_wall_s": 1, "cost_research_wall_s": 5})
     cases = M.load_cases(recs).cases
     scores = [round(rng.gauss(0, 1), 1) for _ in cases]  # rounded: ties exercised
-    want = M.sweep(cases, scores).apgr
+    want = SW.sweep(cases, scores).apgr
     got = S.apgr_reps(scores, [c.s_ok for c in cases], [c.r_ok for c in cases], S.ones(len(cases)))[0]
     assert got == pytest.approx(want)
 
