@@ -106,7 +106,7 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
             ratios[f"{variant}: bs{lo} / bs{hi} per decision"] = ratio(
                 results[f"{variant}@bs{lo}"]["ms_per_decision"], results[f"{variant}@bs{hi}"]["ms_per_decision"])
     bs0 = cfg.batch_sizes[0]
-    # Greedy generation follows the argmax, so the like-for-like check is the fast path at threshold 0.5;
+    # Greedy generation follows the argmax, so the like-for-like check is the fast path at threshold_logit 0;
     # at a calibrated threshold the two paths are meant to differ.
     fast_d, gen_d = raw[("fast", True, bs0)], decisions[("generate", False, bs0)]
     agree = sum(a.action == b for a, b in zip(fast_d, gen_d, strict=True))
@@ -120,8 +120,8 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
         table(["variant", "ms/decision", "peak RSS +MB", "parsed"], rows),
         "",
         table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
-        f"fast (threshold 0.5 = argmax) vs generate action agreement @bs{bs0}: {agree_argmax}/{len(questions)}; "
-        f"at the router's threshold {threshold}: {agree}/{len(questions)}"
+        f"fast (threshold_logit 0 = argmax) vs generate action agreement @bs{bs0}: {agree_argmax}/{len(questions)}; "
+        f"at the router's threshold_logit {threshold}: {agree}/{len(questions)}"
         + (" (untrained base model: agreement is not a quality figure)" if not cfg.router else ""),
         f"model load: +{load_mem.extra_mb:.0f} MB RSS; peak RSS +MB per variant is growth over what the process "
         "already held (later variants reuse memory the allocator kept)",
@@ -129,4 +129,4 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
     return {"name": name, "source": source, "n_prompts": len(questions),
             "mean_prompt_tokens": sum(prompt_tokens) / len(prompt_tokens), "variants": results, "ratios": ratios,
             "fast_generate_agreement": agree, "fast_argmax_generate_agreement": agree_argmax,
-            "router_threshold": threshold, "model_load_rss_mb": load_mem.extra_mb, "text": text}
+            "router_threshold_logit": threshold, "model_load_rss_mb": load_mem.extra_mb, "text": text}

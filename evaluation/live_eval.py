@@ -28,8 +28,8 @@ class _RecordingRouter:
         self.inner = inner
         self.last: Any = None
 
-    def route(self, question: str, summaries: Any, threshold: float | None = None) -> Any:
-        self.last = self.inner.route(question, summaries, threshold)
+    def route(self, question: str, summaries: Any, threshold_logit: float | None = None) -> Any:
+        self.last = self.inner.route(question, summaries, threshold_logit)
         return self.last
 
 

@@ -14,30 +14,9 @@ from typing import Any
 
 import torch
 
+from serving.routers.base import decide
 from tiermem import contract
-from tiermem.errors import UsageError
 from tiermem.stats import auroc
-
-
-def action_first_tokens(tokenizer: Any, prompt: str) -> tuple[int, int]:
-    """Token ids that start ANSWER and ESCALATE right after prompt + OUTPUT_PREFIX, tokenized as serving does
-    (add_special_tokens=False: the chat template already holds the special tokens)."""
-    def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    base = encode(prompt + contract.OUTPUT_PREFIX)
-    firsts = []
-    for action in contract.ACTIONS:
-        ids = encode(prompt + contract.OUTPUT_PREFIX + action)
-        if ids[: len(base)] != base or len(ids) == len(base):
-            raise UsageError(
-                f"tokenizer merges {contract.OUTPUT_PREFIX!r} with {action!r}: the action cannot be read after "
-                "the fixed prefix; use the generate path"
-            )
-        firsts.append(ids[len(base)])
-    if firsts[0] == firsts[1]:
-        raise UsageError(f"ANSWER and ESCALATE start with the same token {firsts[0]}: use the generate path")
-    return firsts[0], firsts[1]
 
 
 def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
@@ -121,7 +100,7 @@ def evaluate_router(
     labels: Sequence[str],
     train_majority: str | None,
     *,
-    threshold: float = 0.5,
+    threshold_logit: float = 0.0,
     batch_size: int = 8,
     generate_limit: int = 0,
     max_new_tokens: int = 48,
@@ -132,12 +111,12 @@ def evaluate_router(
     """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
     scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals, text_weight)
     probs = [1.0 / (1.0 + math.exp(-s)) for s in scores]
-    predicted = ["ESCALATE" if p >= threshold else "ANSWER" for p in probs]
+    predicted = [decide(s, threshold_logit) for s in scores]
     result = decision_metrics(predicted, labels, train_majority)
-    result["threshold"] = threshold
+    result["threshold_logit"] = threshold_logit
     result["mean_p_escalate"] = sum(probs) / len(probs) if probs else None
     positive = [label == "ESCALATE" for label in labels]
-    # Ranking quality is what calibration can use; accuracy at 0.5 hides a router that ranks well but is shifted.
+    # Ranking quality is what calibration can use; accuracy at the argmax hides a router that ranks well but is shifted.
     result["auroc"] = auroc(scores, positive) if 0 < sum(positive) < len(positive) else None
     if generate_limit and prompts:
         k = min(generate_limit, len(prompts))

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.routers.lm_head import action_token_ids
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic, save_logistic
 from tiermem import contract
 from tiermem.artifacts import RunMeta
@@ -40,7 +41,6 @@ from .common import (
     trainer_args,
     training_device,
 )
-from .decisions import action_first_tokens
 from .objectives import REWARD_COLUMNS, TEXT_WEIGHTS, LossConfig, RouterSFTTrainer, balanced_class_weights
 from .rewards import RewardConfig, resolve_cost_scale, score_decision
 
@@ -197,7 +197,7 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
         processing_class=tokenizer,
         peft_config=peft_config,
         loss=cfg.loss,
-        action_ids=action_first_tokens(tokenizer, train_rows["prompt"][0]),
+        action_ids=action_token_ids(tokenizer, train_rows["prompt"][0]),
         class_weights=weights,
         signal_head=head_init,
         centre_signal_head=centre_head,

@@ -206,7 +206,8 @@ def test_training_metrics_and_serving_share_one_scorer_with_a_bos_adding_tokeniz
     router read identical scores and action tokens even when the tokenizer adds BOS by default."""
     import math
 
-    from router_train.decisions import action_first_tokens, escalation_probs, escalation_scores
+    from router_train.decisions import escalation_probs, escalation_scores
+    from serving.routers.lm_head import action_token_ids
 
     tok = _BosTokenizer(fast.tokenizer)
     prompts = [contract.render_prompt(tok, q, s) for q, s in zip(QUESTIONS, SUMMARIES, strict=True)]
@@ -217,4 +218,4 @@ def test_training_metrics_and_serving_share_one_scorer_with_a_bos_adding_tokeniz
     fast.model.eval()
     assert trained == pytest.approx(served, abs=1e-5)
     assert escalation_probs(fast.model, tok, prompts) == pytest.approx([1 / (1 + math.exp(-s)) for s in served])
-    assert action_first_tokens(tok, prompts[0]) == (fast.answer_id, fast.escalate_id)
+    assert action_token_ids(tok, prompts[0]) == (fast.answer_id, fast.escalate_id)

@@ -13,12 +13,14 @@ from tiermem.artifacts import RunMeta
 from tiermem.errors import RouterLoadError
 
 
-def action_token_ids(tokenizer: Any) -> tuple[int, int]:
-    """The first token of ANSWER and of ESCALATE right after the prompt + OUTPUT_PREFIX: the fast path's logits."""
+def action_token_ids(tokenizer: Any, prompt: str | None = None) -> tuple[int, int]:
+    """The first token of ANSWER and of ESCALATE right after a prompt + OUTPUT_PREFIX, tokenized as serving does
+    (add_special_tokens=False: the chat template holds the special tokens): the fast path's two logits, and the
+    tokens SFT's decision loss reads. `prompt`: a rendered contract prompt (default: a one-word question)."""
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False).input_ids
 
-    head = contract.render_prompt(tokenizer, "q", []) + contract.OUTPUT_PREFIX
+    head = (contract.render_prompt(tokenizer, "q", []) if prompt is None else prompt) + contract.OUTPUT_PREFIX
     head_ids = encode(head)
     ids = []
     for action in contract.ACTIONS:
