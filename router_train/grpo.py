@@ -1,7 +1,7 @@
 """`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost.
 
-Starts from the SFT adapter: from the base model the strict reward gave every sample the same (negative)
-reward in our probe, i.e. zero variance and zero gradient. A run whose reward variance stays zero is
+Starts from the SFT adapter: from the base model the strict reward tends to give every sample the same (negative)
+reward, i.e. zero variance and zero gradient. A run whose reward variance stays zero is
 reported loudly and recorded in the run's metadata. Saves like SFT plus `reward_curves.json`.
 
 Multi-GPU (vLLM colocated generation): accelerate launch --config_file configs/accelerate/multi_gpu.yaml \
@@ -91,7 +91,7 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
     if not cfg.allow_no_sft:
         raise ConfigError(
             "GRPO starts from an SFT adapter: set router= to a `make sft` output, or allow_no_sft=true to start "
-            "from the bare base model (its rewards had zero variance in our probe: no learning signal)"
+            "from the bare base model (expect zero reward variance there: no learning signal)"
         )
     log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n" + "=" * 70,
                 cfg.model)

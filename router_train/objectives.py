@@ -4,7 +4,7 @@ The router's decision is ONE token (the action's first token after contract.OUTP
 templated JSON. Plain completion-only SFT spends almost all of its loss on the template, and in our runs the
 decision logit stayed near ln 2 while the template was learned. These losses put the loss where the decision is:
 
-- `lm`: TRL's completion-only NLL (the previous recipe).
+- `lm`: TRL's completion-only NLL.
 - `decision`: cross-entropy over the two actions' first-token logits at the decision position, plus
   `lm_weight` x the completion NLL so the JSON format keeps being generated.
 - `expected_reward`: maximize the exact expected reward of the two-action policy at the decision position,
@@ -15,10 +15,10 @@ decision logit stayed near ln 2 while the template was learned. These losses put
 With `loss.signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
 (serving.signals.features: retrieval scores, lexical overlap, question form), trained together with the adapter
 by the same objective. The head starts from a logistic regression on the natural train rows, so the adapter learns
-what the signals miss; serving adds the same head to the same margin (serving.router.LocalRouter).
+what the signals miss; serving adds the same head to the same margin (serving.routers.local.LocalRouter).
 
 The decision position is found in the labels themselves (first completion token that is an action's first
-token), so it is the same token serving scores (serving.router reads the same logits).
+token), so it is the same token serving scores (serving.routers.local reads the same logits).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class LossConfig:
     # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
     mass_weight: float = 1.0
     class_weight: str = "balanced"  # decision only: balanced (inverse label frequency in train) | none
-    # Compute the frozen bottom layers once per row and reuse them every epoch (router_train.trunk), when the
+    # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.trunk.FrozenTrunk), when the
     # adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
     trunk_cache: str | None = None  # a file keeping the trunk states between runs (same data, model and split)

@@ -51,7 +51,7 @@ class IntegrityError(StoreError):
 class RunMeta:
     contract_version: str
     base_model: str  # model spec for tiermem.models.load_causal_lm (packaged:..., local dir or hub id)
-    stage: str = "sft"  # which recipe produced the weights: sft | grpo
+    stage: str = "sft"  # which stage produced the run: sft | grpo | features | top1-score
     adapter: bool = True  # True: a PEFT adapter over base_model; False: merged full weights in the run dir
     training: dict[str, Any] = field(default_factory=dict)  # the recipe's config, as saved
     data: dict[str, Any] = field(default_factory=dict)  # dataset path / hub id, label_rule, split sizes
