@@ -36,7 +36,6 @@ from serving.signals import LogisticModel
 from tiermem.errors import ConfigError
 from tiermem.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
-LOSSES = ("lm", "decision", "expected_reward")  # the SFT losses (`loss.kind`)
 TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid loss.text_weight=null chooses from
 REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 
@@ -138,14 +137,14 @@ class RouterSFTTrainer(SFTTrainer):
         if signal_head is not None:
             self.signal_head = SignalHead(signal_head).to(self.args.device)
             self.model.add_module("router_signal_head", self.signal_head)
-        self.extra_columns = ((list(REWARD_COLUMNS) if loss.kind == "expected_reward" else [])
+        self.extra_columns = ((list(REWARD_COLUMNS) if loss.kind in REWARD_LOSSES else [])
                               + (["signals", "augmented"] if signal_head is not None else []))
         if self.extra_columns:
             collate = self.data_collator
 
             def with_columns(examples: list[dict[str, Any]]) -> dict[str, Any]:
                 batch = collate(examples)
-                if loss.kind == "expected_reward":
+                if loss.kind in REWARD_LOSSES:
                     batch["reward_pair"] = torch.tensor([[e[c] for c in REWARD_COLUMNS] for e in examples],
                                                         dtype=torch.float32)
                 if signal_head is not None:
@@ -203,15 +202,8 @@ class RouterSFTTrainer(SFTTrainer):
                 keep = natural.to(head)
                 head = keep * head + (1.0 - keep) * head.detach()
             pair = pair + torch.stack([torch.zeros_like(head), head], dim=1)
-        if self.loss_config.kind == "decision":
-            y = (targets[rows, first] == escalate_id).long()
-            weight = torch.tensor(self.class_weights, device=pair.device)
-            decision_loss = F.cross_entropy(pair, y, weight=weight)
-        else:
-            if reward_pair is None:
-                raise ValueError("loss expected_reward needs the reward_answer/reward_escalate columns")
-            probs = torch.softmax(pair, dim=-1)
-            decision_loss = -(probs * reward_pair.to(probs.device)).sum(dim=-1).mean()
+        escalate = (targets[rows, first] == escalate_id).long()
+        decision_loss = DECISION_LOSSES[self.loss_config.kind](pair, escalate, reward_pair, self.class_weights)
         # -log p(ANSWER or ESCALATE first token) over the whole vocabulary at the decision position
         decision_logp = logp[rows, first]
         mass_loss = -torch.logsumexp(decision_logp[:, [answer_id, escalate_id]], dim=-1).mean()
@@ -224,6 +216,29 @@ class RouterSFTTrainer(SFTTrainer):
             self._metrics[mode]["lm_loss"].append(float(lm_loss))
             self._metrics[mode]["mean_p_escalate"].append(float(p_escalate.mean()))
         return (loss, None) if return_outputs else loss
+
+
+def decision_loss(pair: torch.Tensor, escalate: torch.Tensor, reward_pair: torch.Tensor | None,
+                  class_weights: tuple[float, float]) -> torch.Tensor:
+    """Class-weighted cross-entropy on the two action logits."""
+    return F.cross_entropy(pair, escalate, weight=torch.tensor(class_weights, device=pair.device))
+
+
+def expected_reward_loss(pair: torch.Tensor, escalate: torch.Tensor, reward_pair: torch.Tensor | None,
+                         class_weights: tuple[float, float]) -> torch.Tensor:
+    """Minus the exact expected reward of the two-action policy (each row's rewards for ANSWER and ESCALATE)."""
+    if reward_pair is None:
+        raise ValueError("loss expected_reward needs the reward_answer/reward_escalate columns")
+    probs = torch.softmax(pair, dim=-1)
+    return -(probs * reward_pair.to(probs.device)).sum(dim=-1).mean()
+
+
+# A decision loss reads the action pair at the decision position ([batch, 2] logits: ANSWER, ESCALATE, the signal
+# head already added), the rows' labels (1 = ESCALATE), their rewards (the losses in REWARD_LOSSES) and the class
+# weights; the trainer adds the completion NLL (lm_weight) and the action-mass term around it.
+DECISION_LOSSES = {"decision": decision_loss, "expected_reward": expected_reward_loss}
+REWARD_LOSSES = ("expected_reward",)  # their rows carry REWARD_COLUMNS
+LOSSES = ("lm", *DECISION_LOSSES)  # the SFT losses (`loss.kind`); lm is TRL's completion NLL alone
 
 
 def balanced_class_weights(labels: list[str]) -> tuple[float, float]:

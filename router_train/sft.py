@@ -41,7 +41,14 @@ from .common import (
     trainer_args,
     training_device,
 )
-from .objectives import REWARD_COLUMNS, TEXT_WEIGHTS, LossConfig, RouterSFTTrainer, balanced_class_weights
+from .objectives import (
+    REWARD_COLUMNS,
+    REWARD_LOSSES,
+    TEXT_WEIGHTS,
+    LossConfig,
+    RouterSFTTrainer,
+    balanced_class_weights,
+)
 from .rewards import RewardConfig, resolve_cost_scale, score_decision
 
 log = logging.getLogger(__name__)
@@ -90,7 +97,7 @@ def with_action_rewards(rows: Any, rewards: RewardConfig, scale: float | None) -
 
 
 def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    need_rewards = cfg.loss.kind == "expected_reward"
+    need_rewards = cfg.loss.kind in REWARD_LOSSES
     dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows in split {cfg.train_split!r}; nothing "
                                           "to train on", train_rewards=need_rewards, eval_rewards=False,
                                           signals=cfg.loss.signal_head)
@@ -182,7 +189,7 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
                      train_rows_over_max_length=over)
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
              data_info["validation_labels"])
-    columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.loss.kind == "expected_reward" else [])
+    columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.loss.kind in REWARD_LOSSES else [])
                + (["signals", "augmented"] if head_init is not None else []))
     weights = balanced_class_weights(list(train_rows["label"])) if cfg.loss.class_weight == "balanced" else (
         1.0, 1.0)
@@ -192,7 +199,7 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
         args=args,
         train_dataset=train_rows.select_columns(columns),
         eval_dataset=(val_rows.select_columns(["prompt", "completion"])
-                      if val_rows is not None and args.eval_strategy != "no" and cfg.loss.kind != "expected_reward"
+                      if val_rows is not None and args.eval_strategy != "no" and cfg.loss.kind not in REWARD_LOSSES
                       else None),
         processing_class=tokenizer,
         peft_config=peft_config,
