@@ -168,6 +168,12 @@ class ScoreRouter(Router):
 
     probabilistic: ClassVar[bool] = False  # True when sigmoid(score) is a fitted probability
 
+    def __init__(self, threshold_logit: float | None = None) -> None:
+        self.threshold_logit = DEFAULT_THRESHOLD_LOGIT if threshold_logit is None else float(threshold_logit)
+        self.name = self.kind
+        self.run_dir: Path | None = None  # the directory it was loaded from, if any
+        self.meta: RunMeta | None = None
+
     def route_batch(self, questions, summaries, threshold_logit=None):
         check_lengths(questions, summaries)
         t = self._threshold_logit(threshold_logit)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from serving.routers.base import (
-    DEFAULT_THRESHOLD_LOGIT,
     ScoreRouter,
     Summaries,
     calibrated_threshold_logit,
@@ -17,7 +16,7 @@ from serving.routers.base import (
 )
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
 from serving.signals import FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
-from tiermem.artifacts import FEATURE_MODEL_FILE, RunMeta
+from tiermem.artifacts import FEATURE_MODEL_FILE
 from tiermem.errors import RouterLoadError
 
 
@@ -31,10 +30,7 @@ class FeatureRouter(ScoreRouter):
             raise RouterLoadError(f"features router: saved features {model.feature_names} differ from this "
                                   f"version's {list(FEATURES)}; refit with `tiermem-router fit-features`")
         self.model = model
-        self.threshold_logit = DEFAULT_THRESHOLD_LOGIT if threshold_logit is None else float(threshold_logit)
-        self.name = self.kind
-        self.run_dir: Path | None = None
-        self.meta: RunMeta | None = None
+        super().__init__(threshold_logit)
 
     @classmethod
     def from_spec(cls, spec, trunk_cache=None):

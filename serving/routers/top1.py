@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from serving.routers.base import (
-    DEFAULT_THRESHOLD_LOGIT,
     ScoreRouter,
     Summaries,
     calibrated_threshold_logit,
@@ -16,18 +15,11 @@ from serving.routers.base import (
 )
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
 from serving.signals import top1
-from tiermem.artifacts import RunMeta
 
 
 class Top1ScoreRouter(ScoreRouter):
     kind = "top1-score"
     summary_fields = ("score",)
-
-    def __init__(self, threshold_logit: float | None = None) -> None:
-        self.threshold_logit = DEFAULT_THRESHOLD_LOGIT if threshold_logit is None else float(threshold_logit)
-        self.name = self.kind
-        self.run_dir: Path | None = None
-        self.meta: RunMeta | None = None
 
     @classmethod
     def from_spec(cls, spec, trunk_cache=None):

@@ -11,10 +11,6 @@ class WordCountRouter(ScoreRouter):
 
     kind = "word-count"
 
-    def __init__(self, threshold_logit: float | None = None) -> None:
-        self.threshold_logit = 0.0 if threshold_logit is None else threshold_logit
-        self.name, self.meta = self.kind, None
-
     @classmethod
     def from_spec(cls, spec, trunk_cache=None):
         if not spec.path:
