@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
-from serving.routers.base import ESCALATE_ALL
+from serving.routers.base import ESCALATE_ALL, decide
 from tiermem.errors import UsageError
 
 ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)
@@ -102,7 +102,7 @@ def threshold_token_budget(cs: CalibrationSet, budget: float) -> float:
     cs.need("s_ok", "r_ok", "s_tokens", "r_tokens")
     best: tuple[float, float, float] | None = None  # (accuracy, -tokens, threshold)
     for t in _candidates(cs.scores):
-        esc = [s >= t for s in cs.scores]
+        esc = [decide(s, t) == "ESCALATE" for s in cs.scores]
         n = len(esc)
         tokens = sum(r if e else s for e, s, r in zip(esc, cs.s_tokens, cs.r_tokens, strict=True)) / n  # type: ignore[arg-type]
         if tokens > budget:
@@ -198,7 +198,7 @@ def threshold_risk_control(cs: CalibrationSet, alpha: float, delta: float, unit:
 def summarize(scores: Sequence[float], labels: Sequence[str | None], threshold: float,
               cs: CalibrationSet | None = None, reward: RewardConfig | None = None) -> dict[str, Any]:
     """What the threshold does on the calibration records."""
-    escalate = [s >= threshold for s in scores]
+    escalate = [decide(s, threshold) == "ESCALATE" for s in scores]
     n = len(scores)
     hard = [e for e, label in zip(escalate, labels, strict=True) if label == "ESCALATE"]
     labeled = [(e, label) for e, label in zip(escalate, labels, strict=True) if label in ("ANSWER", "ESCALATE")]

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from evaluation.metrics import Case, check_replayable, replay_core
+from serving.routers.base import decide
 
 
 @dataclass
@@ -57,7 +58,7 @@ def sweep_points(
     thresholds = [math.inf] + sorted(set(float(p) for p in p_escalate), reverse=True)
     points = []
     for t in thresholds:
-        w = [1.0 if p >= t else 0.0 for p in p_escalate]
+        w = [1.0 if decide(p, t) == "ESCALATE" else 0.0 for p in p_escalate]
         core = replay_core(cases, w, rtok, rlat)
         points.append(
             SweepPoint(t, core["escalation_rate"], core["accuracy"], core["mean_input_tokens"], core["mean_latency_s"])
