@@ -45,7 +45,7 @@ def percentile(values: list[float], q: float) -> float:
 def _serve(app: Any) -> tuple[Any, threading.Thread, str]:
     import uvicorn
 
-    from tests.servers import free_port
+    from tests.helpers.servers import free_port
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))

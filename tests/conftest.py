@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "helpers" / "fixtures"
 SHARED_LOCOMO = ROOT.parent / "shared" / "data" / "locomo10_dev.json"
 
 # Tests share 2 cores with nothing else; keep BLAS from oversubscribing.

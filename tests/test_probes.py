@@ -1,4 +1,4 @@
-"""Probe table (issue 13): malformed data files, configs and HTTP bodies, each through the real entry point.
+"""Probe table (docs/probes.md): malformed data files, configs and HTTP bodies, each through the real entry point.
 
 Every probe asserts the named error in the one-line message, the exit code of `tiermem-router`, that the
 message names the file or field, and that nothing was left behind in the output directory.
@@ -18,7 +18,7 @@ from serving.routers.fixed import AlwaysEscalate
 from serving.server import ServeConfig, create_app
 from tiermem_cli import cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "memory"
+FIXTURES = Path(__file__).parent / "helpers" / "fixtures" / "memory"
 LOCOMO = json.loads((FIXTURES / "locomo_tiny.json").read_text())
 LME = json.loads((FIXTURES / "longmemeval_tiny.json").read_text())
 

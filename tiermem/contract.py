@@ -2,7 +2,7 @@
 
 Labeling (teacher), SFT, GRPO, evaluation and serving all render and parse through this module, so a
 prompt seen at training time is byte-identical to the one seen at serving time. Any change to the
-rendered text must bump CONTRACT_VERSION (the golden tests in tests/test_contract.py pin it); the
+rendered text must bump CONTRACT_VERSION (the golden tests in tests/tiermem/test_contract.py pin it); the
 version is saved with every checkpoint and checked when a router is loaded.
 """
 

@@ -3,7 +3,7 @@
 On a CPU a step's cost is the forward pass over a ~300-token prompt; with the adapter on the top N layers
 (`lora.top_layers`), the bottom layers see the same weights and the same tokens every epoch, so their output is
 computed once per sequence (no grad, no stored activations) and reused. Every later pass runs only N layers.
-`top_logits(trunk(ids))` equals the full model's logits (tests/test_trunk.py checks it).
+`top_logits(trunk(ids))` equals the full model's logits (tests/tiermem/test_trunk.py checks it).
 
 Supported for decoders that do not rescale `inputs_embeds` inside the model (Llama, Qwen2/3, Mistral, SmolLM);
 others (e.g. Gemma multiplies embeddings by sqrt(d)) fall back to full forwards.

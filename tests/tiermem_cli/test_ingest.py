@@ -1,0 +1,100 @@
+import dataclasses
+import re
+
+import pytest
+
+from tiermem.config import ConfigError, parse_config
+from tiermem.data import load_conversations
+from tiermem.memory import MemoryConfig
+from tiermem_cli.ingest import DEFAULT_CONFIG, IngestConfig, main, pick
+
+
+def test_configs_validate():
+    cfg = parse_config(IngestConfig, DEFAULT_CONFIG)
+    assert cfg.memory.summarizer == "extractive" and cfg.llm.backend == "local"
+    for path in sorted((DEFAULT_CONFIG.parents[1] / "memory").glob("*.yaml")):
+        parse_config(MemoryConfig, path)
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_config(IngestConfig, DEFAULT_CONFIG, ["memory.pagesize=3"])
+    with pytest.raises(ConfigError, match="max_rounds"):
+        parse_config(IngestConfig, DEFAULT_CONFIG, ["memory.max_rounds=7"])
+
+
+def test_pick_question():
+    convs = load_conversations(None)
+    conv, q = pick(convs, "", "")
+    assert (conv.conv_id, q.qid) == ("sample-1", "sample-1:q000")
+    assert pick(convs, "sample-2", 3)[1].qid == "sample-2:q003"
+    assert pick(convs, "sample-2", "sample-2:q001")[1].question.startswith("When did Marcus")
+    bad = [(("nope", ""), "not found"), (("sample-1", 99), "out of range"), (("sample-1", "x"), "not found")]
+    for args, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            pick(convs, *args)
+
+
+def test_missing_data_file_is_one_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        main([f"data={tmp_path / 'missing.json'}", f"workdir={tmp_path / 'mem'}"])
+
+
+@pytest.mark.slow
+def test_ingest_cli_end_to_end(tmp_path, capsys):
+    rc = main([f"workdir={tmp_path / 'mem'}", f"llm.cache_path={tmp_path / 'cache.sqlite'}", "question=3",
+               "memory.fixed_policy=research"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "raw pages" in out and "summary units" in out and "route: ESCALATE by fixed:research" in out
+
+
+def test_pick_takes_free_questions():
+    convs = load_conversations(None)
+    assert pick(convs, "sample-1", "What did Tomas adopt?") == (convs[0], "What did Tomas adopt?")
+    assert pick(convs, "", "  where does he volunteer ") == (convs[0], "where does he volunteer")
+    assert pick(convs, "", "why?")[1] == "why?"
+    bare = [dataclasses.replace(convs[0], questions=[])]
+    assert pick(bare, "", "Who is Pepper?")[1] == "Who is Pepper?"  # no questions in the file: still askable
+    with pytest.raises(ValueError, match="no questions in the file; ask one in words"):
+        pick(bare, "", "")
+
+
+def _ask(tmp_path, question, *extra):
+    from tests.helpers.fake_openai import fake_openai
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    with fake_openai() as base_url:
+        return main([f"data={EXAMPLE_PATH}", f"question={question}", f"workdir={tmp_path / 'mem'}",
+                     "llm.backend=openai", "llm.model=fake", f"llm.base_url={base_url}", "memory.embedder=hashing",
+                     "memory.tokenizer=whitespace", "memory.page_tokens=120",
+                     f"llm.cache_path={tmp_path / 'cache.sqlite'}", *extra])
+
+
+def test_free_question_is_routed_answered_and_says_it_has_no_gold(tmp_path, capsys):
+    rc = _ask(tmp_path, "What did Tomas adopt?", "memory.fixed_policy=research")
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "question (free text): What did Tomas adopt?" in out
+    assert "gold answer: none: a question of your own has no gold answer or evidence" in out
+    assert "route: ESCALATE by fixed:research" in out
+    pages = next(line for line in out.splitlines() if line.startswith("pages read: "))
+    assert "tomas-assistant" in pages  # raw page ids of the conversation it researched
+    assert re.search(r"cost: \d+ in / \d+ out tokens, [1-9]\d* LLM call\(s\)", out)
+
+    rc = _ask(tmp_path, "Where does Tomas volunteer?", "memory.fixed_policy=summary")
+    out = capsys.readouterr().out
+    assert rc == 0 and "route: ANSWER by fixed:summary" in out and "pages read: none (answered from the 5" in out
+
+
+def test_free_question_with_a_trained_router(tmp_path, capsys):
+    from tests.helpers.router_fixtures import make_router_run
+
+    rc = _ask(tmp_path, "When did Tomas adopt Pepper?", f"router={make_router_run()}")
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert re.search(r"route: (ANSWER|ESCALATE) by router \(router \d+ ms, parsed_ok=True\)", out)
+    assert "gold answer: none" in out and "+ router" in out
+
+
+def test_known_question_shows_its_gold(tmp_path, capsys):
+    assert _ask(tmp_path, "q2", "memory.fixed_policy=summary") == 0
+    out = capsys.readouterr().out
+    assert "question q2 [category temporal]: When did Tomas adopt Pepper?" in out
+    assert "gold answer: 16 March 2024   (evidence s2-1)" in out
