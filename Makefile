@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN := $(BIN)/tiermem-router
 ARGS ?=
 
-.PHONY: install test test-all lint label sft grpo calibrate eval features push serve demo bench ingest clean
+.PHONY: install test test-all lint label label-merge sft grpo calibrate eval features push serve demo bench ingest clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,8 +29,12 @@ test-all: install
 lint:
 	$(BIN)/ruff check .
 
+# `make label ARGS="shard=3/8"` labels shard 3 of 8 only; `make label-merge` (same CONFIG and ARGS, shard= left
+# out) checks that every shard is done and writes the one dataset (docs/labeling.md, "Running shards").
 label:
 	$(RUN) label $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+label-merge:
+	$(RUN) label-merge $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 sft:
 	$(RUN) sft $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 grpo:

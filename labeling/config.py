@@ -11,6 +11,7 @@ from pathlib import Path
 
 from labeling.evidence import EvidenceConfig
 from labeling.rules import check_rule
+from labeling.shards import parse_shard
 from labeling.split import SplitSpec
 from tiermem.data.conversations import Conversation, detect_file_format
 from tiermem.errors import ConfigError
@@ -72,6 +73,9 @@ class LabelConfig:
     llm_cache: str | None = None  # response cache for roles without cache_path; None = <output_dir>/llm_cache.sqlite
     concurrency: int = 1  # questions in flight (HTTP backends only; the local backend runs one at a time)
     retry_errors: bool = True  # a rerun retries error records
+    # "i/n": label only shard i of n (conversations by a hash of their id) into <output_dir>/shards/<i>-of-<n>/;
+    # `tiermem-router label-merge` then writes the one dataset. None = every conversation in this process.
+    shard: str | None = None
     teacher_max_tokens: int = 128
     push_to_hub: str | None = None  # dataset repo id
     hub_private: bool = True
@@ -99,6 +103,17 @@ class LabelConfig:
             raise ConfigError("max_conversations and max_questions_per_conversation must be >= 1 (null = all)")
         if not 0 <= self.judge_threshold <= 1:
             raise ConfigError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
+        if self.shard is not None:
+            parse_shard(self.shard)
+            for name in ("answerer", "summarizer", "judge", "sufficiency", "teacher"):
+                role = getattr(self.llm, name)
+                if role is not None and role.backend == "local" and role.temperature > 0:
+                    # one process-wide torch RNG: a sampled reply would depend on the calls made before it,
+                    # i.e. on which conversations share the process
+                    raise ConfigError(f"shard: llm.{name}.temperature={role.temperature} samples a local model "
+                                      "from one process-wide RNG, so records would depend on how the conversations "
+                                      "are sharded; use temperature 0 (greedy) or an OpenAI-compatible backend "
+                                      "(its per-request seed) for a sharded run")
 
 
 def select(cfg: LabelConfig, conversations: list[Conversation]) -> list[Conversation]:

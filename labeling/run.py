@@ -11,10 +11,14 @@ Write new, then swap: a rerun leaves the finished outputs of the last run in pla
 its own into a staging directory inside `output_dir`, and only once every one is produced swaps them in
 (os.replace for the files; the old dataset/ is renamed aside, the new one renamed in, the old one deleted). A rerun
 that fails or is killed before that leaves the previous outputs whole.
+
+`shard=i/n` labels one shard's conversations into `<output_dir>/shards/<i>-of-<n>/` (labeling/shards.py) and writes
+no dataset; `tiermem-router label-merge` (labeling/merge.py) checks the shards and calls the same `finish`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -40,6 +44,8 @@ from labeling.report import build_stats, write_report
 from labeling.resume import FINAL_OUTPUTS, check_resumable
 from labeling.roles import Roles, Serialized
 from labeling.schema import FEATURES
+from labeling.shards import STATE as SHARD_STATE
+from labeling.shards import parse_shard, shard_dir, shard_of, write_state
 from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore, record_key
 from tiermem.config import parse_cli, to_dict
@@ -47,7 +53,7 @@ from tiermem.data.conversations import Conversation, Question, load_conversation
 from tiermem.errors import UsageError
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
-from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claimed_output_dir
+from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claim_output_dir, claimed_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +78,18 @@ def _results(ctx: Context, jobs: list[tuple[Question, str]], fn: Any) -> Iterato
 def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> dict[str, Any]:
     """Label everything not yet committed, then write the dataset, stats and report. Returns the stats.
 
+    With `cfg.shard` set, only that shard's conversations are labeled, into its own directory, and the shard's
+    state is returned (`tiermem-router label-merge` writes the dataset once every shard is done).
     `roles` and `embedder` replace the ones the config would build (tests, or reuse across runs)."""
     started = time.perf_counter()
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
+    if cfg.shard is not None:
+        check_output_dir(shard_dir(out, *parse_shard(cfg.shard)), "label")
     conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
     if not any(c.questions for c in conversations):
         raise UsageError("no questions selected: check conversations, categories and max_questions_per_conversation")
+    if cfg.shard is not None:
+        return _run_shard(cfg, roles, embedder, conversations, started)
     # Held until the run ends: a second run on this directory would append every record a second time.
     with claimed_output_dir(out, "label"):
         return _run_claimed(cfg, roles, embedder, conversations, started)
@@ -90,6 +102,50 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
     recover_outputs(out)
     (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     assignment = assign_splits([c.conv_id for c in conversations], cfg.split)
+    ctx, by_key, resumed = label_conversations(cfg, roles, embedder, conversations, assignment)
+    records = dataset_records(by_key, conversations, assignment)
+    return finish(cfg, records, resumed, time.perf_counter() - started, dropped_turns(conversations),
+                  llm_judge=ctx.roles["judge"] is not None, llm_stats=ctx.roles.stats())
+
+
+def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
+               started: float) -> dict[str, Any]:
+    """One shard: its conversations into `<output_dir>/shards/<i>-of-<n>/`, a label run directory of its own
+    (records.jsonl, resume_fingerprint.json, config.yaml, shard.json, and the default tiers/ and LLM cache).
+
+    `<output_dir>` gets the label marker but no lock: every shard runs at once under it, each locking its own
+    directory; label-merge locks `<output_dir>` (and every shard) while it writes the dataset there."""
+    index, count = parse_shard(cfg.shard)
+    claim_output_dir(cfg.output_dir, "label", lock=False)
+    here = shard_dir(cfg.output_dir, index, count)
+    # The split is assigned over every selected conversation, exactly as a one-process run assigns it.
+    assignment = assign_splits([c.conv_id for c in conversations], cfg.split)
+    mine = [c for c in conversations if shard_of(c.conv_id, count) == index]
+    # Every default path a run derives from output_dir (tiers/, llm_cache.sqlite) is the shard's own.
+    shard_cfg = dataclasses.replace(cfg, output_dir=str(here))
+    with claimed_output_dir(here, "label"):
+        check_resumable(shard_cfg, here)
+        (here / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        state: dict[str, Any] = {"shard": f"{index}/{count}", "index": index, "count": count,
+                                 "conversations": [c.conv_id for c in mine],
+                                 "questions": sum(len(c.questions) for c in mine), "finished": False}
+        write_state(here / SHARD_STATE, state)  # a shard killed from here on is not finished
+        ctx, by_key, resumed = label_conversations(shard_cfg, roles, embedder, mine, assignment)
+        records = dataset_records(by_key, mine, assignment)
+        natural = [r for r in records if not r.get("augmentation")]
+        state.update({"finished": True, "records": len(natural), "errors": sum(1 for r in natural if r["error"]),
+                      "resumed_records": resumed, "elapsed_s": round(time.perf_counter() - started, 1),
+                      "llm_judge": ctx.roles["judge"] is not None, "llm": ctx.roles.stats()})
+        write_state(here / SHARD_STATE, state)
+    return {**state, "output_dir": str(here)}
+
+
+def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
+                        assignment: dict[str, str]) -> tuple[Context, dict[tuple[str, str], dict[str, Any]], int]:
+    """Label every question of `conversations` not yet committed in `<cfg.output_dir>/records.jsonl`.
+
+    Returns (the context, key -> committed record, how many of the questions were committed before this run)."""
+    out = Path(cfg.output_dir)
     roles = roles or Roles.from_config(cfg)
     ctx = Context(cfg, roles, LexicalJudge(cfg.judge_threshold), data_format(cfg, cfg.data_path))
     # A tiers_dir of its own is a cache other runs may share; the default one lives inside this run.
@@ -139,12 +195,22 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
                 runtime.close()
         bar.close()
         by_key = {(r["conv_id"], r["qid"]): r for r in store.records()}
+    return ctx, by_key, resumed
+
+
+def dataset_records(by_key: dict[tuple[str, str], dict[str, Any]], conversations: list[Conversation],
+                    assignment: dict[str, str]) -> list[dict[str, Any]]:
+    """The records of `conversations`' questions in question order, each followed by its variants, with the split
+    the current spec assigns (it decides, even for resumed records). Every question must have a record."""
     wanted = [(c.conv_id, q.qid) for c in conversations for q in c.questions]
     records = with_variants(by_key, wanted)
     for rec in records:
-        rec["split"] = assignment[rec["conv_id"]]  # the current split spec decides, even for resumed records
-    dropped = {c.conv_id: list(c.dropped_turns) for c in conversations if c.dropped_turns}
-    return finish(cfg, ctx, records, resumed, time.perf_counter() - started, dropped)
+        rec["split"] = assignment[rec["conv_id"]]
+    return records
+
+
+def dropped_turns(conversations: list[Conversation]) -> dict[str, list[str]]:
+    return {c.conv_id: list(c.dropped_turns) for c in conversations if c.dropped_turns}
 
 
 STAGING_PREFIX = ".finalize-"  # a run's new outputs, before they are swapped in
@@ -180,9 +246,12 @@ def _swap_in(stage: Path, out: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def finish(cfg: LabelConfig, ctx: Context, records: list[dict[str, Any]], resumed: int,
-           elapsed_s: float, dropped_turns: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """Write dataset/, all_records.jsonl, stats.json and report.md into a staging directory, then swap them in."""
+def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapsed_s: float,
+           dropped_turns: dict[str, list[str]] | None = None, *, llm_judge: bool, llm_stats: dict[str, Any],
+           extra_stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write dataset/, all_records.jsonl, stats.json and report.md into a staging directory, then swap them in.
+
+    The one finalize of a labeling run: a one-process run calls it on its records, label-merge on the shards'."""
     out = Path(cfg.output_dir)
     records, pairs = for_dataset(records, cfg.minimal_pairs.enabled)  # minimal pairs reach the train split only
     check_records_disjoint(records)
@@ -192,13 +261,14 @@ def finish(cfg: LabelConfig, ctx: Context, records: list[dict[str, Any]], resume
         with open(stage / "all_records.jsonl", "w", encoding="utf-8") as fh:
             for rec in records:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        stats = build_stats(records, cfg.label_rule, llm_judge=ctx.roles["judge"] is not None)
+        stats = build_stats(records, cfg.label_rule, llm_judge=llm_judge)
         dropped_turns = dropped_turns or {}
         stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
-                      "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": ctx.roles.stats(),
+                      "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": llm_stats,
                       "output_dir": str(out),
                       "empty_turns_dropped": {"total": sum(len(v) for v in dropped_turns.values()),
-                                              "by_conversation": {k: len(v) for k, v in dropped_turns.items()}}})
+                                              "by_conversation": {k: len(v) for k, v in dropped_turns.items()}},
+                      **(extra_stats or {})})
         if good:
             dataset = build_dataset(good)
             dataset.save_to_disk(str(stage / "dataset"))
@@ -237,6 +307,11 @@ def build_dataset(records: list[dict[str, Any]]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_cli(LabelConfig, list(argv or []), default_config=DEFAULT_CONFIG)
     stats = run(cfg)
+    if cfg.shard is not None:
+        print(f"shard {stats['shard']}: {stats['records']} questions of {len(stats['conversations'])} conversations "
+              f"({stats['errors']} errors) in {stats['elapsed_s']} s; records in {stats['output_dir']}. Once every "
+              f"shard of {stats['count']} is done: tiermem-router label-merge with the same config")
+        return 0 if stats["errors"] == 0 else 1
     rule = cfg.label_rule
     counts = stats["labels"][rule]["all"]
     print(f"labeled {stats['records']} questions ({stats['errors']} errors) in {stats['elapsed_s']} s; "

@@ -25,6 +25,28 @@ def record_key(record: dict[str, Any]) -> Key:
     return (str(record["conv_id"]), str(record["qid"]))
 
 
+def _decode(data: bytes, path: Path) -> dict[Key, dict[str, Any]]:
+    """key -> record (the newest one per key) from whole record lines."""
+    records: dict[Key, dict[str, Any]] = {}
+    text = decode_utf8(data, path, StoreError, bom_ok=False)
+    for lineno, record in jsonl_records(text, path, StoreError):
+        if not isinstance(record, dict) or "conv_id" not in record or "qid" not in record:
+            raise StoreError(f"{path}: line {lineno}: corrupt record line (not a record with conv_id "
+                             "and qid); delete the file to relabel")
+        records[record_key(record)] = record
+    return records
+
+
+def read_records(path: str | Path) -> dict[Key, dict[str, Any]]:
+    """The committed records of a store, read as `RecordStore` reads them but without touching the file (a torn
+    last line is skipped, not cut off): for a reader of another run's store, such as label-merge."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    data = path.read_bytes()
+    return _decode(data[: data.rfind(b"\n") + 1], path)
+
+
 class RecordStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -48,12 +70,7 @@ class RecordStore:
                 fh.truncate(good_end)
                 fh.flush()
                 os.fsync(fh.fileno())
-        text = decode_utf8(data[:good_end], self.path, StoreError, bom_ok=False)
-        for lineno, record in jsonl_records(text, self.path, StoreError):
-            if not isinstance(record, dict) or "conv_id" not in record or "qid" not in record:
-                raise StoreError(f"{self.path}: line {lineno}: corrupt record line (not a record with conv_id "
-                                 "and qid); delete the file to relabel")
-            self._records[record_key(record)] = record
+        self._records = _decode(data[:good_end], self.path)
 
     def __contains__(self, key: Key) -> bool:
         return key in self._records

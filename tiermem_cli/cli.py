@@ -22,7 +22,8 @@ from tiermem.logs import setup_logging
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.
 STAGES: dict[str, tuple[str, str]] = {
-    "label": ("labeling.run:main", "hindsight labeling -> a labeled DatasetDict"),
+    "label": ("labeling.run:main", "hindsight labeling -> a labeled DatasetDict (shard=i/n: one shard of it)"),
+    "label-merge": ("labeling.merge:main", "check the shards of a sharded label run and write its DatasetDict"),
     "sft": ("router_train.sft:main", "LoRA SFT of the router (TRL SFTTrainer)"),
     "grpo": ("router_train.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
     "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
@@ -36,6 +37,7 @@ STAGES: dict[str, tuple[str, str]] = {
 }
 
 # configs/<folder>/*.yaml -> the dataclass each file must parse into (tests/test_configs.py validates them all).
+# label-merge has no folder of its own: it takes the label config its shards ran with (configs/label).
 CONFIG_CLASSES: dict[str, str] = {
     "label": "labeling.config:LabelConfig",
     "sft": "router_train.sft:SFTRecipeConfig",
@@ -53,7 +55,7 @@ CONFIG_CLASSES: dict[str, str] = {
 
 def _usage() -> str:
     lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in STAGES.items()]
+    lines += [f"  {name:<12} {help_}" for name, (_, help_) in STAGES.items()]
     lines += ["", "--verbose (or -v, anywhere on the line) also shows library INFO/DEBUG logs and deprecation",
               "warnings; TIERMEM_LOG=<level> sets one level for every logger."]
     return "\n".join(lines)

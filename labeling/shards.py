@@ -1,0 +1,87 @@
+"""Sharded labeling: which shard a conversation belongs to, where a shard's files live and the state it leaves.
+
+`shard=i/n` (0-based, 0 <= i < n) labels the conversations whose id hashes to i: sha256 of the id's UTF-8 bytes,
+as an integer, mod n. The hash depends on nothing but the id, so which shard a conversation lands in does not depend
+on the process, the machine or the other conversations. A shard writes its records, resume fingerprint, tier cache
+and LLM response cache (the last two unless tiers_dir / llm_cache name shared ones) under
+`<output_dir>/shards/<i>-of-<n>/`, a label run directory of its own (claimed and locked like every stage's), and a
+`shard.json` state that says whether it got through all of its conversations. `tiermem-router label-merge`
+(labeling/merge.py) checks every shard and writes the one dataset into `<output_dir>` as a one-process run would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from tiermem.errors import ConfigError, DataError
+
+SHARDS_DIR = "shards"
+STATE = "shard.json"  # a shard's state: its conversations, whether it finished, its counts and LLM stats
+_NAME = re.compile(r"^(\d+)-of-(\d+)$")
+_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(spec: Any) -> tuple[int, int]:
+    """"i/n" -> (i, n), 0 <= i < n. Raises ConfigError naming the `shard` field."""
+    match = _SPEC.match(spec) if isinstance(spec, str) else None
+    if match is None:
+        raise ConfigError(f"shard must be \"i/n\" (shard i of n, 0-based), e.g. shard=3/8; got {spec!r}")
+    index, count = int(match[1]), int(match[2])
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"shard {spec!r}: need 0 <= i < n (shards are numbered 0 .. n-1), got i={index}, n={count}")
+    return index, count
+
+
+def shard_of(conv_id: str, count: int) -> int:
+    """The shard of a conversation among `count`: a stable hash of its id (never Python's per-process hash())."""
+    return int(hashlib.sha256(str(conv_id).encode("utf-8")).hexdigest(), 16) % count
+
+
+def shard_name(index: int, count: int) -> str:
+    return f"{index}-of-{count}"
+
+
+def shard_dir(output_dir: str | Path, index: int, count: int) -> Path:
+    return Path(output_dir) / SHARDS_DIR / shard_name(index, count)
+
+
+def found_shards(output_dir: str | Path) -> dict[tuple[int, int], Path]:
+    """(index, count) -> directory for every `<i>-of-<n>` under `<output_dir>/shards`. Raises DataError for an
+    entry that is not a shard directory (so a stray copy is never silently left out of a merge)."""
+    root = Path(output_dir) / SHARDS_DIR
+    found: dict[tuple[int, int], Path] = {}
+    if not root.is_dir():
+        return found
+    for path in sorted(root.iterdir()):
+        if path.name.startswith("."):
+            continue
+        match = _NAME.match(path.name)
+        if match is None or not path.is_dir() or not 0 <= int(match[1]) < int(match[2]):
+            raise DataError(f"{path}: not a shard directory (<i>-of-<n>, 0 <= i < n); move it out of {root}")
+        found[(int(match[1]), int(match[2]))] = path
+    return found
+
+
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    """Atomically: a shard killed while writing it leaves the previous state whole."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    path = directory / STATE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: unreadable shard state ({exc}); rerun that shard") from None
+    if not isinstance(state, dict) or not isinstance(state.get("finished"), bool):
+        raise DataError(f"{path}: not a shard state (no 'finished'); rerun that shard")
+    return state
