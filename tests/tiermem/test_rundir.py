@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # CLI stage -> argv that points its output directory at `d` (every other input names something that does not
 # exist: the stage must refuse the directory before it would read any of them).
 WRITES: dict[str, list[Callable[[Path], list[str]]]] = {
-    "label": [lambda d: [f"output_dir={d}", "data_path=", "memory.tokenizer=whitespace"]],
+    "label": [lambda d: [f"output_dir={d}", "data_path=", "memory.tokenizer=whitespace"],
+              lambda d: [f"output_dir={d}", "shard=0/2", "data_path=", "memory.tokenizer=whitespace"]],
+    "label-merge": [lambda d: [f"output_dir={d}", "data_path=", "memory.tokenizer=whitespace"]],
     "sft": [lambda d: [f"output_dir={d}", "data=/nonexistent/dataset"]],
     "grpo": [lambda d: [f"output_dir={d}", "router=/nonexistent/sft", "data=/nonexistent/dataset"]],
     "fit-features": [lambda d: [f"output_dir={d}", "data=/nonexistent/dataset"],
@@ -59,7 +61,7 @@ READ_ONLY: dict[str, str] = {
     "serve": "serves a router over HTTP: reads its run directory, writes no file",
 }
 # The marker each writing stage leaves, for the foreign directories that would be its own.
-OWN_MARKER = {"fit-features": "fit-features", "ingest": "tiers", "ask": "tiers"}
+OWN_MARKER = {"label-merge": "label", "fit-features": "fit-features", "ingest": "tiers", "ask": "tiers"}
 
 
 def _router_meta(stage: str) -> str:
