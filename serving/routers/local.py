@@ -206,11 +206,14 @@ class LocalRouter(Router):
             if len(rows) > 1:
                 cache.batch_repeat_interleave(len(rows))
             kwargs["cache"] = cache
+        # Logits only at the rows' last real tokens: the vocabulary projection of every tail position would cost
+        # about a fifth of the forward pass and is never read.
+        last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
+        keep, column = torch.unique(last, return_inverse=True)
         with torch.inference_mode():
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                use_cache=use_cache, **kwargs).logits
-        last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
-        picked = logits[torch.arange(len(rows), device=self.device), last][:, [self.answer_id, self.escalate_id]]
+                                use_cache=use_cache, logits_to_keep=keep, **kwargs).logits
+        picked = logits[torch.arange(len(rows), device=self.device), column][:, [self.answer_id, self.escalate_id]]
         # The margin in float64: a float32 softmax saturates at exactly 1.0 for large margins, which ties
         # distinct decisions and collapses sweeps and quantile thresholds.
         picked = picked.double()
