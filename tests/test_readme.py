@@ -108,8 +108,11 @@ def _candidates(text: str) -> list[str]:
     tokens += re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", prose(text))  # [text](target) and ![alt](target)
     out = []
     for tok in tokens:
-        if re.fullmatch(r"[A-Za-z_][\w.]*=.*", tok):  # key=value: the value may be a path
-            tok = tok.split("=", 1)[1]
+        while re.fullmatch(r"[A-Za-z_][\w.]*=.*", tok):  # key=value: the value may be a path, or more of them
+            tok = tok.split("=", 1)[1]                   # (ARGS="data=runs/x output_dir=y")
+            if " " in tok.strip():
+                tokens += tok.split()
+                tok = ""
         out.append(tok.strip().rstrip(",.;:"))
     return out
 

@@ -110,7 +110,7 @@ def test_sweep_on_known_ranking(cases):
     accs = [p.accuracy for p in res.points]
     assert rates == pytest.approx([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     assert accs == pytest.approx([0.4, 0.6, 0.8, 0.8, 0.6, 0.6])
-    assert math.isinf(res.points[0].threshold) and res.points[-1].threshold == 0.1
+    assert math.isinf(res.points[0].threshold_logit) and res.points[-1].threshold_logit == 0.1
     assert [p.mean_input_tokens for p in res.points] == pytest.approx([100, 280, 460, 640, 820, 1000])
     assert res.gap == pytest.approx(0.2)
     # PGR = 0,1,2,2,1,1 on a 0.2 grid

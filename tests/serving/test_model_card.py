@@ -148,7 +148,7 @@ def test_run_card_after_sft_grpo_calibrate_and_eval(runs):
     assert "Not evaluated yet" in cards["calibrate"]
 
     report = json.loads(runs["eval"]["json"].read_text())
-    assert "Not evaluated yet" not in cards["eval"] and f"Threshold **{threshold:.4g}**" in cards["eval"]
+    assert "Not evaluated yet" not in cards["eval"] and f"threshold_logit **{threshold:.4g}**" in cards["eval"]
     rows = eval_rows(cards["eval"])
     for name in ("routed", "summary_only", "raw_only", "random", "oracle"):
         assert rows[name][:2] == [cell(report, name, "accuracy"), cell(report, name, "escalation_rate")], name
