@@ -9,6 +9,7 @@ missed would show.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -93,3 +94,137 @@ def _sum_llm(llm: dict[str, Any]) -> dict[str, int]:
                 if isinstance(v, (int, float)):
                     total[k] = total.get(k, 0) + int(v)
     return total
+
+
+# ---- throughput: generator-free labeling, 1 and 2 shards ------------------------------------------------------
+
+
+@dataclass
+class ThroughputBenchConfig:
+    enabled: bool = True
+    config: str = "configs/label/locomo_cpu_evidence.yaml"  # generator-free (the evidence rule): no LLM calls
+    max_conversations: int | None = None  # None: every conversation of the config's data file
+    output_dir: str = "runs/bench/throughput"
+
+
+class _Timers:
+    """Exclusive wall time inside named functions of one process: time in a timed call made from another timed
+    call counts for the inner name only (embedding inside tier building is embedding)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._children: list[float] = []  # per active timed call: its timed children's total time
+        self._undo: list[Any] = []
+
+    def wrap(self, owner: Any, attr: str, name: str) -> None:
+        original = owner.__dict__[attr]
+        func = original.__func__ if isinstance(original, classmethod) else original
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._children.append(0.0)
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                inner = self._children.pop()
+                self.seconds[name] = self.seconds.get(name, 0.0) + elapsed - inner
+                if self._children:
+                    self._children[-1] += elapsed
+
+        setattr(owner, attr, classmethod(timed) if isinstance(original, classmethod) else timed)
+        self._undo.append((owner, attr, original))
+
+    def restore(self) -> None:
+        for owner, attr, original in reversed(self._undo):
+            setattr(owner, attr, original)
+
+
+def _label_cli(args: list[str]) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "tiermem_cli.cli", *args]
+
+
+def throughput(cfg: ThroughputBenchConfig) -> dict[str, Any]:
+    """Questions per second of generator-free labeling: one process, two shard processes side by side (then
+    label-merge), and where one process's time goes (tier building, embedding, retrieval, the rest)."""
+    import os
+    import subprocess
+
+    from labeling.config import LabelConfig
+    from labeling.run import run as label_run
+    from tiermem.config import load_yaml, parse_config
+    from tiermem.memory import runtime as memory_runtime
+    from tiermem.memory import summaries
+
+    data = load_yaml(Path(cfg.config)).get("data_path")
+    if data and not Path(data).is_file():
+        return {"skipped": f"{cfg.config} labels {data}, which this machine does not have"}
+    out = Path(cfg.output_dir)
+    if out.exists():
+        shutil.rmtree(out)  # every run starts cold (no tiers): our own scratch directory
+    common = ["--config", cfg.config, "minimal_pairs.enabled=false",
+              *([f"max_conversations={cfg.max_conversations}"] if cfg.max_conversations else [])]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    results: dict[str, Any] = {}
+
+    # where the time goes: one in-process run with timers on the memory's entry points
+    timers = _Timers()
+    timers.wrap(memory_runtime.MemoryRuntime, "open_or_build", "tier building")
+    timers.wrap(summaries.SummaryIndex, "embed", "embedding")
+    timers.wrap(summaries.SummaryIndex, "search_vector", "retrieval")
+    try:
+        lc = parse_config(LabelConfig, Path(cfg.config), [*common[2:], f"output_dir={out / 'profiled'}"])
+        start = time.perf_counter()
+        stats = label_run(lc)
+        wall = time.perf_counter() - start
+    finally:
+        timers.restore()
+    parts = dict(timers.seconds)
+    results["profiled"] = {"wall_s": wall, "questions": stats["records"], "seconds": parts}
+
+    for shards in (1, 2):
+        root = out / f"{shards}_shard{'s' if shards > 1 else ''}"
+        start = time.perf_counter()
+        if shards == 1:
+            procs = [subprocess.Popen(_label_cli(["label", *common, f"output_dir={root}"]), env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
+        else:
+            procs = [subprocess.Popen(_label_cli(["label", *common, f"output_dir={root}", f"shard={i}/{shards}"]),
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                     for i in range(shards)]
+        errors = [p.communicate()[1] for p in procs]
+        if any(p.returncode for p in procs):
+            raise RuntimeError(f"labeling with {shards} shard(s) failed: {errors[0][-2000:]}")
+        label_s = time.perf_counter() - start
+        if shards > 1:
+            merged = subprocess.run(_label_cli(["label-merge", *common, f"output_dir={root}"]), env=env,
+                                    capture_output=True, text=True)
+            if merged.returncode:
+                raise RuntimeError(f"label-merge failed: {merged.stderr[-2000:]}")
+        wall = time.perf_counter() - start
+        n = json.loads((root / "stats.json").read_text())["records"]
+        results[f"{shards} shard(s)"] = {"questions": n, "label_wall_s": label_s, "wall_s": wall,
+                                        "questions_per_s": n / wall}
+    one, two = results["1 shard(s)"], results["2 shard(s)"]
+    rows = [[k, r["questions"], r["wall_s"], r["questions_per_s"]] for k, r in results.items() if "shard" in k]
+    prof = results["profiled"]
+    tiers, embed, retrieval = (parts.get(k, 0.0) for k in ("tier building", "embedding", "retrieval"))
+    breakdown = [["tier building (pages, summary units; not their embedding)", tiers],
+                 ["embedding (summary units and questions)", embed],
+                 ["retrieval (vector search)", retrieval],
+                 ["the rest (models, evidence rule, token counts, records)",
+                  prof["wall_s"] - tiers - embed - retrieval]]
+    ratios = {"2 shards / 1 process questions per second": ratio(two["questions_per_s"], one["questions_per_s"])}
+    text = "\n".join([
+        f"label config: {cfg.config} (generator-free), minimal pairs off; every run cold (no tier cache); "
+        "process start and model loading included",
+        table(["run", "questions", "wall s", "questions/s"], rows),
+        "",
+        f"where one in-process run's {prof['wall_s']:.1f} s go ({prof['questions']} questions):",
+        table(["part", "s"], breakdown),
+        "",
+        table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
+    ])
+    return {"config": cfg.config, "runs": results, "ratios": ratios, "text": text}

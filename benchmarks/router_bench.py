@@ -95,6 +95,12 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
                         "total_s": timing.seconds, "peak_rss_extra_mb": mem.extra_mb,
                         "parsed_ok": sum(d.parsed_ok for d in out), "n": len(out)}
         rows.append([key, per_decision_ms, mem.extra_mb, f"{sum(d.parsed_ok for d in out)}/{len(out)}"])
+    for key, r in results.items():
+        r["decisions_per_s"] = 1000.0 / r["ms_per_decision"] if r["ms_per_decision"] else None
+    for row, key in zip(rows, results, strict=True):
+        row.insert(2, results[key]["decisions_per_s"])
+    where = fast_path_breakdown(routers[("fast", True, cfg.batch_sizes[0])], questions, summaries,
+                                results[f"fast+prefix_cache@bs{cfg.batch_sizes[0]}"]["ms_per_decision"])
     ratios: dict[str, float | None] = {}
     for bs in cfg.batch_sizes:
         fast = results[f"fast+prefix_cache@bs{bs}"]["ms_per_decision"]
@@ -117,7 +123,10 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
         f"router: {name}; prompts: {len(questions)} from {source}; "
         f"prompt tokens mean {sum(prompt_tokens) / len(prompt_tokens):.0f} (max {max(prompt_tokens)}); "
         f"generate max_new_tokens={cfg.max_new_tokens}",
-        table(["variant", "ms/decision", "peak RSS +MB", "parsed"], rows),
+        table(["variant", "ms/decision", "decisions/s", "peak RSS +MB", "parsed"], rows),
+        "",
+        f"where a fast decision's time goes (bs{cfg.batch_sizes[0]}, prefix cache):",
+        table(["part", "value"], [[k, v] for k, v in where.items()]),
         "",
         table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
         f"fast (threshold_logit 0 = argmax) vs generate action agreement @bs{bs0}: {agree_argmax}/{len(questions)}; "
@@ -129,4 +138,26 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
     return {"name": name, "source": source, "n_prompts": len(questions),
             "mean_prompt_tokens": sum(prompt_tokens) / len(prompt_tokens), "variants": results, "ratios": ratios,
             "fast_generate_agreement": agree, "fast_argmax_generate_agreement": agree_argmax,
-            "router_threshold_logit": threshold, "model_load_rss_mb": load_mem.extra_mb, "text": text}
+            "router_threshold_logit": threshold, "model_load_rss_mb": load_mem.extra_mb,
+            "fast_path_breakdown": where, "text": text}
+
+
+def fast_path_breakdown(router: Any, questions: list[str], summaries: list[Any], ms_per_decision: float
+                        ) -> dict[str, float]:
+    """The fast path's parts: rendering + tokenizing the prompt, the share of prompts whose instruction prefix
+    comes from the KV cache, the uncached tail each forward pass reads, and the rest (forward pass, Python)."""
+    import time
+
+    from tiermem import contract
+
+    start = time.perf_counter()
+    rows = [router._encode(contract.render_prompt(router.tokenizer, q, s) + contract.OUTPUT_PREFIX)
+            for q, s in zip(questions, summaries, strict=True)]
+    render_ms = (time.perf_counter() - start) / len(rows) * 1000
+    p_len = len(router.prefix_ids)
+    hits = [router._prefix_cache is not None and r[:p_len] == router.prefix_ids for r in rows]
+    tails = [len(r) - (p_len if hit else 0) for r, hit in zip(rows, hits, strict=True)]
+    return {"render + tokenize ms": render_ms, "prefix cache hit rate": sum(hits) / len(hits),
+            "cached prefix tokens": float(p_len), "mean prompt tokens": sum(map(len, rows)) / len(rows),
+            "mean uncached tail tokens": sum(tails) / len(tails),
+            "forward pass + the rest ms": ms_per_decision - render_ms}

@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as a script (`python benchmarks/run.py`): m
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import machine_label, machine_line  # noqa: E402
-from benchmarks.labeling_bench import LabelingBenchConfig  # noqa: E402
+from benchmarks.labeling_bench import LabelingBenchConfig, ThroughputBenchConfig  # noqa: E402
 from benchmarks.router_bench import RouterBenchConfig  # noqa: E402
 from benchmarks.server_bench import ServerBenchConfig  # noqa: E402
 from benchmarks.training_bench import TrainingBenchConfig  # noqa: E402
@@ -38,6 +38,7 @@ class BenchConfig:
     router: RouterBenchConfig = field(default_factory=RouterBenchConfig)
     server: ServerBenchConfig = field(default_factory=ServerBenchConfig)
     labeling: LabelingBenchConfig = field(default_factory=LabelingBenchConfig)
+    labeling_throughput: ThroughputBenchConfig = field(default_factory=ThroughputBenchConfig)
     training: TrainingBenchConfig = field(default_factory=TrainingBenchConfig)
 
 
@@ -73,6 +74,8 @@ def _run(cfg: BenchConfig) -> dict[str, Any]:
     sections = (("router decision", router_bench.run, cfg.router),
                 ("server: /route latency, 1 and N clients, and during a chat request", server_bench.run, cfg.server),
                 ("labeling: first run vs cached rerun", labeling_bench.run, cfg.labeling),
+                ("labeling throughput: generator-free, 1 process vs 2 shards", labeling_bench.throughput,
+                 cfg.labeling_throughput),
                 ("training: seconds per step, CPU-aware vs TRL defaults", training_bench.run, cfg.training))
     for name, fn, sub in sections:
         if getattr(sub, "enabled", True):

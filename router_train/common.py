@@ -241,8 +241,13 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path) -> dict[str, An
     if getattr(trainer, "trunk", None) is not None:  # SFT's frozen trunk: its states, for the next run to reuse
         trainer.trunk.save()
     steps = trainer.state.global_step
+    args = trainer.args
     train_metrics = {**result.metrics, "global_step": steps,
-                     "seconds_per_step": (time.perf_counter() - started) / max(steps, 1)}
+                     "seconds_per_step": (time.perf_counter() - started) / max(steps, 1),
+                     # data parallel: every process trains on its share of each global batch
+                     "world_size": args.world_size,
+                     "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps
+                     * args.world_size}
     trainer.save_model(output_dir)
     return train_metrics if is_main_process(trainer) else None
 
