@@ -95,7 +95,7 @@ def run(cfg: RouterBenchConfig) -> dict[str, Any]:
                         "total_s": timing.seconds, "peak_rss_extra_mb": mem.extra_mb,
                         "parsed_ok": sum(d.parsed_ok for d in out), "n": len(out)}
         rows.append([key, per_decision_ms, mem.extra_mb, f"{sum(d.parsed_ok for d in out)}/{len(out)}"])
-    for key, r in results.items():
+    for r in results.values():
         r["decisions_per_s"] = 1000.0 / r["ms_per_decision"] if r["ms_per_decision"] else None
     for row, key in zip(rows, results, strict=True):
         row.insert(2, results[key]["decisions_per_s"])

@@ -37,7 +37,7 @@ def _launch(stage: str, args: list[str], processes: int) -> subprocess.Completed
 def _sft_args(data: Path, out: Path, per_device_batch: int) -> list[str]:
     return [f"model={BASE}", f"data={data}", f"output_dir={out}", *LORA, "eval_generate_limit=0",
             "metrics_train_rows=4", "trainer.max_steps=2", f"trainer.per_device_train_batch_size={per_device_batch}",
-            "trainer.learning_rate=1e-3", "trainer.logging_steps=1", "trainer.eval_strategy=no",
+            "trainer.learning_rate=1e-3", "trainer.logging_steps=1",
             "trainer.seed=0", "trainer.data_seed=0"]
 
 
