@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +32,23 @@ def _launch(stage: str, args: list[str], processes: int) -> subprocess.Completed
         cmd = [sys.executable, "-m", f"router_train.{stage}", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-               "--master_port", "0", "-m", f"router_train.{stage}", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+               "--master_port", str(_free_port()), "-m", f"router_train.{stage}", *args]
+    # its own process group: a run that times out takes its workers with it
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=1200)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _free_port() -> int:
+    """A port for the rendezvous: torchrun's --master_port 0 waits forever (the workers never meet)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _sft_args(data: Path, out: Path, per_device_batch: int) -> list[str]:
