@@ -68,6 +68,11 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "save_strategy": "no",  # the recipe saves once, at the end, with its metadata
     "eval_strategy": "no",
     "report_to": "none",
+    # Data parallel: the signal head runs after the model's forward (in compute_loss), so DDP's unused-parameter
+    # search would mark it unused at forward time and then see its gradient arrive ("marked as ready twice").
+    # Every trainable parameter gets a gradient each step (a minimal pair's zero one included), so no search is
+    # needed.
+    "ddp_find_unused_parameters": False,
 }
 
 

@@ -245,6 +245,9 @@ def check_output_dir(path: str | Path | None, stage: str) -> Path:
     return out
 
 
+RANK_WAIT_S = 600.0  # how long the other ranks of a launch wait for rank 0's claim
+
+
 def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Path:
     """Create `path` as a `stage` run directory, or accept it if it already is one, and lock it for this stage
     until `release_output_dir` or the end of the process. Returns the Path.
@@ -253,11 +256,15 @@ def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) 
     another stage, or a directory another process (or thread) is writing. `lock=False` is for the other ranks
     of a distributed launch, whose rank 0 holds the lock for all of them."""
     if not lock:
+        # Rank 0 creates, claims and locks the directory; the other ranks write nothing into it before that (a
+        # file of theirs would make rank 0 refuse the directory as foreign): they wait for its marker.
         out = _path(path, stage)
+        deadline = time.monotonic() + RANK_WAIT_S
+        while read_marker(out) is None:
+            if time.monotonic() > deadline:
+                raise RunDirError(f"{out}: rank 0 of this launch did not claim it within {RANK_WAIT_S:.0f} s")
+            time.sleep(0.1)
         _check_contents(out, stage)
-        out.mkdir(parents=True, exist_ok=True)
-        if read_marker(out) is None:
-            _write_marker(out, stage)
         return out
     out = check_output_dir(path, stage)
     out.mkdir(parents=True, exist_ok=True)
