@@ -21,7 +21,7 @@ from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
 from tiermem.errors import MissingFileError, stage_main
 from tiermem.models import DEFAULT_LM
-from tiermem.rundir import claimed_output_dir
+from tiermem.rundir import launch_run_dir
 
 from .common import (
     RecipeConfig,
@@ -145,7 +145,7 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
-    with claimed_output_dir(cfg.output_dir, "grpo", lock=is_launch_leader()):
+    with launch_run_dir(cfg.output_dir, "grpo", leader=is_launch_leader()):
         return _train(cfg, args)
 
 

@@ -25,7 +25,7 @@ from tiermem.artifacts import RunMeta
 from tiermem.config import parse_cli
 from tiermem.errors import stage_main
 from tiermem.models import DEFAULT_LM
-from tiermem.rundir import claimed_output_dir
+from tiermem.rundir import launch_run_dir
 
 from .common import (
     RecipeConfig,
@@ -169,7 +169,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
     set_seed(cfg.seed)
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
-    with claimed_output_dir(cfg.output_dir, "sft", lock=is_launch_leader()):
+    with launch_run_dir(cfg.output_dir, "sft", leader=is_launch_leader()):
         return _train(cfg, args)
 
 

@@ -42,9 +42,9 @@ try:
 except ImportError:  # no flock (Windows): claims still check markers, they just cannot exclude each other
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK", "MARKER", "ROUTER_STAGES", "TIERS", "RunDirError", "RunError", "check_output_dir",
+__all__ = ["LOCK", "MARKER", "ROUTER_STAGES", "TIERS", "RunDirError", "RunError", "await_claim", "check_output_dir",
            "claim_cache_dir", "claim_output_dir", "claim_run_to_update", "claimed_output_dir", "legacy_stage",
-           "read_marker", "release_output_dir", "updating_run"]
+           "launch_run_dir", "read_marker", "release_output_dir", "updating_run"]
 
 MARKER = ".tiermem-run.json"
 LOCK = ".tiermem-run.lock"
@@ -245,9 +245,6 @@ def check_output_dir(path: str | Path | None, stage: str) -> Path:
     return out
 
 
-RANK_WAIT_S = 600.0  # how long the other ranks of a launch wait for rank 0's claim
-
-
 def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Path:
     """Create `path` as a `stage` run directory, or accept it if it already is one, and lock it for this stage
     until `release_output_dir` or the end of the process. Returns the Path.
@@ -256,15 +253,11 @@ def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) 
     another stage, or a directory another process (or thread) is writing. `lock=False` is for the other ranks
     of a distributed launch, whose rank 0 holds the lock for all of them."""
     if not lock:
-        # Rank 0 creates, claims and locks the directory; the other ranks write nothing into it before that (a
-        # file of theirs would make rank 0 refuse the directory as foreign): they wait for its marker.
         out = _path(path, stage)
-        deadline = time.monotonic() + RANK_WAIT_S
-        while read_marker(out) is None:
-            if time.monotonic() > deadline:
-                raise RunDirError(f"{out}: rank 0 of this launch did not claim it within {RANK_WAIT_S:.0f} s")
-            time.sleep(0.1)
         _check_contents(out, stage)
+        out.mkdir(parents=True, exist_ok=True)
+        if read_marker(out) is None:
+            _write_marker(out, stage)
         return out
     out = check_output_dir(path, stage)
     out.mkdir(parents=True, exist_ok=True)
@@ -276,6 +269,34 @@ def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) 
         release_output_dir(out)
         raise
     return out
+
+
+RANK_WAIT_S = 600.0  # how long the other ranks of a launch wait for rank 0's claim
+
+
+def await_claim(path: str | Path | None, stage: str) -> Path:
+    """For the ranks > 0 of a distributed launch: rank 0 creates, claims and locks the directory, and the others
+    write nothing into it before that (a file of theirs would make rank 0 refuse it as foreign); they wait for its
+    marker, then check it is this stage's."""
+    out = _path(path, stage)
+    deadline = time.monotonic() + RANK_WAIT_S
+    while read_marker(out) is None:
+        if time.monotonic() > deadline:
+            raise RunDirError(f"{out}: rank 0 of this launch did not claim it within {RANK_WAIT_S:.0f} s")
+        time.sleep(0.1)
+    _check_contents(out, stage)
+    return out
+
+
+@contextmanager
+def launch_run_dir(path: str | Path | None, stage: str, leader: bool) -> Iterator[Path]:
+    """The run directory of one process of a (possibly distributed) training launch: rank 0 claims and locks it
+    for the launch (`claimed_output_dir`), the other ranks `await_claim` it."""
+    if leader:
+        with claimed_output_dir(path, stage) as out:
+            yield out
+    else:
+        yield await_claim(path, stage)
 
 
 @contextmanager
