@@ -20,7 +20,7 @@ from labeling.merge import merge
 from labeling.roles import Roles
 from labeling.run import run
 from labeling.shards import shard_dir, shard_of
-from tests.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
+from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
 from tiermem.config import from_dict
 from tiermem.data.conversations import SAMPLE_PATH
 from tiermem.errors import ConfigError, DataError, RunDirError, RunError, UsageError
