@@ -378,8 +378,10 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     trunk_cache: dict[str, Any] = {}  # LM routers of one base share their frozen trunk's states in this run
     router = None if cfg.router.kind == "none" else build(cfg.router, trunk_cache=trunk_cache)
     name = "baselines only" if router is None else router.name
-    compare = [(spec.name, router_, router_.name)
-               for spec, router_ in ((spec, build(spec, trunk_cache=trunk_cache)) for spec in cfg.compare)]
+    compare = []
+    for spec in cfg.compare:
+        other = build(spec, trunk_cache=trunk_cache)
+        compare.append((spec.name, other, other.name))
     report, predictions = evaluate_records(records, cfg, router, name, compare)
     paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.router_fixtures import build_label_dataset
+from tests.helpers.servers import free_port
 from tiermem.artifacts import RUN_META_FILE, read_run_meta
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,8 @@ def _launch(stage: str, args: list[str], processes: int) -> subprocess.Completed
         cmd = [sys.executable, "-m", f"router_train.{stage}", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-               "--master_port", str(_free_port()), "-m", f"router_train.{stage}", *args]
+               "--master_port", str(free_port()),  # torchrun's port 0 never rendezvouses
+               "-m", f"router_train.{stage}", *args]
     # its own process group: a run that times out takes its workers with it
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -42,13 +43,6 @@ def _launch(stage: str, args: list[str], processes: int) -> subprocess.Completed
         os.killpg(proc.pid, signal.SIGKILL)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def _free_port() -> int:
-    """A port for the rendezvous: torchrun's --master_port 0 waits forever (the workers never meet)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _sft_args(data: Path, out: Path, per_device_batch: int) -> list[str]:
