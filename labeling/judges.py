@@ -1,6 +1,7 @@
 """Answer judges for hindsight labeling.
 
-- Lexical: LoCoMo's official QA score (snap-research/locomo, task_eval/evaluation.py), re-implemented:
+- Lexical: LoCoMo's official QA score (snap-research/locomo, task_eval/evaluation.py), re-implemented, over both
+  answers with their dates and numbers written one way first (labeling.answer_match):
   normalize (drop commas, lowercase, strip punctuation, drop the articles a/an/the and "and"), Porter-stem,
   token F1. Category-aware exactly as the official scorer: category 1 (multi-hop) averages, over the gold's
   comma-separated sub-answers, the best F1 against any comma-separated part of the prediction; category 3 cuts
@@ -27,6 +28,8 @@ from typing import Any
 
 from nltk.stem import PorterStemmer
 
+from tiermem.answer_match import DATE_ORDERS, canonical_text
+
 _STEMMER = PorterStemmer()
 _ARTICLES_RE = re.compile(r"\b(a|an|the|and)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
@@ -40,12 +43,12 @@ def normalize_answer(text: str) -> str:
 
 
 @lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
+def stem_word(word: str) -> str:
     return _STEMMER.stem(word)
 
 
 def stemmed_tokens(text: str) -> list[str]:
-    return [_stem(w) for w in normalize_answer(text).split()]
+    return [stem_word(w) for w in normalize_answer(text).split()]
 
 
 def token_f1(prediction: str, gold: str) -> float:
@@ -98,13 +101,19 @@ class Sufficiency:
 class LexicalJudge:
     name = "lexical"
 
-    def __init__(self, threshold: float = 0.3):
+    def __init__(self, threshold: float = 0.3, date_order: str = "DMY"):
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"lexical judge threshold must be in [0, 1], got {threshold}")
+        if date_order not in DATE_ORDERS:
+            raise ValueError(f"lexical judge date_order must be one of {DATE_ORDERS}, got {date_order!r}")
         self.threshold = threshold
+        self.date_order = date_order
 
     def judge(self, question: str, gold: str, answer: str, category: str, source: str = "locomo") -> Verdict:
-        score = locomo_score(answer or "", gold, category, source)
+        """LoCoMo's F1 over both answers with their dates and numbers written one way (labeling.answer_match):
+        '18.01.2024' and '18 January 2024' are the same answer."""
+        score = locomo_score(canonical_text(answer or "", None, self.date_order),
+                             canonical_text(gold, None, self.date_order), category, source)
         correct = score >= self.threshold
         relation = ">=" if correct else "<"
         return Verdict(self.name, correct, round(score, 4), f"F1 {score:.3f} {relation} {self.threshold}")

@@ -147,7 +147,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
     Returns (the context, key -> committed record, how many of the questions were committed before this run)."""
     out = Path(cfg.output_dir)
     roles = roles or Roles.from_config(cfg)
-    ctx = Context(cfg, roles, LexicalJudge(cfg.judge_threshold), data_format(cfg, cfg.data_path))
+    lexical = LexicalJudge(cfg.judge_threshold, cfg.evidence.date_order)
+    ctx = Context(cfg, roles, lexical, data_format(cfg, cfg.data_path))
     # A tiers_dir of its own is a cache other runs may share; the default one lives inside this run.
     tiers_root = claim_cache_dir(cfg.tiers_dir) if cfg.tiers_dir else out / "tiers"
     total = sum(len(c.questions) for c in conversations)

@@ -15,7 +15,9 @@ from dataclasses import asdict, dataclass, field
 from itertools import zip_longest
 from typing import Any
 
+from tiermem.answer_match import find_dates
 from tiermem.data.conversations import Question
+from tiermem.data.dates import parse_timestamp
 from tiermem.llm import LLM, LLMError
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import RetrievedUnit, day_of
@@ -274,16 +276,38 @@ def research_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
     return [{"role": "system", "content": ANSWER_SYSTEM}, {"role": "user", "content": user}]
 
 
+def time_pages(memory: TwoTierMemory, q: str, question_date: str | None = None) -> list[str]:
+    """The pages dated in the time a question names ('on 16.01.2024', 'in January 2024', 'last week' asked on its
+    date), best BM25 match first; none when it names no time. A year-less day or month is read in the year of the
+    question's date, or in every year the conversation covers without one."""
+    asked = parse_timestamp(question_date) if question_date else None
+    mentions = [m.when for m in find_dates(q, asked.date() if asked else None)]
+    if not mentions:
+        return []
+    years = sorted({m.year for p in memory.raw.pages(memory.conv_id) for t in p.turns
+                    for m in [parse_timestamp(t.timestamp)] if m is not None})
+    spans = [s for w in mentions for s in ([w] if w.lo is not None else [w.in_year(y) for y in years])]
+    found = list(dict.fromkeys(pid for s in spans if s.lo is not None for pid in memory.pages_between(s.lo, s.hi)))
+    rank = {pid: i for i, pid in enumerate(memory.search_pages(q, len(found) * 4 + 8))}
+    return sorted(found, key=lambda pid: rank.get(pid, len(rank)))
+
+
 def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
-                      pages_per_round: int = 2, keyword_k: int = 3) -> list[str]:
+                      pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None) -> list[str]:
     """The pages the research policy reads in its first round; they depend on retrieval only, not on any LLM.
 
-    Interleaves the two first signals (dense summaries' provenance, BM25 over raw pages) so a small
-    pages_per_round still reads the best of each rather than only the summary-linked pages.
+    Interleaves the first signals (dense summaries' provenance, BM25 over raw pages) so a small pages_per_round
+    still reads the best of each rather than only the summary-linked pages. A question that names a time reads
+    the pages of that time too, first and then every other slot: words cannot find a day's page ("Where is Paola
+    going on 16.01.2024?"), its timestamp can.
     """
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
-    return list(dict.fromkeys(pid for pair in zip_longest(linked, keyword) for pid in pair if pid is not None))
+    order = list(dict.fromkeys(pid for pair in zip_longest(linked, keyword) for pid in pair if pid is not None))
+    timed = time_pages(memory, q, question_date)
+    if not timed:
+        return order
+    return list(dict.fromkeys(pid for pair in zip_longest(timed, order) for pid in pair if pid is not None))
 
 
 def estimated_research_input_tokens(q: str, date: str | None, pages: Sequence[Page], count_tokens: Any,
@@ -318,7 +342,8 @@ def research_policy(
             if pid not in read and pid not in queue:
                 queue.append(pid)
 
-    enqueue(first_round_pages(memory, q, retrieved, pages_per_round=pages_per_round, keyword_k=keyword_k))
+    enqueue(first_round_pages(memory, q, retrieved, pages_per_round=pages_per_round, keyword_k=keyword_k,
+                              question_date=date))
     asked = {("keyword", normalize(q)), ("summary", normalize(q))}  # both already ran for the question
     searches: list[Search] = []
     quotes: list[LinkedQuote] = []

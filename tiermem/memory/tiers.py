@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 
+from tiermem.data.dates import parse_timestamp
 from tiermem.memory.keyword import KeywordIndex
 from tiermem.memory.raw_store import Page, RawPageStore
 from tiermem.memory.summaries import RetrievedUnit, SummaryIndex
@@ -28,6 +30,15 @@ class TwoTierMemory:
 
     def search_pages(self, query: str, k: int) -> list[str]:
         return [page_id for page_id, _ in self.keyword.search(query, k)]
+
+    def pages_between(self, lo: date, hi: date) -> list[str]:
+        """The pages holding a turn dated in [lo, hi] (days, inclusive), in conversation order."""
+        out = []
+        for page in self.raw.pages(self.conv_id):
+            days = {m.date() for m in map(parse_timestamp, {t.timestamp for t in page.turns}) if m is not None}
+            if any(lo <= d <= hi for d in days):
+                out.append(page.page_id)
+        return out
 
     def page(self, page_id: str) -> Page:
         return self.raw.get(page_id)

@@ -1,0 +1,54 @@
+"""Labels on a messaging-style conversation (tests/helpers/fixtures/labeling/realchat_style.json): numeric-date
+golds, relative-time answers, two people talking about a third, and questions that name a day."""
+
+import json
+from pathlib import Path
+
+from labeling.config import LabelConfig
+from labeling.roles import Roles
+from labeling.run import run
+from tests.helpers.label_helpers import HashEmbedder
+from tiermem.config import from_dict
+from tiermem.data.conversations import load_conversations
+from tiermem.memory.policies import first_round_pages, time_pages
+from tiermem.memory.raw_store import whitespace_tokens
+from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
+from tiermem.memory.summaries import HashingEmbedder
+
+FIXTURE = Path(__file__).resolve().parents[1] / "helpers" / "fixtures" / "labeling" / "realchat_style.json"
+MEMORY = {"tokenizer": "whitespace", "page_tokens": 40, "max_rounds": 1, "top_k": 2, "pages_per_round": 1,
+          "keyword_k": 1}
+
+
+def _memory(tmp_path):
+    conv = load_conversations(str(FIXTURE))[0]
+    cfg = MemoryConfig(page_tokens=40, tokenizer="whitespace", embedder="hashing")
+    runtime = MemoryRuntime.open_or_build(tmp_path / "tiers", conv, cfg, embedder=HashingEmbedder(),
+                                          count_tokens=whitespace_tokens)
+    return conv, runtime
+
+
+def test_a_question_naming_a_day_reads_that_days_pages_first(tmp_path):
+    conv, runtime = _memory(tmp_path)
+    memory = runtime._require()
+    page_of = memory.turn_page()
+    q = "Where is Paola going on 16.01.2024?"
+    on_the_day = {page_of["d2-1"], page_of["d2-2"]}
+    assert set(time_pages(memory, q)) == on_the_day
+    assert first_round_pages(memory, q, [], pages_per_round=1, keyword_k=1)[0] in on_the_day
+    assert time_pages(memory, "Where is Paola going?") == []
+    # a relative time in the question reads against the question's own date
+    assert page_of["d4-1"] in time_pages(memory, "What happened yesterday?", question_date="2024-01-23")
+    runtime.close()
+
+
+def test_realchat_style_questions_are_labeled_by_meaning(tmp_path):
+    cfg = from_dict(LabelConfig, {"data_path": str(FIXTURE), "dataset_format": "tiermem", "output_dir":
+                                  str(tmp_path / "label"), "memory": MEMORY, "label_rule": "evidence",
+                                  "generate_answers": False, "llm": {"answerer": None},
+                                  "split": {"train": ["ana-lucia"], "validation": [], "test": []}})
+    stats = run(cfg, Roles({}, need_answerer=False), embedder=HashEmbedder())
+    records = {r["qid"]: r for r in map(json.loads, (tmp_path / "label" / "all_records.jsonl").open())}
+    assert stats["errors"] == 0
+    # the day-naming question reads its day's page, so its research path holds the gold turn: labeled, not dropped
+    assert records["q4"]["gold_in_research_pages"] == 1 and records["q4"]["label"] is not None
