@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN := $(BIN)/tiermem-router
 ARGS ?=
 
-.PHONY: install test test-all lint label label-merge sft grpo calibrate eval features push serve demo bench ingest clean
+.PHONY: install test test-all lint label label-merge audit sft grpo calibrate eval features push serve demo bench ingest clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,8 @@ label:
 	$(RUN) label $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 label-merge:
 	$(RUN) label-merge $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+audit:
+	$(RUN) audit $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 sft:
 	$(RUN) sft $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 grpo:

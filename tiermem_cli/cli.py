@@ -24,6 +24,7 @@ from tiermem.logs import setup_logging
 STAGES: dict[str, tuple[str, str]] = {
     "label": ("labeling.run:main", "hindsight labeling -> a labeled DatasetDict (shard=i/n: one shard of it)"),
     "label-merge": ("labeling.merge:main", "check the shards of a sharded label run and write its DatasetDict"),
+    "audit": ("labeling.audit:main", "a review sheet of sampled labels; with a judge, agreement and Cohen's kappa"),
     "sft": ("router_train.sft:main", "LoRA SFT of the router (TRL SFTTrainer)"),
     "grpo": ("router_train.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
     "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
@@ -40,6 +41,7 @@ STAGES: dict[str, tuple[str, str]] = {
 # label-merge has no folder of its own: it takes the label config its shards ran with (configs/label).
 CONFIG_CLASSES: dict[str, str] = {
     "label": "labeling.config:LabelConfig",
+    "audit": "labeling.audit:AuditConfig",
     "sft": "router_train.sft:SFTRecipeConfig",
     "grpo": "router_train.grpo:GRPORecipeConfig",
     "calibrate": "evaluation.calibrate:CalibrateConfig",

@@ -1,0 +1,238 @@
+"""`tiermem-router audit`: a review sheet of labeled records, and the labels' agreement with a judge.
+
+Samples `n` labeled questions of a label run, stratified by (source, label) so a small sheet still shows both labels
+of every source, and writes them for a person to read: `audit.md` (question, gold answer, the summaries the router
+sees with their dates and speakers, the evidence rule's signals and label, an empty verdict column) and
+`audit.jsonl` (the same, one record a line, with an empty `verdict` to fill). With `baseline=` (another label run of
+the same questions) it samples the questions whose label changed, and counts the changes.
+
+With `judge` set (any LLM role config: an OpenAI-compatible endpoint or the local model) each sampled record is
+read by the strict sufficiency judge ("could a careful reader give the gold answer from these summaries alone?"):
+its verdict is ANSWER when it says so, ESCALATE when not. `summary.json` and the sheet then hold the confusion
+table of label against verdict, the agreement and Cohen's kappa. A reply the judge's parser cannot read and an
+LLM error are counted and left out of the agreement, never turned into a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from labeling.judges import SufficiencyJudge
+from tiermem.config import ConfigError
+from tiermem.errors import DataError, stage_main
+from tiermem.llm import LLMConfig, LLMError
+
+ACTIONS = ("ANSWER", "ESCALATE")
+
+
+@dataclass
+class AuditConfig:
+    data: str = "runs/label"  # a label run directory (its all_records.jsonl) or a records .jsonl file
+    n: int = 60  # labeled questions in the sheet, split evenly over the (source, label) strata
+    seed: int = 0  # the sample's seed
+    output_dir: str = "runs/audit"
+    baseline: str | None = None  # another label run of the same questions: sample only those whose label changed
+    judge: LLMConfig | None = None  # fill the verdicts with this LLM (the strict sufficiency judge); null = leave empty
+    judge_max_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigError(f"n must be >= 1, got {self.n}")
+        if self.judge_max_tokens < 1:
+            raise ConfigError(f"judge_max_tokens must be >= 1, got {self.judge_max_tokens}")
+
+
+def records_path(data: str) -> Path:
+    path = Path(data)
+    path = path / "all_records.jsonl" if path.is_dir() else path
+    if not path.is_file():
+        raise DataError(f"{data}: no label records (expected a label run directory or a .jsonl file)")
+    return path
+
+
+def load_questions(data: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The labeled run's question records (minimal-pair variants left out), keyed by (conv_id, qid)."""
+    path = records_path(data)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
+            for key in ("conv_id", "qid", "question", "gold_answer", "router_summaries", "label"):
+                if key not in rec:
+                    raise DataError(f"{path}:{line_no} (qid={rec.get('qid')!r}): missing field {key!r}")
+            if rec.get("augmentation"):
+                continue
+            key = (str(rec["conv_id"]), str(rec["qid"]))
+            if key in out:
+                raise DataError(f"{path}:{line_no}: question {key} repeats")
+            out[key] = rec
+    return out
+
+
+def sample(records: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` records taken round-robin over the (source, label) strata, each stratum in seeded random order."""
+    strata: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        strata[(str(rec.get("source")), str(rec["label"]))].append(rec)
+    rng = random.Random(seed)
+    queues = []
+    for key in sorted(strata):
+        items = sorted(strata[key], key=lambda r: (r["conv_id"], r["qid"]))
+        rng.shuffle(items)
+        queues.append(items)
+    picked: list[dict[str, Any]] = []
+    while len(picked) < n and any(queues):
+        for queue in queues:
+            if queue and len(picked) < n:
+                picked.append(queue.pop(0))
+    return sorted(picked, key=lambda r: (r["conv_id"], r["qid"]))
+
+
+def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
+    """Cohen's kappa of two readings; None when chance agreement is 1 (both always say the same one thing)."""
+    if not pairs:
+        return None
+    n = len(pairs)
+    observed = sum(a == b for a, b in pairs) / n
+    first, second = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
+    chance = sum(first[c] * second[c] for c in ACTIONS) / (n * n)
+    return None if chance == 1 else (observed - chance) / (1 - chance)
+
+
+def sheet_row(rec: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "conv_id": rec["conv_id"], "qid": rec["qid"], "source": rec.get("source"), "split": rec.get("split"),
+        "question": rec["question"], "question_date": rec.get("question_date"), "gold_answer": rec["gold_answer"],
+        "summaries": [{"date": u.get("date"), "text": u.get("text")} for u in rec["router_summaries"]],
+        "signals": {k: rec.get(k) for k in ("answer_recall", "gold_in_summary_pages", "gold_in_research_pages",
+                                            "n_gold", "s_ok", "r_ok")},
+        "label": rec["label"], "baseline_label": None if previous is None else previous.get("label"),
+        "judge_verdict": None, "judge_reason": None, "judge_status": None, "verdict": None,
+    }
+
+
+def judge_rows(rows: list[dict[str, Any]], judge: SufficiencyJudge) -> None:
+    for row in rows:
+        try:
+            result = judge.judge(row["question"], row["gold_answer"], row["summaries"])
+        except LLMError as exc:
+            row["judge_status"], row["judge_reason"] = "error", f"LLMError: {exc}"
+            continue
+        if not result.parsed_ok:
+            row["judge_status"], row["judge_reason"] = "unparsed", result.reason
+            continue
+        row["judge_status"], row["judge_reason"] = "ok", result.reason
+        row["judge_verdict"] = "ANSWER" if result.sufficient else "ESCALATE"
+
+
+def agreement(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    pairs = [(r["label"], r["judge_verdict"]) for r in rows if r["judge_status"] == "ok"]
+    confusion = {label: {verdict: sum(1 for p in pairs if p == (label, verdict)) for verdict in ACTIONS}
+                 for label in ACTIONS}
+    kappa = cohen_kappa(pairs)
+    return {"judged": len(pairs), "unparsed": sum(r["judge_status"] == "unparsed" for r in rows),
+            "errors": sum(r["judge_status"] == "error" for r in rows),
+            "agreement": round(sum(a == b for a, b in pairs) / len(pairs), 4) if pairs else None,
+            "cohen_kappa": None if kappa is None else round(kappa, 4), "confusion": confusion}
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text if text is not None else "").split()).replace("|", "\\|")
+
+
+def render(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    lines = [f"# Label audit: {summary['sampled']} of {summary['labeled']} labeled questions",
+             "", f"Records: `{summary['data']}`; sample seed {summary['seed']}, stratified by (source, label): "
+             + ", ".join(f"{k} {v}" for k, v in summary["strata"].items()) + "."]
+    if summary.get("baseline"):
+        b = summary["baseline"]
+        lines += ["", f"Compared with `{b['data']}`: {b['changed']} of {b['shared']} shared questions changed label "
+                  f"({', '.join(f'{k}: {v}' for k, v in b['changes'].items()) or 'none'}); the sheet samples them."]
+    if summary.get("judge"):
+        a = summary["judge"]
+        lines += ["", f"Judge `{a['model']}`: {a['judged']} judged, {a['unparsed']} unparsed, {a['errors']} errors; "
+                  f"agreement {a['agreement']}, Cohen's kappa {a['cohen_kappa']}.", "",
+                  "| label \\ judge | ANSWER | ESCALATE |", "|---|---|---|"]
+        lines += [f"| {label} | {a['confusion'][label]['ANSWER']} | {a['confusion'][label]['ESCALATE']} |"
+                  for label in ACTIONS]
+    lines += ["", "Fill the verdict column with ANSWER (the summaries alone give the gold answer) or ESCALATE.", ""]
+    for i, r in enumerate(rows, 1):
+        s = r["signals"]
+        lines += [f"## {i}. {r['conv_id']} / {r['qid']} ({r['source']}, {r['split']})", "",
+                  f"- question: {_cell(r['question'])}" + (f" (asked {r['question_date']})" if r["question_date"]
+                                                           else ""),
+                  f"- gold: {_cell(r['gold_answer'])}",
+                  f"- rule: **{r['label']}**" + (f" (baseline: {r['baseline_label']})" if r["baseline_label"] or
+                                                 summary.get("baseline") else "")
+                  + f"; answer recall {s['answer_recall']}, gold turns in summary pages {s['gold_in_summary_pages']}"
+                  f"/{s['n_gold']}, in research pages {s['gold_in_research_pages']}/{s['n_gold']}",
+                  "", "| # | date | summary (speaker: text) |", "|---|---|---|"]
+        lines += [f"| {j} | {_cell(u['date'] or 'undated')} | {_cell(u['text'])} |"
+                  for j, u in enumerate(r["summaries"], 1)]
+        judge = f"{r['judge_verdict']} ({_cell(r['judge_reason'])})" if r["judge_status"] == "ok" else \
+            f"{r['judge_status']}: {_cell(r['judge_reason'])}" if r["judge_status"] else "not run"
+        lines += ["", f"- judge: {judge}", "- verdict: ______", ""]
+    return "\n".join(lines)
+
+
+def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
+    from tiermem.rundir import claimed_output_dir
+
+    with claimed_output_dir(cfg.output_dir, "audit") as out:
+        records = load_questions(cfg.data)
+        labeled = {k: r for k, r in records.items() if r["label"] in ACTIONS}
+        summary: dict[str, Any] = {"data": cfg.data, "seed": cfg.seed, "labeled": len(labeled)}
+        previous: dict[tuple[str, str], dict[str, Any]] = {}
+        pool = list(labeled.values())
+        if cfg.baseline:
+            previous = load_questions(cfg.baseline)
+            shared = [k for k in records if k in previous]
+            changed = [k for k in shared if records[k]["label"] != previous[k]["label"]]
+            changes = Counter(f"{previous[k]['label']} -> {records[k]['label']}" for k in changed)
+            summary["baseline"] = {"data": cfg.baseline, "shared": len(shared), "changed": len(changed),
+                                   "changes": dict(sorted(changes.items()))}
+            pool = [labeled[k] for k in changed if k in labeled]
+        rows = [sheet_row(r, previous.get((r["conv_id"], r["qid"]))) for r in sample(pool, cfg.n, cfg.seed)]
+        summary["sampled"] = len(rows)
+        summary["strata"] = dict(sorted(Counter(f"{r['source']}/{r['label']}" for r in rows).items()))
+        if judge_llm is None and cfg.judge is not None:
+            from tiermem.llm import build_llm
+
+            judge_llm = build_llm(cfg.judge)
+        if judge_llm is not None:
+            judge_rows(rows, SufficiencyJudge(judge_llm, cfg.judge_max_tokens))
+            summary["judge"] = {"model": getattr(judge_llm, "model", type(judge_llm).__name__), **agreement(rows)}
+        with (out / "audit.jsonl").open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        (out / "audit.md").write_text(render(rows, summary) + "\n", encoding="utf-8")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+@stage_main("audit")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
+
+    cfg = parse_cli(AuditConfig, argv, default_config=None)
+    summary = audit(cfg)
+    judge = summary.get("judge")
+    print(f"audit: {summary['sampled']} of {summary['labeled']} labeled questions -> {cfg.output_dir}/audit.md"
+          + (f"; judge agreement {judge['agreement']}, Cohen's kappa {judge['cohen_kappa']} ({judge['judged']} "
+             f"judged, {judge['unparsed']} unparsed, {judge['errors']} errors)" if judge else ""))
+    print(json.dumps({"config": asdict(cfg), **summary}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
