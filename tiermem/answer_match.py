@@ -341,9 +341,17 @@ def question_persons(question: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_names(rest)))
 
 
+_SECOND_PERSON = re.compile(r"\b(you|your|yours|yourself)\b", re.IGNORECASE)
+_ROLE_SPEAKER = re.compile(r"^\s*(assistant|user|bot|ai|system)\s*:", re.IGNORECASE)  # a chat with an assistant
+
+
 def names_person(text: str, persons: Iterable[str]) -> bool:
-    """Whether a unit is about one of `persons`: it names them, as its speaker ('Melanie: ...') or in its text; a
-    short form counts either way ('Mel' for Melanie, 'Melanie' for a question's 'Mel')."""
+    """Whether a unit is about one of `persons`: it names them, as its speaker ('Melanie: ...') or in its text (a
+    short form counts either way: 'Mel' for Melanie, 'Melanie' for a question's 'Mel'), or it speaks to someone
+    ('Ana: did you get the tickets?'): in a chat between two, 'you' is the other one, whom the question may name. An
+    assistant's or user's unit ('assistant: the Gion ryokan fits') is about the one person it serves."""
+    if _SECOND_PERSON.search(text) or _ROLE_SPEAKER.match(text):
+        return True
     named = {w.lower() for w in _names(text)}
     for person in persons:
         p = person.lower()

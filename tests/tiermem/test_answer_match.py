@@ -109,6 +109,8 @@ def test_question_persons_and_units_about_them():
     assert names_person("Caroline: Wow Mel, that's beautiful", ["Melanie"])  # a short form names her
     assert names_person("Melanie: my kids love it", ["Mel"])
     assert not names_person("Lucia: she is at Walt Disney World", ["Paola"])
+    assert names_person("Ana: did you get the tickets?", ["Lucia"])  # spoken to the other one
+    assert names_person("assistant: the Gion ryokan fits", ["Ines"])  # an assistant serves one person
 
 
 def test_a_fact_about_someone_else_does_not_state_the_answer():
