@@ -42,6 +42,7 @@ WRITES: dict[str, list[Callable[[Path], list[str]]]] = {
     "label": [lambda d: [f"output_dir={d}", "data_path=", "memory.tokenizer=whitespace"],
               lambda d: [f"output_dir={d}", "shard=0/2", "data_path=", "memory.tokenizer=whitespace"]],
     "label-merge": [lambda d: [f"output_dir={d}", "data_path=", "memory.tokenizer=whitespace"]],
+    "audit": [lambda d: [f"output_dir={d}", "data=/nonexistent/label"]],
     "sft": [lambda d: [f"output_dir={d}", "data=/nonexistent/dataset"]],
     "grpo": [lambda d: [f"output_dir={d}", "router=/nonexistent/sft", "data=/nonexistent/dataset"]],
     "fit-features": [lambda d: [f"output_dir={d}", "data=/nonexistent/dataset"],
