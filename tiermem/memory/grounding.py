@@ -1,0 +1,171 @@
+"""Grounding an answer in what was read: the quote it rests on, and an extractive answer when the LM's is unusable.
+
+The packaged 135M answerer often replies with an empty string, a fragment that mimics the prompt's excerpt
+format ("(17 March 2024) Tomas:") or words found nowhere in what it was shown. Such a reply is no answer, so
+the runtime falls back to the best-matching sentence of what the path read (the raw pages for research, the
+retrieved summary units for the summary path), quoted verbatim with its speaker and date. Every answer, the
+LM's or the extractive one, carries that quote, so a user can always check it against the conversation.
+
+Matching is lexical and deterministic: question (and, for an LM answer, answer) content words, folded by
+`tiermem.words.stem`, weighted by their inverse frequency among the candidate sentences.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tiermem.memory.raw_store import Page
+from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
+from tiermem.memory.text import content_words, split_sentences
+from tiermem.words import normalize, stem
+
+# Leading "(date)" / "[turn id]" / "Speaker:" pieces: what a reply copying the excerpt format starts with.
+_PREFIX = re.compile(r"^\s*(?:\([^)]*\)|\[[^\]]*\]|[\w .'-]{1,40}:)\s*")
+_YES_NO = {"yes", "no"}  # complete answers made only of stop words
+
+
+@dataclass
+class Evidence:
+    """One sentence of the conversation, verbatim, with where it came from."""
+
+    quote: str
+    speaker: str | None
+    date: str | None
+    turn_id: str | None
+    page_id: str | None
+    source: str  # "page" (a raw turn the research path read) | "summary" (a retrieved summary unit)
+    unit_id: str | None = None
+
+    def cite(self) -> str:
+        """`"<quote>" (<speaker>, <date>; turn <id>)`: how `ask` shows it."""
+        who = ", ".join(x for x in (self.speaker, self.date) if x)
+        where = f"turn {self.turn_id}" if self.turn_id else (f"unit {self.unit_id}" if self.unit_id else "")
+        meta = "; ".join(x for x in (who, where) if x)
+        return f'"{self.quote}"' + (f" ({meta})" if meta else "")
+
+
+@dataclass
+class _Candidate:
+    evidence: Evidence
+    resolved: str  # the sentence with relative dates made absolute ("yesterday (16 March 2024)")
+    words: frozenset[str]
+
+
+def _stems(text: str) -> set[str]:
+    return {stem(w) for w in content_words(text)}
+
+
+def page_candidates(pages: Sequence[Page]) -> list[_Candidate]:
+    out = []
+    for page in pages:
+        for turn in page.turns:
+            for sentence in split_sentences(turn.text):
+                ev = Evidence(sentence, turn.speaker, day_of(turn.timestamp), turn.turn_id, page.page_id, "page")
+                out.append(_Candidate(ev, absolutize(sentence, turn.timestamp), frozenset(_stems(sentence))))
+    return out
+
+
+def summary_candidates(units: Sequence[RetrievedUnit], speakers: dict[str, str] | None = None) -> list[_Candidate]:
+    """Retrieved units as candidates; `speakers` maps turn ids to speakers (the extractive summarizer's units
+    start with "<speaker>: ", which is split off; other units keep their text whole)."""
+    out = []
+    for unit in units:
+        turn_id = unit.turn_ids[0] if unit.turn_ids else None
+        speaker = (speakers or {}).get(turn_id or "")
+        text = unit.text
+        if speaker and text.startswith(f"{speaker}: "):
+            text = text[len(speaker) + 2:]
+        ev = Evidence(text, speaker, unit.date, turn_id, unit.page_ids[0] if unit.page_ids else None, "summary",
+                      unit.unit_id)
+        out.append(_Candidate(ev, text, frozenset(_stems(text))))
+    return out
+
+
+def _idf(candidates: Sequence[_Candidate]) -> dict[str, float]:
+    df = Counter(w for c in candidates for w in c.words)
+    n = len(candidates)
+    return {w: math.log(1 + n / k) for w, k in df.items()}
+
+
+def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> _Candidate | None:
+    """The candidate sharing the most (idf-weighted) content words with the question, and with `answer` when it
+    is given (its words count double: the quote shown under an LM answer should contain that answer).
+
+    Ties go to the shorter sentence (more focused), then to the earlier one. None when nothing matches.
+    """
+    idf = _idf(candidates)
+    asked = _stems(question)
+    answered = _stems(answer) - asked if answer else set()
+    best, best_key = None, None
+    for i, cand in enumerate(candidates):
+        score = sum(idf[w] for w in cand.words & asked) + 2 * sum(idf[w] for w in cand.words & answered)
+        if score <= 0:
+            continue
+        key = (-score, len(cand.words), i)
+        if best_key is None or key < best_key:
+            best, best_key = cand, key
+    return best
+
+
+def extractive_answer(cand: _Candidate) -> str:
+    """`<speaker> (<date>): "<sentence, relative dates resolved>"`: the fallback answer, quoted with its source."""
+    ev = cand.evidence
+    who = " ".join(x for x in (ev.speaker, f"({ev.date})" if ev.date else None) if x)
+    return f'{who}: "{cand.resolved}"' if who else f'"{cand.resolved}"'
+
+
+def unusable_reason(answer: str | None, question: str, read_text: str) -> str | None:
+    """Why an LM answer cannot be shown as the answer, or None when it can.
+
+    "empty": nothing (or only punctuation); "fragment": only the excerpt format's date/speaker prefixes;
+    "echo": nothing beyond the question's own words; "not in what was read": none of its words occur in
+    what the answerer was shown (an abstention such as "not mentioned" lands here too).
+    """
+    text = (answer or "").strip()
+    if not normalize(text):
+        return "empty"
+    if normalize(text) in _YES_NO:
+        return None
+    body = text
+    while (stripped := _PREFIX.sub("", body, count=1)) != body:
+        body = stripped
+    words = _stems(body)
+    if not words:
+        return "fragment"
+    novel = words - _stems(question)
+    if not novel:
+        return "echo"
+    if not novel & _stems(read_text):
+        return "not in what was read"
+    return None
+
+
+@dataclass
+class Grounded:
+    answer: str
+    source: str  # "lm" | "extractive"
+    reason: str | None  # why the LM's answer was replaced (unusable_reason); None when it was kept
+    evidence: Evidence | None
+    extractive: str | None  # the extractive answer (kept even when the LM's answer is shown, for evaluation)
+
+
+def ground(question: str, lm_answer: str | None, candidates: Sequence[_Candidate]) -> Grounded:
+    """Keep a usable LM answer with the quote that best supports it; else answer with the best-matching quote.
+
+    The vocabulary an answer may draw on is the candidates' text plus their dates (the answer prompts show both).
+    With no candidate matching the question, an unusable LM answer stays as it is, flagged, without evidence.
+    """
+    read = " ".join(f"{c.evidence.quote} {c.resolved} {c.evidence.date or ''}" for c in candidates)
+    reason = unusable_reason(lm_answer, question, read)
+    fallback = best_sentence(question, candidates)
+    extractive = extractive_answer(fallback) if fallback else None
+    if reason is None:
+        support = best_sentence(question, candidates, lm_answer) or fallback
+        return Grounded(lm_answer or "", "lm", None, support.evidence if support else None, extractive)
+    if fallback is None:
+        return Grounded(lm_answer or "", "lm", reason, None, None)
+    return Grounded(extractive or "", "extractive", reason, fallback.evidence, extractive)
