@@ -6,8 +6,11 @@ the runtime falls back to the best-matching sentence of what the path read (the 
 retrieved summary units for the summary path), quoted verbatim with its speaker and date. Every answer, the
 LM's or the extractive one, carries that quote, so a user can always check it against the conversation.
 
-Matching is lexical and deterministic: question (and, for an LM answer, answer) content words, folded by
-`tiermem.words.stem`, weighted by their inverse frequency among the candidate sentences.
+Matching is deterministic: question (and, for an LM answer, answer) content words, folded by `tiermem.words.stem`
+and weighted by their inverse frequency among the candidate sentences, plus the sentence's cosine similarity to
+the question under the memory's own embedder, which breaks the ties lexical matching leaves ("What breed is
+Pepper?" shares only "Pepper" with every sentence about the dog; "A three-year-old border collie called Pepper"
+is the nearest in meaning).
 """
 
 from __future__ import annotations
@@ -53,6 +56,28 @@ class _Candidate:
     evidence: Evidence
     resolved: str  # the sentence with relative dates made absolute ("yesterday (16 March 2024)")
     words: frozenset[str]
+    similarity: float = 0.0  # cosine to the question (with_similarity); 0 when no embedder scored it
+    context: frozenset[str] = frozenset()  # its speaker and the rest of its turn ("called Pepper" by "I adopted")
+    timed: bool = False  # names a time (a date, a month, a weekday, "yesterday", ...)
+
+
+# How much meaning counts beside shared words, and the similarity at which a sentence sharing no word with the
+# question still counts as matching it (a paraphrase; all-MiniLM-L6-v2 puts unrelated chat turns below ~0.3).
+SIMILARITY_WEIGHT = 2.0
+MIN_SIMILARITY = 0.45
+CONTEXT_WEIGHT = 0.5  # a question word found elsewhere in the sentence's turn counts half
+TIME_BONUS = 1.0  # a "when" question prefers a sentence that names a time
+_TIME = re.compile(
+    r"\b(?:\d{4}|\d{1,2}(?:st|nd|rd|th)?|january|february|march|april|may|june|july|august|september|october|"
+    r"november|december|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|today|tonight|"
+    r"tomorrow|ago|last|next)\b", re.IGNORECASE)  # not a bare "year": "a three-year-old dog" names no time
+_WHEN = re.compile(r"^\W*(?:when\b|(?:what|which) (?:date|day|year|month|time)\b|how long ago\b)", re.IGNORECASE)
+
+
+def with_similarity(candidates: list[_Candidate], similarities: Sequence[float]) -> list[_Candidate]:
+    for cand, sim in zip(candidates, similarities, strict=True):
+        cand.similarity = float(sim)
+    return candidates
 
 
 def _stems(text: str) -> set[str]:
@@ -63,9 +88,12 @@ def page_candidates(pages: Sequence[Page]) -> list[_Candidate]:
     out = []
     for page in pages:
         for turn in page.turns:
+            turn_words = _stems(f"{turn.speaker} {turn.text}")  # "Ines" in a question points to Ines's turns
             for sentence in split_sentences(turn.text):
                 ev = Evidence(sentence, turn.speaker, day_of(turn.timestamp), turn.turn_id, page.page_id, "page")
-                out.append(_Candidate(ev, absolutize(sentence, turn.timestamp), frozenset(_stems(sentence))))
+                words = frozenset(_stems(sentence))
+                out.append(_Candidate(ev, absolutize(sentence, turn.timestamp), words,
+                                      context=frozenset(turn_words - words), timed=bool(_TIME.search(sentence))))
     return out
 
 
@@ -81,7 +109,8 @@ def summary_candidates(units: Sequence[RetrievedUnit], speakers: dict[str, str] 
             text = text[len(speaker) + 2:]
         ev = Evidence(text, speaker, unit.date, turn_id, unit.page_ids[0] if unit.page_ids else None, "summary",
                       unit.unit_id)
-        out.append(_Candidate(ev, text, frozenset(_stems(text))))
+        out.append(_Candidate(ev, text, frozenset(_stems(text)), unit.score,  # retrieval's cosine to the question
+                              timed=bool(_TIME.search(text))))
     return out
 
 
@@ -93,18 +122,24 @@ def _idf(candidates: Sequence[_Candidate]) -> dict[str, float]:
 
 def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> _Candidate | None:
     """The candidate sharing the most (idf-weighted) content words with the question, and with `answer` when it
-    is given (its words count double: the quote shown under an LM answer should contain that answer).
+    is given (its words count double: the quote shown under an LM answer should contain that answer), plus
+    SIMILARITY_WEIGHT times its similarity to the question; question words elsewhere in its turn count
+    CONTEXT_WEIGHT, and a "when" question adds TIME_BONUS to a sentence that names a time.
 
-    Ties go to the shorter sentence (more focused), then to the earlier one. None when nothing matches.
+    A candidate matches when it shares a word or is at least MIN_SIMILARITY similar. Ties go to the shorter
+    sentence (more focused), then to the earlier one. None when nothing matches.
     """
     idf = _idf(candidates)
     asked = _stems(question)
     answered = _stems(answer) - asked if answer else set()
+    when = bool(_WHEN.search(question))
     best, best_key = None, None
     for i, cand in enumerate(candidates):
-        score = sum(idf[w] for w in cand.words & asked) + 2 * sum(idf[w] for w in cand.words & answered)
-        if score <= 0:
+        lexical = sum(idf[w] for w in cand.words & asked) + 2 * sum(idf[w] for w in cand.words & answered)
+        if lexical <= 0 and cand.similarity < MIN_SIMILARITY:
             continue
+        score = (lexical + CONTEXT_WEIGHT * sum(idf.get(w, 0.0) for w in cand.context & asked)
+                 + SIMILARITY_WEIGHT * cand.similarity + (TIME_BONUS if when and cand.timed else 0.0))
         key = (-score, len(cand.words), i)
         if best_key is None or key < best_key:
             best, best_key = cand, key

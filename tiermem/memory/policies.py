@@ -246,9 +246,9 @@ def parse_facts_reply(text: str) -> list[Fact] | None:
         return []
     for obj in _json_candidates(text):
         items = obj.get("facts") if isinstance(obj, dict) else obj
-        if not isinstance(items, list):
-            return None
-        return _facts_of(items)
+        if isinstance(items, list):
+            return _facts_of(items)
+        break  # the first JSON value is not the reply: a cut-off reply's inner object, or no reply at all
     if re.match(r'^\s*(?:```(?:json)?\s*)?\{\s*"facts"\s*:\s*\[', text):
         return _facts_of(_complete_fact_objects(text)) or None
     return None

@@ -22,7 +22,7 @@ from tiermem.contract import ACTIONS
 from tiermem.data.conversations import Conversation, Question
 from tiermem.errors import ConfigError
 from tiermem.llm import LLM
-from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates
+from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates, with_similarity
 from tiermem.memory.policies import (
     LinkedQuote,
     PathCost,
@@ -378,6 +378,9 @@ class MemoryRuntime:
         memory = self._require()
         if out.research is not None:
             candidates = page_candidates(memory.raw.get_many(out.research.pages_read))
+            if candidates:  # one batched call of the tier-1 embedder: the question and every sentence read
+                vectors = memory.summaries.embed([out.question] + [c.evidence.quote for c in candidates])
+                with_similarity(candidates, vectors[1:] @ vectors[0])
         else:
             turns = {tid for u in out.retrieved for tid in u.turn_ids}
             pages = memory.raw.get_many(list(dict.fromkeys(p for u in out.retrieved for p in u.page_ids)))
