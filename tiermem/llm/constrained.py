@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-# Whitespace the parser allows between JSON tokens. A small model left free pads its JSON with newlines and
-# indentation; two keeps compact JSON while allowing ", " and ": ", which is what it writes.
-MAX_WHITESPACE = 2
+# Whitespace the parser allows between JSON tokens: none. A small model left free pads its JSON with newlines and
+# indentation (84 tokens for a one-search plan, against 31 compact), each token a step of the enforcer.
+MAX_WHITESPACE = 0
 
 
 def _regular_tokens(tokenizer: Any) -> list[tuple[int, str, bool]]:
