@@ -5,6 +5,9 @@ through MemoryRuntime.answer with fresh LLM calls (no response cache, so the mea
 and each answer is judged. Correctness is reported under both rules labeling uses: `outcome` (the
 lexical LoCoMo-F1 judge on the answer) and `evidence` (the generator-free evidence signals of the path
 taken: gold answer tokens in the retrieved summaries, gold evidence turns in the pages research read).
+Each answer's two halves are judged alone as well (tiermem.memory.grounding): the LM's reply and the extractive
+quote, with the research steps' parse failures. `python -m evaluation.live_eval` runs it without the replay, on
+named conversations (configs/eval/live_embedded.yaml).
 """
 
 from __future__ import annotations

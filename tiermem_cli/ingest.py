@@ -5,6 +5,11 @@ router, showing the route, the pages read and the cost.
     tiermem-router ask question="What did Tomas adopt?"      # any question, in your own words
     tiermem-router ask router=runs/grpo question="When did Tomas adopt Pepper?"   # a trained router decides
 
+Every answer comes with the quote it rests on (the best-matching sentence of what was read, with its speaker, date
+and turn); when the model's reply is empty, a fragment or foreign to what it read, that quote is the answer
+(tiermem.memory.grounding). The cost line says when calls came from the response cache: they are priced at what
+they cost when first made, beside the time this run took.
+
 `question` is a question id or 0-based index from the data file (its gold answer and evidence are shown next to
 the answer) or free text: anything with a space or a question mark. A free question has no gold answer or
 evidence, and the output says so instead of inventing them.
