@@ -74,7 +74,7 @@ def held_out(cfg: Any, label_cfg: Any) -> list[Any]:
 
 def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, judge: Any,
             fmt: str) -> dict[str, Any]:
-    from labeling.evidence import compute_signals
+    from labeling.evidence import answer_recall, compute_signals
 
     verdict = judge.judge(q.question, q.answer, ans.answer or "", q.category, fmt)
     research_pages = list(ans.research.pages_read) if ans.research is not None else []
@@ -85,8 +85,12 @@ def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, 
     lm_ok = judge.judge(q.question, q.answer, ans.lm_answer or "", q.category, fmt).correct
     extractive_ok = (judge.judge(q.question, q.answer, ans.extractive_answer, q.category, fmt).correct
                      if ans.extractive_answer else False)
+    # F1 punishes a whole quoted sentence for its length; "contains" asks whether it states the gold answer
+    # (the share of gold tokens in it, as the evidence rule reads summaries), the done-when of issue 27
+    contains = answer_recall(q.answer, [{"text": ans.answer or ""}], q.category, fmt)
     return {"outcome_ok": verdict.correct, "f1": verdict.score, "evidence_ok": evidence_ok, "lm_ok": lm_ok,
-            "extractive_ok": extractive_ok}
+            "extractive_ok": extractive_ok,
+            "contains_ok": None if contains is None else contains >= label_cfg.evidence.recall_threshold}
 
 
 def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> dict[str, Path]:
@@ -167,12 +171,13 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
              f"- answerer: {meta['answerer']} (fresh calls, no cache); judge: {meta['judge']}",
              f"- labels were made with rule `{meta['label_rule']}`; both rules are shown", "",
              "| policy | accuracy (outcome) | accuracy (evidence) | LM reply alone | extractive alone "
-             "| fallback rate | parse failures (research steps) | escalation rate | mean input tokens "
-             "| mean latency (s) | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| answer contains gold | fallback rate | parse failures (research steps) | escalation rate "
+             "| mean input tokens | mean latency (s) | errors |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for policy in policies:
         m = summary[policy]
         lines.append(f"| {POLICY_TITLES.get(policy, policy)} | {_fmt(m['accuracy_outcome'])} "
                      f"| {_fmt(m['accuracy_evidence'])} | {_fmt(m['accuracy_lm'])} | {_fmt(m['accuracy_extractive'])} "
+                     f"| {_fmt(m['contains_gold'])} "
                      f"| {_fmt(m['fallback_rate'])} | {m['parse_failures']} in {m['researched']} "
                      f"| {_fmt(m['escalation_rate'])} "
                      f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} | {m['errors']} |")
@@ -205,6 +210,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "accuracy_lm": sum(bool(r.get("lm_ok")) for r in sub) / len(sub),
             "accuracy_extractive": sum(bool(r.get("extractive_ok")) for r in sub) / len(sub),
             "fallback_rate": sum(r.get("answer_source") == "extractive" for r in sub) / len(sub),
+            "contains_gold": sum(bool(r.get("contains_ok")) for r in sub) / len(sub),
             "researched": sum(r["action"] == "ESCALATE" for r in sub),  # answers whose research steps could fail
             "parse_failures": sum(int(r.get("parse_failures") or 0) for r in sub),
         }

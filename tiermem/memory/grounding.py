@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tiermem.memory.raw_store import Page
@@ -26,8 +26,13 @@ from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
 from tiermem.memory.text import content_words, split_sentences
 from tiermem.words import normalize, stem
 
-# Leading "(date)" / "[turn id]" / "Speaker:" pieces: what a reply copying the excerpt format starts with.
-_PREFIX = re.compile(r"^\s*(?:\([^)]*\)|\[[^\]]*\]|[\w .'-]{1,40}:)\s*")
+# What the answer prompts show and a reply copying them starts with: "(17 March 2024)", "[3]" or "[D1:3]" (a note
+# or turn marker), "Tomas:" (a speaker of what was read). A list marker ("1.") and an "Answer:" preamble are only
+# stripped: a reply may start with them and still answer.
+_MARKER = re.compile(r"^\s*(?:\([^)]*\)|\[[^\]]*\])\s*")
+_SPEAKER = re.compile(r"^\s*([\w .'-]{1,40}):\s*")
+_PREAMBLE = re.compile(r"^\s*(?:\d{1,2}[.)]\s+|(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*:\s*)", re.IGNORECASE)
+_TURN_ID = re.compile(r"^\s*\[?[A-Za-z]{0,8}\d+[:-]\d+\]?\s*$")  # "D19:3", "s1-1": an id, not an answer
 _YES_NO = {"yes", "no"}  # complete answers made only of stop words
 
 
@@ -153,24 +158,41 @@ def extractive_answer(cand: _Candidate) -> str:
     return f'{who}: "{cand.resolved}"' if who else f'"{cand.resolved}"'
 
 
-def unusable_reason(answer: str | None, question: str, read_text: str) -> str | None:
+def unusable_reason(answer: str | None, question: str, read_text: str,
+                    speakers: Iterable[str] = ()) -> str | None:
     """Why an LM answer cannot be shown as the answer, or None when it can.
 
-    "empty": nothing (or only punctuation); "fragment": only the excerpt format's date/speaker prefixes;
-    "echo": nothing beyond the question's own words; "not in what was read": none of its words occur in
-    what the answerer was shown (an abstention such as "not mentioned" lands here too).
+    "empty": nothing (or only punctuation); "fragment": only the excerpt format's date/marker/speaker
+    prefixes, or a turn id; "copied excerpt": the prompt's excerpt format ("(date) Speaker: ..." or "[n] ...")
+    reproduced, i.e. a line of the notes copied rather than an answer; "echo": nothing beyond the question's own
+    words; "not in what was read": none of its words occur in what the answerer was shown (an abstention such
+    as "not mentioned" lands here too). A reply starting with yes or no answers a yes/no question.
     """
     text = (answer or "").strip()
     if not normalize(text):
         return "empty"
-    if normalize(text) in _YES_NO:
-        return None
-    body = text
-    while (stripped := _PREFIX.sub("", body, count=1)) != body:
+    if _TURN_ID.match(text):
+        return "fragment"
+    names = {normalize(s) for s in speakers} | {"assistant", "user"}
+    body, copied = text, False
+    while True:
+        stripped = _PREAMBLE.sub("", body, count=1)
+        if stripped == body:
+            stripped = _MARKER.sub("", body, count=1)
+            speaker = _SPEAKER.match(body)
+            if stripped == body and speaker and normalize(speaker.group(1)) in names:
+                stripped = body[speaker.end():]
+            copied |= stripped != body
+        if stripped == body:
+            break
         body = stripped
     words = _stems(body)
-    if not words:
+    if not words and normalize(body).split()[:1] not in (["yes"], ["no"]):
         return "fragment"
+    if copied:
+        return "copied excerpt"
+    if normalize(body).split()[0] in _YES_NO:
+        return None
     novel = words - _stems(question)
     if not novel:
         return "echo"
@@ -195,7 +217,7 @@ def ground(question: str, lm_answer: str | None, candidates: Sequence[_Candidate
     With no candidate matching the question, an unusable LM answer stays as it is, flagged, without evidence.
     """
     read = " ".join(f"{c.evidence.quote} {c.resolved} {c.evidence.date or ''}" for c in candidates)
-    reason = unusable_reason(lm_answer, question, read)
+    reason = unusable_reason(lm_answer, question, read, {c.evidence.speaker for c in candidates if c.evidence.speaker})
     fallback = best_sentence(question, candidates)
     extractive = extractive_answer(fallback) if fallback else None
     if reason is None:

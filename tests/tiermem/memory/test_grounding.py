@@ -18,17 +18,26 @@ Q = "Where does Tomas volunteer?"
 @pytest.mark.parametrize(("reply", "reason"), [
     ("", "empty"),
     ("  ...  ", "empty"),
-    ("(17 March 2024) Tomas:", "fragment"),  # the excerpt format copied, nothing after it
+    ("(17 March 2024) Tomas:", "fragment"),  # the excerpt format copied, nothing after it (issue 27)
     ("[s1-1] (2024-03-02T18:40:00Z) Tomas:", "fragment"),
+    ("[1] [2] [3] [4] [5]", "fragment"),  # the notes' markers
+    ("D19:3", "fragment"),  # a turn id
+    ("(25 February 2022) Tomas: Hey! Long time no see!", "copied excerpt"),  # a line of the notes, not an answer
+    ("[1] Tomas: I start volunteering at the Riverside animal shelter", "copied excerpt"),
+    ("assistant: Done: a reminder every Friday", "copied excerpt"),
     ("Tomas volunteers", "echo"),  # only the question's own words
     ("At the zoo in Madrid", "not in what was read"),
     ("not mentioned", "not in what was read"),
     ("the Riverside animal shelter", None),
-    ("(2 March 2024) Tomas: the Riverside shelter", None),  # a prefix before a real answer is fine
+    ("The answer is: the Riverside shelter", None),  # a preamble and a list marker are only stripped
+    ("1. the Riverside shelter", None),
+    ("Riverside: the animal shelter", None),  # not a speaker's name: an answer that happens to hold a colon
     ("Yes", None),
+    ("No, it's not likely.", None),  # a yes/no answer, although "likely" is the question's word
 ])
 def test_unusable_reason(reply, reason):
-    assert unusable_reason(reply, Q, READ) == reason
+    q = Q if "likely" not in reply else "Is it likely that Tomas volunteers?"
+    assert unusable_reason(reply, q, READ, ["Tomas", "Priya"]) == reason
 
 
 @pytest.fixture
