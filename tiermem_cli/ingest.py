@@ -89,7 +89,7 @@ def answer_lines(out: RuntimeAnswer) -> list[str]:
         why = "nothing read matches the question" if out.evidence is None else "memory.answer_fallback=none"
         lines.append(f"  warning: the model's reply is unusable ({out.fallback_reason}); shown as it is ({why})")
     ev = out.evidence
-    lines.append(f"quote: {ev.cite()}" if ev else "quote: none (nothing read shares a word with the question)")
+    lines.append(f"quote: {ev.cite()}" if ev else "quote: none (nothing read matches the question)")
     return lines
 
 
