@@ -85,8 +85,12 @@ def with_similarity(candidates: list[_Candidate], similarities: Sequence[float])
     return candidates
 
 
+_POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b")
+
+
 def _stems(text: str) -> set[str]:
-    return {stem(w) for w in content_words(text)}
+    """Folded content words; "Tomas's" is "Tomas" (normalize alone makes it "tomass", no name of anyone)."""
+    return {stem(w) for w in content_words(_POSSESSIVE.sub("", text))}
 
 
 def page_candidates(pages: Sequence[Page]) -> list[_Candidate]:
@@ -135,15 +139,20 @@ def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str |
     sentence (more focused), then to the earlier one. None when nothing matches.
     """
     idf = _idf(candidates)
-    asked = _stems(question)
-    answered = _stems(answer) - asked if answer else set()
+    # the people talking are named all over their conversation ("Hey Nate!"): their names only count as context
+    # (a sentence of the turn they speak or are named in), never as the match itself
+    names = {w for c in candidates if c.evidence.speaker for w in _stems(c.evidence.speaker)}
+    asked = _stems(question) - names
+    answered = _stems(answer) - asked - names if answer else set()
     when = bool(_WHEN.search(question))
+    named = _stems(question) & names
     best, best_key = None, None
     for i, cand in enumerate(candidates):
         lexical = sum(idf[w] for w in cand.words & asked) + 2 * sum(idf[w] for w in cand.words & answered)
         if lexical <= 0 and cand.similarity < MIN_SIMILARITY:
             continue
         score = (lexical + CONTEXT_WEIGHT * sum(idf.get(w, 0.0) for w in cand.context & asked)
+                 + CONTEXT_WEIGHT * sum(idf.get(w, 0.0) for w in (cand.context | cand.words) & named)
                  + SIMILARITY_WEIGHT * cand.similarity + (TIME_BONUS if when and cand.timed else 0.0))
         key = (-score, len(cand.words), i)
         if best_key is None or key < best_key:

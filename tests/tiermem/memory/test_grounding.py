@@ -187,3 +187,15 @@ def test_a_reply_cut_off_by_max_tokens_keeps_its_whole_facts():
         "Pepper is a border collie"]
     assert parse_facts_reply('{"facts": [{"fact": "Pep') is None  # no whole fact: still a failure
     assert parse_facts_reply("[s1-1] (2024-03-02) Tomas: Hi!") is None
+
+
+def test_a_speakers_name_alone_does_not_make_a_greeting_the_quote():
+    from tiermem.data.records import Turn
+    from tiermem.memory.raw_store import paginate, whitespace_tokens
+
+    turns = [Turn("t1", "John", "Hey James!", "2022-07-22T10:00:00Z", "s1"),
+             Turn("t2", "James", "Doctors say John has health problems: obesity runs in his family.",
+                  "2022-07-22T10:00:00Z", "s1")]
+    cands = page_candidates(paginate("c", turns, whitespace_tokens, 400))
+    assert best_sentence("What are James's worries?", cands) is None  # only the name is shared
+    assert "obesity" in best_sentence("What are John's health problems?", cands).evidence.quote
