@@ -72,6 +72,7 @@ SIMILARITY_WEIGHT = 2.0
 MIN_SIMILARITY = 0.45
 CONTEXT_WEIGHT = 0.5  # a question word found elsewhere in the sentence's turn counts half
 TIME_BONUS = 1.0  # a "when" question prefers a sentence that names a time
+SUPPORT_K = 2  # an LM answer must draw on the sentences that best match the question, not on any page text
 _TIME = re.compile(
     r"\b(?:\d{4}|\d{1,2}(?:st|nd|rd|th)?|january|february|march|april|may|june|july|august|september|october|"
     r"november|december|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|today|tonight|"
@@ -129,14 +130,14 @@ def _idf(candidates: Sequence[_Candidate]) -> dict[str, float]:
     return {w: math.log(1 + n / k) for w, k in df.items()}
 
 
-def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> _Candidate | None:
+def ranked(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> list[_Candidate]:
     """The candidate sharing the most (idf-weighted) content words with the question, and with `answer` when it
     is given (its words count double: the quote shown under an LM answer should contain that answer), plus
     SIMILARITY_WEIGHT times its similarity to the question; question words elsewhere in its turn count
     CONTEXT_WEIGHT, and a "when" question adds TIME_BONUS to a sentence that names a time.
 
     A candidate matches when it shares a word or is at least MIN_SIMILARITY similar. Ties go to the shorter
-    sentence (more focused), then to the earlier one. None when nothing matches.
+    sentence (more focused), then to the earlier one. Best first; those that do not match are left out.
     """
     idf = _idf(candidates)
     # the people talking are named all over their conversation ("Hey Nate!"): their names only count as context
@@ -146,7 +147,7 @@ def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str |
     answered = _stems(answer) - asked - names if answer else set()
     when = bool(_WHEN.search(question))
     named = _stems(question) & names
-    best, best_key = None, None
+    scored = []
     for i, cand in enumerate(candidates):
         lexical = sum(idf[w] for w in cand.words & asked) + 2 * sum(idf[w] for w in cand.words & answered)
         if lexical <= 0 and cand.similarity < MIN_SIMILARITY:
@@ -154,10 +155,14 @@ def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str |
         score = (lexical + CONTEXT_WEIGHT * sum(idf.get(w, 0.0) for w in cand.context & asked)
                  + CONTEXT_WEIGHT * sum(idf.get(w, 0.0) for w in (cand.context | cand.words) & named)
                  + SIMILARITY_WEIGHT * cand.similarity + (TIME_BONUS if when and cand.timed else 0.0))
-        key = (-score, len(cand.words), i)
-        if best_key is None or key < best_key:
-            best, best_key = cand, key
-    return best
+        scored.append(((-score, len(cand.words), i), cand))
+    return [cand for _, cand in sorted(scored, key=lambda pair: pair[0])]
+
+
+def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> _Candidate | None:
+    """The first of `ranked`, or None when nothing matches."""
+    best = ranked(question, candidates, answer)
+    return best[0] if best else None
 
 
 def extractive_answer(cand: _Candidate) -> str:
@@ -168,14 +173,17 @@ def extractive_answer(cand: _Candidate) -> str:
 
 
 def unusable_reason(answer: str | None, question: str, read_text: str,
-                    speakers: Iterable[str] = ()) -> str | None:
+                    speakers: Iterable[str] = (), support_text: str | None = None) -> str | None:
     """Why an LM answer cannot be shown as the answer, or None when it can.
 
     "empty": nothing (or only punctuation); "fragment": only the excerpt format's date/marker/speaker
     prefixes, or a turn id; "copied excerpt": the prompt's excerpt format ("(date) Speaker: ..." or "[n] ...")
     reproduced, i.e. a line of the notes copied rather than an answer; "echo": nothing beyond the question's own
     words; "not in what was read": none of its words occur in what the answerer was shown (an abstention such
-    as "not mentioned" lands here too). A reply starting with yes or no answers a yes/no question.
+    as "not mentioned" lands here too); "no time": a "when" question answered without a date or time word;
+    "unsupported": fewer than half its words occur in `support_text` (the sentences that best match the question,
+    when given): a reply assembled from elsewhere in the pages ("Piper is a border collie" for a question about
+    the vet's diet). A reply starting with yes or no answers a yes/no question.
     """
     text = (answer or "").strip()
     if not normalize(text):
@@ -207,6 +215,10 @@ def unusable_reason(answer: str | None, question: str, read_text: str,
         return "echo"
     if not novel & _stems(read_text):
         return "not in what was read"
+    if _WHEN.search(question) and not _TIME.search(body):
+        return "no time"
+    if support_text is not None and 2 * len(novel & _stems(support_text)) < len(novel):
+        return "unsupported"
     return None
 
 
@@ -225,9 +237,16 @@ def ground(question: str, lm_answer: str | None, candidates: Sequence[_Candidate
     The vocabulary an answer may draw on is the candidates' text plus their dates (the answer prompts show both).
     With no candidate matching the question, an unusable LM answer stays as it is, flagged, without evidence.
     """
-    read = " ".join(f"{c.evidence.quote} {c.resolved} {c.evidence.date or ''}" for c in candidates)
-    reason = unusable_reason(lm_answer, question, read, {c.evidence.speaker for c in candidates if c.evidence.speaker})
-    fallback = best_sentence(question, candidates)
+    def text(cands: Sequence[_Candidate], dated: bool = True) -> str:  # what the prompts showed: sentence, date
+        return " ".join(f"{c.evidence.quote} {c.resolved} {c.evidence.date if dated and c.evidence.date else ''}"
+                        for c in cands)
+
+    matching = ranked(question, candidates)
+    speakers = {c.evidence.speaker for c in candidates if c.evidence.speaker}
+    # a turn's date supports a date answer to a "when" question only: every sentence has one
+    support = text(matching[:SUPPORT_K], dated=bool(_WHEN.search(question))) if matching else None
+    reason = unusable_reason(lm_answer, question, text(candidates), speakers, support)
+    fallback = matching[0] if matching else None
     extractive = extractive_answer(fallback) if fallback else None
     if reason is None:
         support = best_sentence(question, candidates, lm_answer) or fallback

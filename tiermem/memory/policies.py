@@ -44,8 +44,9 @@ PLAN_SYSTEM = (
 # (tiermem.llm.constrained), an OpenAI-compatible server gets them as structured output (vLLM's
 # `structured_outputs`, or `response_format` with llm.structured=openai), so even the packaged 135M model's
 # replies parse. The bounds keep a constrained reply inside step_max_tokens (384): a small model held to valid
-# JSON otherwise fills every string to the token limit and is cut off mid-reply.
-_TEXT = {"type": "string", "maxLength": 160}
+# JSON otherwise fills every string to the token limit and is cut off mid-reply; each held token also costs
+# the enforcer's step (~0.1 s on 2 CPU cores), so the bounds are `ask`'s seconds too.
+_TEXT = {"type": "string", "maxLength": 100}  # a sentence; 2 facts of 2 such strings stay under ~150 tokens
 INTEGRATE_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["facts"],
     "properties": {"facts": {"type": "array", "maxItems": 2, "items": {

@@ -66,13 +66,11 @@ def test_a_fragment_falls_back_to_the_quote_with_date_and_speaker(tmp_path, exam
 
 def test_a_usable_answer_is_kept_with_the_quote_it_rests_on(tmp_path, example):
     rt = build(tmp_path, example, _research_cfg())
-    rt.llm = answer_llm(answer="a border collie")
-    out = rt.answer(example.questions[2])  # What breed is Pepper?
-    assert (out.answer, out.answer_source, out.fallback_reason) == ("a border collie", "lm", None)
-    assert "border collie" in out.evidence.quote and out.evidence.turn_id == "s2-1"
-    # the extractive answer is there too (evaluated on its own by the live eval); the hashing embedder of this
-    # test has no notion of "breed", so it is some sentence about Pepper
-    assert "Pepper" in out.extractive_answer
+    rt.llm = answer_llm(answer="a grain-free diet")
+    out = rt.answer(example.questions[3])  # What diet does the vet recommend for Pepper?
+    assert (out.answer, out.answer_source, out.fallback_reason) == ("a grain-free diet", "lm", None)
+    assert "grain-free diet" in out.evidence.quote and out.evidence.turn_id == "s3-1"
+    assert "grain-free diet" in out.extractive_answer  # computed too (the live eval judges it on its own)
 
 
 def test_relative_dates_in_the_extractive_answer_are_resolved(tmp_path, example):
@@ -187,6 +185,21 @@ def test_a_reply_cut_off_by_max_tokens_keeps_its_whole_facts():
         "Pepper is a border collie"]
     assert parse_facts_reply('{"facts": [{"fact": "Pep') is None  # no whole fact: still a failure
     assert parse_facts_reply("[s1-1] (2024-03-02) Tomas: Hi!") is None
+
+
+def test_an_answer_must_rest_on_the_sentences_matching_the_question(example):
+    from tiermem.memory.raw_store import paginate, whitespace_tokens
+
+    cands = page_candidates(paginate(example.conv_id, example.turns, whitespace_tokens, 400))
+    diet = "What diet does the vet recommend for Pepper?"
+    g = ground(diet, "Piper is a three-year-old border collie", cands)  # true of Pepper, not of the diet
+    assert (g.source, g.reason) == ("extractive", "unsupported") and "grain-free diet" in g.answer
+    assert ground(diet, "a grain-free diet", cands).source == "lm"
+    when = "When did Tomas adopt Pepper?"
+    g = ground(when, "a three-year-old border collie named Pepper", cands)
+    assert (g.source, g.reason) == ("extractive", "no time") and "yesterday (16 March 2024)" in g.answer
+    assert ground(when, "16 March 2024", cands).source == "lm"  # the resolved "yesterday" supports it
+    assert ground("Where does Tomas volunteer?", "16 March 2024", cands).reason == "unsupported"
 
 
 def test_a_speakers_name_alone_does_not_make_a_greeting_the_quote():
