@@ -6,7 +6,7 @@ and each answer is judged. Correctness is reported under both rules labeling use
 lexical LoCoMo-F1 judge on the answer) and `evidence` (the generator-free evidence signals of the path
 taken: gold answer tokens in the retrieved summaries, gold evidence turns in the pages research read).
 Each answer's two halves are judged alone as well (tiermem.memory.grounding): the LM's reply and the extractive
-quote, with the research steps' parse failures. `python -m evaluation.live_eval` runs it without the replay, on
+quote, with the research steps' parse failures. `python -m evaluation.live_main` runs it without the replay, on
 named conversations (configs/eval/live_embedded.yaml).
 """
 
@@ -215,23 +215,4 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "parse_failures": sum(int(r.get("parse_failures") or 0) for r in sub),
         }
     return out
-
-
-def main(argv: list[str]) -> int:
-    """`python -m evaluation.live_eval [--config PATH] [key=value ...]`: the live evaluation alone, on named
-    conversations (`live.conversations=[...]`) or a labeled dataset's split, without the replay metrics."""
-    from evaluation.evaluate import EvalConfig
-    from serving.routers import build
-    from tiermem.config import parse_cli
-
-    cfg = parse_cli(EvalConfig, argv)
-    router = None if cfg.router.kind == "none" or "routed" not in cfg.live.policies else build(cfg.router)
-    run_live(cfg, router, "none" if router is None else router.name)
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))
 

@@ -176,7 +176,7 @@ def test_live_eval_runs_the_runtime_with_each_policy(tmp_path):
 def test_live_eval_alone_on_named_conversations_reports_grounding(tmp_path, monkeypatch):
     """No labeled dataset, no router: named conversations, two policies, memory overrides; the LM's fragment is
     replaced by the quote, and both halves of the answer are judged."""
-    from evaluation.live_eval import main
+    from evaluation.live_main import main
     from tiermem.data.tiermem_format import EXAMPLE_PATH
 
     label_cfg = tmp_path / "label.yaml"
