@@ -63,6 +63,9 @@ class LiveConfig:
     max_questions: int = 10  # per conversation (the first ones, in file order)
     workdir: str = "runs/eval/live"  # tiers built here
     judge_threshold: float = 0.3  # lexical judge (LoCoMo F1), as labeling's embedded default
+    conversations: list[str] = field(default_factory=list)  # these conversation ids (no labeled dataset needed)
+    policies: list[str] = field(default_factory=lambda: ["summary_only", "raw_only", "routed"])
+    memory: dict[str, Any] = field(default_factory=dict)  # MemoryConfig overrides of the label config's memory
 
 
 @dataclass

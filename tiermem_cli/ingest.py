@@ -5,6 +5,11 @@ router, showing the route, the pages read and the cost.
     tiermem-router ask question="What did Tomas adopt?"      # any question, in your own words
     tiermem-router ask router=runs/grpo question="When did Tomas adopt Pepper?"   # a trained router decides
 
+Every answer comes with the quote it rests on (the best-matching sentence of what was read, with its speaker, date
+and turn); when the model's reply is empty, a fragment or foreign to what it read, that quote is the answer
+(tiermem.memory.grounding). The cost line says when calls came from the response cache: they are priced at what
+they cost when first made, beside the time this run took.
+
 `question` is a question id or 0-based index from the data file (its gold answer and evidence are shown next to
 the answer) or free text: anything with a space or a question mark. A free question has no gold answer or
 evidence, and the output says so instead of inventing them.
@@ -21,7 +26,7 @@ from tiermem.config import parse_cli
 from tiermem.data.conversations import Conversation, Question, load_conversations
 from tiermem.errors import UsageError
 from tiermem.llm import LLMConfig, build_llm
-from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
+from tiermem.memory.runtime import MemoryConfig, MemoryRuntime, RuntimeAnswer
 from tiermem.rundir import claim_cache_dir
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ingest" / "default.yaml"
@@ -72,6 +77,36 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
                      "own in words (with a space or a question mark)")
 
 
+def answer_lines(out: RuntimeAnswer) -> list[str]:
+    """The answer, where it came from, and the quote it rests on (always shown when there is one)."""
+    if out.error is not None:
+        return [f"answer: <error> {out.error}"]
+    lines = [f"answer: {out.answer or '(empty)'}"]
+    if out.answer_source == "extractive":
+        lines.append(f"  extractive: the model's reply {out.lm_answer!r} was unusable ({out.fallback_reason}); "
+                     "the answer is the best-matching sentence of what was read")
+    elif out.fallback_reason:
+        why = "nothing read matches the question" if out.evidence is None else "memory.answer_fallback=none"
+        lines.append(f"  warning: the model's reply is unusable ({out.fallback_reason}); shown as it is ({why})")
+    ev = out.evidence
+    lines.append(f"quote: {ev.cite()}" if ev else "quote: none (nothing read matches the question)")
+    return lines
+
+
+def cost_line(out: RuntimeAnswer, routed: bool) -> str:
+    """Tokens, calls and seconds of the path taken; a cached call is priced at what it cost when first made, and
+    the line says so, with the time this run really took."""
+    c = out.cost
+    line = f"cost: {c.input_tokens} in / {c.output_tokens} out tokens, {c.llm_calls} LLM call(s), {c.wall_s:.2f} s"
+    if c.cached_calls and c.cached_calls == c.llm_calls:
+        line = (f"cost: cached: answered from the response cache in {out.elapsed_s:.2f} s; the original calls cost "
+                f"{c.input_tokens} in / {c.output_tokens} out tokens, {c.llm_calls} LLM call(s), {c.wall_s:.2f} s")
+    elif c.cached_calls:
+        line += (f" ({c.cached_calls} of the {c.llm_calls} calls from the response cache, priced at their original "
+                 f"cost; this run took {out.elapsed_s:.2f} s)")
+    return line + (f" + router {out.router_s:.2f} s" if routed else "")
+
+
 def main(argv: list[str]) -> int:
     cfg = parse_cli(IngestConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
     claim_cache_dir(cfg.workdir)  # tiers are built only in a tier cache, never inside another stage's run
@@ -108,10 +143,9 @@ def main(argv: list[str]) -> int:
         print(f"pages read: {', '.join(r.pages_read) or 'none'}")
     else:
         print(f"pages read: none (answered from the {len(out.retrieved)} summaries above)")
-    c = out.cost
-    print(f"answer: {out.answer if out.error is None else '<error> ' + out.error}")
-    print(f"cost: {c.input_tokens} in / {c.output_tokens} out tokens, {c.llm_calls} LLM call(s), {c.wall_s:.2f} s"
-          + (f" + router {out.router_s:.2f} s" if router else ""))
+    for line in answer_lines(out):
+        print(line)
+    print(cost_line(out, router is not None))
     runtime.close()
     return 0 if out.error is None else 1
 

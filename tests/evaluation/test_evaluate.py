@@ -173,6 +173,41 @@ def test_live_eval_runs_the_runtime_with_each_policy(tmp_path):
     assert "| routed |" in md and "| summary-only |" in md
 
 
+def test_live_eval_alone_on_named_conversations_reports_grounding(tmp_path, monkeypatch):
+    """No labeled dataset, no router: named conversations, two policies, memory overrides; the LM's fragment is
+    replaced by the quote, and both halves of the answer are judged."""
+    from evaluation.live_main import main
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    label_cfg = tmp_path / "label.yaml"
+    label_cfg.write_text(
+        f"data_path: {EXAMPLE_PATH}\nlabel_rule: evidence\nmemory:\n  tokenizer: whitespace\n  embedder: hashing\n"
+        "  page_tokens: 400\n  max_rounds: 1\nllm:\n  answerer: {backend: local}\n")
+    import tiermem.llm
+    from tiermem.llm import ScriptedLLM
+
+    # the label config's answerer, as run_live builds it: every call replies with a fragment
+    monkeypatch.setattr(tiermem.llm, "build_llm", lambda cfg: ScriptedLLM(lambda m: "(17 March 2024) Tomas:"))
+    argv = [f"output_dir={tmp_path / 'eval'}", "router={kind: none}", f"live.label_config={label_cfg}",
+            "live.conversations=[tomas-assistant]", "live.max_questions=3", f"live.workdir={tmp_path / 'live'}",
+            "live.memory.max_rounds=2"]
+    with pytest.raises(E.ConfigError, match="routed policy"):
+        main([*argv, "live.policies=[routed]"])
+    assert main([*argv, "live.policies=[raw_only]"]) == 0
+    report = json.loads((tmp_path / "eval" / "live_eval.json").read_text())
+    assert list(report["policies"]) == ["raw_only"] and report["meta"]["memory"]["max_rounds"] == 2
+    rows = report["rows"]
+    assert [r["qid"] for r in rows] == ["q1", "q2", "q3"] and all(r["answer_source"] == "extractive" for r in rows)
+    assert all(r["parse_failures"] == 1 for r in rows)  # scripted: no JSON
+    # the fragment alone is wrong on q1 and q3 (on q2 its date shares "March 2024" with the gold: F1 passes)
+    assert [r["lm_ok"] for r in rows] == [False, True, False]
+    pol = report["policies"]["raw_only"]
+    assert pol["fallback_rate"] == 1 and pol["parse_failures"] == 3 and pol["researched"] == 3
+    # the quotes hold the gold answers of q1 (Riverside animal shelter) and q3 (border collie)
+    assert [r["contains_ok"] for r in rows][0] is True and pol["contains_gold"] >= 2 / 3
+    assert "| raw-only (always escalate) |" in (tmp_path / "eval" / "live_eval.md").read_text()
+
+
 def test_main_with_a_trained_router_run(tmp_path):
     """End to end through Router.from_pretrained: the fixture router learned 'When' -> ESCALATE."""
     from datasets import Dataset, DatasetDict

@@ -98,3 +98,49 @@ def test_known_question_shows_its_gold(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "question q2 [category temporal]: When did Tomas adopt Pepper?" in out
     assert "gold answer: 16 March 2024   (evidence s2-1)" in out
+
+
+def test_ask_shows_the_quote_and_says_when_the_cost_is_cached(tmp_path, capsys):
+    assert _ask(tmp_path, "q1", "memory.fixed_policy=research") == 0  # Where does Tomas volunteer?
+    first = capsys.readouterr().out
+    assert re.search(r"^quote: \".+\" \((Tomas|assistant), \d+ \w+ 2024; turn s\d-\d\)$", first, re.MULTILINE)
+    fresh = next(line for line in first.splitlines() if line.startswith("cost: "))
+    assert "cached" not in fresh and re.match(r"cost: \d+ in / \d+ out tokens, [1-9] LLM call\(s\), [\d.]+ s$", fresh)
+    assert _ask(tmp_path, "q1", "memory.fixed_policy=research") == 0  # the same calls: all from the cache
+    again = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cost: "))
+    tokens_calls = fresh.removeprefix("cost: ").split(", ")[:2]  # "<in> in / <out> out tokens", "<n> LLM call(s)"
+    assert again.startswith("cost: cached: answered from the response cache in ")
+    assert f"the original calls cost {', '.join(tokens_calls)}" in again
+
+
+def test_cost_line_for_a_partly_cached_and_a_fresh_answer():
+    from tiermem.memory.policies import PathCost
+    from tiermem.memory.runtime import RuntimeAnswer
+    from tiermem_cli.ingest import cost_line
+
+    out = RuntimeAnswer("q", "a", "ESCALATE", "router", [], PathCost(100, 20, 3, 12.5, cached_calls=2), 0.1,
+                        router_s=0.25, elapsed_s=4.0)
+    assert cost_line(out, True) == ("cost: 100 in / 20 out tokens, 3 LLM call(s), 12.50 s (2 of the 3 calls from the "
+                                    "response cache, priced at their original cost; this run took 4.00 s) + router "
+                                    "0.25 s")
+    out.cost.cached_calls = 0
+    assert cost_line(out, False) == "cost: 100 in / 20 out tokens, 3 LLM call(s), 12.50 s"
+
+
+def test_an_unusable_reply_is_replaced_by_the_quote(tmp_path, capsys):
+    from tests.helpers.fake_openai import fake_openai
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    def fragment(messages):  # the packaged model's reply in issue 27, to every call
+        return "(17 March 2024) Tomas:"
+
+    with fake_openai(fragment) as base_url:
+        rc = main([f"data={EXAMPLE_PATH}", "question=q1", f"workdir={tmp_path / 'mem'}", "llm.backend=openai",
+                   "llm.model=fake", f"llm.base_url={base_url}", "memory.embedder=hashing",
+                   "memory.tokenizer=whitespace", "memory.page_tokens=120", "memory.fixed_policy=research",
+                   f"llm.cache_path={tmp_path / 'cache.sqlite'}"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "answer: Tomas (2 March 2024): \"I start volunteering at the Riverside animal shelter" in out
+    assert "extractive: the model's reply '(17 March 2024) Tomas:' was unusable (fragment)" in out
+    assert "1 parse failure(s)" in out  # the fake server ignores the schema: the failure is still counted

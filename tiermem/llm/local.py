@@ -17,6 +17,7 @@ class LocalLLM(LLM):
         self.batch_size = batch_size
         self._model = None
         self._tokenizer = None
+        self._enforcer_data = None  # lm-format-enforcer's tables for this tokenizer, built on the first JSON call
 
     def _load(self) -> None:
         if self._model is None:
@@ -51,10 +52,17 @@ class LocalLLM(LLM):
         enc = tok([self._prompt(m) for m in chunk], return_tensors="pt", padding=True,
                   add_special_tokens=False).to(self._model.device)
         sample = params.temperature > 0
+        constrain = {}
+        if params.json_schema:  # decode only what the schema allows (tiermem.llm.constrained)
+            from tiermem.llm.constrained import prefix_allowed_tokens_fn, tokenizer_data
+
+            if self._enforcer_data is None:
+                self._enforcer_data = tokenizer_data(tok)
+            constrain["prefix_allowed_tokens_fn"] = prefix_allowed_tokens_fn(self._enforcer_data, params.json_schema)
         with torch.no_grad():
             gen = self._model.generate(**enc, max_new_tokens=params.max_tokens, do_sample=sample,
                                        temperature=params.temperature if sample else None, top_p=None, top_k=None,
-                                       pad_token_id=tok.pad_token_id)
+                                       pad_token_id=tok.pad_token_id, **constrain)
         new = gen[:, enc.input_ids.shape[1]:]
         latency = (time.perf_counter() - started) / len(chunk)
         results = []

@@ -36,11 +36,32 @@ INTEGRATE_SYSTEM = (
     'the question; reply {"facts": []} if there are none.'
 )
 PLAN_SYSTEM = (
-    "You plan searches in a conversation memory to answer a question. If the facts found so far answer the "
-    "question completely, reply DONE. Otherwise reply with JSON only: "
+    "You plan searches in a conversation memory to answer a question. Reply with JSON only. If the facts found so "
+    'far answer the question completely, reply {"searches": []}. Otherwise reply '
     '{"searches": [{"type": "summary" or "keyword", "query": "<search text>"}]} with at most 3 searches. '
     "'summary' searches short notes by meaning; 'keyword' searches the raw conversation by words."
 )
+
+# The replies' JSON Schemas. Sent with each step call: the local backend decodes only what they allow
+# (tiermem.llm.constrained), an OpenAI-compatible server gets them as structured output (vLLM's
+# `structured_outputs`, or `response_format` with llm.structured=openai), so even the packaged 135M model's
+# replies parse. The bounds keep a constrained reply inside step_max_tokens (384): a small model held to valid
+# JSON otherwise fills every string to the token limit and is cut off mid-reply; each held token also costs
+# the enforcer's step (~0.1 s on 2 CPU cores), so the bounds are `ask`'s seconds too.
+_TEXT = {"type": "string", "maxLength": 100}  # a sentence; 2 facts of 2 such strings stay under ~150 tokens
+INTEGRATE_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["facts"],
+    "properties": {"facts": {"type": "array", "maxItems": 2, "items": {
+        "type": "object", "additionalProperties": False, "required": ["fact", "quote"],
+        "properties": {"fact": _TEXT, "quote": _TEXT}}}},
+}
+PLAN_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["searches"],
+    "properties": {"searches": {"type": "array", "maxItems": 3, "items": {
+        "type": "object", "additionalProperties": False, "required": ["type", "query"],
+        "properties": {"type": {"type": "string", "enum": ["summary", "keyword"]},
+                       "query": {"type": "string", "maxLength": 80}}}}},
+}
 
 
 @dataclass
@@ -51,6 +72,7 @@ class PathCost:
     wall_s: float = 0.0
     pages_read: int = 0
     rounds: int = 0
+    cached_calls: int = 0  # of llm_calls, those answered from the response cache (priced at their original cost)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,14 +90,16 @@ class _Meter:
         self._in_llm = 0.0
         self._recorded = 0.0
 
-    def chat(self, llm: LLM, messages: list[dict[str, str]], max_tokens: int) -> str:
+    def chat(self, llm: LLM, messages: list[dict[str, str]], max_tokens: int,
+             json_schema: dict[str, Any] | None = None) -> str:
         start = time.perf_counter()
         try:
-            res = llm.chat(messages, max_tokens=max_tokens, temperature=0.0)
+            res = llm.chat(messages, max_tokens=max_tokens, temperature=0.0, json_schema=json_schema)
         finally:
             self._in_llm += time.perf_counter() - start
         self._recorded += res.latency_s
         self.cost.llm_calls += 1
+        self.cost.cached_calls += int(res.cached)
         self.cost.input_tokens += res.input_tokens
         self.cost.output_tokens += res.output_tokens
         return res.text
@@ -188,22 +212,48 @@ def _json_candidates(text: str) -> list[Any]:
     return found
 
 
+def _facts_of(items: list[Any]) -> list[Fact]:
+    facts = []
+    for item in items:
+        if isinstance(item, str) and item.strip():
+            facts.append(Fact(item.strip(), ""))
+        elif isinstance(item, dict) and isinstance(item.get("fact"), str) and item["fact"].strip():
+            quote = item.get("quote")
+            facts.append(Fact(item["fact"].strip(), quote.strip() if isinstance(quote, str) else ""))
+    return facts
+
+
+def _complete_fact_objects(text: str) -> list[dict[str, Any]]:
+    """The whole `{"fact": ..}` objects inside a reply cut off by max_tokens (a constrained reply is valid JSON
+    up to the cut, so every object closed before it is whole)."""
+    decoder, found, i = json.JSONDecoder(), [], text.find("{", 1)
+    while i != -1:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict) and "fact" in obj:
+            found.append(obj)
+        i = text.find("{", end)
+    return found
+
+
 def parse_facts_reply(text: str) -> list[Fact] | None:
-    """`{"facts": [{"fact", "quote"}]}` (or a bare list); None when unparseable."""
+    """`{"facts": [{"fact", "quote"}]}` (or a bare list); None when unparseable.
+
+    A reply cut off after one or more whole fact objects keeps those (the cut is max_tokens, not the model
+    giving up on the format); one with no whole object is unparseable.
+    """
     if normalize(text) in ("none", "no facts", "nothing"):
         return []
     for obj in _json_candidates(text):
         items = obj.get("facts") if isinstance(obj, dict) else obj
-        if not isinstance(items, list):
-            return None
-        facts = []
-        for item in items:
-            if isinstance(item, str) and item.strip():
-                facts.append(Fact(item.strip(), ""))
-            elif isinstance(item, dict) and isinstance(item.get("fact"), str) and item["fact"].strip():
-                quote = item.get("quote")
-                facts.append(Fact(item["fact"].strip(), quote.strip() if isinstance(quote, str) else ""))
-        return facts
+        if isinstance(items, list):
+            return _facts_of(items)
+        break  # the first JSON value is not the reply: a cut-off reply's inner object, or no reply at all
+    if re.match(r'^\s*(?:```(?:json)?\s*)?\{\s*"facts"\s*:\s*\[', text):
+        return _facts_of(_complete_fact_objects(text)) or None
     return None
 
 
@@ -323,12 +373,14 @@ def research_policy(
     memory: TwoTierMemory, question: str | Question, llm: LLM, retrieved: Sequence[RetrievedUnit],
     max_rounds: int = 3, *, pages_per_round: int = 2, keyword_k: int = 3, search_k: int = 3,
     max_searches: int = 3, max_snippets: int = 8, step_max_tokens: int = 384, answer_max_tokens: int = 48,
+    structured: bool = True,
 ) -> ResearchResult:
     """Escalation: read the pages behind the retrieved summaries plus BM25 hits, then up to `max_rounds`
     rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches), then answer.
 
     Stops on DONE, on a round with no unread page, after `max_rounds`, or on an unparseable reply (counted
     in `parse_failures`; the answer still uses what was found). Queries and pages are deduplicated.
+    `structured` sends the steps' JSON Schemas (INTEGRATE_SCHEMA, PLAN_SCHEMA) with their calls.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -357,7 +409,8 @@ def research_policy(
             rounds = rnd
             read.extend(batch)
             new_pages = memory.raw.get_many(batch)
-            facts = parse_facts_reply(meter.chat(llm, integrate_messages(q, date, quotes, new_pages), step_max_tokens))
+            facts = parse_facts_reply(meter.chat(llm, integrate_messages(q, date, quotes, new_pages), step_max_tokens,
+                                                 INTEGRATE_SCHEMA if structured else None))
             if facts is None:
                 parse_failures += 1
                 stop = "integrate_unparseable"
@@ -378,7 +431,8 @@ def research_policy(
                     quotes[i] = entry  # a fact unlinked so far now links to a page read this round
             if rnd == max_rounds:
                 break
-            plan = parse_plan_reply(meter.chat(llm, plan_messages(q, date, quotes, searches), step_max_tokens))
+            plan = parse_plan_reply(meter.chat(llm, plan_messages(q, date, quotes, searches), step_max_tokens,
+                                               PLAN_SCHEMA if structured else None))
             if plan is None:
                 parse_failures += 1
                 stop = "plan_unparseable"

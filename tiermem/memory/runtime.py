@@ -22,6 +22,7 @@ from tiermem.contract import ACTIONS
 from tiermem.data.conversations import Conversation, Question
 from tiermem.errors import ConfigError
 from tiermem.llm import LLM
+from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates, with_similarity
 from tiermem.memory.policies import (
     LinkedQuote,
     PathCost,
@@ -68,6 +69,10 @@ class MemoryConfig:
     max_snippets: int = 8
     step_max_tokens: int = 384
     answer_max_tokens: int = 48
+    structured_steps: bool = True  # research's integrate/plan replies held to their JSON Schemas (policies.py)
+    # An LM answer that is empty, a fragment or foreign to what was read is replaced by the best-matching quote
+    # (tiermem.memory.grounding); "none" keeps the LM's reply whatever it is (the quote is still attached).
+    answer_fallback: str = "extractive"
     # verified write-back after an escalation (benchmark runs keep tier 1 fixed: off by default)
     write_back: bool = False
     writeback_skip_similarity: float = 0.92
@@ -76,6 +81,8 @@ class MemoryConfig:
     def __post_init__(self) -> None:
         if self.summarizer not in ("extractive", "llm"):
             raise ConfigError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
+        if self.answer_fallback not in ("extractive", "none"):
+            raise ConfigError(f"answer_fallback must be 'extractive' or 'none', got {self.answer_fallback!r}")
         if self.fixed_policy not in ("summary", "research"):
             raise ConfigError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
         if not 1 <= self.max_rounds <= 3:
@@ -140,6 +147,14 @@ class RuntimeAnswer:
     research: ResearchResult | None = None
     writeback: list[WriteBack] = field(default_factory=list)
     error: str | None = None
+    # grounding (tiermem.memory.grounding): `answer` is the LM's reply (`answer_source` "lm") or, when that reply
+    # was unusable for `fallback_reason`, the extractive quote ("extractive"); `evidence` is the quote it rests on.
+    lm_answer: str | None = None
+    answer_source: str | None = None  # "lm" | "extractive"; None after an LLM error
+    fallback_reason: str | None = None
+    evidence: Evidence | None = None
+    extractive_answer: str | None = None  # the fallback, computed on every answer (evaluated on its own)
+    elapsed_s: float = 0.0  # this call's own time; cost.wall_s prices cached calls at their original latency
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -327,7 +342,7 @@ class MemoryRuntime:
         if self.llm is None:
             raise RuntimeError("MemoryRuntime needs an llm to answer questions")
         q, _ = question_text(question)
-        start = time.perf_counter()
+        start = began = time.perf_counter()
         retrieved = memory.search_summaries(q, self.cfg.top_k)
         retrieval_s = time.perf_counter() - start
         router_s, parsed_ok, router_error = 0.0, None, None
@@ -353,7 +368,31 @@ class MemoryRuntime:
             out.answer, out.cost, out.error = out.research.answer, out.research.cost, out.research.error
             if self.cfg.write_back and out.error is None:
                 out.writeback = self.write_back(out.research.linked)
+        if out.error is None:  # an LLM error stays an error: no quote is passed off as its answer
+            self._ground(out)
+        out.elapsed_s = time.perf_counter() - began
         return out
+
+    def _ground(self, out: RuntimeAnswer) -> None:
+        """Attach the quote the answer rests on; replace an unusable LM answer by the extractive one."""
+        memory = self._require()
+        if out.research is not None:
+            candidates = page_candidates(memory.raw.get_many(out.research.pages_read))
+            if candidates:  # one batched call of the tier-1 embedder: the question and every sentence read
+                vectors = memory.summaries.embed([out.question] + [c.evidence.quote for c in candidates])
+                with_similarity(candidates, vectors[1:] @ vectors[0])
+        else:
+            turns = {tid for u in out.retrieved for tid in u.turn_ids}
+            pages = memory.raw.get_many(list(dict.fromkeys(p for u in out.retrieved for p in u.page_ids)))
+            speakers = {t.turn_id: t.speaker for p in pages for t in p.turns if t.turn_id in turns}
+            candidates = summary_candidates(out.retrieved, speakers)
+        grounded = ground(out.question, out.answer, candidates)
+        out.lm_answer, out.evidence, out.extractive_answer = out.answer, grounded.evidence, grounded.extractive
+        out.fallback_reason = grounded.reason
+        if grounded.source == "extractive" and self.cfg.answer_fallback == "extractive":
+            out.answer, out.answer_source = grounded.answer, "extractive"
+        else:
+            out.answer_source = "lm"
 
     def summary_path(self, question: str | Question, retrieved: list[RetrievedUnit]) -> SummaryResult:
         """The ANSWER path with this runtime's settings (labeling runs both paths on the same retrieval)."""
@@ -371,6 +410,7 @@ class MemoryRuntime:
             self._require(), question, self.llm, retrieved, cfg.max_rounds, pages_per_round=cfg.pages_per_round,
             keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
             step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
+            structured=cfg.structured_steps,
         )
 
     def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:

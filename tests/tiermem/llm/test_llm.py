@@ -100,3 +100,23 @@ def test_corrupt_llm_cache_and_records_dir_are_named(tmp_path):
     (tmp_path / "records.jsonl").mkdir()
     with pytest.raises(StoreError, match="records.jsonl: the record store must be a file"):
         RecordStore(tmp_path / "records.jsonl")
+
+
+@pytest.mark.slow  # loads and runs the packaged model: ~15 s alone on 2 cores, over a minute on a busy machine
+def test_local_backend_decodes_only_what_the_schema_allows():
+    """The packaged 135M model, held to the research steps' schemas, writes JSON their parsers take (issue 27:
+    unconstrained, it continued the page text instead, on every question tried)."""
+    import json
+
+    from tiermem.llm.local import LocalLLM
+    from tiermem.memory.policies import PLAN_SCHEMA, parse_plan_reply
+
+    llm = LocalLLM("packaged:smollm2-135m-instruct")
+    messages = [{"role": "system", "content": "You plan searches. Reply with JSON."},
+                {"role": "user", "content": "Question: Where does Tomas volunteer?\n[s1-1] Tomas: I volunteer."}]
+    res = llm.chat(messages, max_tokens=128, json_schema=PLAN_SCHEMA)
+    reply = json.loads(res.text)  # whole JSON within 128 tokens: the schema bounds its strings and arrays
+    assert set(reply) == {"searches"} and len(reply["searches"]) <= 3
+    for item in reply["searches"]:
+        assert set(item) == {"type", "query"} and item["type"] in ("summary", "keyword") and len(item["query"]) <= 80
+    assert parse_plan_reply(res.text) is not None and res.output_tokens <= 128

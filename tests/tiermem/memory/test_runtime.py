@@ -82,11 +82,11 @@ def test_tampered_raw_page_refused_on_open(tmp_path, conv):
 
 
 def test_fixed_policies(tmp_path, conv):
-    rt = build(tmp_path, conv)
+    rt = build(tmp_path, conv, MemoryConfig(**{**CFG.__dict__, "answer_fallback": "none"}))
     rt.llm = answer_llm()
     q = conv.questions[3]  # octopuses
     out = rt.answer(q)
-    assert (out.action, out.decided_by, out.answer) == ("ANSWER", "fixed:summary", "Eleven")
+    assert (out.action, out.decided_by, out.answer, out.answer_source) == ("ANSWER", "fixed:summary", "Eleven", "lm")
     assert out.research is None and out.summary.retrieved == out.retrieved and len(out.retrieved) == CFG.top_k
     assert out.cost.llm_calls == 1
     rt.cfg = MemoryConfig(**{**CFG.__dict__, "fixed_policy": "research"})
@@ -133,6 +133,7 @@ def test_llm_error_is_an_error_not_an_answer(tmp_path, conv):
     rt.llm = ScriptedLLM(lambda m: LLMError("quota exceeded"))
     out = rt.answer(conv.questions[0])
     assert out.answer is None and "quota exceeded" in out.error
+    assert out.answer_source is None and out.evidence is None and out.extractive_answer is None  # no quote as answer
 
 
 def test_verified_write_back(tmp_path, conv):
