@@ -159,7 +159,7 @@ class UnitReaderRouter(ScoreRouter):
     def from_spec(cls, spec, trunk_cache=None):
         if not spec.path:
             raise RouterLoadError("a unit-reader router needs router.path: a `tiermem-router unit-reader` directory")
-        return cls.load(spec.path, threshold_logit=spec.threshold_logit, batch_size=spec.batch_size)
+        return cls.load(spec.path, threshold_logit=spec.threshold_logit)
 
     def score_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]
                     ) -> tuple[list[float], list[dict[str, float]]]:
@@ -200,13 +200,15 @@ class UnitReaderRouter(ScoreRouter):
         return self.run_dir
 
     @classmethod
-    def load(cls, path: str | Path, threshold_logit: float | None = None, batch_size: int = 64) -> UnitReaderRouter:
+    def load(cls, path: str | Path, threshold_logit: float | None = None) -> UnitReaderRouter:
         run_dir, meta = open_score_run(path, cls.kind)
         for name in ("model.safetensors", "config.json", SIGNAL_HEAD_FILE):
             if not (run_dir / name).is_file():
                 raise RouterLoadError(f"{run_dir / name} not found: a unit-reader directory needs its reader and head")
         extra = meta.extra or {}
-        reader = CrossEncoder.load(run_dir, batch_size=max(batch_size, 8))
+        # pairs per forward pass as the stage scored them, so its metrics and a loaded router batch alike
+        pair_batch = (extra.get("config") or {}).get("score_batch_size", 64)
+        reader = CrossEncoder.load(run_dir, batch_size=int(pair_batch))
         calibrated = calibrated_threshold_logit(meta)
         router = cls(reader, read_logistic(run_dir / SIGNAL_HEAD_FILE), str(extra.get("pooling")),
                      extra.get("text_weight"), threshold_logit if threshold_logit is not None else calibrated)

@@ -67,7 +67,7 @@ def trained(tmp_path_factory):
     DatasetDict({k: Dataset.from_list(v) for k, v in splits.items()}).save_to_disk(str(data))
     out = tmp / "reader"
     assert main([f"data={data}", f"output_dir={out}", f"base={_tiny_bert(tmp / 'tiny')}", "max_epochs=2",
-                 "poolings=[max,all]", "text_weights=[0.0,1.0]", "learning_rate=1e-3", "batch_size=8"]) == 0
+                 "poolings=[max,all]", "text_weights=[0.0,1.0]", "learning_rate=3e-3", "batch_size=32"]) == 0
     return data, out, splits
 
 
@@ -114,7 +114,8 @@ def test_one_scorer_for_the_stage_eval_calibrate_and_serve(trained, tmp_path):
     client = TestClient(create_app(served, ServeConfig()))
     r = validation[0]
     body = client.post("/route", json={"question": r["question"], "summaries": r["router_summaries"]}).json()
-    assert body["score"] == pytest.approx(scores[0], abs=1e-9)
+    # one question's 2 pairs in their own batch: the same function, float32 batching effects only
+    assert body["score"] == pytest.approx(scores[0], rel=1e-5, abs=1e-6)
 
 
 def test_pairs_keep_router_units_deeper_positives_and_the_top_near_misses():
