@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as a script (`python benchmarks/run.py`): m
 
 from benchmarks.common import machine_label, machine_line  # noqa: E402
 from benchmarks.labeling_bench import LabelingBenchConfig, ThroughputBenchConfig  # noqa: E402
+from benchmarks.reader_bench import ReaderBenchConfig  # noqa: E402
 from benchmarks.router_bench import RouterBenchConfig  # noqa: E402
 from benchmarks.server_bench import ServerBenchConfig  # noqa: E402
 from benchmarks.training_bench import TrainingBenchConfig  # noqa: E402
@@ -36,6 +37,7 @@ class BenchConfig:
     output_dir: str = "runs/bench"
     threads: int | None = None  # torch threads; None: the cores really available
     router: RouterBenchConfig = field(default_factory=RouterBenchConfig)
+    reader: ReaderBenchConfig = field(default_factory=ReaderBenchConfig)
     server: ServerBenchConfig = field(default_factory=ServerBenchConfig)
     labeling: LabelingBenchConfig = field(default_factory=LabelingBenchConfig)
     labeling_throughput: ThroughputBenchConfig = field(default_factory=ThroughputBenchConfig)
@@ -64,7 +66,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
 
 
 def _run(cfg: BenchConfig) -> dict[str, Any]:
-    from benchmarks import labeling_bench, router_bench, server_bench, training_bench
+    from benchmarks import labeling_bench, reader_bench, router_bench, server_bench, training_bench
     from tiermem.models import setup_cpu_threads
 
     setup_cpu_threads(cfg.threads)
@@ -72,6 +74,7 @@ def _run(cfg: BenchConfig) -> dict[str, Any]:
     print(machine_line(machine), flush=True)
     report: dict[str, Any] = {"machine": machine, "config": json.loads(json.dumps(cfg, default=vars))}
     sections = (("router decision", router_bench.run, cfg.router),
+                ("unit reader vs one forward pass of the sequence router", reader_bench.run, cfg.reader),
                 ("server: /route latency, 1 and N clients, and during a chat request", server_bench.run, cfg.server),
                 ("labeling: first run vs cached rerun", labeling_bench.run, cfg.labeling),
                 ("labeling throughput: generator-free, 1 process vs 2 shards", labeling_bench.throughput,

@@ -13,6 +13,7 @@ from labeling.evidence import EvidenceConfig
 from labeling.rules import check_rule
 from labeling.shards import parse_shard
 from labeling.split import SplitSpec
+from labeling.unit_targets import UnitTargetsConfig
 from tiermem.data.conversations import Conversation, detect_file_format
 from tiermem.errors import ConfigError
 from tiermem.llm import LLMConfig
@@ -66,6 +67,9 @@ class LabelConfig:
     # the input tokens of the first round's pages and prompts, flagged `cost_estimated`; outcome labels stay empty.
     generate_answers: bool = True
     minimal_pairs: MinimalPairsConfig = field(default_factory=MinimalPairsConfig)
+    # per-unit targets (labeling/unit_targets.py): each retrieved unit's own answer recall and gold turns;
+    # unit_targets.deep_k also labels ranks top_k+1..deep_k (train split only) for a unit reader to learn from
+    unit_targets: UnitTargetsConfig = field(default_factory=UnitTargetsConfig)
     split: SplitSpec = field(default_factory=SplitSpec)
     seed: int = 0
     output_dir: str = "runs/label"
@@ -93,6 +97,9 @@ class LabelConfig:
             if self.minimal_pairs.deep_k <= self.memory.top_k:
                 raise ConfigError(f"minimal_pairs.deep_k ({self.minimal_pairs.deep_k}) must exceed memory.top_k "
                                   f"({self.memory.top_k}): brought-in units come from the ranks below top_k")
+        if self.unit_targets.deep_k is not None and self.unit_targets.deep_k < self.memory.top_k:
+            raise ConfigError(f"unit_targets.deep_k ({self.unit_targets.deep_k}) must be >= memory.top_k "
+                              f"({self.memory.top_k}) or null: it extends the router's retrieval")
         if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
             raise ConfigError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):

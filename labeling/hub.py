@@ -63,6 +63,37 @@ natural rows have both null. Validation and test hold natural retrieval only.
 """
 
 
+def _units_section(dataset: Any) -> str:
+    """Per-unit targets counted from the splits themselves (router units vs deeper ones, positives)."""
+    rows = ["| split | router units | states the answer alone | deeper units (train only) | states it alone |",
+            "|---|---|---|---|---|"]
+    any_units = False
+    for name in dataset:
+        split = dataset[name]
+        if "unit_targets" not in split.column_names:
+            continue
+        router = deeper = router_pos = deeper_pos = 0
+        for units, shown in zip(split["unit_targets"], split["router_summaries"], strict=True):
+            for u in units or []:
+                if u["rank"] <= len(shown):
+                    router, router_pos = router + 1, router_pos + bool(u["s_ok"])
+                else:
+                    deeper, deeper_pos = deeper + 1, deeper_pos + bool(u["s_ok"])
+        any_units = any_units or bool(router)
+        rows.append(f"| {name} | {router} | {router_pos} | {deeper} | {deeper_pos} |")
+    if not any_units:
+        return ""
+    return f"""
+## Per-unit targets
+
+Natural rows carry `unit_targets`: for each retrieved unit, its own `answer_recall`, `gold_in_pages` (gold turns in
+the pages it links to) and `s_ok` (the evidence rule's verdict for that unit alone), computed by the same rule as
+the label over a one-unit summary set. Ranks below the router's top-k appear in the train split only.
+
+{chr(10).join(rows)}
+"""
+
+
 def render_dataset_card(dataset: Any, repo_id: str, label_config: dict[str, Any], stats: dict[str, Any] | None,
                         license: str | None = None) -> Any:
     """The dataset card: features, label rule, labeling config, counts per split, source license."""
@@ -110,7 +141,7 @@ This dataset's `label` column follows the `{rule}` rule: a path counts as right 
 
 {chr(10).join(count_rows)}
 {stats_line}
-{_pairs_section(dataset, stats)}
+{_pairs_section(dataset, stats)}{_units_section(dataset)}
 ## Source and license
 
 {chr(10).join("- " + note for note in license_notes) or "- Unknown source."}

@@ -39,6 +39,7 @@ from labeling.question import (
     summary_input_tokens,
 )
 from labeling.rules import ANSWER, ESCALATE
+from labeling.unit_targets import unit_targets
 from tiermem.data.conversations import Conversation, Question
 from tiermem.llm import LLMError
 from tiermem.memory import PathCost
@@ -52,8 +53,11 @@ def variant_qid(qid: str, kind: str) -> str:
 
 
 def retrieval_depth(cfg: LabelConfig) -> int:
-    """How many units to retrieve per question: the variants' deeper candidates need deep_k."""
-    return max(cfg.memory.top_k, cfg.minimal_pairs.deep_k) if cfg.minimal_pairs.enabled else cfg.memory.top_k
+    """How many units to retrieve per question: the variants' deeper candidates need minimal_pairs.deep_k, the
+    per-unit targets of deeper units unit_targets.deep_k."""
+    depth = max(cfg.memory.top_k, cfg.minimal_pairs.deep_k) if cfg.minimal_pairs.enabled else cfg.memory.top_k
+    units = cfg.unit_targets
+    return max(depth, units.deep_k) if units.enabled and units.deep_k is not None else depth
 
 
 def _without(units: Sequence[Any], i: int) -> list[Any]:
@@ -125,22 +129,29 @@ def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[An
 def label_with_pairs(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
                      page_turns: dict[str, list[str]], count_tokens: Any = None,
                      retrieved: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
-    """`label_question`, then (with minimal_pairs on) its variants: the variants come first, so committing the list
-    in order never leaves a committed question without them. An LLMError in a variant makes the question an error
-    record (retried by a rerun), never a question with some of its variants missing."""
+    """`label_question`, then (with minimal_pairs on) its variants and (with unit_targets on) the question's per-unit
+    targets: the variants come first, so committing the list in order never leaves a committed question without
+    them. An LLMError in a variant makes the question an error record (retried by a rerun), never a question with
+    some of its variants missing. `retrieved`: qid -> the question's retrieval to retrieval_depth(cfg)."""
     cfg = ctx.cfg
-    if not cfg.minimal_pairs.enabled:
-        return [label_question(ctx, memory, conv, q, split, page_turns, count_tokens, retrieved)]
+    depth = retrieval_depth(cfg)
     ranked = (retrieved or {}).get(q.qid)
-    if ranked is None:
-        ranked = memory.search_summaries(q.question, retrieval_depth(cfg))
-    rec = label_question(ctx, memory, conv, q, split, page_turns, count_tokens, {q.qid: ranked[: cfg.memory.top_k]})
+    if ranked is None and depth > cfg.memory.top_k:
+        ranked = memory.search_summaries(q.question, depth)
+    shown = None if ranked is None else {q.qid: ranked[: cfg.memory.top_k]}
+    rec = label_question(ctx, memory, conv, q, split, page_turns, count_tokens, shown)
     if rec["error"]:
         return [rec]
-    try:
-        return [*variants(ctx, q, rec, ranked, page_turns, count_tokens), rec]
-    except LLMError as exc:
-        return [error_record(conv, q, split, ctx, f"minimal pairs: {type(exc).__name__}: {exc}")]
+    out = []
+    if cfg.minimal_pairs.enabled:
+        try:
+            # the variants' candidates stop at minimal_pairs.deep_k, however deep the unit targets retrieve
+            out = variants(ctx, q, rec, ranked[: cfg.minimal_pairs.deep_k], page_turns, count_tokens)
+        except LLMError as exc:
+            return [error_record(conv, q, split, ctx, f"minimal pairs: {type(exc).__name__}: {exc}")]
+    if cfg.unit_targets.enabled:  # after the variants copied rec: they keep an empty list
+        rec["unit_targets"] = unit_targets(rec, q, ranked, page_turns, cfg.evidence, ctx.fmt, cfg.unit_targets.deep_k)
+    return [*out, rec]
 
 
 def with_variants(by_key: dict[tuple[str, str], dict[str, Any]],

@@ -43,7 +43,7 @@ def empty_record(conv: Conversation, q: Question, split: str, fmt: str, rule: st
         "label": None, "drop_reason": "error", "s_ok": None, "r_ok": None, "sufficiency_veto": None,
         "answers_generated": None, "cost_estimated": None, "teacher": None,
         "teacher_agrees": None, "sft_target": None, "sft_source": None, "label_wall_s": None, "error": None,
-        "augmentation": None, "augmented_from": None,
+        "augmentation": None, "augmented_from": None, "unit_targets": [],
     }
     for prefix in ("summary", "research"):
         record.update({f"cost_{prefix}_{k}": None for k in PATH_COST_FIELDS})

@@ -10,6 +10,7 @@ from typing import Any
 
 from labeling.rules import RULES
 from labeling.schema import PATH_COST_FIELDS
+from labeling.unit_targets import report_lines
 
 SPLITS = ("train", "validation", "test")
 
@@ -175,6 +176,7 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
             lines.append(f"| {name} | {cat} | {c['ANSWER']} | {c['ESCALATE']} | {c['dropped']} |")
     lines += ["", "Drop reasons: " + "; ".join(f"{n}: {stats['labels'][n]['drop_reasons']}" for n in RULES)]
     lines += _pair_lines(stats.get("minimal_pairs"))
+    lines += report_lines(stats.get("unit_targets"))
     acc = stats["accuracy"]
     lines += ["", "## Path accuracy", "", "| rule | summary-only | research | research unknown |", "|---|---|---|---|"]
     lines += [f"| {n} | {_fmt(acc[n]['summary'])} | {_fmt(acc[n]['research'])} | {acc[n]['research_unknown']} |"

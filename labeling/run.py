@@ -48,6 +48,7 @@ from labeling.shards import STATE as SHARD_STATE
 from labeling.shards import parse_shard, shard_dir, shard_of, write_state
 from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore, record_key
+from labeling.unit_targets import for_split, unit_stats
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, Question, load_conversations
 from tiermem.errors import UsageError
@@ -255,6 +256,7 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
     The one finalize of a labeling run: a one-process run calls it on its records, label-merge on the shards'."""
     out = Path(cfg.output_dir)
     records, pairs = for_dataset(records, cfg.minimal_pairs.enabled)  # minimal pairs reach the train split only
+    records = for_split(records)  # deeper units' targets reach the train split only
     check_records_disjoint(records)
     good = [r for r in records if not r["error"]]
     stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
@@ -267,6 +269,7 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
         stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
                       "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": llm_stats,
                       "output_dir": str(out),
+                      "unit_targets": unit_stats(records) if cfg.unit_targets.enabled else None,
                       "empty_turns_dropped": {"total": sum(len(v) for v in dropped_turns.values()),
                                               "by_conversation": {k: len(v) for k, v in dropped_turns.items()}},
                       **(extra_stats or {})})

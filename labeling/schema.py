@@ -7,6 +7,10 @@ from datasets import Features, List, Value
 _S, _F, _I, _B = Value("string"), Value("float64"), Value("int64"), Value("bool")
 PATH_COST_FIELDS = ("input_tokens", "output_tokens", "llm_calls", "wall_s", "pages_read", "rounds")
 
+# one retrieved unit's own target (labeling/unit_targets.py): the evidence rule over a one-unit summary set
+UNIT_TARGET = {"unit_id": _S, "rank": _I, "text": _S, "score": _F, "date": _S, "page_ids": List(_S),
+               "answer_recall": _F, "gold_in_pages": _I, "s_ok": _B}
+
 ROUTER_SUMMARY = {"unit_id": _S, "text": _S, "score": _F, "date": _S, "page_ids": List(_S)}
 
 FEATURES = Features({
@@ -26,4 +30,7 @@ FEATURES = Features({
     "label_wall_s": _F, "error": _S,
     # minimal pairs (train split only): the variant's kind and the qid of the question it varies; null on natural rows
     "augmentation": _S, "augmented_from": _S,
+    # per-unit targets of natural rows: the router units (rank 1..k), then deeper ranks in the train split only;
+    # empty on minimal pairs (their question's row has them) and on error records
+    "unit_targets": List(UNIT_TARGET),
 })

@@ -45,6 +45,8 @@ def push_files(run_dir: Path, meta: RunMeta) -> list[str]:
     if meta.router_kind == "local":
         names += [ADAPTER_CONFIG_FILE] if meta.adapter else list(MODEL_CONFIG_FILES)
         names += list(TOKENIZER_FILES)
+    if meta.router_kind == "unit-reader":  # the cross-encoder's config and tokenizer beside its weights
+        names += [*MODEL_CONFIG_FILES, *TOKENIZER_FILES]
     names += [RUN_META_FILE, CARD_FILE]
     return sorted({n for n in names if (run_dir / n).is_file()})
 

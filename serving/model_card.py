@@ -78,7 +78,21 @@ def _data_section(meta: RunMeta) -> str:
 
 
 def _score_section(meta: RunMeta) -> str:
-    """How the decision's log-odds are computed: the LM's first-token margin, plus the signal head if it has one."""
+    """How the decision's log-odds are computed: the LM's first-token margin, plus the signal head if it has one;
+    for a unit reader, its pooled unit scores and the head."""
+    if meta.router_kind == "unit-reader":
+        chosen = meta.metrics.get("chosen") or {}
+        cv = (meta.metrics.get("cv") or {}).get("signals_only") or {}
+        return ("The decision is `score >= threshold_logit`. A cross-encoder "
+                f"(`{meta.extra.get('reader_base')}`, fine-tuned on per-unit targets) scores each summary against "
+                f"the question; the unit scores are pooled (`{meta.extra.get('pooling')}`) and a logistic head "
+                "joins them with the serve-time signals: `score = bias + signals + text_weight x text` with "
+                f"text_weight {meta.extra.get('text_weight')}. Requests must carry each summary's retrieval "
+                "`score`. Chosen by leave-one-conversation-out cross-validation over train + validation:\n\n"
+                + _table({"epochs": chosen.get("epochs"), "pooling": chosen.get("pooling"),
+                          "text weight": chosen.get("text_weight"), "CV AUROC (mean over folds)": chosen.get("mean"),
+                          "CV AUROC range": f"{chosen.get('min')} - {chosen.get('max')}",
+                          "signals-only head, CV AUROC": cv.get("mean")}))
     margin = ('the log-odds margin between the first tokens of "ANSWER" and "ESCALATE" right after the output '
               f"prefix `{contract.OUTPUT_PREFIX}`")
     head = meta.data.get("signal_head") if meta.adapter or meta.stage in ("sft", "expected_reward") else None

@@ -50,10 +50,10 @@ MARKER = ".tiermem-run.json"
 LOCK = ".tiermem-run.lock"
 
 # Stages whose run directory is a trained router (tiermem_router.json): what calibrate, push and eval may update.
-ROUTER_STAGES = ("sft", "grpo", "fit-features")
+ROUTER_STAGES = ("sft", "grpo", "fit-features", "unit-reader")
 # tiermem_router.json `stage` -> the CLI stage that writes such a run, to recognize routers from before markers.
 _ROUTER_META_STAGES = {"sft": "sft", "expected_reward": "sft", "grpo": "grpo", "features": "fit-features",
-                       "top1-score": "fit-features"}
+                       "top1-score": "fit-features", "unit-reader": "unit-reader"}
 # stage -> name patterns of files a caller may create in the run directory before the stage starts, which the
 # stage only reads or adds to and never deletes: the SQLite LLM response caches of a label run.
 PRECREATED: dict[str, tuple[str, ...]] = {"label": ("*.sqlite", "*.sqlite-wal", "*.sqlite-shm")}

@@ -29,6 +29,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "grpo": ("router_train.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
     "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
     "eval": ("evaluation.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
+    "unit-reader": ("router_train.unit_reader:main", "train the unit reader router (cross-encoder per unit + signal "
+                    "head, chosen by leave-one-conversation-out CV)"),
     "fit-features": ("router_train.fit_features:main", "fit the serve-time feature router (or make a top1-score one)"),
     "push": ("serving.hub:main", "push a trained router with its model card to the hub"),
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
@@ -47,6 +49,7 @@ CONFIG_CLASSES: dict[str, str] = {
     "calibrate": "evaluation.calibrate:CalibrateConfig",
     "eval": "evaluation.evaluate:EvalConfig",
     "features": "router_train.fit_features:FitFeaturesConfig",
+    "unit_reader": "router_train.unit_reader:UnitReaderConfig",
     "push": "serving.hub:PushConfig",
     "serve": "serving.server:ServeConfig",
     "ingest": "tiermem_cli.ingest:IngestConfig",

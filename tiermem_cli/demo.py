@@ -1,14 +1,16 @@
 """`make demo`: the main job on the embedded default, one real stage command after another.
 
-    label -> sft -> lm -> grpo -> features -> calibrate (every router) -> eval (one table)
+    label -> reader -> sft -> lm -> grpo -> features -> calibrate (every router) -> eval (one table)
 
 Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
 proves the real commands work together. The routers compared on the held-out test conversations:
 SFT with the signal head (the LM's decision margin plus a learned head over the serve-time signals), the plain LM
 router (same recipe, no head), GRPO from the plain LM router (GRPO samples actions from the LM alone, so it cannot
 train the head), optionally the exact expected-reward loss (`stages` with `expected_reward`), and the
-serve-time baselines (feature logistic regression, top-1 score). The main row is the LM router with the best
-validation AUROC (`main_router: best`), chosen before the test split is read.
+serve-time baselines (feature logistic regression, top-1 score), and the unit reader (`reader`: a cross-encoder
+scores each retrieved unit, pooled and joined with the signals by a head, chosen by cross-validation over
+conversations). The main row is the trained router (unit reader or LM router) with the best validation AUROC
+(`main_router: best`), chosen before the test split is read.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from tiermem.config import parse_cli
 from tiermem.errors import ConfigError, UsageError
 from tiermem.rundir import claimed_output_dir
 
-STEPS = ("label", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
-DEFAULT_STEPS = ("label", "sft", "lm", "grpo", "features", "calibrate", "eval")
+STEPS = ("label", "reader", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
+DEFAULT_STEPS = ("label", "reader", "sft", "lm", "grpo", "features", "calibrate", "eval")
 LM_ROUTERS = ("sft", "lm", "expected_reward", "grpo")
+# the routers the main row is chosen among (step name -> router kind), in step order
+MAIN_CANDIDATES = {"reader": "unit-reader", **{n: "local" for n in LM_ROUTERS}}
 
 
 @dataclass
@@ -35,14 +39,15 @@ class DemoConfig:
     data_path: str | None = "../shared/data/locomo10_dev.json"  # falls back to the shipped sample when absent
     label_config: str = "configs/label/locomo_cpu_evidence.yaml"
     sample_label_config: str = "configs/label/sample_local.yaml"
+    reader_config: str = "configs/unit_reader/default.yaml"
     sft_config: str = "configs/sft/smollm2_135m_cpu.yaml"
     expected_reward_config: str = "configs/sft/smollm2_135m_cpu_expected_reward.yaml"
     grpo_config: str = "configs/grpo/smollm2_135m_cpu.yaml"
     features_config: str = "configs/features/default.yaml"
     calibrate_config: str = "configs/calibrate/default.yaml"
     eval_config: str = "configs/eval/default.yaml"
-    # the eval table's main row (the others are compared against it): an LM router's step name, or `best`: the one
-    # with the highest validation AUROC in its run metadata
+    # the eval table's main row (the others are compared against it): a trained router's step name (reader or an
+    # LM router), or `best`: the one with the highest validation AUROC in its run metadata
     main_router: str = "best"
     stages: list[str] = field(default_factory=lambda: list(DEFAULT_STEPS))
     # extra key=value overrides per stage, e.g. {"sft": ["trainer.num_train_epochs=1"]}
@@ -52,8 +57,9 @@ class DemoConfig:
         unknown = [s for s in self.stages if s not in STEPS]
         if unknown:
             raise ConfigError(f"demo: unknown stage(s) {unknown}; stages are {STEPS}")
-        if self.main_router not in (*LM_ROUTERS, "best"):
-            raise ConfigError(f"demo: main_router must be best or one of {LM_ROUTERS}, got {self.main_router!r}")
+        if self.main_router not in (*MAIN_CANDIDATES, "best"):
+            raise ConfigError(f"demo: main_router must be best or one of {tuple(MAIN_CANDIDATES)}, got "
+                              f"{self.main_router!r}")
 
 
 def lm_routers(cfg: DemoConfig) -> list[str]:
@@ -61,20 +67,26 @@ def lm_routers(cfg: DemoConfig) -> list[str]:
     return [n for n in LM_ROUTERS if n in cfg.stages]
 
 
+def trained_routers(cfg: DemoConfig) -> list[str]:
+    """The routers this demo trains that can be the main row (the reader, then the LM routers), in step order."""
+    return [n for n in MAIN_CANDIDATES if n in cfg.stages]
+
+
 def pick_main_router(cfg: DemoConfig) -> str:
-    """`main_router`, or for `best` the trained LM router with the highest validation AUROC (ties: step order)."""
+    """`main_router`, or for `best` the trained router with the highest validation AUROC (ties: step order)."""
     from tiermem.artifacts import read_run_meta
 
     if cfg.main_router != "best":
         return cfg.main_router
     root = Path(cfg.root)
     scored = []
-    for name in lm_routers(cfg) or list(LM_ROUTERS):
+    order = list(MAIN_CANDIDATES)
+    for name in trained_routers(cfg) or order:
         if (root / name).is_dir():
             auc = (read_run_meta(root / name).metrics.get("validation") or {}).get("auroc")
-            scored.append((auc if auc is not None else float("-inf"), -LM_ROUTERS.index(name), name))
+            scored.append((auc if auc is not None else float("-inf"), -order.index(name), name))
     if not scored:
-        raise UsageError(f"demo: main_router=best but no trained LM router under {root}")
+        raise UsageError(f"demo: main_router=best but no trained router under {root}")
     best = max(scored)
     print(f"demo: main router {best[2]!r} (validation AUROC {best[0]:.3f}; "
           + ", ".join(f"{n} {a:.3f}" for a, _, n in scored) + ")")
@@ -85,11 +97,11 @@ def eval_args(cfg: DemoConfig) -> list[str]:
     """The eval step's arguments: the main router against every other router the demo made."""
     root = Path(cfg.root)
     main_name = pick_main_router(cfg)
-    others = [n for n in (lm_routers(cfg) or list(LM_ROUTERS)) if n != main_name and (root / n).is_dir()]
-    return ["--config", cfg.eval_config, f"data={root / 'label' / 'dataset'}", "router.kind=local",
-            f"router.path={root / main_name}", f"router.name={main_name}", f"output_dir={root / 'eval'}",
-            "compare=" + json.dumps(
-                [{"name": n, "kind": "local", "path": str(root / n)} for n in others]
+    others = [n for n in (trained_routers(cfg) or list(MAIN_CANDIDATES)) if n != main_name and (root / n).is_dir()]
+    return ["--config", cfg.eval_config, f"data={root / 'label' / 'dataset'}",
+            f"router.kind={MAIN_CANDIDATES[main_name]}", f"router.path={root / main_name}", f"router.name={main_name}",
+            f"output_dir={root / 'eval'}", "compare=" + json.dumps(
+                [{"name": n, "kind": MAIN_CANDIDATES[n], "path": str(root / n)} for n in others]
                 + [{"name": "features", "kind": "features", "path": str(root / "features")},
                    {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}])]
 
@@ -108,6 +120,8 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     grpo_from = root / ("lm" if "lm" in cfg.stages else "sft")
     out: dict[str, list[tuple[str, str, list[str] | None]]] = {
         "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
+        "reader": [("reader", "unit-reader", ["--config", cfg.reader_config, f"data={dataset}",
+                                              f"output_dir={root / 'reader'}"])],
         "sft": [("sft", "sft", ["--config", cfg.sft_config, f"data={dataset}", f"output_dir={root / 'sft'}",
                                 trunk])],
         "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", f"data={dataset}",
@@ -124,7 +138,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
         ],
         "calibrate": [(f"calibrate {name}", "calibrate", ["--config", cfg.calibrate_config, f"router={root / name}",
                                                           f"data={dataset}"])
-                      for name in (*lm_routers(cfg), "features", "top1")],
+                      for name in (*trained_routers(cfg), "features", "top1")],
         "eval": [("eval", "eval", None)],
     }
     return [(name, stage, None if args is None else args + cfg.overrides.get(step, []))
@@ -159,7 +173,7 @@ def _run(cfg: DemoConfig) -> int:
     (root / "demo_timings.json").write_text(json.dumps(summary, indent=2))
     print("\n=== demo: artefacts")
     for name, path in [("labeled dataset", root / "label" / "dataset"), ("label report", root / "label" / "report.md"),
-                       *[(f"{n} router (calibrated)", root / n) for n in (*lm_routers(cfg), "features", "top1")],
+                       *[(f"{n} router (calibrated)", root / n) for n in (*trained_routers(cfg), "features", "top1")],
                        ("eval table", root / "eval" / "eval.md"), ("eval JSON", root / "eval" / "eval.json"),
                        ("trade-off plot", root / "eval" / "eval.png")]:
         print(f"  {name:<30} {path}{'' if path.exists() else '  (missing)'}")

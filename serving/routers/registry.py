@@ -17,6 +17,8 @@ ROUTER_KINDS: dict[str, str] = {
     "teacher": "serving.routers.teacher:TeacherRouter",  # any chat LLM prompted with the contract
     "features": "serving.routers.features:FeatureRouter",  # logistic regression on serve-time signals
     "top1-score": "serving.routers.top1:Top1ScoreRouter",  # the top-1 retrieval score against a cutoff
+    # a cross-encoder reads each unit against the question; pooled and joined with the signals by a head
+    "unit-reader": "serving.routers.unit_reader:UnitReaderRouter",
     "always-answer": "serving.routers.fixed:AlwaysAnswer",
     "always-escalate": "serving.routers.fixed:AlwaysEscalate",
 }

@@ -1,0 +1,108 @@
+"""Per-unit targets: the evidence rule over a one-unit summary set, for each unit a question retrieved.
+
+The question's label asks "do the top-k summaries state the gold answer"; it decomposes over units. For each of a
+record's router units (ranks 1..top_k) and, with `unit_targets.deep_k`, the deeper units of its retrieval (ranks
+top_k+1..deep_k), the record keeps that unit's own `answer_recall`, `gold_in_pages` (gold evidence turns in the
+raw pages the unit links to) and `s_ok` (the evidence rule's summary verdict for the one-unit set), all read from
+`labeling.evidence.compute_signals` over `[unit]`, never recomputed here, so the answer matching the label uses is
+the one every target uses. A unit reader (router_train/unit_reader.py) learns from these exact targets.
+
+Deeper units reach the outputs for train-split conversations only (`for_split`, at the end of a run, because the
+split is reassigned there): validation and test keep exactly what the router sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labeling.evidence import compute_signals
+from tiermem.errors import ConfigError
+
+
+@dataclass
+class UnitTargetsConfig:
+    """Which retrieved units get a per-unit target (the `unit_targets` list of each natural record)."""
+
+    enabled: bool = True  # the router units' targets cost a few token sets per question
+    # Retrieval depth for targets of units the router does not see (ranks top_k+1..deep_k; train split only):
+    # the near-miss negatives and deeper positives a unit reader learns from. null = the router's top_k units only.
+    deep_k: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.deep_k is not None and self.deep_k < 1:
+            raise ConfigError(f"unit_targets.deep_k must be >= 1 or null, got {self.deep_k}")
+
+
+def _field(unit: Any, name: str) -> Any:
+    return unit.get(name) if isinstance(unit, dict) else getattr(unit, name, None)
+
+
+def unit_target(unit: Any, rank: int, q: Any, research_pages: Sequence[str], page_turns: dict[str, list[str]],
+                evidence: Any, fmt: str) -> dict[str, Any]:
+    """One unit's row: what the router would see of it, and the evidence rule's signals over `[unit]` alone."""
+    signals = compute_signals(q.answer, q.category, q.evidence, [unit], research_pages, page_turns.__getitem__,
+                              evidence, fmt, question=q.question)
+    score = _field(unit, "score")
+    return {"unit_id": str(_field(unit, "unit_id")), "rank": rank, "text": str(_field(unit, "text") or ""),
+            "score": None if score is None else round(float(score), 6), "date": _field(unit, "date"),
+            "page_ids": list(_field(unit, "page_ids") or []), "answer_recall": signals.answer_recall,
+            "gold_in_pages": signals.gold_in_summary_pages, "s_ok": bool(signals.s_ok)}
+
+
+def unit_targets(rec: dict[str, Any], q: Any, ranked: Sequence[Any] | None, page_turns: dict[str, list[str]],
+                 evidence: Any, fmt: str, deep_k: int | None) -> list[dict[str, Any]]:
+    """Targets for the record's router units (rank 1..k), then for `ranked`'s units below them up to deep_k.
+    `ranked`: the question's retrieval in rank order (None: the router units only)."""
+    shown = list(rec["router_summaries"])
+    out = [unit_target(u, i + 1, q, rec["research_pages"], page_turns, evidence, fmt) for i, u in enumerate(shown)]
+    if ranked is None or deep_k is None or deep_k <= len(shown):
+        return out
+    seen = {u["unit_id"] for u in shown}
+    deeper = [u for u in ranked if _field(u, "unit_id") not in seen][: deep_k - len(shown)]
+    out += [unit_target(u, len(shown) + i + 1, q, rec["research_pages"], page_turns, evidence, fmt)
+            for i, u in enumerate(deeper)]
+    return out
+
+
+def for_split(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Deeper units (rank > the record's router units) kept for the train split only; held-out records keep the
+    targets of what the router sees. Returns the records (changed in place)."""
+    for rec in records:
+        if rec["split"] != "train" and rec.get("unit_targets"):
+            k = len(rec["router_summaries"])
+            rec["unit_targets"] = [u for u in rec["unit_targets"] if u["rank"] <= k]
+    return records
+
+
+def unit_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts for the report and stats.json: units per split, router vs deeper, share positive (s_ok)."""
+    out: dict[str, Any] = {}
+    for split in ("train", "validation", "test"):
+        rows = [r for r in records if r["split"] == split and not r.get("augmentation") and not r["error"]]
+        cell: dict[str, Any] = {"questions": sum(1 for r in rows if r.get("unit_targets"))}
+        for part in ("router", "deeper"):
+            units = [u for r in rows for u in (r.get("unit_targets") or [])
+                     if (u["rank"] <= len(r["router_summaries"])) == (part == "router")]
+            positive = sum(1 for u in units if u["s_ok"])
+            cell[part] = {"units": len(units), "positive": positive,
+                          "positive_share": round(positive / len(units), 4) if units else None,
+                          "mean_answer_recall": round(sum(u["answer_recall"] or 0.0 for u in units) / len(units), 4)
+                          if units else None}
+        out[split] = cell
+    return out
+
+
+def report_lines(stats: dict[str, Any] | None) -> list[str]:
+    if not stats:
+        return ["", "Per-unit targets: off."]
+    lines = ["", "## Per-unit targets", "",
+             "Each unit's own answer recall, gold turns in its pages and the evidence rule's verdict for the unit "
+             "alone (`unit_targets`); deeper units (below the router's top-k) for the train split only.", "",
+             "| split | questions | router units | positive | deeper units | positive |", "|---|---|---|---|---|---|"]
+    for split, c in stats.items():
+        r, d = c["router"], c["deeper"]
+        lines.append(f"| {split} | {c['questions']} | {r['units']} | {r['positive']} ({r['positive_share']}) | "
+                     f"{d['units']} | {d['positive']} ({d['positive_share']}) |")
+    return lines

@@ -1,0 +1,216 @@
+"""The unit reader router: a cross-encoder scores each retrieved unit against the question, the unit scores are
+pooled, and a logistic head joins them with the serve-time signals into one log-odds of ESCALATE.
+
+    reader(question, unit_i) -> s_i           logit that unit i alone states the answer (MiniLM cross-encoder)
+    pool(s_1..s_k)           -> text features  max, second max, soft-OR (POOLINGS)
+    score = bias + signals . w_s + text_weight x (text features . w_t)
+
+The reader is trained on per-unit targets (labeling/unit_targets.py), the head and `text_weight` by
+router_train/unit_reader.py. `score_parts` carries the text part and each signal group's share, so eval reports
+what carries the decision. The k units of a question are one batch of short pairs (~60 tokens each), so there is
+no long prompt to cache. One scorer: training metrics, calibrate, eval, serve and the card all call `score_parts`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.routers.base import (
+    Decision,
+    ScoreRouter,
+    Summaries,
+    calibrated_threshold_logit,
+    check_lengths,
+    decide,
+    sigmoid,
+)
+from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
+from serving.signals import FEATURE_GROUPS, FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
+from tiermem import contract
+from tiermem.artifacts import SIGNAL_HEAD_FILE
+from tiermem.errors import RouterLoadError
+
+# pooling name -> the text features it gives the head, computed from a question's unit logits in rank order
+POOLINGS: dict[str, tuple[str, ...]] = {
+    "max": ("reader_max",),
+    "max2": ("reader_max", "reader_second"),
+    "softor": ("reader_softor",),
+    "all": ("reader_max", "reader_second", "reader_softor", "reader_mean"),
+}
+NO_UNIT_LOGIT = -10.0  # a missing unit (fewer than 2 retrieved): "states nothing", well below any trained logit
+MAX_PAIR_TOKENS = 128  # question + one clipped unit (200 characters) fits in ~80 word pieces
+
+
+def unit_text(unit: Any) -> str:
+    """What the reader sees of a unit: its date and text as the router contract shows them (clipped)."""
+    view = contract.as_view(unit)
+    text = contract._clip(view.text)
+    return f"{view.date}: {text}" if view.date else text
+
+
+def _log_odds(p: float) -> float:
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return math.log(p) - math.log1p(-p)
+
+
+def pooled(logits: Sequence[float], pooling: str) -> list[float]:
+    """The pooling's text features of one question's unit logits."""
+    ranked = sorted((float(x) for x in logits), reverse=True) or [NO_UNIT_LOGIT]
+    second = ranked[1] if len(ranked) > 1 else NO_UNIT_LOGIT
+    # soft-OR: P(some unit states the answer) if units were independent readers, as log-odds
+    none = math.prod(1.0 - sigmoid(x) for x in ranked)
+    values = {"reader_max": ranked[0], "reader_second": second, "reader_softor": _log_odds(1.0 - none),
+              "reader_mean": sum(ranked) / len(ranked)}
+    return [values[name] for name in POOLINGS[pooling]]
+
+
+class CrossEncoder:
+    """A sequence-classification encoder with one output: the logit that the unit states the question's answer."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64) -> None:
+        import torch
+
+        self.torch, self.model, self.tokenizer, self.batch_size = torch, model, tokenizer, batch_size
+
+    @classmethod
+    def load(cls, path: str | Path, batch_size: int = 64) -> CrossEncoder:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1)
+        return cls(model, AutoTokenizer.from_pretrained(str(path)), batch_size)
+
+    def encode(self, questions: Sequence[str], texts: Sequence[str]) -> Any:
+        return self.tokenizer(list(questions), list(texts), truncation=True, max_length=MAX_PAIR_TOKENS,
+                              padding=True, return_tensors="pt")
+
+    def logits(self, questions: Sequence[str], texts: Sequence[str]) -> list[float]:
+        """One logit per (question, unit text) pair, in float64; puts the model in eval mode for the call."""
+        was_training = self.model.training
+        self.model.eval()
+        out: list[float] = []
+        try:
+            with self.torch.inference_mode():
+                for i in range(0, len(texts), self.batch_size):
+                    batch = self.encode(questions[i: i + self.batch_size], texts[i: i + self.batch_size])
+                    out += self.model(**batch).logits[:, 0].double().tolist()
+        finally:
+            self.model.train(was_training)
+        return out
+
+
+def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[list[float]]:
+    """Every question's unit logits, all pairs of a call scored in shared batches."""
+    pairs = [(q, unit_text(u)) for q, units in zip(questions, summaries, strict=True) for u in units]
+    flat = reader.logits([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else []
+    out, start = [], 0
+    for units in summaries:
+        out.append(flat[start: start + len(units)])
+        start += len(units)
+    return out
+
+
+def head_matrix(questions: Sequence[str], summaries: Sequence[Summaries], logits: Sequence[Sequence[float]],
+                pooling: str) -> np.ndarray:
+    """The head's rows: the serve-time signals (FEATURES), then the pooling's text features."""
+    signals = feature_matrix(questions, summaries)
+    text = np.array([pooled(row, pooling) for row in logits], dtype=np.float64).reshape(len(questions), -1)
+    return np.hstack([signals, text])
+
+
+def head_parts(head: LogisticModel, x: np.ndarray, text_weight: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(score, parts): parts are "text" (weighted) and each signal group's share; score = bias + their sum."""
+    z = (x - np.asarray(head.mean)) / np.asarray(head.scale) * np.asarray(head.weights, dtype=np.float64)
+    index = {name: i for i, name in enumerate(head.feature_names)}
+    parts = {"text": text_weight * z[:, [i for n, i in index.items() if n not in FEATURES]].sum(axis=1)}
+    for group, names in FEATURE_GROUPS.items():
+        parts[f"signals: {group}"] = z[:, [index[n] for n in names]].sum(axis=1)
+    return head.bias + sum(parts.values()), parts
+
+
+def check_head(head: LogisticModel, pooling: str, where: str) -> LogisticModel:
+    if pooling not in POOLINGS:
+        raise RouterLoadError(f"{where}: pooling {pooling!r} is not one of {sorted(POOLINGS)}")
+    expected = [*FEATURES, *POOLINGS[pooling]]
+    if list(head.feature_names) != expected:
+        raise RouterLoadError(f"{where}: head reads {head.feature_names}, this version computes {expected}: retrain")
+    return head
+
+
+class UnitReaderRouter(ScoreRouter):
+    kind = "unit-reader"
+    probabilistic = True
+    summary_fields = ("score",)  # the signals read the retrieval scores
+
+    def __init__(self, reader: CrossEncoder, head: LogisticModel, pooling: str, text_weight: float,
+                 threshold_logit: float | None = None) -> None:
+        if not (isinstance(text_weight, int | float) and math.isfinite(text_weight) and text_weight >= 0):
+            raise RouterLoadError(f"unit reader: text_weight must be a finite number >= 0, got {text_weight!r}")
+        self.reader, self.pooling, self.text_weight = reader, pooling, float(text_weight)
+        self.head = check_head(head, pooling, "unit reader")
+        super().__init__(threshold_logit)
+
+    @classmethod
+    def from_spec(cls, spec, trunk_cache=None):
+        if not spec.path:
+            raise RouterLoadError("a unit-reader router needs router.path: a `tiermem-router unit-reader` directory")
+        return cls.load(spec.path, threshold_logit=spec.threshold_logit)
+
+    def score_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]
+                    ) -> tuple[list[float], list[dict[str, float]]]:
+        """The one scorer: log-odds of ESCALATE per question and what it is made of. With text weight 0 the reader
+        is not run (the decision is the signals')."""
+        check_lengths(questions, summaries)
+        if not len(questions):
+            return [], []
+        logits = (unit_logits(self.reader, questions, summaries) if self.text_weight
+                  else [[NO_UNIT_LOGIT] * len(s) for s in summaries])
+        score, parts = head_parts(self.head, head_matrix(questions, summaries, logits, self.pooling), self.text_weight)
+        return score.tolist(), [{k: float(v[i]) for k, v in parts.items()} for i in range(len(questions))]
+
+    def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        return self.score_parts(questions, summaries)[0]
+
+    def route_batch(self, questions, summaries, threshold_logit=None):
+        check_lengths(questions, summaries)
+        t = self._threshold_logit(threshold_logit)
+        started = time.perf_counter()
+        scores, parts = self.score_parts(questions, summaries)
+        dt = (time.perf_counter() - started) / max(len(scores), 1)
+        return [Decision(decide(s, t), sigmoid(s), f"log-odds {s:.3f} (text {p['text']:.3f}) vs threshold {t:.3f}",
+                         True, dt, 0, score=s, score_parts=p) for s, p in zip(scores, parts, strict=True)]
+
+    def save(self, run_dir: str | Path, data: dict[str, Any], metrics: dict[str, Any],
+             extra: dict[str, Any]) -> Path:
+        """Reader weights (model.safetensors, config, tokenizer), the head (signal_head.json), then the metadata
+        with every weight file's digest."""
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.reader.model.save_pretrained(str(run_dir), safe_serialization=True)
+        self.reader.tokenizer.save_pretrained(str(run_dir))
+        save_logistic(run_dir / SIGNAL_HEAD_FILE, self.head)
+        self.meta = score_run_meta(self.kind, data, metrics, {
+            **extra, "head": SIGNAL_HEAD_FILE, "pooling": self.pooling, "text_weight": self.text_weight})
+        self.run_dir = write_score_run(run_dir, self.meta)
+        return self.run_dir
+
+    @classmethod
+    def load(cls, path: str | Path, threshold_logit: float | None = None) -> UnitReaderRouter:
+        run_dir, meta = open_score_run(path, cls.kind)
+        for name in ("model.safetensors", "config.json", SIGNAL_HEAD_FILE):
+            if not (run_dir / name).is_file():
+                raise RouterLoadError(f"{run_dir / name} not found: a unit-reader directory needs its reader and head")
+        extra = meta.extra or {}
+        # pairs per forward pass as the stage scored them, so its metrics and a loaded router batch alike
+        pair_batch = (extra.get("config") or {}).get("score_batch_size", 64)
+        reader = CrossEncoder.load(run_dir, batch_size=int(pair_batch))
+        calibrated = calibrated_threshold_logit(meta)
+        router = cls(reader, read_logistic(run_dir / SIGNAL_HEAD_FILE), str(extra.get("pooling")),
+                     extra.get("text_weight"), threshold_logit if threshold_logit is not None else calibrated)
+        router.run_dir, router.meta, router.name = run_dir, meta, f"{cls.kind}:{path}"
+        return router

@@ -1,0 +1,137 @@
+"""The unit reader router: trained by its stage on per-unit targets with cross-validation over conversations, and
+one scorer for the stage's metrics, eval, calibrate and serve. A tiny random BERT stands in for MiniLM (the
+packaged tokenizer, 2 layers of width 32), so the whole stage runs in seconds."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from router_train.unit_reader import UnitReaderConfig, choose, pairs
+from serving.routers.unit_reader import POOLINGS, pooled
+from tests.helpers.records import rec
+from tiermem.stats import auroc
+
+
+def _tiny_bert(path):
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from tiermem.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("packaged:all-minilm-l6-v2")))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=160, num_labels=1)
+    import torch
+
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+def _records(split, n, seed, deep):
+    """Questions whose answer-bearing unit ("X likes the thing") is among the router's units are ANSWER."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        name, thing = rng.choice(["Caroline", "Melanie", "Jon", "Gina"]), rng.choice(["guitar", "garden", "bakery"])
+        escalate = rng.random() < 0.45
+        stated = {"text": f"{name} likes the {thing}.", "recall": 1.0}
+        miss = {"text": f"{name} talked about the weather.", "recall": 0.0}
+        units = [miss, {"text": "Other talk.", "recall": 0.0}] if escalate else [stated, miss]
+        deeper = [stated, {"text": f"{name} went out.", "recall": 0.0}] if deep else []
+        summaries = [{"unit_id": f"u{j}", "text": u["text"], "score": rng.uniform(0.3, 0.8), "date": None,
+                      "page_ids": []} for j, u in enumerate(units)]
+        targets = [{"unit_id": f"u{j}", "rank": j + 1, "text": u["text"], "score": 0.5, "date": None, "page_ids": [],
+                    "answer_recall": u["recall"], "gold_in_pages": 0, "s_ok": u["recall"] == 1.0}
+                   for j, u in enumerate(units + deeper)]
+        row = rec(f"{split}{i}", f"{split}-c{i % 3}", not escalate, True, "ESCALATE" if escalate else "ANSWER", split)
+        row.update(question=f"What does {name} like?", router_summaries=summaries, unit_targets=targets,
+                   augmentation=None)
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from datasets import Dataset, DatasetDict
+
+    from router_train.unit_reader import main
+
+    tmp = tmp_path_factory.mktemp("reader")
+    splits = {"train": _records("train", 36, 0, True), "validation": _records("validation", 18, 1, False),
+              "test": _records("test", 24, 2, False)}
+    data = tmp / "dataset"
+    DatasetDict({k: Dataset.from_list(v) for k, v in splits.items()}).save_to_disk(str(data))
+    out = tmp / "reader"
+    assert main([f"data={data}", f"output_dir={out}", f"base={_tiny_bert(tmp / 'tiny')}", "max_epochs=2",
+                 "poolings=[max,all]", "text_weights=[0.0,1.0]", "learning_rate=3e-3", "batch_size=32"]) == 0
+    return data, out, splits
+
+
+def test_the_stage_chooses_by_cross_validation_over_conversations(trained):
+    _, out, splits = trained
+    meta = json.loads((out / "tiermem_router.json").read_text())
+    cv = meta["metrics"]["cv"]
+    # leave-one-conversation-out over train + validation: 3 + 3 conversations, each held out once
+    assert set(cv["folds"]) == {f"{s}-c{i}" for s in ("train", "validation") for i in range(3)}
+    assert len(meta["cv_grid"]) == 2 * 2 * 2  # epochs x poolings x text weights
+    assert meta["metrics"]["chosen"] == choose({"grid": meta["cv_grid"]})
+    assert meta["router_kind"] == "unit-reader" and meta["pooling"] in POOLINGS
+
+
+def test_one_scorer_for_the_stage_eval_calibrate_and_serve(trained, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from evaluation.calibrate import main as calibrate_main
+    from evaluation.evaluate import main as eval_main
+    from serving.routers import RouterSpec, build
+    from serving.server import ServeConfig, create_app
+
+    data, out, splits = trained
+    router = build(RouterSpec(path=str(out)))
+    validation = [r for r in splits["validation"]]
+    scores = router.score([r["question"] for r in validation], [r["router_summaries"] for r in validation])
+    labels = [r["label"] == "ESCALATE" for r in validation]
+    meta = json.loads((out / "tiermem_router.json").read_text())
+    assert meta["metrics"]["validation"]["auroc"] == auroc(scores, labels)  # the stage's metric, same scorer
+
+    decisions = router.route_batch([r["question"] for r in validation], [r["router_summaries"] for r in validation])
+    assert [d.score for d in decisions] == scores  # eval and calibrate read route_batch's scores
+    for d in decisions:  # the parts add up to the score (eval's "what carries the decision")
+        assert abs(sum(d.score_parts.values()) + router.head.bias - d.score) < 1e-9
+
+    assert calibrate_main([f"router={out}", f"data={data}", "criterion=escalation_rate", "value=0.5"]) == 0
+    report_dir = tmp_path / "eval"
+    assert eval_main([f"data={data}", "split=test", f"router={out}", f"output_dir={report_dir}",
+                      "bootstrap.n_boot=0", "compare=[]"]) == 0
+    report = json.loads((report_dir / "eval.json").read_text())
+    assert "text" in report["score_parts"]["routed"]  # eval reports the text part alone and the score without it
+
+    served = build(RouterSpec(path=str(out)))
+    client = TestClient(create_app(served, ServeConfig()))
+    r = validation[0]
+    body = client.post("/route", json={"question": r["question"], "summaries": r["router_summaries"]}).json()
+    # one question's 2 pairs in their own batch: the same function, float32 batching effects only
+    assert body["score"] == pytest.approx(scores[0], rel=1e-5, abs=1e-6)
+
+
+def test_pairs_keep_router_units_deeper_positives_and_the_top_near_misses():
+    row = _records("train", 1, 3, True)[0]
+    row["unit_targets"] += [dict(row["unit_targets"][-1], unit_id=f"n{i}", rank=5 + i) for i in range(4)]
+    got = pairs([row], "recall", deep_negatives=2)
+    k = len(row["router_summaries"])
+    deeper = row["unit_targets"][k:]
+    kept_negatives = [u for u in deeper if u["answer_recall"] == 0.0][:2]
+    expected = row["unit_targets"][:k] + [u for u in deeper if u["answer_recall"] > 0] + kept_negatives
+    assert sorted(t for _, t, _ in got) == sorted(u["text"] for u in expected)
+
+
+def test_pooling_features():
+    assert pooled([1.0, 3.0, -2.0], "max2") == [3.0, 1.0]
+    softor = pooled([0.0, 0.0], "softor")[0]
+    assert softor == pytest.approx(1.0986, abs=1e-3)  # 1 - 0.5 * 0.5 = 0.75 -> log(3)
+    with pytest.raises(ValueError):
+        UnitReaderConfig(poolings=["median"])

@@ -1,0 +1,30 @@
+"""The demo's main row: chosen among the trained routers (the unit reader and the LM routers) by validation AUROC,
+and evaluated by its own kind."""
+
+import json
+
+from serving.routers.score_run import score_run_meta, write_score_run
+from tiermem_cli.demo import DemoConfig, eval_args, pick_main_router, steps
+
+
+def _run(root, name, kind, auroc):
+    write_score_run(root / name, score_run_meta(kind, {}, {"validation": {"n": 10, "auroc": auroc}}, {}))
+
+
+def test_the_best_validation_auroc_is_the_main_row_and_every_other_router_is_compared(tmp_path):
+    cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "sft", "lm", "features", "calibrate", "eval"])
+    _run(tmp_path, "reader", "unit-reader", 0.79)
+    _run(tmp_path, "sft", "local", 0.78)
+    _run(tmp_path, "lm", "local", 0.62)
+    assert pick_main_router(cfg) == "reader"
+    args = eval_args(cfg)
+    assert "router.kind=unit-reader" in args and f"router.path={tmp_path / 'reader'}" in args
+    compare = json.loads(next(a for a in args if a.startswith("compare="))[len("compare="):])
+    assert [(c["name"], c["kind"]) for c in compare[:2]] == [("sft", "local"), ("lm", "local")]
+    _run(tmp_path, "sft", "local", 0.80)
+    assert pick_main_router(cfg) == "sft" and "router.kind=local" in eval_args(cfg)
+
+
+def test_the_reader_step_trains_before_the_lm_routers_and_is_calibrated(tmp_path):
+    names = [name for name, _, _ in steps(DemoConfig(root=str(tmp_path)))]
+    assert names.index("reader") < names.index("sft") and "calibrate reader" in names
