@@ -1,0 +1,125 @@
+"""Probe table, round three (docs/probes.md, issue 28): numbers out of range, duplicate records, records that must
+say where, writes through links, time order, text a tokenizer cannot take, the card's two truths, stage help.
+
+Each probe goes through the real entry point (`tiermem-router <stage>` or the HTTP app) and asserts the named error,
+its exit code or status, and that the message names the file and line (or the field)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving.routers.top1 import Top1ScoreRouter
+from tests.helpers.records import rec
+from tiermem_cli import cli
+
+
+def _records(tmp_path: Path, rows: list[dict[str, Any]], name: str = "val.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _rows(split: str = "validation", n: int = 6) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(n):
+        label = "ANSWER" if i % 2 else "ESCALATE"
+        row = rec(f"q{i}", f"c{i % 3}", label == "ANSWER", True, label, split)
+        row["router_summaries"][0]["score"] = 0.1 + 0.1 * i
+        rows.append(row)
+    return rows
+
+
+def _top1_run(tmp_path: Path) -> Path:
+    return Top1ScoreRouter().save(tmp_path / "top1")
+
+
+def _err_line(capsys: Any) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# ---- 1, 6: a retrieval score out of its range, or no number, is refused where it is read -------------------------
+
+# the raw JSON of the third record's first summary score -> the words the error must carry
+SCORE_PROBES = {
+    "1e308": ("1e308", "got 1e+308"),
+    "BM25-scale 12.5": ("12.5", "BM25 or dot-product score"),
+    "-3 (below a cosine)": ("-3", "got -3"),
+    "NaN": ("NaN", "got nan"),
+    "Infinity": ("Infinity", "got inf"),
+    "400-digit integer": ("9" * 400, "integer of 400 digits"),
+    "a string": ('"0.5"', "got '0.5'"),
+}
+
+
+def _with_raw_score(tmp_path: Path, raw: str, split: str = "validation") -> Path:
+    rows = _rows(split)
+    rows[2]["router_summaries"][0]["score"] = "@@SCORE@@"
+    path = _records(tmp_path, rows)
+    path.write_text(path.read_text().replace('"@@SCORE@@"', raw))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(SCORE_PROBES))
+def test_a_retrieval_score_out_of_range_in_records_is_refused_by_calibrate_naming_file_line_field(
+        tmp_path, capsys, name):
+    raw, needle = SCORE_PROBES[name]
+    data = _with_raw_score(tmp_path, raw)
+    run = _top1_run(tmp_path)
+    before = (run / "tiermem_router.json").read_bytes()
+    code = cli.main(["calibrate", f"router={run}", f"data={data}"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA, err
+    assert f"{data}: line 3: field 'router_summaries[0].score'" in err and needle in err
+    assert "cosine similarity in [-1, 1]" in err and "Traceback" not in err
+    assert (run / "tiermem_router.json").read_bytes() == before  # no threshold stored from it
+
+
+@pytest.mark.parametrize("name", ["1e308", "NaN", "BM25-scale 12.5"])
+def test_a_retrieval_score_out_of_range_in_records_is_exit_3_from_eval_not_70(tmp_path, capsys, name):
+    data = _with_raw_score(tmp_path, SCORE_PROBES[name][0], split="test")
+    out = tmp_path / "eval"
+    code = cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", "bootstrap.n_boot=0"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA, err
+    assert f"{data}: line 3: field 'router_summaries[0].score'" in err and not out.exists()
+
+
+def test_scores_at_the_ends_of_the_cosine_range_and_null_scores_are_accepted(tmp_path):
+    from labeling.dataset import load_split
+
+    rows = _rows()
+    rows[0]["router_summaries"][0]["score"] = -1.0
+    rows[1]["router_summaries"][0]["score"] = 1.0000001  # float32 rounding of a dot product of unit vectors
+    rows[2]["router_summaries"][0]["score"] = None  # an LM router without a signal head needs none
+    assert len(load_split(_records(tmp_path, rows), "validation")) == len(rows)
+
+
+# ---- 3: (conv_id, qid) is a record's key ------------------------------------------------------------------------
+
+
+def test_a_duplicate_record_is_a_named_error_in_calibrate_and_eval(tmp_path, capsys):
+    rows = _rows()
+    data = _records(tmp_path, [*rows, dict(rows[1])])
+    code = cli.main(["calibrate", "router=top1-score", f"data={data}", "write=false"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA, err
+    assert (f"{data}: line 7: duplicate record (conv_id='c1', qid='q1'); first at {data}: line 2" in err)
+    test = _records(tmp_path, [{**r, "split": "test"} for r in [*rows, rows[4]]], "test.jsonl")
+    code = cli.main(["eval", "router=top1-score", f"data={test}", f"output_dir={tmp_path / 'eval'}",
+                     "bootstrap.n_boot=0"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA and "line 7: duplicate record (conv_id='c1', qid='q4')" in err
+
+
+def test_the_same_qid_in_two_conversations_is_no_duplicate(tmp_path):
+    from labeling.dataset import load_split
+
+    rows = _rows()
+    rows[1]["qid"] = rows[0]["qid"]  # q0 in c0 and in c1: two questions
+    assert len(load_split(_records(tmp_path, rows), "validation")) == len(rows)
