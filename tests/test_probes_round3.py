@@ -37,6 +37,15 @@ def _top1_run(tmp_path: Path) -> Path:
     return Top1ScoreRouter().save(tmp_path / "top1")
 
 
+@pytest.fixture(scope="module")
+def tiny_router() -> Any:
+    """The test suite's tiny LM router (a random 2-layer Llama with the real tokenizer), loaded once."""
+    from serving.routers.local import LocalRouter
+    from tests.helpers.router_fixtures import make_router_run
+
+    return LocalRouter.from_pretrained(make_router_run())
+
+
 def _err_line(capsys: Any) -> str:
     lines = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(lines) == 1, lines
@@ -123,3 +132,71 @@ def test_the_same_qid_in_two_conversations_is_no_duplicate(tmp_path):
     rows = _rows()
     rows[1]["qid"] = rows[0]["qid"]  # q0 in c0 and in c1: two questions
     assert len(load_split(_records(tmp_path, rows), "validation")) == len(rows)
+
+
+# ---- 1, 5: /route numbers and text, checked at the boundary ---------------------------------------------------
+
+def _client(router: Any = None) -> Any:
+    from fastapi.testclient import TestClient
+
+    from serving.server import ServeConfig, create_app
+
+    return TestClient(create_app(router or Top1ScoreRouter(), ServeConfig(max_body_bytes=200_000)),
+                      raise_server_exceptions=False)
+
+
+def _body(score: str = "0.5", extra: str = "", question: str = '"When did Ada move?"') -> str:
+    return (f'{{"question": {question}, "summaries": [{{"text": "Ada moved in May.", "date": null, '
+            f'"score": {score}}}]{extra}}}')
+
+
+ROUTE_NUMBER_PROBES = [  # (raw JSON body, needle); every one a 422 naming the field
+    (_body("50"), "summaries[0].score must be a cosine similarity in [-1, 1]"),
+    (_body("1e308"), "summaries[0].score must be a cosine similarity"),
+    (_body("-1.5"), "got -1.5"),
+    (_body("12.75"), "BM25 or dot-product score"),
+    (_body("9" * 400), "summaries[0].score must be a cosine similarity in [-1, 1] (docs/formats.md, 'Retrieval "
+                       "scores'), got an integer of 400 digits"),
+    (_body(extra=', "threshold_logit": ' + "9" * 400), "'threshold_logit' (log-odds; absent: the router's own) "
+                                                          "must be a finite number, got an integer of 400 digits"),
+    (_body(extra=', "threshold_logit": Infinity'), "'threshold_logit' (log-odds; absent: the router's own) must be "
+                                                   "a finite number, got inf"),
+    (_body(extra=', "threshold_logit": -Infinity'), "got -inf"),
+    (_body(extra=', "threshold_prob": ' + "9" * 400), "'threshold_prob'"),
+    (_body(extra=', "threshold_prob": 1.5'), "'threshold_prob' (absent: the router's own threshold) must be a "
+                                             "probability in [0, 1], got 1.5"),
+]
+
+
+@pytest.mark.parametrize(("body", "needle"), ROUTE_NUMBER_PROBES)
+def test_route_numbers_out_of_their_range_are_422_naming_the_field(body, needle):
+    r = _client().post("/route", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["error"]
+
+
+def test_route_numbers_in_range_still_decide():
+    client = _client()
+    for score, action in (("0.9", "ANSWER"), ("-1", "ESCALATE"), ("1", "ANSWER")):
+        r = client.post("/route", content=_body(score, ', "threshold_logit": -0.5'))
+        assert r.status_code == 200 and r.json()["action"] == action, r.text
+    assert client.post("/route", content=_body(extra=', "threshold_logit": 1000000000')).status_code == 200
+
+
+SURROGATE_PROBES = [  # a lone surrogate escape in each text field of a request
+    ("/route", _body(question='"When did \\ud800 move?"'), "'question' holds a lone surrogate (U+D800)"),
+    ("/route", _body().replace("Ada moved", "Ada \\udfff moved"), "summaries[0].text holds a lone surrogate"),
+    ("/route", _body().replace('"date": null', '"date": "\\ud83d"'), "summaries[0].date holds a lone surrogate"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi \\ud800"}]}',
+     "messages[0].content holds a lone surrogate"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "needle"), SURROGATE_PROBES)
+def test_a_lone_surrogate_is_a_422_naming_the_field_on_the_lm_router(tiny_router, path, body, needle):
+    r = _client(tiny_router).post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["error"]
+    # a surrogate pair written as two escapes is one valid character and is served
+    ok = _body(question='"When did \\ud83d\\ude00 move?"')
+    assert _client(tiny_router).post("/route", content=ok).status_code == 200

@@ -14,7 +14,10 @@ Each checker returns the value as a float or raises `error(message)`, the messag
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
+
+Error = Callable[[str], Exception]  # an error class, or a factory such as the server's 422
 
 SCORE_MIN, SCORE_MAX = -1.0, 1.0
 SCORE_SLACK = 1e-3
@@ -26,7 +29,7 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def finite(value: Any, where: str, error: type[Exception], what: str = "a finite number") -> float:
+def finite(value: Any, where: str, error: Error, what: str = "a finite number") -> float:
     """A finite float. A JSON integer too large for a float (400 digits) is refused here, not by an
     OverflowError deep in a router."""
     if not is_number(value):
@@ -40,14 +43,14 @@ def finite(value: Any, where: str, error: type[Exception], what: str = "a finite
     return number
 
 
-def probability(value: Any, where: str, error: type[Exception]) -> float:
+def probability(value: Any, where: str, error: Error) -> float:
     number = finite(value, where, error, "a probability in [0, 1]")
     if not 0.0 <= number <= 1.0:
         raise error(f"{where} must be a probability in [0, 1], got {number}")
     return number
 
 
-def retrieval_score(value: Any, where: str, error: type[Exception]) -> float:
+def retrieval_score(value: Any, where: str, error: Error) -> float:
     number = finite(value, where, error, SCORE_MEANING)
     if not SCORE_MIN - SCORE_SLACK <= number <= SCORE_MAX + SCORE_SLACK:
         raise error(f"{where} must be {SCORE_MEANING}, got {number:g}; a BM25 or dot-product score is on "
