@@ -200,3 +200,62 @@ def test_a_lone_surrogate_is_a_422_naming_the_field_on_the_lm_router(tiny_router
     # a surrogate pair written as two escapes is one valid character and is served
     ok = _body(question='"When did \\ud83d\\ude00 move?"')
     assert _client(tiny_router).post("/route", content=ok).status_code == 200
+
+
+# ---- 8: stage help ---------------------------------------------------------------------------------------------
+
+# the config class of each stage: CONFIG_CLASSES names them by config folder; these stages share another's
+STAGE_CONFIG_FOLDER = {"label-merge": "label", "fit-features": "features", "ask": "ingest"}
+
+
+def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
+    import dataclasses
+    import types
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 and typing.get_origin(tp) in (typing.Union, types.UnionType) else tp
+        has_default = f.default is not None or f.default_factory is not dataclasses.MISSING
+        if dataclasses.is_dataclass(tp) and has_default:
+            keys += _leaf_keys(tp, f"{prefix}{f.name}.")
+        elif f.init:
+            keys.append(prefix + f.name)
+    return keys
+
+
+@pytest.mark.parametrize("stage", sorted(cli.STAGES))
+def test_every_stage_help_exits_0_and_lists_every_config_key(capsys, stage):
+    import importlib
+
+    module, name = cli.CONFIG_CLASSES[STAGE_CONFIG_FOLDER.get(stage, stage)].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    for flag in ("--help", "-h"):
+        assert cli.main([stage, flag]) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith(f"usage: tiermem-router {stage} ") and "error" not in err
+        listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("   ")}
+        missing = [k for k in _leaf_keys(cls) if k not in listed]
+        assert not missing, f"{stage} --help does not list {missing}"
+
+
+def test_label_help_shows_the_default_and_the_help_text_of_a_key(capsys):
+    assert cli.main(["label", "--help", "output_dir=ignored"]) == 0
+    out = capsys.readouterr().out
+    assert "  question_sampling (str, default: 'random')\n      random (seeded) | first" in out
+    assert "  memory.embedder (str, default: 'packaged:all-minilm-l6-v2')\n      a model spec, or \"hashing\"" in out
+    assert "configs/label/locomo_local.yaml applied" in out  # the defaults the stage really uses
+
+
+def test_top_level_help_lists_exactly_the_stage_table_and_the_demo_steps(capsys):
+    from tiermem_cli.demo import DEFAULT_STEPS
+
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("stages:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in block] == list(cli.STAGES)
+    demo = next(line for line in block if line.split()[0] == "demo")
+    assert " -> ".join(DEFAULT_STEPS) in demo and "{" not in out
