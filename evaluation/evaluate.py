@@ -36,6 +36,7 @@ from tiermem import contract
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
 from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
+from tiermem.safe_io import write_atomic
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"
@@ -345,7 +346,7 @@ def _write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], ou
     paths["markdown"] = eval_report.write_markdown(report, out / "eval.md")
     if predictions:
         paths["predictions"] = out / "predictions.jsonl"
-        paths["predictions"].write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
+        write_atomic(paths["predictions"], "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
     return paths
 
 

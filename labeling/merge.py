@@ -34,6 +34,7 @@ from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, load_conversations
 from tiermem.errors import DataError, RunError, UsageError, stage_main
 from tiermem.rundir import check_output_dir, claimed_output_dir
+from tiermem.safe_io import write_atomic
 
 
 def _count(cfg: LabelConfig, out: Path) -> tuple[int, dict[int, Path]]:
@@ -143,7 +144,7 @@ def merge(cfg: LabelConfig) -> dict[str, Any]:
         stores = {i: read_records(dirs[i] / "records.jsonl") for i in range(count)}
         _check_records(conversations, count, stores)
         recover_outputs(out)
-        (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        write_atomic(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         by_key = {key: rec for records in stores.values() for key, rec in records.items()}
         records = dataset_records(by_key, conversations, assignment)
         ordered = [states[i] for i in range(count)]

@@ -54,6 +54,7 @@ from tiermem.errors import UsageError
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
 from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claim_output_dir, claimed_output_dir
+from tiermem.safe_io import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
     out = Path(cfg.output_dir)
     check_resumable(cfg, out)
     recover_outputs(out)
-    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_atomic(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     assignment = assign_splits([c.conv_id for c in conversations], cfg.split)
     ctx, by_key, resumed = label_conversations(cfg, roles, embedder, conversations, assignment)
     records = dataset_records(by_key, conversations, assignment)

@@ -17,6 +17,7 @@ from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
 from tiermem.eval_summary import EvalSummary, Interval
 from tiermem.models import PACKAGED_HUB_IDS, hub_id
+from tiermem.safe_io import write_atomic
 
 __all__ = ["PACKAGED_HUB_IDS", "record_eval", "refresh_card", "render_card", "write_model_card", "write_run_card"]
 
@@ -301,7 +302,7 @@ def write_run_card(run_dir: str | Path, meta: RunMeta | None = None, repo_id: st
     run_dir = Path(run_dir)
     meta = meta or read_run_meta(run_dir)
     path = run_dir / CARD_FILE
-    render_card(meta, repo_id, ref=str(run_dir), **kwargs).save(path)
+    write_atomic(path, str(render_card(meta, repo_id, ref=str(run_dir), **kwargs)))  # never through a link
     return path
 
 

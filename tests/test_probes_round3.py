@@ -259,3 +259,58 @@ def test_top_level_help_lists_exactly_the_stage_table_and_the_demo_steps(capsys)
     assert [line.split()[0] for line in block] == list(cli.STAGES)
     demo = next(line for line in block if line.split()[0] == "demo")
     assert " -> ".join(DEFAULT_STEPS) in demo and "{" not in out
+
+
+# ---- 2: no write goes through a link the stage did not create --------------------------------------------------
+
+@pytest.mark.parametrize("name", ["README.md", ".tiermem-run.lock", "tiermem_router.json"])
+def test_calibrate_refuses_a_router_directory_holding_a_link_and_writes_nothing_through_it(tmp_path, capsys, name):
+    run = _top1_run(tmp_path)
+    outside = tmp_path / "outside.txt"
+    if name == "tiermem_router.json":  # a linked metadata file: the real one moved out of the directory
+        (run / name).rename(outside)
+    else:
+        outside.write_text("keep me\n")
+    before = outside.read_bytes()
+    (run / name).unlink(missing_ok=True)
+    (run / name).symlink_to(outside)
+    data = _records(tmp_path, _rows())
+    code = cli.main(["calibrate", f"router={run}", f"data={data}"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_RUN_DIR, err
+    assert f"{run}: holds symbolic link(s) {name} -> {outside}" in err and "RunDirError" in err
+    assert outside.read_bytes() == before and (run / name).is_symlink()
+
+
+def test_eval_refuses_an_output_directory_holding_a_link(tmp_path, capsys):
+    data = _records(tmp_path, _rows("test"), "test.jsonl")
+    out = tmp_path / "eval"
+    assert cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", "bootstrap.n_boot=0"]) == 0
+    capsys.readouterr()
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (out / "eval.json").unlink()
+    (out / "eval.json").symlink_to(outside)
+    assert cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", "bootstrap.n_boot=0"]) == 4
+    assert "eval.json -> " in _err_line(capsys) and outside.read_text() == "{}"
+
+
+def test_a_link_planted_after_the_claim_is_refused_at_the_write(tmp_path):
+    """The claim's scan and the write are not one step: each write refuses a link on its own."""
+    import os
+
+    from tiermem.errors import RunDirError
+    from tiermem.safe_io import open_nofollow, write_atomic
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    link = tmp_path / "README.md"
+    link.symlink_to(outside)
+    with pytest.raises(RunDirError, match="README.md is a symbolic link"):
+        write_atomic(link, "card")
+    with pytest.raises(RunDirError, match="README.md is a symbolic link"):
+        open_nofollow(link, os.O_RDWR | os.O_CREAT)
+    assert outside.read_text() == "keep me\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "README.md", "outside.txt"]  # no temporary file left behind
+    plain = write_atomic(tmp_path / "card.md", "card")
+    assert plain.read_text() == "card" and oct(plain.stat().st_mode & 0o777) == "0o644"

@@ -14,15 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tiermem.errors import MissingFileError, StoreError, UsageError
 from tiermem.eval_summary import EvalSummary
+from tiermem.safe_io import write_atomic
 
 RUN_META_FILE = "tiermem_router.json"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -225,13 +224,7 @@ def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     data = asdict(meta)
     data.update(data.pop("extra"))
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".tiermem_router.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False, default=str)
-        fh.write("\n")
-    path = run_dir / RUN_META_FILE
-    os.replace(tmp, path)
-    return path
+    return write_atomic(run_dir / RUN_META_FILE, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def update_run_meta(run_dir: str | Path, **changes: Any) -> RunMeta:
@@ -266,9 +259,5 @@ def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
         raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
     if config.get("base_model_name_or_path") != base_id:
         config["base_model_name_or_path"] = base_id
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".adapter_config.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(config, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return base_id
