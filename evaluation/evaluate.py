@@ -141,6 +141,24 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def data_name(dataset: str | Path, records: Sequence[dict[str, Any]], provenance: dict[str, Any]) -> str:
+    """The data by what it is, for a model card that travels (never a local path): a hub id as is; local records
+    by the conversations file their label run read (its config.yaml) or their own file name, and the sha256 of the
+    records themselves, which names the same data on any machine."""
+    import hashlib
+
+    path = Path(dataset)
+    if not path.exists():
+        return str(dataset)  # a hub dataset id
+    digest = hashlib.sha256()
+    for rec in records:
+        digest.update(json.dumps(rec, sort_keys=True, default=str).encode())
+    source = provenance.get("data_path")
+    what = (f"label records of {Path(str(source)).name}" if source
+            else f"label records {path.name if path.is_file() else path.name + '/'}")
+    return f"{what} ({len(records)} records, sha256 {digest.hexdigest()[:12]})"
+
+
 def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Which labeling config and router contract made the dataset: the label run's config.yaml next to it (the
     label stage writes it beside `dataset/` and the records JSONL), and the contract version stamped in the records
@@ -284,6 +302,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
         "n_unreplayable": case_set.n_unreplayable, "n_unreplayable_labeled": len(held),
         "provenance": dataset_provenance(cfg.data, kept), "machine": machine_info(), "notes": notes,
     }
+    meta["data_name"] = data_name(cfg.data, records, meta["provenance"])
     predictions: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Any]] = {}
     if router is not None:
@@ -388,7 +407,8 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     from serving.model_card import record_eval
 
     if _lm_run_dir(cfg.router):  # the run's metadata and card
-        record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]))
+        # the evaluation of record only on the router's own test data; any other data is listed beside it
+        record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]), data=cfg.data)
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
         from evaluation.live_eval import run_live

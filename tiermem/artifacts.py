@@ -59,7 +59,11 @@ class RunMeta:
     files: dict[str, str] | None = None  # weight file name -> sha256 (file_digests); None: saved before digests
     # which router the directory holds: "local" (a LoRA/merged LM), else a serving.router kind (features, top1-score)
     router_kind: str = "local"
-    eval: EvalSummary | None = None  # the latest `make eval` of this router (evaluation.evaluate)
+    # the evaluation of record: the latest eval on the held-out test split of the data the router was trained from
+    eval: EvalSummary | None = None
+    # evaluations on any other data or split (a user's own file), newest last, one per (dataset, split): listed
+    # beside the evaluation of record on the card, never in its place (serving.model_card.record_eval)
+    other_evals: list[EvalSummary] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept verbatim
 
 
@@ -84,9 +88,25 @@ def read_run_meta(run_dir: str | Path) -> RunMeta:
             values["eval"] = EvalSummary.from_dict(values["eval"])
         except ValueError as exc:
             raise RunMetaError(f"{path}: {exc} (remove the `eval` key and rerun `make eval`)") from None
+    others = values.get("other_evals")
+    if others is not None:
+        if not isinstance(others, list):
+            raise RunMetaError(f"{path}: field 'other_evals' must be a list, got {type(others).__name__}")
+        try:
+            values["other_evals"] = [EvalSummary.from_dict(e) for e in others]
+        except ValueError as exc:
+            raise RunMetaError(f"{path}: other_evals: {exc} (remove the entry and rerun its eval)") from None
     meta = RunMeta(**values, extra=extra)
     validate_run_meta(meta, path)
     return meta
+
+
+def meta_digest(meta: RunMeta) -> str:
+    """sha256 of the metadata as write_run_meta writes it: the model card records the digest of the metadata it was
+    rendered from, so a card left behind by a stage killed between the two writes is detected (model_card)."""
+    data = asdict(meta)
+    data.update(data.pop("extra"))
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _is_number(value: Any) -> bool:
@@ -144,6 +164,8 @@ def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
             EvalSummary.from_dict(asdict(meta.eval))
         except ValueError as exc:
             raise RunMetaError(f"{where}: {exc}") from None
+    if not isinstance(meta.other_evals, list) or not all(isinstance(e, EvalSummary) for e in meta.other_evals):
+        raise bad("other_evals", "must be a list of EvalSummary")
     clash = sorted(set(meta.extra) & set(RunMeta.__dataclass_fields__))
     if clash:
         raise bad("extra", f"holds {clash}, which are fields of RunMeta: set them as fields")
