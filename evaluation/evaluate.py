@@ -32,7 +32,7 @@ from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
 from serving.routers.spec import router_kind_of
-from tiermem import contract
+from tiermem import contract, ranges
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
 from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
@@ -84,6 +84,12 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
+        # APGR's recovery targets are shares of the raw-only - summary-only gap; a calibration curve needs a bin
+        bad = [s for s in self.recover_shares if not (ranges.is_number(s) and 0.0 < s <= 1.0)]
+        if bad:
+            raise ConfigError(f"recover_shares: each must be a share of the accuracy gap in (0, 1], got {bad}")
+        if self.reliability_bins < 1:
+            raise ConfigError(f"reliability_bins must be >= 1 (p_escalate bins of ECE), got {self.reliability_bins}")
         if self.correctness not in metrics.CORRECTNESS_RULES:
             raise ConfigError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
         specs: list[RouterSpec] = []

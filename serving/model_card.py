@@ -197,6 +197,8 @@ def _calibration_section(meta: RunMeta) -> str:
              + f", chosen by criterion {criterion or '(not recorded)'}"
              + (f" = {_fmt(goal)}" if goal is not None else "")
              + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
+    for warning in cal.get("warnings") or []:
+        parts += ["", f"**Warning: {warning}.**"]
     if isinstance(cal.get("achieved"), dict):
         parts += ["", "Achieved on the calibration data:", "", _table(cal["achieved"])]
     guarantee = cal.get("guarantee", "absent")

@@ -14,6 +14,7 @@ import pytest
 
 from serving.routers.top1 import Top1ScoreRouter
 from tests.helpers.records import rec
+from tiermem.artifacts import read_run_meta
 from tiermem_cli import cli
 
 
@@ -403,3 +404,37 @@ def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_pu
     assert check_card(run, read_run_meta(run)) is None and "threshold_logit **1.25**" in (run / "README.md").read_text()
     (run / "README.md").write_text("# a card edited by hand\n")
     assert "it records no metadata digest" in check_card(run)
+
+
+# ---- 1: config numbers, and a calibrated threshold that makes the router a constant --------------------------------
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("recover_shares=[1e308]", "recover_shares: each must be a share of the accuracy gap in (0, 1], got [1e+308]"),
+    ("recover_shares=[0.8, .nan]", "got [nan]"),
+    ("recover_shares=[0]", "got [0]"),
+    ("reliability_bins=0", "reliability_bins must be >= 1"),
+    ("reliability_bins=-3", "got -3"),
+])
+def test_eval_config_numbers_out_of_range_are_exit_2_before_anything_runs(tmp_path, capsys, override, needle):
+    data = _records(tmp_path, _rows("test"), "test.jsonl")
+    out = tmp_path / "eval"
+    code = cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", override])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_USAGE and needle in err and not out.exists()
+
+
+def test_a_threshold_that_escalates_nothing_is_flagged_on_stderr_in_the_metadata_and_on_the_card(tmp_path, capsys):
+    rows = _rows()
+    for r in rows:  # the summary path is always right: answering everything has the best reward
+        r.update(s_ok=True, s_ok_evidence=True, label="ANSWER")
+    run = _top1_run(tmp_path)
+    assert cli.main(["calibrate", f"router={run}", f"data={_records(tmp_path, rows)}"]) == 0
+    err = capsys.readouterr().err
+    assert "tiermem-router calibrate: warning: threshold_logit 1e+09 escalates none of the 6 calibration records" in err
+    cal = read_run_meta(run).calibration
+    assert cal["achieved"]["escalation_rate"] == 0.0 and "escalates none" in cal["warnings"][0]
+    assert "**Warning: threshold_logit 1e+09 escalates none" in (run / "README.md").read_text()
+    mixed = _rows()  # a threshold inside the scores: no warning
+    assert cli.main(["calibrate", f"router={run}", f"data={_records(tmp_path, mixed)}", "criterion=escalation_rate",
+                     "value=0.5"]) == 0
+    assert "warning" not in capsys.readouterr().err and read_run_meta(run).calibration["warnings"] == []
