@@ -32,6 +32,7 @@ from labeling.split import assign_splits
 from labeling.store import read_records
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, load_conversations
+from tiermem.data.time_order import time_order_stats
 from tiermem.errors import DataError, RunError, UsageError, stage_main
 from tiermem.rundir import check_output_dir, claimed_output_dir
 from tiermem.safe_io import write_atomic
@@ -155,7 +156,8 @@ def merge(cfg: LabelConfig) -> dict[str, Any]:
         elapsed = sum(s.get("elapsed_s") or 0 for s in ordered) + time.perf_counter() - started
         return finish(cfg, records, sum(s.get("resumed_records") or 0 for s in ordered), elapsed,
                       dropped_turns(conversations), llm_judge=any(s.get("llm_judge") for s in ordered),
-                      llm_stats=_sum_llm(ordered), extra_stats={"shards": shards})
+                      llm_stats=_sum_llm(ordered),
+                      extra_stats={"shards": shards, "time_order": time_order_stats(conversations)})
 
 
 @stage_main("label-merge")

@@ -50,6 +50,7 @@ from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore, record_key
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, Question, load_conversations
+from tiermem.data.time_order import time_order_stats
 from tiermem.errors import UsageError
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
@@ -106,7 +107,8 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
     ctx, by_key, resumed = label_conversations(cfg, roles, embedder, conversations, assignment)
     records = dataset_records(by_key, conversations, assignment)
     return finish(cfg, records, resumed, time.perf_counter() - started, dropped_turns(conversations),
-                  llm_judge=ctx.roles["judge"] is not None, llm_stats=ctx.roles.stats())
+                  llm_judge=ctx.roles["judge"] is not None, llm_stats=ctx.roles.stats(),
+                  extra_stats={"time_order": time_order_stats(conversations)})
 
 
 def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],

@@ -438,3 +438,66 @@ def test_a_threshold_that_escalates_nothing_is_flagged_on_stderr_in_the_metadata
     assert cli.main(["calibrate", f"router={run}", f"data={_records(tmp_path, mixed)}", "criterion=escalation_rate",
                      "value=0.5"]) == 0
     assert "warning" not in capsys.readouterr().err and read_run_meta(run).calibration["warnings"] == []
+
+
+# ---- 4: time order of own-format conversations: sorted, counted, reported; zones mixed with none refused -----------
+
+def _own(tmp_path: Path, edit: Any) -> Path:
+    import copy
+
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    doc = copy.deepcopy(json.loads(EXAMPLE_PATH.read_text()))
+    doc["conversations"] = doc["conversations"][:1]
+    edit(doc["conversations"][0]["turns"])
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _sessions_swapped(turns: list[dict[str, Any]]) -> None:
+    """Session s3 (April) written before s1 (March) and s2; inside s2, its last turn stamped before the rest."""
+    s3 = [t for t in turns if t["session"] == "s3"]
+    rest = [t for t in turns if t["session"] != "s3"]
+    turns[:] = s3 + rest
+    turns[len(s3) + 12]["timestamp"] = "2024-03-17T09:00:00Z"  # s2-6, stamped before s2-1..5
+
+
+def test_turns_and_sessions_out_of_time_order_are_sorted_counted_and_reported(tmp_path):
+    from tests.tiermem.data.test_data_rules import _cfg, _label
+    from tiermem.data.tiermem_format import load_tiermem
+
+    path = _own(tmp_path, _sessions_swapped)
+    (conv,) = load_tiermem(path)
+    ids = [t.turn_id for t in conv.turns]
+    assert ids[:7] == [f"s1-{i}" for i in range(1, 8)] and ids[7] == "s2-6" and ids[-6:] == [
+        f"s3-{i}" for i in range(1, 7)]
+    assert len(conv.reordered_turns) == len(ids)  # every position changed: all moved
+    out = tmp_path / "run"
+    stats = _label(_cfg(out, path, dataset_format="tiermem", max_questions_per_conversation=1))
+    assert stats["time_order"]["turns_reordered"] == len(ids)
+    assert stats["time_order"]["by_conversation"] == {conv.conv_id: len(ids)}
+    assert json.loads((out / "stats.json").read_text())["time_order"]["turns_reordered"] == len(ids)
+    assert (f"turns out of time order, sorted by the loader (sessions by first turn, turns by timestamp): {len(ids)} "
+            f"({conv.conv_id}: {len(ids)})") in (out / "report.md").read_text()
+
+
+def test_a_conversation_in_time_order_is_unchanged_and_equal_times_keep_file_order(tmp_path):
+    from tiermem.data.tiermem_format import EXAMPLE_PATH, load_tiermem
+
+    for conv in load_tiermem(EXAMPLE_PATH):
+        assert conv.reordered_turns == []
+    (conv,) = load_tiermem(_own(tmp_path, lambda turns: None))
+    assert [t.turn_id for t in conv.turns][:3] == ["s1-1", "s1-2", "s1-3"]  # one timestamp per session
+
+
+def test_time_zone_aware_timestamps_mixed_with_naive_ones_are_refused_naming_both(tmp_path, capsys):
+    def mix(turns: list[dict[str, Any]]) -> None:
+        turns[7]["timestamp"] = "2024-03-17 10:05"  # s2-1: no zone, the others have Z
+
+    path = _own(tmp_path, mix)
+    code = cli.main(["label", f"output_dir={tmp_path / 'out'}", f"data_path={path}", "dataset_format=tiermem"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA and str(path) in err and "TiermemFormatError" in err
+    assert ("turn 's1-1' has a time zone ('2024-03-02T18:40:00Z') but turn 's2-1' has none ('2024-03-17 10:05')"
+            in err) and not (tmp_path / "out").exists()
