@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -170,14 +171,29 @@ def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
         points[point.name] = {"criterion": point.criterion, "value": point.value, **p_params,
                               "threshold_logit": float(t),
                               "achieved": summarize(cs.scores, cs.labels, t, cs, cfg.reward)}
+    achieved = summarize(cs.scores, cs.labels, threshold, cs, cfg.reward)
     return {
         "criterion": cfg.criterion, "value": cfg.value, **params,
         "threshold_logit": float(threshold),
         "n_calibration": len(cs.scores),
-        "achieved": summarize(cs.scores, cs.labels, threshold, cs, cfg.reward),
+        "achieved": achieved,
         "guarantee": guarantee,
         "operating_points": points,
+        "warnings": degenerate_warnings(float(threshold), achieved),
     }
+
+
+def degenerate_warnings(threshold: float, achieved: dict[str, Any]) -> list[str]:
+    """A threshold that escalates none or all of the calibration records makes the router a constant: it may be
+    what the criterion asks (risk control with too little data escalates everything), but it is never stored
+    silently: calibrate prints it, the run's metadata and its card carry it."""
+    rate, n = achieved["escalation_rate"], achieved["n"]
+    if 0.0 < rate < 1.0:
+        return []
+    what = "none" if rate == 0.0 else "all"
+    always = "ANSWER (never reads the raw pages)" if rate == 0.0 else "ESCALATE (always pays for research)"
+    return [f"threshold_logit {threshold:g} escalates {what} of the {n} calibration records: the router always "
+            f"says {always} on data like these; check the router's scores and the calibration data"]
 
 
 def load_replayable(data: str, split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
@@ -252,6 +268,8 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     if counts["n_unreplayable"]:
         result["notes"] = [f"{counts['n_unreplayable']} record(s) not replayable (a path's correctness is unknown "
                            f"under rule {cfg.correctness!r}): left out of the calibration set"]
+    for warning in result["warnings"]:
+        print(f"tiermem-router calibrate: warning: {warning}", file=sys.stderr)
     if cfg.write:
         if not spec.path or not Path(spec.path).is_dir():
             raise MissingFileError(f"{spec.path}: calibration is stored in a local run directory")

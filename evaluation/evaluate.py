@@ -32,10 +32,11 @@ from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
 from serving.routers.spec import router_kind_of
-from tiermem import contract
+from tiermem import contract, ranges
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
 from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
+from tiermem.safe_io import write_atomic
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"
@@ -86,6 +87,12 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
+        # APGR's recovery targets are shares of the raw-only - summary-only gap; a calibration curve needs a bin
+        bad = [s for s in self.recover_shares if not (ranges.is_number(s) and 0.0 < s <= 1.0)]
+        if bad:
+            raise ConfigError(f"recover_shares: each must be a share of the accuracy gap in (0, 1], got {bad}")
+        if self.reliability_bins < 1:
+            raise ConfigError(f"reliability_bins must be >= 1 (p_escalate bins of ECE), got {self.reliability_bins}")
         if self.correctness not in metrics.CORRECTNESS_RULES:
             raise ConfigError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
         specs: list[RouterSpec] = []
@@ -141,6 +148,24 @@ def machine_info() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+def data_name(dataset: str | Path, records: Sequence[dict[str, Any]], provenance: dict[str, Any]) -> str:
+    """The data by what it is, for a model card that travels (never a local path): a hub id as is; local records
+    by the conversations file their label run read (its config.yaml) or their own file name, and the sha256 of the
+    records themselves, which names the same data on any machine."""
+    import hashlib
+
+    path = Path(dataset)
+    if not path.exists():
+        return str(dataset)  # a hub dataset id
+    digest = hashlib.sha256()
+    for rec in records:
+        digest.update(json.dumps(rec, sort_keys=True, default=str).encode())
+    source = provenance.get("data_path")
+    what = (f"label records of {Path(str(source)).name}" if source
+            else f"label records {path.name if path.is_file() else path.name + '/'}")
+    return f"{what} ({len(records)} records, sha256 {digest.hexdigest()[:12]})"
 
 
 def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -286,6 +311,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
         "n_unreplayable": case_set.n_unreplayable, "n_unreplayable_labeled": len(held),
         "provenance": dataset_provenance(cfg.data, kept), "machine": machine_info(), "notes": notes,
     }
+    meta["data_name"] = data_name(cfg.data, records, meta["provenance"])
     predictions: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Any]] = {}
     if router is not None:
@@ -348,7 +374,7 @@ def _write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], ou
     paths["markdown"] = eval_report.write_markdown(report, out / "eval.md")
     if predictions:
         paths["predictions"] = out / "predictions.jsonl"
-        paths["predictions"].write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
+        write_atomic(paths["predictions"], "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
     return paths
 
 
@@ -390,7 +416,8 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     from serving.model_card import record_eval
 
     if _lm_run_dir(cfg.router):  # the run's metadata and card
-        record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]))
+        # the evaluation of record only on the router's own test data; any other data is listed beside it
+        record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]), data=cfg.data)
     print(eval_report.render_markdown(report))
     if cfg.live.enabled:
         from evaluation.live_eval import run_live

@@ -15,6 +15,7 @@ from typing import Any
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
 from tiermem.eval_summary import POLICY_METRICS, RANKING_METRICS, EvalSummary
+from tiermem.safe_io import write_atomic
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
 POLICY_TITLES = {
@@ -46,7 +47,7 @@ def build_report(
 def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(report) + "\n")
+    write_atomic(path, dumps(report) + "\n")
     return path
 
 
@@ -67,6 +68,8 @@ def eval_summary(report: Mapping[str, Any], path: str | Path | None = None, date
         "date": date or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         **{k: meta.get(k) for k in ("dataset", "split", "router", "correctness_rule", "n", "n_conversations",
                                     "threshold_logit")},
+        # the card names the data by what it is (evaluate.data_name); eval.json's `dataset` is the local path read
+        **({"dataset": meta["data_name"]} if meta.get("data_name") else {}),
         "level": uncertainty.get("level") if n_boot else None, "n_boot": n_boot,
         "policies": policies, "ranking": ranking,
         "gap": sweep.get("gap"), "auc_accuracy_tokens": sweep.get("auc_accuracy_tokens")})
@@ -243,7 +246,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 def write_markdown(report: Mapping[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_markdown(report))
+    write_atomic(path, render_markdown(report))
     return path
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from tiermem.config import ConfigError
 from tiermem.data.textfile import jsonl_records, read_utf8
 from tiermem.errors import DataError, MissingFileError
+from tiermem.ranges import retrieval_score
 
 
 class RecordError(DataError):
@@ -83,11 +84,36 @@ def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
         # which would make a whole DatasetDict unloadable for want of, say, an empty test split.
         if not any((path / split).glob("*.arrow")):
             return []
-        return Dataset.load_from_disk(str(path / split)).to_list()
-    records = []
+        rows = Dataset.load_from_disk(str(path / split)).to_list()
+        return check_records([(f"{path} [{split}] record {i}", rec) for i, rec in enumerate(rows)])
+    located = []
     for n, rec in jsonl_records(read_utf8(path, RecordError), path, RecordError):
         if not isinstance(rec, dict):
             raise RecordError(f"{path}: line {n}: a label record must be a JSON object, got {type(rec).__name__}")
         if rec.get("split", split) == split:
-            records.append(rec)
-    return records
+            located.append((f"{path}: line {n}", rec))
+    return check_records(located)
+
+
+def check_records(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The records of (where, record) pairs, after the checks every consumer relies on, each failure naming the
+    file and line (or split and record) and the field:
+
+    - (conv_id, qid) is a record's key, unique in a split: a key seen twice is refused with both places named
+      (which copy's verdicts to keep is not ours to guess; docs/formats.md, "Label record");
+    - each `router_summaries[j].score` is absent/null or a retrieval score in its range (tiermem.ranges: a NaN,
+      an infinity or a 1e308 would otherwise decide a score router's output alone).
+    """
+    seen: dict[tuple[Any, Any], str] = {}
+    for where, rec in located:
+        if "conv_id" in rec and "qid" in rec:
+            key = (rec["conv_id"], rec["qid"])
+            if key in seen:
+                raise RecordError(f"{where}: duplicate record (conv_id={key[0]!r}, qid={key[1]!r}); first at "
+                                  f"{seen[key]}")
+            seen[key] = where
+        summaries = rec.get("router_summaries")
+        for j, unit in enumerate(summaries if isinstance(summaries, list) else []):
+            if isinstance(unit, Mapping) and unit.get("score") is not None:
+                retrieval_score(unit["score"], f"{where}: field 'router_summaries[{j}].score'", RecordError)
+    return [rec for _, rec in located]

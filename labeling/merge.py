@@ -32,8 +32,10 @@ from labeling.split import assign_splits
 from labeling.store import read_records
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, load_conversations
+from tiermem.data.time_order import time_order_stats
 from tiermem.errors import DataError, RunError, UsageError, stage_main
 from tiermem.rundir import check_output_dir, claimed_output_dir
+from tiermem.safe_io import write_atomic
 
 
 def _count(cfg: LabelConfig, out: Path) -> tuple[int, dict[int, Path]]:
@@ -143,7 +145,7 @@ def merge(cfg: LabelConfig) -> dict[str, Any]:
         stores = {i: read_records(dirs[i] / "records.jsonl") for i in range(count)}
         _check_records(conversations, count, stores)
         recover_outputs(out)
-        (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        write_atomic(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         by_key = {key: rec for records in stores.values() for key, rec in records.items()}
         records = dataset_records(by_key, conversations, assignment)
         ordered = [states[i] for i in range(count)]
@@ -154,7 +156,8 @@ def merge(cfg: LabelConfig) -> dict[str, Any]:
         elapsed = sum(s.get("elapsed_s") or 0 for s in ordered) + time.perf_counter() - started
         return finish(cfg, records, sum(s.get("resumed_records") or 0 for s in ordered), elapsed,
                       dropped_turns(conversations), llm_judge=any(s.get("llm_judge") for s in ordered),
-                      llm_stats=_sum_llm(ordered), extra_stats={"shards": shards})
+                      llm_stats=_sum_llm(ordered),
+                      extra_stats={"shards": shards, "time_order": time_order_stats(conversations)})
 
 
 @stage_main("label-merge")

@@ -159,6 +159,11 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     if empty.get("total"):
         lines.append(f"- empty turns dropped by the loader (no text, no image caption): {empty['total']} "
                      f"({', '.join(f'{k}: {n}' for k, n in empty['by_conversation'].items())})")
+    order = stats.get("time_order") or {}
+    if order.get("turns_reordered"):
+        lines.append(f"- turns out of time order, sorted by the loader (sessions by first turn, turns by timestamp): "
+                     f"{order['turns_reordered']} "
+                     f"({', '.join(f'{k}: {n}' for k, n in order['by_conversation'].items())})")
     if not stats["judges"]["llm"]:
         lines.append("- judges: lexical judge alone (LoCoMo F1 >= threshold); no LLM judge is configured, as in "
                      "the embedded default, because small local models judge at chance")

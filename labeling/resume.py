@@ -10,6 +10,7 @@ from typing import Any
 from labeling.config import LabelConfig
 from tiermem.config import to_dict
 from tiermem.errors import UsageError
+from tiermem.safe_io import write_atomic
 
 FINAL_OUTPUTS = ("dataset", "all_records.jsonl", "stats.json", "report.md")
 # Settings that change no committed record: run mechanics (the shard too), the question subset and the split
@@ -48,5 +49,5 @@ def check_resumable(cfg: LabelConfig, out: Path) -> None:
         if changed:
             raise UsageError(f"{out} holds records labeled with other settings ({', '.join(changed)}); "
                              "use a new output_dir or delete the old one")
-    path.write_text(json.dumps(current, indent=2, sort_keys=True))
+    write_atomic(path, json.dumps(current, indent=2, sort_keys=True))
 

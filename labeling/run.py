@@ -51,10 +51,12 @@ from labeling.store import RecordStore, record_key
 from labeling.unit_targets import for_split, unit_stats
 from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation, Question, load_conversations
+from tiermem.data.time_order import time_order_stats
 from tiermem.errors import UsageError
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
 from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claim_output_dir, claimed_output_dir
+from tiermem.safe_io import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +103,13 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
     out = Path(cfg.output_dir)
     check_resumable(cfg, out)
     recover_outputs(out)
-    (out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_atomic(out / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     assignment = assign_splits([c.conv_id for c in conversations], cfg.split)
     ctx, by_key, resumed = label_conversations(cfg, roles, embedder, conversations, assignment)
     records = dataset_records(by_key, conversations, assignment)
     return finish(cfg, records, resumed, time.perf_counter() - started, dropped_turns(conversations),
-                  llm_judge=ctx.roles["judge"] is not None, llm_stats=ctx.roles.stats())
+                  llm_judge=ctx.roles["judge"] is not None, llm_stats=ctx.roles.stats(),
+                  extra_stats={"time_order": time_order_stats(conversations)})
 
 
 def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from tiermem.errors import ConfigError, DataError
+from tiermem.safe_io import write_atomic
 
 SHARDS_DIR = "shards"
 STATE = "shard.json"  # a shard's state: its conversations, whether it finished, its counts and LLM stats
@@ -69,9 +69,7 @@ def found_shards(output_dir: str | Path) -> dict[tuple[int, int], Path]:
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
     """Atomically: a shard killed while writing it leaves the previous state whole."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(state, indent=2, sort_keys=True))
 
 
 def read_state(directory: Path) -> dict[str, Any] | None:

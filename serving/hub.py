@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.model_card import CARD_FILE, write_model_card
+from serving.model_card import CARD_FILE, check_card, write_model_card
 from tiermem import contract
 from tiermem.artifacts import (
     ADAPTER_CONFIG_FILE,
@@ -91,7 +91,11 @@ def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
     if meta.adapter:  # runs saved before adapters were made portable still name this machine's base path
         make_adapter_portable(run_dir, meta.base_model)
+    # the card published is always rendered from the metadata published, whatever README.md held before
     write_model_card(run_dir, cfg.repo_id, license=cfg.license, datasets=cfg.datasets, tags=cfg.tags)
+    stale = check_card(run_dir, read_run_meta(run_dir))
+    if stale:  # the metadata changed under the push (it holds the run's lock: a bug, not the user's input)
+        raise RuntimeError(f"internal: {stale}")
     files = push_files(run_dir, meta)
     api = HfApi()
     try:

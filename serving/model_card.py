@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from labeling.rules import LABEL_RULE_TEXT
 from tiermem import contract
-from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
+from tiermem.artifacts import RunMeta, meta_digest, read_run_meta, write_run_meta
 from tiermem.eval_summary import EvalSummary, Interval
 from tiermem.models import PACKAGED_HUB_IDS, hub_id
+from tiermem.safe_io import write_atomic
 
 __all__ = ["PACKAGED_HUB_IDS", "record_eval", "refresh_card", "render_card", "write_model_card", "write_run_card"]
 
 CARD_FILE = "README.md"
+DIGEST_KEY = "tiermem_router_sha256"  # card metadata: artifacts.meta_digest of the metadata it was rendered from
 # The eval table's columns: EvalSummary's point metrics, each with its interval where eval.json has one.
 EVAL_COLUMNS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
                 "repair_rate", "regress_rate")
@@ -126,15 +129,19 @@ def _rewards_section(meta: RunMeta) -> str:
     return text
 
 
-def _eval_section(meta: RunMeta) -> str:
+def _eval_section(meta: RunMeta, local: bool = True) -> str:
+    """The evaluation of record (meta.eval), then the other evaluations beside it. `local`: the card of the run
+    directory itself, which may name eval.json's local path; a pushed card never does."""
     ev = meta.eval
+    others = _other_evals_section(meta)
     if ev is None:
-        return "Not evaluated yet: run `make eval` (the table then appears here)."
+        return "Not evaluated yet: run `make eval` (the table then appears here)." + others
     level = f"{round(100 * ev.level)}%" if ev.level is not None else None
+    router = ev.router if local else "this router"  # eval's display name holds the run's local path
     lines = [f"On `{ev.dataset}` [{ev.split}], {ev.n} questions in {ev.n_conversations} conversation(s); router "
-             f"`{ev.router}` at threshold_logit {_fmt(ev.threshold_logit)}; counterfactual replay of the labeled paths "
+             f"`{router}` at threshold_logit {_fmt(ev.threshold_logit)}; counterfactual replay of the labeled paths "
              f"under correctness rule `{ev.correctness_rule}` (evaluated {ev.date}"
-             + (f"; full report: `{ev.path}`" if ev.path else "") + "). "
+             + (f"; full report: `{ev.path}`" if ev.path and local else "") + "). "
              + (f"In brackets: {level} two-stage cluster bootstrap intervals (conversations, then questions; "
                 f"{ev.n_boot} replicates)." if level else "No intervals: eval ran without a bootstrap."), "",
              "| policy | " + " | ".join(m.replace("_", " ") for m in EVAL_COLUMNS) + " |",
@@ -152,7 +159,43 @@ def _eval_section(meta: RunMeta) -> str:
     if ev.gap is not None or ev.auc_accuracy_tokens is not None:
         lines += ["", f"Threshold sweep: gap (raw-only - summary-only accuracy) {_fmt(ev.gap)}, AUC of accuracy vs "
                       f"mean input tokens {_fmt(ev.auc_accuracy_tokens)}."]
+    return "\n".join(lines) + others
+
+
+def _other_evals_section(meta: RunMeta) -> str:
+    """Evaluations on other data or splits (a user's own file): listed beside the evaluation of record, as the
+    hub's model-index lists several results, never in its place."""
+    if not meta.other_evals:
+        return ""
+    lines = ["", "", "### Other evaluations", "",
+             "On data other than the held-out test split of the training data; not the evaluation of record.", "",
+             "| data | split | questions | routed accuracy | routed escalation rate | AUROC | evaluated |",
+             "|---|---|---|---|---|---|---|"]
+    for ev in meta.other_evals:
+        routed = ev.policies["routed"].metrics if "routed" in ev.policies else {}
+        auroc = ev.ranking["routed"].auroc if "routed" in ev.ranking else None
+        lines.append(f"| {ev.dataset} | {ev.split} | {ev.n} | {_fmt(routed.get('accuracy'))} | "
+                     f"{_fmt(routed.get('escalation_rate'))} | {_fmt(auroc.estimate if auroc else None)} | {ev.date} |")
     return "\n".join(lines)
+
+
+def _eval_results(meta: RunMeta) -> list[Any] | None:
+    """The model-index `results`: the routed accuracy of the evaluation of record first, then each other one."""
+    from huggingface_hub import EvalResult
+
+    out = []
+    for ev in [e for e in [meta.eval] if e is not None] + list(meta.other_evals):
+        routed = ev.policies.get("routed")
+        value = routed.metrics.get("accuracy") if routed else None
+        if value is None:
+            continue
+        out.append(EvalResult(task_type="text-classification", task_name="memory sufficiency routing",
+                              # the hub groups results by dataset type: one per data, so each keeps its own row
+                              dataset_type=re.sub(r"[^A-Za-z0-9._-]+", "-", ev.dataset).strip("-")[:96],
+                              dataset_name=ev.dataset,
+                              dataset_split=ev.split, metric_type="accuracy", metric_name="routed accuracy",
+                              metric_value=round(float(value), 4)))
+    return out or None
 
 
 def _calibration_section(meta: RunMeta) -> str:
@@ -168,6 +211,8 @@ def _calibration_section(meta: RunMeta) -> str:
              + f", chosen by criterion {criterion or '(not recorded)'}"
              + (f" = {_fmt(goal)}" if goal is not None else "")
              + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
+    for warning in cal.get("warnings") or []:
+        parts += ["", f"**Warning: {warning}.**"]
     if isinstance(cal.get("achieved"), dict):
         parts += ["", "Achieved on the calibration data:", "", _table(cal["achieved"])]
     guarantee = cal.get("guarantee", "absent")
@@ -251,11 +296,15 @@ def render_card(meta: RunMeta, repo_id: str | None = None, license: str = "apach
 
     base_id = hub_id(meta.base_model)
     ref = repo_id or ref or "<run directory or org/name>"
+    results = _eval_results(meta)
     data = ModelCardData(
         base_model=base_id, library_name="peft" if meta.adapter else "transformers", pipeline_tag="text-generation",
         license=license, datasets=list(datasets or []) or None,
         tags=sorted({"tiermem", "router", "agent-memory", "lora" if meta.adapter else "merged", meta.stage,
                      *(tags or [])}),
+        model_name=(repo_id or f"tiermem router: {meta.stage}") if results else None, eval_results=results,
+        # the metadata this card was rendered from: a card older than tiermem_router.json is detected (check_card)
+        **{DIGEST_KEY: meta_digest(meta)},
     )
     base_line = f"`{meta.base_model}`" + (f" (hub: `{base_id}`)" if base_id and base_id != meta.base_model else "")
     weights = ("a PEFT LoRA adapter over " + base_line if meta.adapter else "merged weights (base " + base_line + ")")
@@ -285,7 +334,7 @@ Tier-2 raw pages (bounded multi-hop research, then answer).
 
 ## Evaluation
 
-{_eval_section(meta)}
+{_eval_section(meta, local=repo_id is None)}
 
 ## Calibration
 
@@ -315,7 +364,7 @@ def write_run_card(run_dir: str | Path, meta: RunMeta | None = None, repo_id: st
     run_dir = Path(run_dir)
     meta = meta or read_run_meta(run_dir)
     path = run_dir / CARD_FILE
-    render_card(meta, repo_id, ref=str(run_dir), **kwargs).save(path)
+    write_atomic(path, str(render_card(meta, repo_id, ref=str(run_dir), **kwargs)))  # never through a link
     return path
 
 
@@ -333,12 +382,67 @@ def refresh_card(run_dir: str | Path) -> Path | None:
     return write_run_card(run_dir)
 
 
-def record_eval(run_dir: str | Path | None, summary: EvalSummary) -> Path | None:
-    """Store an eval's summary in the run's tiermem_router.json (`eval`) and refresh the card. `run_dir` None or
-    not a local run directory (a hub id, an LLM router): nothing to record, None."""
+MAX_OTHER_EVALS = 10  # the card lists the latest ones; eval.json of each run keeps everything
+
+
+def trained_on(meta: RunMeta) -> str | None:
+    """The label data the router was trained from, as its training recorded it (LM routers: data.data; score
+    routers: data.dataset)."""
+    value = meta.data.get("data") or meta.data.get("dataset")
+    return value if isinstance(value, str) and value else None
+
+
+def is_of_record(meta: RunMeta, data: str | Path | None, split: str) -> bool:
+    """An eval is the router's evaluation of record when it replays the held-out test split of the very data the
+    router was trained from (compared as resolved paths; a hub id as written). Any other data or split is not."""
+    source = trained_on(meta)
+    if data is None or source is None or split != "test":
+        return False
+    if str(data) == source:
+        return True
+    local, recorded = Path(data), Path(source)
+    return local.exists() and recorded.exists() and local.resolve() == recorded.resolve()
+
+
+def record_eval(run_dir: str | Path | None, summary: EvalSummary, data: str | Path | None = None) -> Path | None:
+    """Store an eval's summary in the run's tiermem_router.json and refresh the card: as the evaluation of record
+    (`eval`) when it replays the test split of the router's own training data (`data`: what eval read), else
+    among `other_evals` (one per dataset and split, the latest MAX_OTHER_EVALS), leaving the evaluation of record
+    as it was. `run_dir` None or not a local run directory (a hub id, an LLM router): nothing to record, None."""
     if not run_dir or not (Path(run_dir) / "tiermem_router.json").is_file():
         return None
     meta = read_run_meta(run_dir)
-    meta.eval = summary
+    if data is None or is_of_record(meta, data, summary.split):
+        meta.eval = summary
+    else:
+        kept = [e for e in meta.other_evals if (e.dataset, e.split) != (summary.dataset, summary.split)]
+        meta.other_evals = (kept + [summary])[-MAX_OTHER_EVALS:]
     write_run_meta(run_dir, meta)
     return write_run_card(run_dir, meta)
+
+
+def card_digest(run_dir: str | Path) -> str | None:
+    """The metadata digest the run's README.md says it was rendered from; None: no card, or one without it."""
+    path = Path(run_dir) / CARD_FILE
+    if not path.is_file() or path.is_symlink():
+        return None
+    match = re.search(rf"^{DIGEST_KEY}: ([0-9a-f]{{64}})$", path.read_text(encoding="utf-8", errors="replace"),
+                      re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def check_card(run_dir: str | Path, meta: RunMeta | None = None) -> str | None:
+    """None when README.md was rendered from the run's current tiermem_router.json; else why it is stale (a stage
+    killed between writing the metadata and the card, or a card edited by hand). The metadata is the truth: the
+    router loads from it, and `tiermem-router push` re-renders the card from it."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CARD_FILE).is_file():
+        return None
+    meta = meta or read_run_meta(run_dir)
+    recorded = card_digest(run_dir)
+    if recorded == meta_digest(meta):
+        return None
+    why = "it records no metadata digest" if recorded is None else "it was rendered from other metadata"
+    return (f"{run_dir / CARD_FILE} does not match {run_dir / 'tiermem_router.json'}: {why} (a stage stopped "
+            "between the two writes, or a card edited by hand); the router loads from tiermem_router.json, and "
+            "push re-renders the card from it")

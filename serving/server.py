@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import sys
 import threading
 import time
@@ -42,7 +41,7 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
-from tiermem import contract
+from tiermem import contract, ranges
 from tiermem.errors import ConfigError, DataError, UsageError, stage_main
 
 log = logging.getLogger(__name__)
@@ -96,6 +95,7 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
     question = body.get("question")
     if not isinstance(question, str) or not question.strip():
         raise RequestError(422, "'question' must be a non-empty string")
+    _check_text(question, "'question'")
     if len(question) > cfg.max_question_chars:
         raise RequestError(413, f"'question' has {len(question)} characters; the limit is {cfg.max_question_chars}")
     summaries = body.get("summaries")
@@ -113,31 +113,46 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
         if len(s["text"]) > cfg.max_summary_chars:
             raise RequestError(413, f"summaries[{i}].text has {len(s['text'])} characters; "
                                     f"the limit is {cfg.max_summary_chars}")
+        _check_text(s["text"], f"summaries[{i}].text")
         date = s.get("date")
         if date is not None and not isinstance(date, str):
             raise RequestError(422, f"summaries[{i}].date must be a string or null")
+        if date is not None:
+            _check_text(date, f"summaries[{i}].date")
         unit = {"text": s["text"], "date": date}
-        if s.get("score") is not None:
-            if isinstance(s["score"], bool) or not isinstance(s["score"], int | float) \
-                    or not math.isfinite(s["score"]):
-                raise RequestError(422, f"summaries[{i}].score must be a number or absent")
-            unit["score"] = float(s["score"])
+        if s.get("score") is not None:  # the routers that read it were fitted on cosine similarities
+            unit["score"] = ranges.retrieval_score(s["score"], f"summaries[{i}].score", _unprocessable)
         for name in summary_fields:
             if unit.get(name) is None:
                 raise RequestError(422, f"summaries[{i}].{name} is required by the {router_kind} router "
                                         f"(send each summary's retrieval {name})")
         clean.append(unit)
     prob = body.get("threshold_prob")
-    if prob is not None and (isinstance(prob, bool) or not isinstance(prob, int | float) or not 0.0 <= prob <= 1.0):
-        raise RequestError(422, "'threshold_prob' must be a number in [0, 1] or absent")
+    if prob is not None:
+        prob = ranges.probability(prob, "'threshold_prob' (absent: the router's own threshold)", _unprocessable)
     logit_t = body.get("threshold_logit")
     if logit_t is not None:
         if prob is not None:
             raise RequestError(422, "give 'threshold_prob' (a probability) or 'threshold_logit', not both")
-        if isinstance(logit_t, bool) or not isinstance(logit_t, int | float) or math.isnan(logit_t):
-            raise RequestError(422, "'threshold_logit' must be a number or absent")
-        return question, clean, float(logit_t)
+        # finite, as the stored rule (tiermem_router.json refuses an infinite threshold): ANSWER-all is a large
+        # finite log-odds, never Infinity
+        return question, clean, ranges.finite(logit_t, "'threshold_logit' (log-odds; absent: the router's own)",
+                                              _unprocessable)
     return question, clean, None if prob is None else logit(prob)  # the edge where a probability becomes log-odds
+
+
+def _unprocessable(message: str) -> RequestError:
+    return RequestError(422, message)
+
+
+def _check_text(text: str, name: str) -> None:
+    """Text every tokenizer can take: valid Unicode. JSON's `\\ud800` escape decodes to a lone surrogate, which no
+    UTF-8 encoder (a tokenizer, the server log) accepts."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(422, f"{name} holds a lone surrogate (U+{ord(text[exc.start]):04X}) at character "
+                                f"{exc.start}: not a Unicode character; send valid text") from None
 
 
 def _is_int(value: Any) -> bool:
@@ -240,6 +255,7 @@ def _chat_prepare(router: Any, body: Any, cfg: ServeConfig) -> Any:
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
                 or not isinstance(m.get("content"), str):
             raise RequestError(422, f"messages[{i}] must be {{role: system|user|assistant, content: string}}")
+        _check_text(m["content"], f"messages[{i}].content")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     max_tokens = 64 if max_tokens is None else max_tokens
     if not _is_int(max_tokens) or not 1 <= max_tokens <= cfg.max_chat_tokens:

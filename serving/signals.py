@@ -24,6 +24,7 @@ import numpy as np
 
 from tiermem.artifacts import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
 from tiermem.errors import ConfigError, DataError, RouterLoadError
+from tiermem.safe_io import write_atomic
 from tiermem.words import SIGNAL_STOPWORDS, strip_plural, tokens
 
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
@@ -216,7 +217,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, class_weight: st
 
 def save_logistic(path: str | Path, model: LogisticModel) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(asdict(model), indent=2) + "\n")
+    write_atomic(path, json.dumps(asdict(model), indent=2) + "\n")
     return path
 
 

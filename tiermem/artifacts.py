@@ -14,15 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tiermem.errors import MissingFileError, StoreError, UsageError
 from tiermem.eval_summary import EvalSummary
+from tiermem.safe_io import write_atomic
 
 RUN_META_FILE = "tiermem_router.json"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -60,7 +59,11 @@ class RunMeta:
     files: dict[str, str] | None = None  # weight file name -> sha256 (file_digests); None: saved before digests
     # which router the directory holds: "local" (a LoRA/merged LM), else a serving.router kind (features, top1-score)
     router_kind: str = "local"
-    eval: EvalSummary | None = None  # the latest `make eval` of this router (evaluation.evaluate)
+    # the evaluation of record: the latest eval on the held-out test split of the data the router was trained from
+    eval: EvalSummary | None = None
+    # evaluations on any other data or split (a user's own file), newest last, one per (dataset, split): listed
+    # beside the evaluation of record on the card, never in its place (serving.model_card.record_eval)
+    other_evals: list[EvalSummary] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept verbatim
 
 
@@ -85,9 +88,25 @@ def read_run_meta(run_dir: str | Path) -> RunMeta:
             values["eval"] = EvalSummary.from_dict(values["eval"])
         except ValueError as exc:
             raise RunMetaError(f"{path}: {exc} (remove the `eval` key and rerun `make eval`)") from None
+    others = values.get("other_evals")
+    if others is not None:
+        if not isinstance(others, list):
+            raise RunMetaError(f"{path}: field 'other_evals' must be a list, got {type(others).__name__}")
+        try:
+            values["other_evals"] = [EvalSummary.from_dict(e) for e in others]
+        except ValueError as exc:
+            raise RunMetaError(f"{path}: other_evals: {exc} (remove the entry and rerun its eval)") from None
     meta = RunMeta(**values, extra=extra)
     validate_run_meta(meta, path)
     return meta
+
+
+def meta_digest(meta: RunMeta) -> str:
+    """sha256 of the metadata as write_run_meta writes it: the model card records the digest of the metadata it was
+    rendered from, so a card left behind by a stage killed between the two writes is detected (model_card)."""
+    data = asdict(meta)
+    data.update(data.pop("extra"))
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _is_number(value: Any) -> bool:
@@ -145,6 +164,8 @@ def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
             EvalSummary.from_dict(asdict(meta.eval))
         except ValueError as exc:
             raise RunMetaError(f"{where}: {exc}") from None
+    if not isinstance(meta.other_evals, list) or not all(isinstance(e, EvalSummary) for e in meta.other_evals):
+        raise bad("other_evals", "must be a list of EvalSummary")
     clash = sorted(set(meta.extra) & set(RunMeta.__dataclass_fields__))
     if clash:
         raise bad("extra", f"holds {clash}, which are fields of RunMeta: set them as fields")
@@ -225,13 +246,7 @@ def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     data = asdict(meta)
     data.update(data.pop("extra"))
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".tiermem_router.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False, default=str)
-        fh.write("\n")
-    path = run_dir / RUN_META_FILE
-    os.replace(tmp, path)
-    return path
+    return write_atomic(run_dir / RUN_META_FILE, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def update_run_meta(run_dir: str | Path, **changes: Any) -> RunMeta:
@@ -266,9 +281,5 @@ def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
         raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
     if config.get("base_model_name_or_path") != base_id:
         config["base_model_name_or_path"] = base_id
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".adapter_config.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(config, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return base_id

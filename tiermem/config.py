@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from tiermem.errors import ConfigError  # defined with the other error kinds; `tiermem.config.ConfigError` still works
+# ConfigError is defined with the other error kinds; `tiermem.config.ConfigError` still works
+from tiermem.errors import ConfigError, HelpShown
 
 T = TypeVar("T")
 
@@ -189,6 +190,8 @@ def parse_cli(cls: type[T], argv: list[str], default_config: str | Path | None =
     path: str | Path | None = default_config
     overrides: list[str] = []
     args = list(argv)
+    if any(a in ("-h", "--help") for a in args):
+        raise HelpShown(lambda stage: _help(stage, cls, default_config))
     while args:
         arg = args.pop(0)
         if arg in ("--config", "-c"):
@@ -202,6 +205,20 @@ def parse_cli(cls: type[T], argv: list[str], default_config: str | Path | None =
         else:
             overrides.append(arg)
     return parse_config(cls, path, overrides)
+
+
+def _help(stage: str, cls: type, default_config: str | Path | None) -> str:
+    """The stage's --help: the defaults as the stage would use them (its default config applied) when that config
+    loads, else the dataclass's own."""
+    from tiermem.config_help import render_help
+
+    values = None
+    if default_config and Path(default_config).is_file():
+        try:
+            values = parse_config(cls, default_config)
+        except (ConfigError, ValueError, OSError):
+            values = None
+    return render_help(stage, cls, default_config, values)
 
 
 def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:

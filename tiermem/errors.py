@@ -128,10 +128,24 @@ def internal_error_line(stage: str) -> str:
     return f"tiermem-router {stage}: internal error (a bug, please report it with the traceback above)"
 
 
+class HelpShown(Exception):
+    """`--help` on a stage's command line: not a failure. Raised where the config is parsed (which knows the config
+    class), printed where the stage is known (report_error), exit 0. `render(stage)` -> the help text."""
+
+    exit_code = EXIT_OK
+
+    def __init__(self, render: Callable[[str], str]) -> None:
+        super().__init__("--help")
+        self.render = render
+
+
 def report_error(stage: str, exc: Exception) -> int:
     """What a stage's main does with an exception that reached it: a named error becomes one line on stderr and
     its exit code; anything else is an internal error, printed with its traceback and a line saying so, and gives
     EXIT_INTERNAL. With TIERMEM_DEBUG=1 every exception is re-raised (a traceback for named errors too)."""
+    if isinstance(exc, HelpShown):
+        print(exc.render(stage))
+        return EXIT_OK
     code = exit_code(exc)
     if os.environ.get("TIERMEM_DEBUG"):
         raise exc

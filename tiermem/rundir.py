@@ -36,6 +36,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from tiermem.errors import RunDirError, RunError
+from tiermem.safe_io import open_nofollow, write_atomic
 
 try:
     import fcntl
@@ -177,7 +178,7 @@ def _check_free(out: Path) -> None:
         if fcntl is None or not (out / LOCK).is_file():
             return
         try:
-            fd = os.open(out / LOCK, os.O_RDONLY)
+            fd = open_nofollow(out / LOCK, os.O_RDONLY)
         except OSError:
             return
         try:
@@ -199,7 +200,7 @@ def _lock(out: Path, stage: str) -> None:
             return
         if fcntl is None:
             return
-        fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_nofollow(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)  # a planted link is refused
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -230,9 +231,19 @@ def release_output_dir(path: str | Path) -> None:
 
 
 def _write_marker(out: Path, stage: str) -> None:
-    tmp = out / f"{MARKER}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(json.dumps({"stage": stage, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
-    os.replace(tmp, out / MARKER)
+    write_atomic(out / MARKER, json.dumps({"stage": stage,
+                                           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+
+
+def refuse_links(out: Path, stage: str) -> None:
+    """No stage makes a symbolic link in a run directory, so one found there was planted (or made by hand): a write
+    to its name would land at its target, outside the directory. Refused before anything is written, naming each
+    (tiermem.safe_io refuses them again at every write)."""
+    links = sorted(p.name for p in out.iterdir() if p.is_symlink())
+    if links:
+        shown = ", ".join(f"{name} -> {os.readlink(out / name)}" for name in links[:5])
+        raise RunDirError(f"{out}: holds symbolic link(s) {shown}; {stage} never writes through a link it did not "
+                          "create: remove them and rerun")
 
 
 def check_output_dir(path: str | Path | None, stage: str) -> Path:
@@ -241,6 +252,7 @@ def check_output_dir(path: str | Path | None, stage: str) -> Path:
     out = _path(path, stage)
     if out.is_dir():
         _check_contents(out, stage)
+        refuse_links(out, stage)
         _check_free(out)
     return out
 
@@ -331,6 +343,7 @@ def claim_run_to_update(path: str | Path, stage: str, kinds: Iterable[str] = ROU
     if made_by not in kinds:
         what = f"is a {made_by!r} run directory" if made_by else "was not made by tiermem-router (no run marker)"
         raise RunDirError(f"{out}: {what}; {stage} only updates {' / '.join(kinds)} runs and will not write into it")
+    refuse_links(out, stage)
     _check_free(out)
     _lock(out, stage)
     return out

@@ -36,7 +36,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
     "ingest": ("tiermem_cli.ingest:main", "ingest one conversation and answer a question through the router"),
     "ask": ("tiermem_cli.ingest:main", "ask any question about a conversation (ingest's alias): route, answer, cost"),
-    "demo": ("tiermem_cli.demo:main", "label -> sft -> grpo -> calibrate -> eval on the embedded default"),
+    # its line is written from the demo's own step list (_usage), so it cannot go stale
+    "demo": ("tiermem_cli.demo:main", "{demo_steps} on the embedded default"),
 }
 
 # configs/<folder>/*.yaml -> the dataclass each file must parse into (tests/test_configs.py validates them all).
@@ -60,7 +61,11 @@ CONFIG_CLASSES: dict[str, str] = {
 
 def _usage() -> str:
     lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
-    lines += [f"  {name:<12} {help_}" for name, (_, help_) in STAGES.items()]
+    from tiermem_cli.demo import DEFAULT_STEPS
+
+    demo_steps = " -> ".join(DEFAULT_STEPS)
+    lines += [f"  {name:<12} {help_.format(demo_steps=demo_steps)}" for name, (_, help_) in STAGES.items()]
+    lines += ["", "`tiermem-router <stage> --help` lists the stage's config keys with their defaults."]
     lines += ["", "--verbose (or -v, anywhere on the line) also shows library INFO/DEBUG logs and deprecation",
               "warnings; TIERMEM_LOG=<level> sets one level for every logger."]
     return "\n".join(lines)

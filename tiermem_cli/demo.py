@@ -25,6 +25,7 @@ from pathlib import Path
 from tiermem.config import parse_cli
 from tiermem.errors import ConfigError, UsageError
 from tiermem.rundir import claimed_output_dir
+from tiermem.safe_io import write_atomic
 
 STEPS = ("label", "reader", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
 DEFAULT_STEPS = ("label", "reader", "sft", "lm", "grpo", "features", "calibrate", "eval")
@@ -170,7 +171,7 @@ def _run(cfg: DemoConfig) -> int:
             return rc
     root = Path(cfg.root)
     summary = {"stage_seconds": timings, "total_seconds": round(sum(timings.values()), 1)}
-    (root / "demo_timings.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(root / "demo_timings.json", json.dumps(summary, indent=2))
     print("\n=== demo: artefacts")
     for name, path in [("labeled dataset", root / "label" / "dataset"), ("label report", root / "label" / "report.md"),
                        *[(f"{n} router (calibrated)", root / n) for n in (*trained_routers(cfg), "features", "top1")],

@@ -9,6 +9,7 @@ one (`threshold_prob`).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from abc import ABC, abstractmethod
@@ -20,6 +21,8 @@ from typing import Any, ClassVar
 from tiermem import contract
 from tiermem.artifacts import RunMeta, read_run_meta, verify_files
 from tiermem.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD_LOGIT = 0.0  # p_escalate = 0.5: the argmax decision
 ESCALATE_ALL = -1.0e9  # below any model margin: every question escalates (a JSON-safe -inf)
@@ -102,6 +105,11 @@ def open_run_dir(run_dir: str | Path, where: str | None = None) -> RunMeta:
     contract.check_version(meta.contract_version, where=where)
     contract.check_limits(meta.data.get("router_input"), where=where)
     verify_files(run_dir, meta)
+    from serving.model_card import check_card
+
+    stale = check_card(run_dir, meta)
+    if stale:  # the card is documentation; the router loads from the metadata, so it serves, and says so
+        log.warning("%s", stale)
     return meta
 
 

@@ -215,6 +215,8 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
         r.update(question=question, router_summaries=[dict(s, unit_id="u", page_ids=[]) for s in summaries])
         rows.append(r)
     DatasetDict({"test": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
+    # the router's own data (its metadata names it): this eval is its evaluation of record
+    update_run_meta(run, data={**read_run_meta(run).data, "data": str(tmp_path / "ds")})
     paths = evaluate.run(evaluate.EvalConfig(data=str(tmp_path / "ds"), split="test", output_dir=str(tmp_path / "eval"),
                                              router=evaluate.RouterSpec(path=str(run)),
                                              bootstrap=evaluate.BootstrapConfig(n_boot=200)))

@@ -33,3 +33,5 @@ class Conversation:
     speakers: list[str] = field(default_factory=list)
     # ids of the turns the loader dropped because their text was empty (counted in the label stats and report)
     dropped_turns: list[str] = field(default_factory=list)
+    # ids of the turns the loader moved to put the conversation in time order (tiermem.data.time_order; own format)
+    reordered_turns: list[str] = field(default_factory=list)

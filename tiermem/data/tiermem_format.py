@@ -10,7 +10,7 @@ A JSON file holds one object, a JSONL file one header line then one conversation
 
     <conversation> = {
       "id": "support-2024-06",                      # unique in the file
-      "turns": [                                    # chronological; a session's turns are contiguous
+      "turns": [                                    # a session's turns are contiguous; out of time order: sorted
         {"id": "t1", "session": "s1", "timestamp": "2024-06-03T09:12:00Z", "speaker": "user", "text": "..."},
         ...
       ],
@@ -27,7 +27,9 @@ ISO 8601 ("2024-06-03T09:12:00Z", "2024-06-03") or one of the benchmark forms of
 ("1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21"). It is required; a string that names no real day or time
 ("not a date at all", "2024-13-45T99:99:99Z") is an error naming the turn, never a date. A turn whose `text` is
 empty or whitespace is dropped and its id kept in `Conversation.dropped_turns` (the label stats and report count
-the drops; evidence naming it is left out); a conversation whose every turn is empty is an error.
+the drops; evidence naming it is left out); a conversation whose every turn is empty is an error. Turns out of
+time order are sorted (sessions by their first turn, turns by timestamp, stably) and counted; a conversation mixing
+time-zone-aware and naive timestamps is an error (tiermem.data.time_order).
 
 Ids are strings; turn ids are unique within a conversation, question ids too. Any
 object may carry a free-form "metadata" field (ignored by the pipeline). Other unknown keys are errors (a typo
@@ -45,6 +47,7 @@ from typing import Any
 from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
 from tiermem.data.textfile import jsonl_records, read_utf8
+from tiermem.data.time_order import order_turns
 from tiermem.errors import DataError, MissingFileError
 
 FORMAT_NAME = "tiermem-conversations"
@@ -126,6 +129,7 @@ def parse_conversation(raw: Any, where: str, source: str,
     repeated = _repeats(t.turn_id for t in turns)
     if repeated:
         raise _fail(where, f"field 'turns': turn id(s) {repeated} repeat")
+    turns, reordered = order_turns(turns, lambda message: _fail(where, message))  # sort, and count (time_order)
     dropped = [t.turn_id for t in turns if not t.text.strip()]
     turns = [t for t in turns if t.text.strip()]
     if not turns:
@@ -164,7 +168,7 @@ def parse_conversation(raw: Any, where: str, source: str,
                                   category=str(category), evidence=list(dict.fromkeys(evidence)),
                                   date=_string(q, "date", qwhere, required=False)))
     speakers = list(dict.fromkeys(t.speaker for t in turns))
-    return Conversation(conv_id, turns, questions, source, speakers, dropped)
+    return Conversation(conv_id, turns, questions, source, speakers, dropped, reordered)
 
 
 def _repeats(ids: Iterable[str]) -> list[str]:

@@ -1,0 +1,503 @@
+"""Probe table, round three (docs/probes.md, issue 28): numbers out of range, duplicate records, records that must
+say where, writes through links, time order, text a tokenizer cannot take, the card's two truths, stage help.
+
+Each probe goes through the real entry point (`tiermem-router <stage>` or the HTTP app) and asserts the named error,
+its exit code or status, and that the message names the file and line (or the field)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving.routers.top1 import Top1ScoreRouter
+from tests.helpers.records import rec
+from tiermem.artifacts import read_run_meta
+from tiermem_cli import cli
+
+
+def _records(tmp_path: Path, rows: list[dict[str, Any]], name: str = "val.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _rows(split: str = "validation", n: int = 6) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(n):
+        label = "ANSWER" if i % 2 else "ESCALATE"
+        row = rec(f"q{i}", f"c{i % 3}", label == "ANSWER", True, label, split)
+        row["router_summaries"][0]["score"] = 0.1 + 0.1 * i
+        rows.append(row)
+    return rows
+
+
+def _top1_run(tmp_path: Path) -> Path:
+    return Top1ScoreRouter().save(tmp_path / "top1")
+
+
+@pytest.fixture(scope="module")
+def tiny_router() -> Any:
+    """The test suite's tiny LM router (a random 2-layer Llama with the real tokenizer), loaded once."""
+    from serving.routers.local import LocalRouter
+    from tests.helpers.router_fixtures import make_router_run
+
+    return LocalRouter.from_pretrained(make_router_run())
+
+
+def _err_line(capsys: Any) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# ---- 1, 6: a retrieval score out of its range, or no number, is refused where it is read -------------------------
+
+# the raw JSON of the third record's first summary score -> the words the error must carry
+SCORE_PROBES = {
+    "1e308": ("1e308", "got 1e+308"),
+    "BM25-scale 12.5": ("12.5", "BM25 or dot-product score"),
+    "-3 (below a cosine)": ("-3", "got -3"),
+    "NaN": ("NaN", "got nan"),
+    "Infinity": ("Infinity", "got inf"),
+    "400-digit integer": ("9" * 400, "integer of 400 digits"),
+    "a string": ('"0.5"', "got '0.5'"),
+}
+
+
+def _with_raw_score(tmp_path: Path, raw: str, split: str = "validation") -> Path:
+    rows = _rows(split)
+    rows[2]["router_summaries"][0]["score"] = "@@SCORE@@"
+    path = _records(tmp_path, rows)
+    path.write_text(path.read_text().replace('"@@SCORE@@"', raw))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(SCORE_PROBES))
+def test_a_retrieval_score_out_of_range_in_records_is_refused_by_calibrate_naming_file_line_field(
+        tmp_path, capsys, name):
+    raw, needle = SCORE_PROBES[name]
+    data = _with_raw_score(tmp_path, raw)
+    run = _top1_run(tmp_path)
+    before = (run / "tiermem_router.json").read_bytes()
+    code = cli.main(["calibrate", f"router={run}", f"data={data}"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA, err
+    assert f"{data}: line 3: field 'router_summaries[0].score'" in err and needle in err
+    assert "cosine similarity in [-1, 1]" in err and "Traceback" not in err
+    assert (run / "tiermem_router.json").read_bytes() == before  # no threshold stored from it
+
+
+@pytest.mark.parametrize("name", ["1e308", "NaN", "BM25-scale 12.5"])
+def test_a_retrieval_score_out_of_range_in_records_is_exit_3_from_eval_not_70(tmp_path, capsys, name):
+    data = _with_raw_score(tmp_path, SCORE_PROBES[name][0], split="test")
+    out = tmp_path / "eval"
+    code = cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", "bootstrap.n_boot=0"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA, err
+    assert f"{data}: line 3: field 'router_summaries[0].score'" in err and not out.exists()
+
+
+def test_scores_at_the_ends_of_the_cosine_range_and_null_scores_are_accepted(tmp_path):
+    from labeling.dataset import load_split
+
+    rows = _rows()
+    rows[0]["router_summaries"][0]["score"] = -1.0
+    rows[1]["router_summaries"][0]["score"] = 1.0000001  # float32 rounding of a dot product of unit vectors
+    rows[2]["router_summaries"][0]["score"] = None  # an LM router without a signal head needs none
+    assert len(load_split(_records(tmp_path, rows), "validation")) == len(rows)
+
+
+# ---- 3: (conv_id, qid) is a record's key ------------------------------------------------------------------------
+
+
+def test_a_duplicate_record_is_a_named_error_in_calibrate_and_eval(tmp_path, capsys):
+    rows = _rows()
+    data = _records(tmp_path, [*rows, dict(rows[1])])
+    code = cli.main(["calibrate", "router=top1-score", f"data={data}", "write=false"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA, err
+    assert (f"{data}: line 7: duplicate record (conv_id='c1', qid='q1'); first at {data}: line 2" in err)
+    test = _records(tmp_path, [{**r, "split": "test"} for r in [*rows, rows[4]]], "test.jsonl")
+    code = cli.main(["eval", "router=top1-score", f"data={test}", f"output_dir={tmp_path / 'eval'}",
+                     "bootstrap.n_boot=0"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA and "line 7: duplicate record (conv_id='c1', qid='q4')" in err
+
+
+def test_the_same_qid_in_two_conversations_is_no_duplicate(tmp_path):
+    from labeling.dataset import load_split
+
+    rows = _rows()
+    rows[1]["qid"] = rows[0]["qid"]  # q0 in c0 and in c1: two questions
+    assert len(load_split(_records(tmp_path, rows), "validation")) == len(rows)
+
+
+# ---- 1, 5: /route numbers and text, checked at the boundary ---------------------------------------------------
+
+def _client(router: Any = None) -> Any:
+    from fastapi.testclient import TestClient
+
+    from serving.server import ServeConfig, create_app
+
+    return TestClient(create_app(router or Top1ScoreRouter(), ServeConfig(max_body_bytes=200_000)),
+                      raise_server_exceptions=False)
+
+
+def _body(score: str = "0.5", extra: str = "", question: str = '"When did Ada move?"') -> str:
+    return (f'{{"question": {question}, "summaries": [{{"text": "Ada moved in May.", "date": null, '
+            f'"score": {score}}}]{extra}}}')
+
+
+ROUTE_NUMBER_PROBES = [  # (raw JSON body, needle); every one a 422 naming the field
+    (_body("50"), "summaries[0].score must be a cosine similarity in [-1, 1]"),
+    (_body("1e308"), "summaries[0].score must be a cosine similarity"),
+    (_body("-1.5"), "got -1.5"),
+    (_body("12.75"), "BM25 or dot-product score"),
+    (_body("9" * 400), "summaries[0].score must be a cosine similarity in [-1, 1] (docs/formats.md, 'Retrieval "
+                       "scores'), got an integer of 400 digits"),
+    (_body(extra=', "threshold_logit": ' + "9" * 400), "'threshold_logit' (log-odds; absent: the router's own) "
+                                                          "must be a finite number, got an integer of 400 digits"),
+    (_body(extra=', "threshold_logit": Infinity'), "'threshold_logit' (log-odds; absent: the router's own) must be "
+                                                   "a finite number, got inf"),
+    (_body(extra=', "threshold_logit": -Infinity'), "got -inf"),
+    (_body(extra=', "threshold_prob": ' + "9" * 400), "'threshold_prob'"),
+    (_body(extra=', "threshold_prob": 1.5'), "'threshold_prob' (absent: the router's own threshold) must be a "
+                                             "probability in [0, 1], got 1.5"),
+]
+
+
+@pytest.mark.parametrize(("body", "needle"), ROUTE_NUMBER_PROBES)
+def test_route_numbers_out_of_their_range_are_422_naming_the_field(body, needle):
+    r = _client().post("/route", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["error"]
+
+
+def test_route_numbers_in_range_still_decide():
+    client = _client()
+    for score, action in (("0.9", "ANSWER"), ("-1", "ESCALATE"), ("1", "ANSWER")):
+        r = client.post("/route", content=_body(score, ', "threshold_logit": -0.5'))
+        assert r.status_code == 200 and r.json()["action"] == action, r.text
+    assert client.post("/route", content=_body(extra=', "threshold_logit": 1000000000')).status_code == 200
+
+
+SURROGATE_PROBES = [  # a lone surrogate escape in each text field of a request
+    ("/route", _body(question='"When did \\ud800 move?"'), "'question' holds a lone surrogate (U+D800)"),
+    ("/route", _body().replace("Ada moved", "Ada \\udfff moved"), "summaries[0].text holds a lone surrogate"),
+    ("/route", _body().replace('"date": null', '"date": "\\ud83d"'), "summaries[0].date holds a lone surrogate"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi \\ud800"}]}',
+     "messages[0].content holds a lone surrogate"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "needle"), SURROGATE_PROBES)
+def test_a_lone_surrogate_is_a_422_naming_the_field_on_the_lm_router(tiny_router, path, body, needle):
+    r = _client(tiny_router).post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["error"]
+    # a surrogate pair written as two escapes is one valid character and is served
+    ok = _body(question='"When did \\ud83d\\ude00 move?"')
+    assert _client(tiny_router).post("/route", content=ok).status_code == 200
+
+
+# ---- 8: stage help ---------------------------------------------------------------------------------------------
+
+# the config class of each stage: CONFIG_CLASSES names them by config folder; these stages share another's
+STAGE_CONFIG_FOLDER = {"label-merge": "label", "fit-features": "features", "ask": "ingest"}
+
+
+def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
+    import dataclasses
+    import types
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 and typing.get_origin(tp) in (typing.Union, types.UnionType) else tp
+        has_default = f.default is not None or f.default_factory is not dataclasses.MISSING
+        if dataclasses.is_dataclass(tp) and has_default:
+            keys += _leaf_keys(tp, f"{prefix}{f.name}.")
+        elif f.init:
+            keys.append(prefix + f.name)
+    return keys
+
+
+@pytest.mark.parametrize("stage", sorted(cli.STAGES))
+def test_every_stage_help_exits_0_and_lists_every_config_key(capsys, stage):
+    import importlib
+
+    module, name = cli.CONFIG_CLASSES[STAGE_CONFIG_FOLDER.get(stage, stage)].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    for flag in ("--help", "-h"):
+        assert cli.main([stage, flag]) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith(f"usage: tiermem-router {stage} ") and "error" not in err
+        listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("   ")}
+        missing = [k for k in _leaf_keys(cls) if k not in listed]
+        assert not missing, f"{stage} --help does not list {missing}"
+
+
+def test_label_help_shows_the_default_and_the_help_text_of_a_key(capsys):
+    assert cli.main(["label", "--help", "output_dir=ignored"]) == 0
+    out = capsys.readouterr().out
+    assert "  question_sampling (str, default: 'random')\n      random (seeded) | first" in out
+    assert "  memory.embedder (str, default: 'packaged:all-minilm-l6-v2')\n      a model spec, or \"hashing\"" in out
+    assert "configs/label/locomo_local.yaml applied" in out  # the defaults the stage really uses
+
+
+def test_top_level_help_lists_exactly_the_stage_table_and_the_demo_steps(capsys):
+    from tiermem_cli.demo import DEFAULT_STEPS
+
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("stages:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in block] == list(cli.STAGES)
+    demo = next(line for line in block if line.split()[0] == "demo")
+    assert " -> ".join(DEFAULT_STEPS) in demo and "{" not in out
+
+
+# ---- 2: no write goes through a link the stage did not create --------------------------------------------------
+
+@pytest.mark.parametrize("name", ["README.md", ".tiermem-run.lock", "tiermem_router.json"])
+def test_calibrate_refuses_a_router_directory_holding_a_link_and_writes_nothing_through_it(tmp_path, capsys, name):
+    run = _top1_run(tmp_path)
+    outside = tmp_path / "outside.txt"
+    if name == "tiermem_router.json":  # a linked metadata file: the real one moved out of the directory
+        (run / name).rename(outside)
+    else:
+        outside.write_text("keep me\n")
+    before = outside.read_bytes()
+    (run / name).unlink(missing_ok=True)
+    (run / name).symlink_to(outside)
+    data = _records(tmp_path, _rows())
+    code = cli.main(["calibrate", f"router={run}", f"data={data}"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_RUN_DIR, err
+    assert f"{run}: holds symbolic link(s) {name} -> {outside}" in err and "RunDirError" in err
+    assert outside.read_bytes() == before and (run / name).is_symlink()
+
+
+def test_eval_refuses_an_output_directory_holding_a_link(tmp_path, capsys):
+    data = _records(tmp_path, _rows("test"), "test.jsonl")
+    out = tmp_path / "eval"
+    assert cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", "bootstrap.n_boot=0"]) == 0
+    capsys.readouterr()
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (out / "eval.json").unlink()
+    (out / "eval.json").symlink_to(outside)
+    assert cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", "bootstrap.n_boot=0"]) == 4
+    assert "eval.json -> " in _err_line(capsys) and outside.read_text() == "{}"
+
+
+def test_a_link_planted_after_the_claim_is_refused_at_the_write(tmp_path):
+    """The claim's scan and the write are not one step: each write refuses a link on its own."""
+    import os
+
+    from tiermem.errors import RunDirError
+    from tiermem.safe_io import open_nofollow, write_atomic
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    link = tmp_path / "README.md"
+    link.symlink_to(outside)
+    with pytest.raises(RunDirError, match="README.md is a symbolic link"):
+        write_atomic(link, "card")
+    with pytest.raises(RunDirError, match="README.md is a symbolic link"):
+        open_nofollow(link, os.O_RDWR | os.O_CREAT)
+    assert outside.read_text() == "keep me\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "README.md", "outside.txt"]  # no temporary file left behind
+    plain = write_atomic(tmp_path / "card.md", "card")
+    assert plain.read_text() == "card" and oct(plain.stat().st_mode & 0o777) == "0o644"
+
+
+# ---- 7, 9: the card, its metadata, and the evaluation of record ---------------------------------------------------
+
+def _lm_run(tmp_path: Path) -> Path:
+    import shutil
+
+    from tests.helpers.router_fixtures import make_router_run
+
+    run = tmp_path / "run"
+    shutil.copytree(make_router_run(), run)
+    return run
+
+
+def _fixture_rows(split: str) -> list[dict[str, Any]]:
+    from tests.helpers.router_fixtures import FIXTURES
+
+    rows = []
+    for i, (question, summaries, label) in enumerate(FIXTURES * 2):
+        r = rec(f"f{i}", f"c{i % 2}", label == "ANSWER", True, label, split)
+        r.update(question=question, router_summaries=[dict(s, unit_id="u", page_ids=[]) for s in summaries])
+        rows.append(r)
+    return rows
+
+
+def _eval(run: Path, data: Path, out: Path, split: str = "test") -> None:
+    assert cli.main(["eval", f"router={run}", f"data={data}", f"split={split}", f"output_dir={out}",
+                     "bootstrap.n_boot=0", "sweep=false"]) == 0
+
+
+def test_eval_on_other_data_is_listed_beside_the_evaluation_of_record_and_never_replaces_it(tmp_path, capsys):
+    from datasets import Dataset, DatasetDict
+
+    from serving.model_card import render_card
+    from tiermem.artifacts import read_run_meta, update_run_meta
+
+    run = _lm_run(tmp_path)
+    own = tmp_path / "label" / "dataset"  # the router's training data (its metadata names it)
+    DatasetDict({s: Dataset.from_list(_fixture_rows(s)) for s in ("train", "validation", "test")}).save_to_disk(
+        str(own))
+    update_run_meta(run, data={**read_run_meta(run).data, "data": str(own)})
+    _eval(run, own, tmp_path / "eval-own")
+    of_record = read_run_meta(run).eval
+    assert of_record is not None and of_record.dataset.startswith("label records dataset/ (12 records, sha256 ")
+
+    mine = _records(tmp_path, _fixture_rows("test")[:7], "my_questions.jsonl")  # a user's own file
+    _eval(run, mine, tmp_path / "eval-mine")
+    _eval(run, own, tmp_path / "eval-val", split="validation")  # the training data, but not its test split
+    meta = read_run_meta(run)
+    assert meta.eval == of_record  # the evaluation of record is untouched
+    assert [(e.dataset.split(" (")[0], e.split, e.n) for e in meta.other_evals] == [
+        ("label records my_questions.jsonl", "test", 7), ("label records dataset/", "validation", 12)]
+    _eval(run, mine, tmp_path / "eval-mine-2")  # the same data again: its entry is replaced, not repeated
+    assert len(read_run_meta(run).other_evals) == 2
+
+    card = (run / "README.md").read_text()
+    evaluation = card.split("## Evaluation", 1)[1].split("## Calibration", 1)[0]
+    assert "### Other evaluations" in evaluation and "| label records my_questions.jsonl (7 records, sha256 " in card
+    pushed = str(render_card(read_run_meta(run), repo_id="org/router"))
+    header, pushed_eval = pushed.split("\n---\n", 1)[0], pushed.split("## Evaluation", 1)[1].split("## Calib", 1)[0]
+    # no local path travels with a pushed card's evaluations: data named by what it is
+    assert str(tmp_path) not in header and str(tmp_path) not in pushed_eval and "full report" not in pushed_eval
+    assert "model-index:" in pushed and pushed.count("dataset:\n") == 3  # the record first, then the others
+    assert pushed.index(of_record.dataset) < pushed.index("my_questions.jsonl")
+
+
+def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_push(tmp_path, caplog):
+    import logging
+
+    from serving.model_card import check_card, refresh_card, write_model_card
+    from serving.routers.local import LocalRouter
+    from tiermem.artifacts import read_run_meta, update_run_meta
+
+    run = _lm_run(tmp_path)
+    refresh_card(run)
+    assert check_card(run) is None and "tiermem_router_sha256: " in (run / "README.md").read_text()
+    # calibrate killed between its two writes: the threshold is stored, the card still shows the old one
+    update_run_meta(run, calibration={"criterion": "escalation_rate", "value": 0.5, "threshold_logit": 1.25})
+    stale = check_card(run)
+    assert stale and (f"{run / 'README.md'} does not match {run / 'tiermem_router.json'}: it was rendered from "
+                      "other metadata") in stale
+    with caplog.at_level(logging.WARNING):
+        router = LocalRouter.from_pretrained(run)
+    assert router.threshold_logit == 1.25  # the metadata is the truth
+    assert any("README.md does not match" in r.getMessage() for r in caplog.records)
+    write_model_card(run, "org/router")  # what push renders before it uploads
+    assert check_card(run, read_run_meta(run)) is None and "threshold_logit **1.25**" in (run / "README.md").read_text()
+    (run / "README.md").write_text("# a card edited by hand\n")
+    assert "it records no metadata digest" in check_card(run)
+
+
+# ---- 1: config numbers, and a calibrated threshold that makes the router a constant --------------------------------
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("recover_shares=[1e308]", "recover_shares: each must be a share of the accuracy gap in (0, 1], got [1e+308]"),
+    ("recover_shares=[0.8, .nan]", "got [nan]"),
+    ("recover_shares=[0]", "got [0]"),
+    ("reliability_bins=0", "reliability_bins must be >= 1"),
+    ("reliability_bins=-3", "got -3"),
+])
+def test_eval_config_numbers_out_of_range_are_exit_2_before_anything_runs(tmp_path, capsys, override, needle):
+    data = _records(tmp_path, _rows("test"), "test.jsonl")
+    out = tmp_path / "eval"
+    code = cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", override])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_USAGE and needle in err and not out.exists()
+
+
+def test_a_threshold_that_escalates_nothing_is_flagged_on_stderr_in_the_metadata_and_on_the_card(tmp_path, capsys):
+    rows = _rows()
+    for r in rows:  # the summary path is always right: answering everything has the best reward
+        r.update(s_ok=True, s_ok_evidence=True, label="ANSWER")
+    run = _top1_run(tmp_path)
+    assert cli.main(["calibrate", f"router={run}", f"data={_records(tmp_path, rows)}"]) == 0
+    err = capsys.readouterr().err
+    assert "tiermem-router calibrate: warning: threshold_logit 1e+09 escalates none of the 6 calibration records" in err
+    cal = read_run_meta(run).calibration
+    assert cal["achieved"]["escalation_rate"] == 0.0 and "escalates none" in cal["warnings"][0]
+    assert "**Warning: threshold_logit 1e+09 escalates none" in (run / "README.md").read_text()
+    mixed = _rows()  # a threshold inside the scores: no warning
+    assert cli.main(["calibrate", f"router={run}", f"data={_records(tmp_path, mixed)}", "criterion=escalation_rate",
+                     "value=0.5"]) == 0
+    assert "warning" not in capsys.readouterr().err and read_run_meta(run).calibration["warnings"] == []
+
+
+# ---- 4: time order of own-format conversations: sorted, counted, reported; zones mixed with none refused -----------
+
+def _own(tmp_path: Path, edit: Any) -> Path:
+    import copy
+
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    doc = copy.deepcopy(json.loads(EXAMPLE_PATH.read_text()))
+    doc["conversations"] = doc["conversations"][:1]
+    edit(doc["conversations"][0]["turns"])
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _sessions_swapped(turns: list[dict[str, Any]]) -> None:
+    """Session s3 (April) written before s1 (March) and s2; inside s2, its last turn stamped before the rest."""
+    s3 = [t for t in turns if t["session"] == "s3"]
+    rest = [t for t in turns if t["session"] != "s3"]
+    turns[:] = s3 + rest
+    turns[len(s3) + 12]["timestamp"] = "2024-03-17T09:00:00Z"  # s2-6, stamped before s2-1..5
+
+
+def test_turns_and_sessions_out_of_time_order_are_sorted_counted_and_reported(tmp_path):
+    from tests.tiermem.data.test_data_rules import _cfg, _label
+    from tiermem.data.tiermem_format import load_tiermem
+
+    path = _own(tmp_path, _sessions_swapped)
+    (conv,) = load_tiermem(path)
+    ids = [t.turn_id for t in conv.turns]
+    assert ids[:7] == [f"s1-{i}" for i in range(1, 8)] and ids[7] == "s2-6" and ids[-6:] == [
+        f"s3-{i}" for i in range(1, 7)]
+    assert len(conv.reordered_turns) == len(ids)  # every position changed: all moved
+    out = tmp_path / "run"
+    stats = _label(_cfg(out, path, dataset_format="tiermem", max_questions_per_conversation=1))
+    assert stats["time_order"]["turns_reordered"] == len(ids)
+    assert stats["time_order"]["by_conversation"] == {conv.conv_id: len(ids)}
+    assert json.loads((out / "stats.json").read_text())["time_order"]["turns_reordered"] == len(ids)
+    assert (f"turns out of time order, sorted by the loader (sessions by first turn, turns by timestamp): {len(ids)} "
+            f"({conv.conv_id}: {len(ids)})") in (out / "report.md").read_text()
+
+
+def test_a_conversation_in_time_order_is_unchanged_and_equal_times_keep_file_order(tmp_path):
+    from tiermem.data.tiermem_format import EXAMPLE_PATH, load_tiermem
+
+    for conv in load_tiermem(EXAMPLE_PATH):
+        assert conv.reordered_turns == []
+    (conv,) = load_tiermem(_own(tmp_path, lambda turns: None))
+    assert [t.turn_id for t in conv.turns][:3] == ["s1-1", "s1-2", "s1-3"]  # one timestamp per session
+
+
+def test_time_zone_aware_timestamps_mixed_with_naive_ones_are_refused_naming_both(tmp_path, capsys):
+    def mix(turns: list[dict[str, Any]]) -> None:
+        turns[7]["timestamp"] = "2024-03-17 10:05"  # s2-1: no zone, the others have Z
+
+    path = _own(tmp_path, mix)
+    code = cli.main(["label", f"output_dir={tmp_path / 'out'}", f"data_path={path}", "dataset_format=tiermem"])
+    err = _err_line(capsys)
+    assert code == cli.EXIT_DATA and str(path) in err and "TiermemFormatError" in err
+    assert ("turn 's1-1' has a time zone ('2024-03-02T18:40:00Z') but turn 's2-1' has none ('2024-03-17 10:05')"
+            in err) and not (tmp_path / "out").exists()

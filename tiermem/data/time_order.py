@@ -1,0 +1,53 @@
+"""Time order of an own-format conversation (tiermem/data/tiermem_format.py): the policy is **sort, and count**.
+
+Summaries carry their turns' dates and the research path reads pages in order, so a conversation whose turns go
+back in time would give "after the change" the wrong answer. The loader therefore puts the turns in time order:
+sessions by their earliest turn, and each session's turns by timestamp. Both sorts are stable, so turns with equal
+timestamps (a session often shares one) keep their file order; a conversation already in order is unchanged. The
+ids of the turns that moved are kept in `Conversation.reordered_turns`, and the label stats and report count them
+(`time_order` in stats.json).
+
+Timestamps that cannot be ordered against each other are refused: a time-zone-aware one ("...T09:12:00Z") mixed
+with naive ones ("2024-06-03 09:12") in one conversation names no single order (which zone is the naive one in?),
+so that is a TiermemFormatError naming a turn of each kind; write every timestamp with an offset, or none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tiermem.data.dates import parse_timestamp
+from tiermem.data.records import Conversation, Turn
+
+
+def _aware(turn: Turn) -> bool:
+    moment = parse_timestamp(turn.timestamp)
+    return moment is not None and moment.tzinfo is not None and moment.utcoffset() is not None
+
+
+def order_turns(turns: Sequence[Turn], fail: Callable[[str], Exception]) -> tuple[list[Turn], list[str]]:
+    """(turns in time order, ids of the turns that moved); `fail(message)` for timestamps that cannot be ordered.
+    Every timestamp has been checked to parse (timestamp_problem) before."""
+    aware = [t for t in turns if _aware(t)]
+    naive = [t for t in turns if not _aware(t)]
+    if aware and naive:
+        a, n = aware[0], naive[0]
+        raise fail(f"field 'timestamp': turn {a.turn_id!r} has a time zone ({a.timestamp!r}) but turn {n.turn_id!r} "
+                   f"has none ({n.timestamp!r}); times with and without a zone cannot be ordered: give every "
+                   "timestamp an offset (e.g. Z), or none")
+    sessions: dict[str, list[Turn]] = {}
+    for turn in turns:
+        sessions.setdefault(turn.session_id, []).append(turn)
+    for members in sessions.values():
+        members.sort(key=lambda t: parse_timestamp(t.timestamp))  # stable: equal times keep file order
+    ordered_sessions = sorted(sessions.values(), key=lambda ms: parse_timestamp(ms[0].timestamp))
+    ordered = [t for members in ordered_sessions for t in members]
+    moved = [new.turn_id for old, new in zip(turns, ordered, strict=True) if old is not new]
+    return ordered, moved
+
+
+def time_order_stats(conversations: Sequence[Conversation]) -> dict[str, object]:
+    """What the label stats record of the sort: turns moved in all, and per conversation that had any."""
+    moved = {c.conv_id: len(c.reordered_turns) for c in conversations if c.reordered_turns}
+    return {"policy": "sorted (sessions by first turn, turns by timestamp; stable)",
+            "turns_reordered": sum(moved.values()), "by_conversation": moved}
