@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from tiermem.config_help import strip_optional
 
 # ConfigError is defined with the other error kinds; `tiermem.config.ConfigError` still works
 from tiermem.errors import ConfigError, HelpShown
@@ -74,19 +75,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _strip_optional(tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
-
-
 def _check_scalar(tp: Any, value: Any, where: str) -> Any:
     if value is None:
         return value
-    base = _strip_optional(tp)
+    base = strip_optional(tp)
     origin = typing.get_origin(base) or base
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -127,7 +119,7 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
-        tp = _strip_optional(hints[name])
+        tp = strip_optional(hints[name])
         if name.endswith("_dir") and isinstance(value, str) and not value.strip():
             # an empty directory means the current one: a stage would write (and clean up) there
             raise ConfigError(f"{where}.{name}: empty path; give a directory (or null where allowed)")
@@ -232,7 +224,7 @@ def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, 
         hints = {f.name: f.type for f in dataclasses.fields(cls) if isinstance(f.type, type)}
     out = dict(data)
     for name, value in data.items():
-        tp = _strip_optional(hints.get(name))
+        tp = strip_optional(hints.get(name))
         if tp in (int, float, bool, str):
             out[name] = _check_scalar(tp, value, f"{where}.{name}")
     return out

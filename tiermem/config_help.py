@@ -15,6 +15,7 @@ import inspect
 import io
 import textwrap
 import tokenize
+import types
 import typing
 from functools import cache
 from pathlib import Path
@@ -94,7 +95,7 @@ def config_keys(cls: type, values: Any = None, prefix: str = "") -> list[tuple[s
         else:
             default = MISSING_DEFAULT
         tp = hints.get(f.name, f.type)
-        base = _strip_optional(tp)
+        base = strip_optional(tp)
         key = prefix + f.name
         if dataclasses.is_dataclass(base) and isinstance(base, type) and (
                 default is None or dataclasses.is_dataclass(default)):
@@ -111,10 +112,14 @@ def config_keys(cls: type, values: Any = None, prefix: str = "") -> list[tuple[s
     return rows
 
 
-def _strip_optional(tp: Any) -> Any:
-    from tiermem.config import _strip_optional as strip
-
-    return strip(tp)
+def strip_optional(tp: Any) -> Any:
+    """`X | None` -> X (the type a config key holds when it is set); any other type as it is."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
 
 
 def render_help(stage: str, cls: type, default_config: str | Path | None = None, values: Any = None) -> str:

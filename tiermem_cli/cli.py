@@ -61,7 +61,7 @@ CONFIG_CLASSES: dict[str, str] = {
 
 def _usage() -> str:
     lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
-    from tiermem_cli.demo import DEFAULT_STEPS
+    from tiermem_cli.steps import DEFAULT_STEPS
 
     demo_steps = " -> ".join(DEFAULT_STEPS)
     lines += [f"  {name:<12} {help_.format(demo_steps=demo_steps)}" for name, (_, help_) in STAGES.items()]

@@ -26,9 +26,8 @@ from tiermem.config import parse_cli
 from tiermem.errors import ConfigError, UsageError
 from tiermem.rundir import claimed_output_dir
 from tiermem.safe_io import write_atomic
+from tiermem_cli.steps import DEFAULT_STEPS, STEPS
 
-STEPS = ("label", "reader", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
-DEFAULT_STEPS = ("label", "reader", "sft", "lm", "grpo", "features", "calibrate", "eval")
 LM_ROUTERS = ("sft", "lm", "expected_reward", "grpo")
 # the routers the main row is chosen among (step name -> router kind), in step order
 MAIN_CANDIDATES = {"reader": "unit-reader", **{n: "local" for n in LM_ROUTERS}}
