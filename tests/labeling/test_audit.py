@@ -84,3 +84,37 @@ def test_bad_records_name_the_file_and_line(tmp_path):
     assert main([f"data={bad}", f"output_dir={tmp_path / 'a'}"]) != 0
     with pytest.raises(Exception, match=r"bad.jsonl:1 .*missing field 'question'"):
         audit(AuditConfig(data=str(bad), output_dir=str(tmp_path / "b")))
+
+
+def test_audit_stage_on_the_shipped_example_with_a_judge_endpoint(tmp_path, capsys, monkeypatch):
+    """The stage as a user runs it: label the shipped example, then audit it with a judge behind an
+    OpenAI-compatible endpoint (scripted here: sufficient when a summary holds the gold answer's words)."""
+    from labeling.config import LabelConfig
+    from labeling.roles import Roles
+    from labeling.run import run as label_run
+    from tests.helpers.fake_openai import fake_openai
+    from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder
+    from tiermem.config import from_dict
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    run_dir = tmp_path / "label"
+    cfg = from_dict(LabelConfig, {"output_dir": str(run_dir), "data_path": str(EXAMPLE_PATH), "label_rule":
+                                  "evidence", "generate_answers": False, "memory": {**SMALL_MEMORY, "max_rounds": 1}})
+    label_run(cfg, Roles({}, need_answerer=False), embedder=HashEmbedder())
+
+    def judge(messages):
+        user = messages[-1]["content"]
+        gold = user.split("Gold answer: ")[1].split("\n")[0]
+        summaries = user.split("Summaries:\n")[1].lower()
+        return json.dumps({"sufficient": all(w in summaries for w in gold.lower().split()), "reason": "scripted"})
+
+    monkeypatch.setenv("FAKE_KEY", "x")
+    with fake_openai(judge) as base_url:
+        rc = main([f"data={run_dir}", f"output_dir={tmp_path / 'audit'}", "n=8", "judge.backend=openai",
+                   "judge.model=fake", f"judge.base_url={base_url}", "judge.api_key_env=FAKE_KEY",
+                   "judge.structured=none"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    summary = json.loads((tmp_path / "audit" / "summary.json").read_text())
+    assert summary["sampled"] == 8 and summary["judge"]["judged"] == 8
+    assert f"Cohen's kappa {summary['judge']['cohen_kappa']}" in out.splitlines()[0]
