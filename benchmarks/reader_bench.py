@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import PeakRSS, ratio, table, time_call
-from benchmarks.router_bench import RouterBenchConfig, router_inputs
+from benchmarks.router_bench import RouterBenchConfig, load_lm, router_inputs
 
 
 @dataclass
@@ -46,19 +46,13 @@ def _reader(cfg: ReaderBenchConfig) -> tuple[Any, str]:
 
 def run(cfg: ReaderBenchConfig) -> dict[str, Any]:
     from serving.routers.local import LocalRouter
-    from tiermem.models import load_causal_lm
 
     questions, summaries, source = router_inputs(RouterBenchConfig(data=cfg.data, split=cfg.split,
                                                                    n_prompts=cfg.n_prompts))
     with PeakRSS() as reader_mem:
         unit_reader, reader_name = _reader(cfg)
     with PeakRSS() as lm_mem:
-        if cfg.lm_router:
-            loaded = LocalRouter.load(cfg.lm_router)
-            model, tokenizer, meta, lm_name = loaded.model, loaded.tokenizer, loaded.meta, cfg.lm_router
-        else:
-            model, tokenizer = load_causal_lm(cfg.model)
-            meta, lm_name = None, f"{cfg.model} (untrained: speed only)"
+        model, tokenizer, meta, lm_name = load_lm(cfg.lm_router, cfg.model)
     rows, results = [], {}
     for bs in cfg.batch_sizes:
         # a sequence router without its signal head: the LM forward pass alone, the floor of its contract

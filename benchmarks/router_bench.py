@@ -57,18 +57,24 @@ def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str
     return questions, summaries, f"{len(questions)} questions from {cfg.data_path or 'the sample'} (fewer than asked)"
 
 
+def load_lm(router: str | None, model: str) -> tuple[Any, Any, Any, str]:
+    """(model, tokenizer, meta, name) of a trained LM router directory, or of the untrained base model."""
+    from serving.routers.local import LocalRouter
+    from tiermem.models import load_causal_lm
+
+    if router:
+        loaded = LocalRouter.load(router)
+        return loaded.model, loaded.tokenizer, loaded.meta, router
+    lm, tokenizer = load_causal_lm(model)
+    return lm, tokenizer, None, f"{model} (untrained: speed only)"
+
+
 def run(cfg: RouterBenchConfig) -> dict[str, Any]:
     from serving.routers.local import LocalRouter
     from tiermem import contract
-    from tiermem.models import load_causal_lm
 
     with PeakRSS() as load_mem:
-        if cfg.router:
-            loaded = LocalRouter.load(cfg.router)
-            model, tokenizer, meta, name = loaded.model, loaded.tokenizer, loaded.meta, cfg.router
-        else:
-            model, tokenizer = load_causal_lm(cfg.model)
-            meta, name = None, f"{cfg.model} (untrained: speed only)"
+        model, tokenizer, meta, name = load_lm(cfg.router, cfg.model)
     questions, summaries, source = router_inputs(cfg)
     routers = {
         (mode, cache, bs): LocalRouter(model, tokenizer, meta=meta, mode=mode, prefix_cache=cache, batch_size=bs,

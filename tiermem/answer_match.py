@@ -281,15 +281,16 @@ _NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60
                       "once": "1 time", "twice": "2 times", "thrice": "3 times"})
 _ORDINAL_WORDS = {w: f"{i}th" for i, w in enumerate(
     "zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split())}
-_NUMBERS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _NUMBER_WORDS | _ORDINAL_WORDS), key=len,
-                                                reverse=True)) + r")\b", re.IGNORECASE)
+_NUMBER_FORMS = _NUMBER_WORDS | _ORDINAL_WORDS
+_NUMBERS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _NUMBER_FORMS), key=len, reverse=True)) + r")\b",
+                      re.IGNORECASE)
 _DIGIT_ORDINAL = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b", re.IGNORECASE)
 
 
 def canonical_numbers(text: str) -> str:
     """Number words as digits ("two" -> 2, "twice" -> 2 times) and every ordinal as '<n>th' ("first", "1st")."""
     text = _DIGIT_ORDINAL.sub(lambda m: f"{m.group(1)}th", text)
-    return _NUMBERS.sub(lambda m: (_NUMBER_WORDS | _ORDINAL_WORDS)[m.group(0).lower()], text)
+    return _NUMBERS.sub(lambda m: _NUMBER_FORMS[m.group(0).lower()], text)
 
 
 # ---- whole answers -------------------------------------------------------------------------------
