@@ -19,6 +19,7 @@ import json
 import logging
 import platform
 import time
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -212,6 +213,10 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     errors = sum(getattr(d, "error", None) is not None for d in decisions)
     if errors:
         notes.append(f"{key}: {errors} router call(s) failed after retries; routed as ESCALATE and counted")
+    clipped = clipped_signals(decisions)
+    if clipped and clipped["n_clipped"]:
+        notes.append(f"{key}: {clipped['n_clipped']} of {clipped['n_decisions']} decision(s) read signals outside the "
+                     f"router's training range, clipped to it (by feature: {clipped['by_feature']})")
     raw_scores = [getattr(d, "score", None) for d in decisions]
     if all(x is not None for x in raw_scores):
         scores: list[float] | None = [float(x) for x in raw_scores]  # type: ignore[arg-type]
@@ -230,7 +235,8 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     preds = [{"router": key, "conv_id": rec.get("conv_id"), "qid": rec["qid"], "label": rec.get("label"),
               "replayed": i < n, "action": d.action, "score": getattr(d, "score", None), "p_escalate": d.p_escalate,
               "reason": d.reason, "parsed_ok": d.parsed_ok, "latency_s": d.latency_s,
-              "prompt_tokens": d.prompt_tokens, "error": getattr(d, "error", None)}
+              "prompt_tokens": d.prompt_tokens, "error": getattr(d, "error", None),
+              "clipped": getattr(d, "clipped", None)}
              for i, (rec, d) in enumerate(zip(routed, decisions, strict=True))]
     threshold_used = threshold_logit if threshold_logit is not None else getattr(router, "threshold_logit", None)
     output = eval_analysis.RouterOutput(key, escalate, scores, probs, rtok)
@@ -249,7 +255,18 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
                            "criterion": point.get("criterion")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
             "errors": errors, "threshold_logit": threshold_used, "operating_points": points,
-            "score_parts": score_part_auroc(routed, decisions)}
+            "score_parts": score_part_auroc(routed, decisions), "clipped": clipped}
+
+
+def clipped_signals(decisions: Sequence[Decision]) -> dict[str, Any] | None:
+    """How many decisions read a signal outside the router's training range (clipped to it), by feature; None for
+    a router that reads no signals."""
+    lists = [getattr(d, "clipped", None) for d in decisions]
+    if all(c is None for c in lists):
+        return None
+    by_feature = Counter(name for c in lists if c for name in c)
+    return {"n_decisions": len(lists), "n_clipped": sum(bool(c) for c in lists),
+            "by_feature": dict(sorted(by_feature.items()))}
 
 
 def score_part_auroc(records: Sequence[dict[str, Any]], decisions: Sequence[Decision]) -> dict[str, Any] | None:
@@ -352,6 +369,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     for key in points:  # the same scores as their router's row: one ranking entry is enough
         report["ranking"].pop(key, None)
     report["score_parts"] = {k: r["score_parts"] for k, r in runs.items() if r["score_parts"]}
+    report["clipped_signals"] = {k: r["clipped"] for k, r in runs.items() if r["clipped"]}
     report["per_conversation"] = eval_analysis.per_conversation_auroc(
         [*cases, *case_set.unreplayable], [*clusters, *held_clusters], [r["output"] for r in runs.values()])
     return report, predictions

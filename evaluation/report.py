@@ -187,6 +187,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         out += [f"| {name} | {_fmt(v['alone'])} | {_fmt(v['without'])} |" for name, v in parts.items()
                 if isinstance(v, dict)]
         out.append("")
+    clipped = report.get("clipped_signals") or {}
+    if clipped:
+        out += ["### Signals outside the training range (clipped to it before the model reads them)", "",
+                "| router | decisions | clipped | by feature |", "|---|---|---|---|"]
+        out += [f"| {POLICY_TITLES.get(k, k)} | {c['n_decisions']} | {c['n_clipped']} | "
+                + (", ".join(f"{n} {m}" for n, m in c["by_feature"].items()) or "-") + " |" for k, c in clipped.items()]
+        out.append("")
     points = meta.get("operating_points") or {}
     if points:
         out += ["Rows `name@point` are the same router at another calibrated threshold (calibrate's "

@@ -84,13 +84,20 @@ class SignalHead(torch.nn.Module):
         self.template = init
         self.register_buffer("mean", torch.tensor(init.mean, dtype=torch.float32))
         self.register_buffer("scale", torch.tensor(init.scale, dtype=torch.float32))
+        # the training range serving clips to (LogisticModel.clip), applied here too so training reads what serving
+        # reads (an augmented row may lie outside the natural rows' range)
+        lo, hi = (init.train_min, init.train_max) if init.train_min is not None else ([-math.inf] * len(init.mean),
+                                                                                       [math.inf] * len(init.mean))
+        self.register_buffer("lo", torch.tensor(lo, dtype=torch.float32))
+        self.register_buffer("hi", torch.tensor(hi, dtype=torch.float32))
         self.linear = torch.nn.Linear(len(init.weights), 1)
         with torch.no_grad():
             self.linear.weight.copy_(torch.tensor([init.weights], dtype=torch.float32))
             self.linear.bias.fill_(float(init.bias))
 
     def forward(self, signals: torch.Tensor) -> torch.Tensor:
-        return self.linear((signals.float() - self.mean) / self.scale).squeeze(-1)
+        inside = torch.minimum(torch.maximum(signals.float(), self.lo), self.hi)
+        return self.linear((inside - self.mean) / self.scale).squeeze(-1)
 
     def to_logistic(self) -> LogisticModel:
         return dataclasses.replace(self.template, weights=[float(w) for w in self.linear.weight[0].tolist()],

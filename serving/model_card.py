@@ -68,8 +68,45 @@ def _ci(value: float | None, interval: Interval | None) -> str:
 # ---------------------------------------------------------------------------------------------- sections
 
 
-def _data_section(meta: RunMeta) -> str:
-    data = dict(meta.data)
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def travelling_data_name(value: str) -> str:
+    """Training data by what it is, for a card that leaves this machine (never a local path): a hub dataset id as
+    is; a local label dataset by the conversations file its label run read (the config.yaml the label stage writes
+    beside `dataset/`), else by its own name."""
+    import yaml
+
+    path = Path(value)
+    if not path.exists() and HUB_ID.match(value):
+        return value
+    config = path.parent / "config.yaml"
+    source = None
+    if config.is_file():
+        try:
+            loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError):
+            loaded = None
+        source = loaded.get("data_path") if isinstance(loaded, dict) else None
+    if isinstance(source, str) and source:
+        return f"label dataset of {Path(source).name}"
+    return f"local label dataset {path.name}"
+
+
+def without_local_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """A metadata table for a card that travels: the training data by what it is, the router a run continued from
+    by its run's name, the output directory left out (each a path on the machine that trained)."""
+    out = {k: v for k, v in values.items() if k != "output_dir"}
+    for key in ("data", "dataset"):
+        if isinstance(out.get(key), str):
+            out[key] = travelling_data_name(out[key])
+    if isinstance(out.get("router"), str) and (Path(out["router"]).exists() or not HUB_ID.match(out["router"])):
+        out["router"] = f"local run {Path(out['router']).name}"
+    return out
+
+
+def _data_section(meta: RunMeta, local: bool = True) -> str:
+    data = dict(meta.data) if local else without_local_paths(meta.data)
     rules = data.get("label_rules") or []
     lines = [_table(data), ""]
     lines.append("Labels are hindsight labels: ANSWER when the summary-only path was right, ESCALATE when only the "
@@ -198,8 +235,8 @@ def _eval_results(meta: RunMeta) -> list[Any] | None:
     return out or None
 
 
-def _calibration_section(meta: RunMeta) -> str:
-    cal = meta.calibration
+def _calibration_section(meta: RunMeta, local: bool = True) -> str:
+    cal = meta.calibration if local or not meta.calibration else without_local_paths(meta.calibration)
     if not cal:
         return ("Not calibrated: the default threshold_logit 0 (threshold_prob 0.5, the argmax) applies (run "
                 "`make calibrate`).")
@@ -322,11 +359,12 @@ Tier-2 raw pages (bounded multi-hop research, then answer).
 
 ## Training data and label rule
 
-{_data_section(meta)}
+{_data_section(meta, local=repo_id is None)}
 
 ## Training configuration
 
-{_table({k: v for k, v in meta.training.items() if not isinstance(v, dict | list)})}
+{_table({k: v for k, v in (meta.training if repo_id is None else without_local_paths(meta.training)).items()
+         if not isinstance(v, dict | list)})}
 {_rewards_section(meta)}
 ## Training and validation metrics
 
@@ -338,7 +376,7 @@ Tier-2 raw pages (bounded multi-hop research, then answer).
 
 ## Calibration
 
-{_calibration_section(meta)}
+{_calibration_section(meta, local=repo_id is None)}
 
 {_score_section(meta)}
 

@@ -3,7 +3,9 @@
 POST /route {question, summaries: [{text, date, score?}], threshold_prob? | threshold_logit?} -> the Decision as JSON
      (`threshold_prob` is a probability, `threshold_logit` log-odds; the router decides score >= threshold_logit;
      `score` is the retrieval score the top1-score and features routers read)
-GET  /health                                                   -> router kind, contract version, threshold
+GET  /health                                                   -> router kind, contract version, threshold, and
+                                                                  how many decisions clipped a signal to the
+                                                                  router's training range
 POST /v1/chat/completions                                      -> OpenAI-style greedy completion from the router
                                                                   model (with token log-probs), so RemoteRouter and
                                                                   other OpenAI clients can talk to it
@@ -342,12 +344,16 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
             body["error_id"] = exc.error_id
         return JSONResponse(body, status_code=exc.status)
 
+    # /route decisions since start, and how many read a signal outside the router's training range (clipped)
+    served = {"decisions": 0, "clipped": 0}
+
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "router": router.kind, "mode": getattr(router, "mode", None),
                 "contract_version": contract.CONTRACT_VERSION, "threshold_logit": router.threshold_logit,
                 "threshold_prob": sigmoid(router.threshold_logit),
-                "base_model": meta.base_model if meta else None, "chat_passthrough": _chat_enabled()}
+                "base_model": meta.base_model if meta else None, "chat_passthrough": _chat_enabled(),
+                "route_decisions": served["decisions"], "route_decisions_clipped": served["clipped"]}
 
     def _chat_enabled() -> bool:
         return cfg.chat_passthrough and hasattr(router, "generate")
@@ -357,7 +363,10 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
         question, summaries, threshold = validate_route_request(
             await read_json(request), cfg, getattr(router, "top_k", None),
             tuple(getattr(router, "summary_fields", ())), str(getattr(router, "kind", "loaded")))
-        return asdict(await run_in_threadpool(_submit, route_lane, (question, summaries, threshold)))
+        decision = await run_in_threadpool(_submit, route_lane, (question, summaries, threshold))
+        served["decisions"] += 1  # counted on the event loop: one coroutine at a time, no lock needed
+        served["clipped"] += bool(decision.clipped)
+        return asdict(decision)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict[str, Any]:

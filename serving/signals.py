@@ -7,12 +7,15 @@ with the summaries, the question's form (when / how many / list-like / yes-no / 
 length, whether any summary is dated.
 
 `LogisticModel` is a linear model on standardized features (log-odds of ESCALATE); `fit_logistic` fits one by
-Newton's method (numpy, L2). The signal head is stored in the same format (`signal_head.json`).
+Newton's method (numpy, L2). The signal head is stored in the same format (`signal_head.json`). A linear model
+extrapolates without bound, so every feature is clipped to the range seen in the training rows before it is read,
+and the routers report which features were clipped (Decision.clipped).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Sequence
@@ -26,6 +29,8 @@ from tiermem.artifacts import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401
 from tiermem.errors import ConfigError, DataError, RouterLoadError
 from tiermem.safe_io import write_atomic
 from tiermem.words import SIGNAL_STOPWORDS, strip_plural, tokens
+
+log = logging.getLogger(__name__)
 
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
 
@@ -132,6 +137,10 @@ class LogisticModel:
     class_weight: str
     n_train: int
     train_escalate_share: float
+    # Each feature's smallest and largest value in the training rows; serve-time values are clipped to them.
+    # None (both): no range recorded, nothing is clipped (read_logistic warns).
+    train_min: list[float] | None = None
+    train_max: list[float] | None = None
 
     def validate(self, where: str | Path = FEATURE_MODEL_FILE) -> None:
         """Every field typed and range-checked, so a loaded model scores finite log-odds for any finite features;
@@ -166,14 +175,42 @@ class LogisticModel:
             raise bad("n_train", f"must be a positive integer, got {self.n_train!r}")
         if not finite(self.train_escalate_share) or not 0.0 <= self.train_escalate_share <= 1.0:
             raise bad("train_escalate_share", f"must be in [0, 1], got {self.train_escalate_share!r}")
+        if (self.train_min is None) != (self.train_max is None):
+            raise bad("train_min" if self.train_min is None else "train_max",
+                      "must be given with its partner (train_min and train_max: the training range, or neither)")
+        if self.train_min is not None:
+            for name in ("train_min", "train_max"):
+                values = getattr(self, name)
+                if not isinstance(values, list) or len(values) != n or not all(finite(v) for v in values):
+                    raise bad(name, f"must be a list of {n} finite numbers (one per feature)")
+            inverted = [i for i in range(n) if self.train_min[i] > self.train_max[i]]
+            if inverted:
+                raise bad("train_min", f"exceeds train_max for features {[self.feature_names[i] for i in inverted]}")
+
+    def clip(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`x` clipped to the training range, and a mask (same shape) of the entries that were clipped."""
+        x = np.asarray(x, dtype=np.float64)
+        if self.train_min is None or self.train_max is None:
+            return x, np.zeros(x.shape, dtype=bool)
+        inside = np.clip(x, np.asarray(self.train_min), np.asarray(self.train_max))
+        return inside, inside != x
+
+    def clipped_features(self, x: np.ndarray, skip: Sequence[str] = ()) -> list[list[str]]:
+        """Per row, the features that were outside the training range and carry weight (a weight-0 feature's
+        clipping changes nothing); `skip`: features a router does not read in this mode."""
+        _, mask = self.clip(x)
+        names = [(i, n) for i, n in enumerate(self.feature_names) if self.weights[i] != 0.0 and n not in skip]
+        return [[n for i, n in names if row[i]] for row in mask]
+
+    def standardized(self, x: np.ndarray) -> np.ndarray:
+        return (self.clip(x)[0] - np.asarray(self.mean)) / np.asarray(self.scale)
 
     def log_odds(self, x: np.ndarray) -> np.ndarray:
-        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
-        return z @ np.asarray(self.weights, dtype=np.float64) + self.bias
+        return self.standardized(x) @ np.asarray(self.weights, dtype=np.float64) + self.bias
 
     def contributions(self, x: np.ndarray) -> dict[str, np.ndarray]:
         """Each FEATURE_GROUPS group's share of the log-odds per row (bias left out): they sum to log_odds - bias."""
-        z = (x - np.asarray(self.mean)) / np.asarray(self.scale) * np.asarray(self.weights, dtype=np.float64)
+        z = self.standardized(x) * np.asarray(self.weights, dtype=np.float64)
         index = {name: i for i, name in enumerate(self.feature_names)}
         return {group: z[:, [index[n] for n in names if n in index]].sum(axis=1)
                 for group, names in FEATURE_GROUPS.items()}
@@ -212,7 +249,8 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, class_weight: st
         if np.max(np.abs(step)) < 1e-10:
             break
     return LogisticModel(list(feature_names), mean.tolist(), scale.tolist(), beta[:-1].tolist(), float(beta[-1]),
-                         l2, class_weight, len(y), float(n_pos / len(y)))
+                         l2, class_weight, len(y), float(n_pos / len(y)), x.min(axis=0).tolist(),
+                         x.max(axis=0).tolist())
 
 
 def save_logistic(path: str | Path, model: LogisticModel) -> Path:
@@ -229,4 +267,7 @@ def read_logistic(path: str | Path) -> LogisticModel:
     except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
         raise RouterLoadError(f"{path}: not a fitted feature model: {exc}") from None
     model.validate(path)
+    if model.train_min is None:
+        log.warning("%s: no training range recorded (train_min/train_max): signals are not clipped, so a value "
+                    "beyond what the model was fitted on is extrapolated; refit to record it", path)
     return model

@@ -135,6 +135,131 @@ def test_the_same_qid_in_two_conversations_is_no_duplicate(tmp_path):
     assert len(load_split(_records(tmp_path, rows), "validation")) == len(rows)
 
 
+# ---- 1: a signal inside its meaning but outside what the router was trained on is clipped, counted, reported -------
+
+def _narrow_feature_router() -> Any:
+    """A features router fitted on retrieval scores in [0.2, 0.6] only: a higher score is beyond its training."""
+    import numpy as np
+
+    from serving.routers.features import FeatureRouter
+    from serving.signals import feature_matrix, fit_logistic
+
+    questions = [f"When did Ada move to city {i}?" for i in range(20)]
+    summaries = [[{"text": f"Ada moved to city {i}.", "date": None, "score": 0.2 + 0.4 * i / 19}] for i in range(20)]
+    y = np.array([1.0 if i < 10 else 0.0 for i in range(20)])  # a low score: escalate
+    return FeatureRouter(fit_logistic(feature_matrix(questions, summaries), y))
+
+
+def _one(score: float) -> list[dict[str, Any]]:
+    return [{"text": "Ada moved to city 3.", "date": None, "score": score}]
+
+
+def test_a_signal_beyond_the_training_range_is_clipped_to_it_and_named_in_the_decision():
+    router = _narrow_feature_router()
+    assert router.model.train_min[0] == pytest.approx(0.2) and router.model.train_max[0] == pytest.approx(0.6)
+    q = "When did Ada move to city 3?"
+    edge, beyond, far, inside = (router.route(q, _one(s)) for s in (0.6, 0.95, 1.0, 0.4))
+    # a linear model would extrapolate the score 0.95 to a far surer ANSWER; clipped, it reads 0.6
+    assert beyond.score == pytest.approx(edge.score) and far.score == pytest.approx(edge.score)
+    assert set(beyond.clipped) == {"top1", "mean_score"} and edge.clipped == [] and inside.clipped == []
+    low = router.route(q, _one(-0.9))
+    assert low.score == pytest.approx(router.route(q, _one(0.2)).score) and "top1" in low.clipped
+
+
+def test_a_weightless_or_skipped_feature_is_clipped_but_not_reported():
+    import numpy as np
+
+    from serving.signals import LogisticModel
+
+    model = LogisticModel(["a", "b"], [0.0, 0.0], [1.0, 1.0], [1.0, 0.0], 0.0, 1.0, "balanced", 4, 0.5,
+                          [0.0, 0.0], [1.0, 1.0])
+    x = np.array([[2.0, 5.0], [0.5, 0.5]])
+    assert model.log_odds(x).tolist() == [1.0, 0.5]
+    assert model.clipped_features(x) == [["a"], []]  # b is clipped too, but weighs nothing
+    assert model.clipped_features(x, skip=("a",)) == [[], []]
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"train_max": None}, "field 'train_max' must be given with its partner"),
+    ({"train_min": [0.0]}, "field 'train_min' must be a list of 2 finite numbers"),
+    ({"train_max": [1.0, float("nan")]}, "field 'train_max' must be a list of 2 finite numbers"),
+    ({"train_min": [2.0, 0.0]}, "field 'train_min' exceeds train_max for features ['a']"),
+])
+def test_a_saved_training_range_is_checked_at_load_naming_the_field(tmp_path, edit, needle):
+    from serving.signals import read_logistic
+    from tiermem.errors import RouterLoadError
+
+    fields = {"feature_names": ["a", "b"], "mean": [0.0, 0.0], "scale": [1.0, 1.0], "weights": [1.0, 1.0],
+              "bias": 0.0, "l2": 1.0, "class_weight": "balanced", "n_train": 4, "train_escalate_share": 0.5,
+              "train_min": [0.0, 0.0], "train_max": [1.0, 1.0], **edit}
+    path = tmp_path / "feature_model.json"
+    path.write_text(json.dumps(fields))
+    with pytest.raises(RouterLoadError, match=None) as exc:
+        read_logistic(path)
+    assert str(path) in str(exc.value) and needle in str(exc.value)
+
+
+def test_a_model_saved_without_a_training_range_loads_with_a_warning_and_clips_nothing(tmp_path, caplog):
+    import numpy as np
+
+    from serving.signals import read_logistic
+
+    path = tmp_path / "feature_model.json"
+    path.write_text(json.dumps({"feature_names": ["a"], "mean": [0.0], "scale": [1.0], "weights": [2.0], "bias": 0.0,
+                                "l2": 1.0, "class_weight": "balanced", "n_train": 4, "train_escalate_share": 0.5}))
+    with caplog.at_level("WARNING"):
+        model = read_logistic(path)
+    assert "no training range recorded" in caplog.text and str(path) in caplog.text
+    assert model.log_odds(np.array([[10.0]])).tolist() == [20.0] and model.clipped_features(np.array([[10.0]])) == [[]]
+
+
+def test_the_trained_signal_head_clips_as_serving_does():
+    import numpy as np
+    import torch
+
+    from router_train.objectives import SignalHead
+
+    model = _narrow_feature_router().model
+    from serving.signals import feature_matrix
+
+    x = feature_matrix(["When did Ada move to city 3?"] * 3, [_one(0.95), _one(-0.5), _one(0.4)])
+    head = SignalHead(model)
+    trained = head(torch.tensor(x, dtype=torch.float32)).detach().numpy()
+    assert np.allclose(trained, model.log_odds(x), atol=1e-4)
+
+
+def test_route_responses_name_the_clipped_signals_and_health_counts_them():
+    client = _client(_narrow_feature_router())
+    q = '"When did Ada move to city 3?"'  # as long as the training questions (q_words is a signal too)
+    beyond = client.post("/route", content=_body("0.95", question=q))
+    inside = client.post("/route", content=_body("0.4", question=q))
+    assert beyond.status_code == inside.status_code == 200, (beyond.text, inside.text)
+    assert "top1" in beyond.json()["clipped"] and inside.json()["clipped"] == []
+    health = client.get("/health").json()
+    assert health["route_decisions"] == 2 and health["route_decisions_clipped"] == 1
+
+
+def test_eval_counts_and_reports_the_decisions_that_clipped_a_signal(tmp_path):
+    run = _narrow_feature_router().save(tmp_path / "features")
+    rows = _rows("test")
+    for r in rows:  # questions and summaries like the training rows, scores inside their range
+        r["question"], r["router_summaries"][0]["score"] = "When did Ada move to city 3?", 0.5
+        r["router_summaries"][0].update(text="Ada moved to city 3.", date=None)
+    rows[0]["router_summaries"][0]["score"] = 0.99  # beyond the router's training range
+    rows[1]["router_summaries"][0]["score"] = 0.4
+    out = tmp_path / "eval"
+    assert cli.main(["eval", f"router={run}", f"data={_records(tmp_path, rows, 'test.jsonl')}", "split=test",
+                     f"output_dir={out}", "bootstrap.n_boot=0", "sweep=false"]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    clipped = report["clipped_signals"]["routed"]
+    assert clipped == {"n_decisions": 6, "n_clipped": 1, "by_feature": {"mean_score": 1, "top1": 1}}
+    preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert "top1" in next(p for p in preds if p["qid"] == "q0")["clipped"]
+    assert next(p for p in preds if p["qid"] == "q1")["clipped"] == []
+    md = (out / "eval.md").read_text()
+    assert "### Signals outside the training range" in md and "read signals outside the router's training range" in md
+
+
 # ---- 1, 5: /route numbers and text, checked at the boundary ---------------------------------------------------
 
 def _client(router: Any = None) -> Any:
@@ -378,6 +503,8 @@ def test_eval_on_other_data_is_listed_beside_the_evaluation_of_record_and_never_
     header, pushed_eval = pushed.split("\n---\n", 1)[0], pushed.split("## Evaluation", 1)[1].split("## Calib", 1)[0]
     # no local path travels with a pushed card's evaluations: data named by what it is
     assert str(tmp_path) not in header and str(tmp_path) not in pushed_eval and "full report" not in pushed_eval
+    # nor with the rest of it: the training data by what it is, no output directory
+    assert str(tmp_path) not in pushed and "| data | local label dataset dataset |" in pushed
     assert "model-index:" in pushed and pushed.count("dataset:\n") == 3  # the record first, then the others
     assert pushed.index(of_record.dataset) < pushed.index("my_questions.jsonl")
 

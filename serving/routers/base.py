@@ -42,6 +42,9 @@ class Decision:
     # what the score is made of, when it has parts (an LM router with a signal head: "text" is the LM's margin,
     # "signals: <group>" each feature group's share of the head; they sum to score minus the head's bias)
     score_parts: dict[str, float] | None = None
+    # the signals that were outside the range the router was trained on and were clipped to it (feature names);
+    # None when the router reads no signals
+    clipped: list[str] | None = None
 
 
 def sigmoid(x: float) -> float:

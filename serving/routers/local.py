@@ -263,22 +263,23 @@ class LocalRouter(Router):
                 rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
                         for q, s in zip(qs, ss, strict=True)]
                 margins = self._score(rows)
-            heads, parts = [0.0] * len(rows), [None] * len(rows)
+            heads, parts, clipped = [0.0] * len(rows), [None] * len(rows), [None] * len(rows)
             if self.signal_head is not None:
                 x = feature_matrix(qs, ss)
                 heads = self.head_log_odds(x)
+                clipped = self.signal_head.clipped_features(x)
                 groups = self.signal_head.contributions(x)
                 parts = [{"text": self.text_weight * m, **{f"signals: {g}": float(v[i]) for g, v in groups.items()}}
                          for i, m in enumerate(margins)]
             dt = (time.perf_counter() - started) / len(rows)
-            for m, h, part, row in zip(margins, heads, parts, rows, strict=True):
+            for m, h, part, row, clip in zip(margins, heads, parts, rows, clipped, strict=True):
                 score = (self.text_weight * m + h) if self.signal_head is not None else m
                 action = decide(score, threshold_logit)
                 why = (f"log-odds {score:.3f} (text {self.text_weight:g} x {m:.3f} + signals {h:.3f})"
                        if self.signal_head is not None
                        else f"log-odds {score:.3f}")
                 out.append(Decision(action, sigmoid(score), f"{why} vs threshold {threshold_logit:.3f}", True, dt,
-                                    len(row), score=score, score_parts=part))
+                                    len(row), score=score, score_parts=part, clipped=clip))
         return out
 
     # -- generate path -----------------------------------------------------------------------------

@@ -129,11 +129,14 @@ class RemoteRouter(Router):
             parsed = contract.parse(choice.message.content or "")
             if margin is not None:
                 self.used["logprobs"] += 1
+                clipped = None
                 if self.signal_head is not None:
-                    margin = self.text_weight * margin + float(
-                        self.signal_head.log_odds(feature_matrix([question], [summaries]))[0])
+                    x = feature_matrix([question], [summaries])
+                    margin = self.text_weight * margin + float(self.signal_head.log_odds(x)[0])
+                    clipped = self.signal_head.clipped_features(x)[0]
                 action = decide(margin, threshold_logit)
-                return Decision(action, sigmoid(margin), parsed.reason, True, dt, tokens, score=margin)
+                return Decision(action, sigmoid(margin), parsed.reason, True, dt, tokens, score=margin,
+                                clipped=clipped)
             if self.signal_head is not None:  # no margin to add the head to: never a decision without it
                 raise RuntimeError("the endpoint returned no log-probs for both actions at the decision position; "
                                    "a router with a signal head needs them (vLLM: logprobs=True, top_logprobs>=2)")

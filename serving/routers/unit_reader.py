@@ -125,7 +125,7 @@ def head_matrix(questions: Sequence[str], summaries: Sequence[Summaries], logits
 
 def head_parts(head: LogisticModel, x: np.ndarray, text_weight: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(score, parts): parts are "text" (weighted) and each signal group's share; score = bias + their sum."""
-    z = (x - np.asarray(head.mean)) / np.asarray(head.scale) * np.asarray(head.weights, dtype=np.float64)
+    z = head.standardized(x) * np.asarray(head.weights, dtype=np.float64)
     index = {name: i for i, name in enumerate(head.feature_names)}
     parts = {"text": text_weight * z[:, [i for n, i in index.items() if n not in FEATURES]].sum(axis=1)}
     for group, names in FEATURE_GROUPS.items():
@@ -162,16 +162,18 @@ class UnitReaderRouter(ScoreRouter):
         return cls.load(spec.path, threshold_logit=spec.threshold_logit)
 
     def score_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]
-                    ) -> tuple[list[float], list[dict[str, float]]]:
-        """The one scorer: log-odds of ESCALATE per question and what it is made of. With text weight 0 the reader
-        is not run (the decision is the signals')."""
+                    ) -> tuple[list[float], list[dict[str, float]], list[list[str]]]:
+        """The one scorer: log-odds of ESCALATE per question, what it is made of, and the head's inputs clipped to
+        the training range. With text weight 0 the reader is not run (the decision is the signals')."""
         check_lengths(questions, summaries)
         if not len(questions):
-            return [], []
+            return [], [], []
         logits = (unit_logits(self.reader, questions, summaries) if self.text_weight
                   else [[NO_UNIT_LOGIT] * len(s) for s in summaries])
-        score, parts = head_parts(self.head, head_matrix(questions, summaries, logits, self.pooling), self.text_weight)
-        return score.tolist(), [{k: float(v[i]) for k, v in parts.items()} for i in range(len(questions))]
+        x = head_matrix(questions, summaries, logits, self.pooling)
+        score, parts = head_parts(self.head, x, self.text_weight)
+        clipped = self.head.clipped_features(x, skip=() if self.text_weight else POOLINGS[self.pooling])
+        return score.tolist(), [{k: float(v[i]) for k, v in parts.items()} for i in range(len(questions))], clipped
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
         return self.score_parts(questions, summaries)[0]
@@ -180,10 +182,11 @@ class UnitReaderRouter(ScoreRouter):
         check_lengths(questions, summaries)
         t = self._threshold_logit(threshold_logit)
         started = time.perf_counter()
-        scores, parts = self.score_parts(questions, summaries)
+        scores, parts, clipped = self.score_parts(questions, summaries)
         dt = (time.perf_counter() - started) / max(len(scores), 1)
         return [Decision(decide(s, t), sigmoid(s), f"log-odds {s:.3f} (text {p['text']:.3f}) vs threshold {t:.3f}",
-                         True, dt, 0, score=s, score_parts=p) for s, p in zip(scores, parts, strict=True)]
+                         True, dt, 0, score=s, score_parts=p, clipped=c)
+                for s, p, c in zip(scores, parts, clipped, strict=True)]
 
     def save(self, run_dir: str | Path, data: dict[str, Any], metrics: dict[str, Any],
              extra: dict[str, Any]) -> Path:
