@@ -27,7 +27,9 @@ from benchmarks.router_bench import RouterBenchConfig  # noqa: E402
 from benchmarks.server_bench import ServerBenchConfig  # noqa: E402
 from benchmarks.training_bench import TrainingBenchConfig  # noqa: E402
 from tiermem.config import ConfigError, parse_cli  # noqa: E402
+from tiermem.errors import HelpShown  # noqa: E402
 from tiermem.rundir import RunDirError, claimed_output_dir  # noqa: E402
+from tiermem.safe_io import write_atomic  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "bench" / "default.yaml"
 
@@ -87,7 +89,7 @@ def _run(cfg: BenchConfig) -> dict[str, Any]:
             report[name] = {"skipped": "disabled in config"}
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_atomic(out / "bench.json", json.dumps(report, indent=2, default=str) + "\n")  # never through a link
     print(f"\n{machine_line(machine)}\nresults: {out / 'bench.json'}")
     return report
 
@@ -95,6 +97,10 @@ def _run(cfg: BenchConfig) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_cli(BenchConfig, list(sys.argv[1:] if argv is None else argv), default_config=DEFAULT_CONFIG)
+    except HelpShown as shown:  # `make bench ARGS=--help`: every key with its default and help text, as each stage
+        # not a tiermem-router stage: the usage line names how the bench is really run
+        print(shown.render("bench").replace("tiermem-router bench", "python benchmarks/run.py", 1))
+        return 0
     except (ConfigError, FileNotFoundError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2

@@ -34,3 +34,13 @@ def test_table_and_ratio():
     text = table(["a", "b"], [["x", 1.23456], ["yy", None]])
     assert text.splitlines()[0].startswith("a ") and "1.23" in text and "n/a" in text
     assert ratio(4.0, 2.0) == 2.0 and ratio(1.0, 0.0) is None and ratio(None, 1.0) is None
+
+
+def test_bench_help_lists_every_section_key_and_exits_0(capsys):
+    from benchmarks.run import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python benchmarks/run.py [--config PATH")
+    for key in ("router.n_prompts", "reader.enabled", "training.variants", "output_dir"):
+        assert key in out, key
