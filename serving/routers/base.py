@@ -185,11 +185,20 @@ class ScoreRouter(Router):
         self.run_dir: Path | None = None  # the directory it was loaded from, if any
         self.meta: RunMeta | None = None
 
+    def scored(self, questions: Sequence[str], summaries: Sequence[Summaries]
+               ) -> tuple[list[float], list[dict[str, float]] | None, list[list[str]] | None]:
+        """(scores, what each is made of, the signals clipped in each): routers with parts or signals override
+        this, the rest only `score()`."""
+        return self.score(questions, summaries), None, None
+
     def route_batch(self, questions, summaries, threshold_logit=None):
         check_lengths(questions, summaries)
         t = self._threshold_logit(threshold_logit)
         started = time.perf_counter()
-        scores = self.score(questions, summaries)
+        scores, parts, clipped = self.scored(questions, summaries)
         dt = (time.perf_counter() - started) / max(len(scores), 1)
+        parts, clipped = parts or [None] * len(scores), clipped or [None] * len(scores)
         return [Decision(decide(s, t), sigmoid(s) if self.probabilistic else None,
-                         f"{self.kind} score {s:.3f} vs threshold {t:.3f}", True, dt, 0, score=s) for s in scores]
+                         f"{self.kind} score {s:.3f}" + (f" (text {p['text']:.3f})" if p and "text" in p else "")
+                         + f" vs threshold {t:.3f}", True, dt, 0, score=s, score_parts=p, clipped=c)
+                for s, p, c in zip(scores, parts, clipped, strict=True)]

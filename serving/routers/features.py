@@ -4,20 +4,11 @@ training: router_train/fit_features.py (`tiermem-router fit-features`)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from serving.routers.base import (
-    Decision,
-    ScoreRouter,
-    Summaries,
-    calibrated_threshold_logit,
-    check_lengths,
-    decide,
-    sigmoid,
-)
+from serving.routers.base import ScoreRouter, Summaries, calibrated_threshold_logit, check_lengths
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
 from serving.signals import FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
 from tiermem.artifacts import FEATURE_MODEL_FILE
@@ -43,25 +34,14 @@ class FeatureRouter(ScoreRouter):
         return cls.load(spec.path, threshold_logit=spec.threshold_logit)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        return self.score_clipped(questions, summaries)[0]
+        return self.scored(questions, summaries)[0]
 
-    def score_clipped(self, questions: Sequence[str], summaries: Sequence[Summaries]
-                      ) -> tuple[list[float], list[list[str]]]:
-        """Log-odds per question, and the features clipped to the training range in each."""
+    def scored(self, questions, summaries):
         check_lengths(questions, summaries)
         if not len(questions):
-            return [], []
+            return [], None, []
         x = feature_matrix(questions, summaries)
-        return self.model.log_odds(x).tolist(), self.model.clipped_features(x)
-
-    def route_batch(self, questions, summaries, threshold_logit=None):
-        check_lengths(questions, summaries)
-        t = self._threshold_logit(threshold_logit)
-        started = time.perf_counter()
-        scores, clipped = self.score_clipped(questions, summaries)
-        dt = (time.perf_counter() - started) / max(len(scores), 1)
-        return [Decision(decide(s, t), sigmoid(s), f"{self.kind} score {s:.3f} vs threshold {t:.3f}", True, dt, 0,
-                         score=s, clipped=c) for s, c in zip(scores, clipped, strict=True)]
+        return self.model.log_odds(x).tolist(), None, self.model.clipped_features(x)
 
     def save(self, run_dir: str | Path, data: dict[str, Any] | None = None,
              metrics: dict[str, Any] | None = None) -> Path:

@@ -8,13 +8,12 @@ pooled, and a logistic head joins them with the serve-time signals into one log-
 The reader is trained on per-unit targets (labeling/unit_targets.py), the head and `text_weight` by
 router_train/unit_reader.py. `score_parts` carries the text part and each signal group's share, so eval reports
 what carries the decision. The k units of a question are one batch of short pairs (~60 tokens each), so there is
-no long prompt to cache. One scorer: training metrics, calibrate, eval, serve and the card all call `score_parts`.
+no long prompt to cache. One scorer: training metrics, calibrate, eval, serve and the card all call `scored`.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,10 @@ from typing import Any
 import numpy as np
 
 from serving.routers.base import (
-    Decision,
     ScoreRouter,
     Summaries,
     calibrated_threshold_logit,
     check_lengths,
-    decide,
     sigmoid,
 )
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
@@ -161,8 +158,8 @@ class UnitReaderRouter(ScoreRouter):
             raise RouterLoadError("a unit-reader router needs router.path: a `tiermem-router unit-reader` directory")
         return cls.load(spec.path, threshold_logit=spec.threshold_logit)
 
-    def score_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]
-                    ) -> tuple[list[float], list[dict[str, float]], list[list[str]]]:
+    def scored(self, questions: Sequence[str], summaries: Sequence[Summaries]
+               ) -> tuple[list[float], list[dict[str, float]], list[list[str]]]:
         """The one scorer: log-odds of ESCALATE per question, what it is made of, and the head's inputs clipped to
         the training range. With text weight 0 the reader is not run (the decision is the signals')."""
         check_lengths(questions, summaries)
@@ -176,17 +173,7 @@ class UnitReaderRouter(ScoreRouter):
         return score.tolist(), [{k: float(v[i]) for k, v in parts.items()} for i in range(len(questions))], clipped
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        return self.score_parts(questions, summaries)[0]
-
-    def route_batch(self, questions, summaries, threshold_logit=None):
-        check_lengths(questions, summaries)
-        t = self._threshold_logit(threshold_logit)
-        started = time.perf_counter()
-        scores, parts, clipped = self.score_parts(questions, summaries)
-        dt = (time.perf_counter() - started) / max(len(scores), 1)
-        return [Decision(decide(s, t), sigmoid(s), f"log-odds {s:.3f} (text {p['text']:.3f}) vs threshold {t:.3f}",
-                         True, dt, 0, score=s, score_parts=p, clipped=c)
-                for s, p, c in zip(scores, parts, clipped, strict=True)]
+        return self.scored(questions, summaries)[0]
 
     def save(self, run_dir: str | Path, data: dict[str, Any], metrics: dict[str, Any],
              extra: dict[str, Any]) -> Path:
