@@ -173,20 +173,16 @@ def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -
     """Which labeling config and router contract made the dataset: the label run's config.yaml next to it (the
     label stage writes it beside `dataset/` and the records JSONL), and the contract version stamped in the records
     when labeling recorded one."""
-    import yaml
+    from labeling.config import label_run_config
 
-    path = Path(dataset)
-    config = (path.parent if path.is_dir() or path.is_file() else path).joinpath("config.yaml")
+    config, data, error = label_run_config(dataset)
     out: dict[str, Any] = {"label_config": None, "data_path": None, "label_rule_config": None,
                            "contract_version": None, "current_contract_version": contract.CONTRACT_VERSION}
     if config.is_file():
         out["label_config"] = str(config)
-        try:
-            data = yaml.safe_load(config.read_text()) or {}
-        except yaml.YAMLError as exc:
-            data = {}
-            out["label_config_error"] = f"not valid YAML: {exc}"
-        if isinstance(data, dict):
+        if error:
+            out["label_config_error"] = error
+        if data is not None:
             out["data_path"] = data.get("data_path")
             out["label_rule_config"] = data.get("label_rule")
             out["contract_version"] = data.get("contract_version")

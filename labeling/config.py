@@ -157,3 +157,22 @@ def data_format(cfg: LabelConfig, path: str | Path | None) -> str:
 
     # the loader's reader: a BOM is fine, bad bytes and bad JSON are DataErrors naming the file
     return detect_file_format(Path(path) if path else SAMPLE_PATH)
+
+
+LABEL_RUN_CONFIG = "config.yaml"  # what the label stage writes beside `dataset/` and the records JSONL
+
+
+def label_run_config(dataset: str | Path) -> tuple[Path, dict | None, str | None]:
+    """The config of the label run that made a saved dataset or records file: (where it would be, its mapping or
+    None when absent or not a mapping, the YAML error or None). For the stages that name data by its source."""
+    import yaml
+
+    path = Path(dataset)
+    config = (path.parent if path.exists() else path) / LABEL_RUN_CONFIG
+    if not config.is_file():
+        return config, None, None
+    try:
+        loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        return config, None, f"not valid YAML: {exc}"
+    return config, loaded if isinstance(loaded, dict) else None, None

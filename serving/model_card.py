@@ -75,19 +75,12 @@ def travelling_data_name(value: str) -> str:
     """Training data by what it is, for a card that leaves this machine (never a local path): a hub dataset id as
     is; a local label dataset by the conversations file its label run read (the config.yaml the label stage writes
     beside `dataset/`), else by its own name."""
-    import yaml
+    from labeling.config import label_run_config
 
     path = Path(value)
     if not path.exists() and HUB_ID.match(value):
         return value
-    config = path.parent / "config.yaml"
-    source = None
-    if config.is_file():
-        try:
-            loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError):
-            loaded = None
-        source = loaded.get("data_path") if isinstance(loaded, dict) else None
+    source = (label_run_config(path)[1] or {}).get("data_path")
     if isinstance(source, str) and source:
         return f"label dataset of {Path(source).name}"
     return f"local label dataset {path.name}"
