@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN := $(BIN)/tiermem-router
 ARGS ?=
 
-.PHONY: install test test-all lint label label-merge audit sft grpo calibrate eval unit-reader features push serve demo bench ingest clean
+.PHONY: install test test-all lint label label-merge audit sft grpo calibrate eval reader-pretrain unit-reader features push serve demo bench ingest clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -46,6 +46,8 @@ calibrate:
 # `make eval data=PATH` evaluates any labeled DatasetDict dir or labeling .jsonl (e.g. your own conversations).
 eval:
 	$(RUN) eval $(if $(CONFIG),--config $(CONFIG)) $(if $(data),data=$(data)) $(ARGS)
+reader-pretrain:
+	$(RUN) reader-pretrain $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 unit-reader:
 	$(RUN) unit-reader $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 features:

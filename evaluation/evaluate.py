@@ -29,6 +29,7 @@ from typing import Any
 from evaluation import analysis as eval_analysis
 from evaluation import metrics
 from evaluation import report as eval_report
+from evaluation.reading import reading_steps
 from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
@@ -251,7 +252,8 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
                            "criterion": point.get("criterion")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
             "errors": errors, "threshold_logit": threshold_used, "operating_points": points,
-            "score_parts": score_part_auroc(routed, decisions), "clipped": clipped}
+            "score_parts": score_part_auroc(routed, decisions), "clipped": clipped,
+            "reading": reading_steps(router, routed, n_boot=cfg.bootstrap.n_boot, seed=cfg.bootstrap.seed)}
 
 
 def clipped_signals(decisions: Sequence[Decision]) -> dict[str, Any] | None:
@@ -365,6 +367,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     for key in points:  # the same scores as their router's row: one ranking entry is enough
         report["ranking"].pop(key, None)
     report["score_parts"] = {k: r["score_parts"] for k, r in runs.items() if r["score_parts"]}
+    report["reading"] = {k: r["reading"] for k, r in runs.items() if r.get("reading")}
     report["clipped_signals"] = {k: r["clipped"] for k, r in runs.items() if r["clipped"]}
     report["per_conversation"] = eval_analysis.per_conversation_auroc(
         [*cases, *case_set.unreplayable], [*clusters, *held_clusters], [r["output"] for r in runs.values()])

@@ -140,6 +140,24 @@ def headline_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def reading_section(reading: Mapping[str, Any]) -> list[str]:
+    """eval.md's "what reading adds": the reader zero-shot (pre-trained only) beside the fine-tuned one."""
+    out: list[str] = []
+    for key, r in reading.items():
+        out += [f"### What reading adds: {POLICY_TITLES.get(key, key)} (AUROC on {r['n_labeled']} labeled records, "
+                "95% intervals resampling conversations)", "",
+                "| reader | text part alone | score without the text part | whole score |", "|---|---|---|---|"]
+        out += [f"| {name} | {_ci(row['text_alone'])} | {_ci(row['without_text'])} | {_ci(row['full'])} |"
+                for name, row in r["rows"].items()]
+        diff = r.get("fine_tuned_minus_zero_shot")
+        if diff:
+            out.append(f"| fine-tuned - zero-shot (paired) | {_ci(diff['text_alone'])} | | {_ci(diff['full'])} |")
+        if r.get("note"):
+            out += ["", f"Note: {r['note']}."]
+        out.append("")
+    return out
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     meta, policies, sweep = report["meta"], report["policies"], report.get("sweep")
     out = [f"# Routing evaluation: {meta.get('router', 'router')} on `{meta.get('split', '?')}`", ""]
@@ -187,6 +205,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         out += [f"| {name} | {_fmt(v['alone'])} | {_fmt(v['without'])} |" for name, v in parts.items()
                 if isinstance(v, dict)]
         out.append("")
+    out += reading_section(report.get("reading") or {})
     clipped = report.get("clipped_signals") or {}
     if clipped:
         out += ["### Signals outside the training range (clipped to it before the model reads them)", "",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from router_train.reader_fit import FrozenBottom, train_epochs
 from serving.routers.unit_reader import (
     POOLINGS,
+    ZERO_SHOT_HEAD_FILE,
     CrossEncoder,
     UnitReaderRouter,
     head_matrix,
@@ -35,8 +36,9 @@ from serving.routers.unit_reader import (
     unit_logits,
     unit_text,
 )
-from serving.signals import FEATURES, feature_matrix, fit_logistic
+from serving.signals import FEATURES, LogisticModel, feature_matrix, fit_logistic
 from tiermem import contract
+from tiermem.config import check_finite
 from tiermem.errors import ConfigError, DataError, stage_main
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,9 @@ log = logging.getLogger(__name__)
 class UnitReaderConfig:
     data: str = "runs/label/dataset"  # label DatasetDict with unit_targets (labeling: unit_targets.enabled)
     output_dir: str = "runs/reader"
-    base: str = "packaged:all-minilm-l6-v2"  # the encoder fine-tuned as a cross-encoder (a model spec)
+    # the reader's starting point: the reader-pretrain checkpoint (an answerability cross-encoder), or any encoder
+    # (a model spec: packaged:, hub id, directory)
+    base: str = "runs/reader_pretrain"
     target: str = "recall"  # recall: the unit's answer recall (soft BCE) | s_ok: its one-unit evidence verdict
     # deeper units (rank > top_k, train split) per question kept as negatives, highest-ranked first; every deeper
     # positive is kept
@@ -63,7 +67,9 @@ class UnitReaderConfig:
     train_split: str = "train"  # the final reader and head
     eval_splits: list[str] = field(default_factory=lambda: ["validation"])  # metrics through the serving scorer
     score_batch_size: int = 64  # pairs per forward pass when scoring
-    trainable_layers: int = 1  # top encoder layers fine-tuned (the bottom ones are frozen and their output cached)
+    # candidates CV chooses among: 0 = the base as it is (zero-shot), k = its top k encoder layers fine-tuned on the
+    # conversations (6 = every layer of MiniLM; the layers below are frozen and their output cached once)
+    finetune_layers: list[int] = field(default_factory=lambda: [0, 1])
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -77,6 +83,10 @@ class UnitReaderConfig:
         for name in ("deep_negatives", "max_epochs", "batch_size", "score_batch_size"):
             if getattr(self, name) < (0 if name == "deep_negatives" else 1):
                 raise ConfigError(f"{name} must be >= {0 if name == 'deep_negatives' else 1}")
+        check_finite(self, ("learning_rate", "weight_decay", "warmup_share", "l2", "text_weights"))
+        if not self.finetune_layers or any(not 0 <= k <= 24 for k in self.finetune_layers):
+            raise ConfigError(f"finetune_layers must be a non-empty list of 0 (zero-shot) .. the encoder's layers, "
+                              f"got {self.finetune_layers}")
         if self.learning_rate <= 0 or self.weight_decay < 0 or not 0 <= self.warmup_share < 1 or self.l2 < 0:
             raise ConfigError("learning_rate > 0, weight_decay >= 0, 0 <= warmup_share < 1 and l2 >= 0 are required")
         if self.train_split not in self.cv_splits:
@@ -96,6 +106,19 @@ def natural_records(data: str, split: str) -> list[dict[str, Any]]:
                 raise DataError(f"{data} [{split}] record {i} (qid={r.get('qid')!r}): missing field {key!r}"
                                 + (" (relabel with unit_targets.enabled)" if key == "unit_targets" else ""))
     return rows
+
+
+def check_disjoint(data: str, by_split: dict[str, list[dict[str, Any]]]) -> None:
+    """Each conversation in one split only: a records file without `split` is every split at once, and training
+    and validating on the same rows would report a validation score that means nothing."""
+    seen: dict[str, str] = {}
+    for split, rows in by_split.items():
+        for r in rows:
+            conv = str(r["conv_id"])
+            if seen.setdefault(conv, split) != split:
+                raise DataError(f"{data}: conversation {conv!r} is in split {seen[conv]!r} and in {split!r} (records "
+                                "without a `split` field are every split at once); label with a split by "
+                                "conversation (labeling: split) so validation is held out")
 
 
 def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int) -> list[tuple[str, str, float]]:
@@ -127,108 +150,6 @@ def fresh_reader(cfg: UnitReaderConfig) -> CrossEncoder:
 
     torch.manual_seed(cfg.seed)  # the classification head's initialization
     return CrossEncoder.load(resolve_model(cfg.base), batch_size=cfg.score_batch_size)
-
-
-class FrozenBottom:
-    """The encoder's embeddings and bottom layers, frozen: their output per (question, unit text) pair is computed
-    once (no grad) and reused by every epoch and every fold (each fold starts from the same pretrained weights), so a
-    step runs only the top `trainable_layers`, the pooler and the classifier. Serving runs the whole encoder with
-    the same weights, so the scores are the same function."""
-
-    def __init__(self, reader: CrossEncoder, trainable_layers: int) -> None:
-        import torch
-
-        self.torch, self.reader = torch, reader
-        bert = reader.model.bert
-        layers = bert.encoder.layer
-        if not 1 <= trainable_layers <= len(layers):
-            raise ConfigError(f"trainable_layers must be in 1..{len(layers)}, got {trainable_layers}")
-        self.n_frozen = len(layers) - trainable_layers
-        self.states: dict[tuple[str, str], Any] = {}
-
-    def _mask(self, hidden: Any, mask: Any) -> Any:
-        from transformers.masking_utils import create_bidirectional_mask
-
-        return create_bidirectional_mask(config=self.reader.model.bert.config, inputs_embeds=hidden,
-                                         attention_mask=mask)
-
-    def freeze(self, reader: CrossEncoder) -> None:
-        bert = reader.model.bert
-        for module in [bert.embeddings, *bert.encoder.layer[: self.n_frozen]]:
-            module.requires_grad_(False)
-
-    def fill(self, keys: Sequence[tuple[str, str]], batch_size: int = 64) -> None:
-        """Bottom states of the pairs not cached yet, each trimmed to its own length."""
-        todo = [k for k in dict.fromkeys(keys) if k not in self.states]
-        bert = self.reader.model.bert
-        bert.eval()
-        with self.torch.inference_mode():
-            for i in range(0, len(todo), batch_size):
-                chunk = todo[i: i + batch_size]
-                enc = self.reader.encode([k[0] for k in chunk], [k[1] for k in chunk])
-                h = bert.embeddings(input_ids=enc["input_ids"], token_type_ids=enc["token_type_ids"])
-                mask = self._mask(h, enc["attention_mask"])
-                for layer in bert.encoder.layer[: self.n_frozen]:
-                    h = layer(h, mask)
-                lengths = enc["attention_mask"].sum(dim=1).tolist()
-                for k, row, n in zip(chunk, h, lengths, strict=True):
-                    self.states[k] = row[:n].clone()
-
-    def logits(self, reader: CrossEncoder, keys: Sequence[tuple[str, str]]) -> Any:
-        """The top layers, pooler and classifier of `reader` over the cached bottom states (with grad)."""
-        torch = self.torch
-        rows = [self.states[k] for k in keys]
-        width = max(len(r) for r in rows)
-        h = torch.zeros(len(rows), width, rows[0].shape[-1])
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            h[i, : len(r)], mask[i, : len(r)] = r, 1
-        model = reader.model
-        mask4 = self._mask(h, mask)
-        for layer in model.bert.encoder.layer[self.n_frozen:]:
-            h = layer(h, mask4)
-        return model.classifier(model.dropout(model.bert.pooler(h)))[:, 0]
-
-
-def train_epochs(reader: CrossEncoder, train: list[tuple[str, str, float]], cfg: UnitReaderConfig,
-                 bottom: FrozenBottom, after_epoch: Any = None, epochs: int | None = None) -> list[float]:
-    """Fine-tune the reader's top layers for `epochs` (default cfg.max_epochs), calling after_epoch(epoch) after
-    each; returns the mean loss per epoch. Seeded shuffles; AdamW with weight decay, linear warmup and decay."""
-    import torch
-
-    epochs = epochs or cfg.max_epochs
-    bottom.freeze(reader)
-    bottom.fill([(q, t) for q, t, _ in train])
-    model = reader.model
-    params = [p for p in model.parameters() if p.requires_grad]
-    steps_per_epoch = (len(train) + cfg.batch_size - 1) // cfg.batch_size
-    total = steps_per_epoch * epochs
-    warmup = max(1, int(cfg.warmup_share * total))
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    rng = random.Random(cfg.seed)
-    losses = []
-    for epoch in range(1, epochs + 1):
-        model.train()
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        seen = 0.0
-        for start in range(0, len(order), cfg.batch_size):
-            batch = [train[i] for i in order[start: start + cfg.batch_size]]
-            y = torch.tensor([b[2] for b in batch], dtype=torch.float32)
-            loss = loss_fn(bottom.logits(reader, [(b[0], b[1]) for b in batch]), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            seen += loss.item() * len(batch)
-        losses.append(round(seen / len(train), 5))
-        if after_epoch is not None:
-            after_epoch(epoch)
-    model.eval()
-    return losses
 
 
 # ---- selection -----------------------------------------------------------------------------------
@@ -270,61 +191,92 @@ def summary(per_conv: dict[str, float | None]) -> dict[str, Any]:
             "per_conversation": {k: None if v is None else round(v, 4) for k, v in per_conv.items()}}
 
 
+def _key(r: dict[str, Any]) -> tuple[str, str]:
+    return (str(r["conv_id"]), str(r["qid"]))  # a qid is unique only within its conversation
+
+
 def cross_validate(cfg: UnitReaderConfig, records: list[dict[str, Any]], train_convs: set[str]
                    ) -> tuple[dict, dict, dict]:
-    """(out-of-fold unit logits: epoch -> qid -> logits, the CV table, epoch -> the reader weights of the fold
-    trained on exactly `train_convs`, if there is one). Records: the natural ones of cv_splits."""
+    """(out-of-fold unit logits: (layers, epochs) -> (conv, qid) -> logits, the CV table, (layers, epochs) -> the
+    reader weights of the fold trained on exactly `train_convs`, if there is one). Records: the natural ones of
+    cv_splits. Layers 0 is the base as it is (zero-shot: the same logits in every fold, nothing fitted on them)."""
     import copy
 
-    convs = sorted({r["conv_id"] for r in records})
+    convs = sorted({str(r["conv_id"]) for r in records})
     if len(convs) < 2:
         raise DataError(f"cross-validation over conversations needs >= 2, got {convs}")
-    oof: dict[int, dict[str, list[float]]] = {e: {} for e in range(1, cfg.max_epochs + 1)}
-    folds, snapshots = {}, {}
-    bottom = None
-    for c in convs:
-        started = time.perf_counter()
-        held = [r for r in records if r["conv_id"] == c]
-        rest = [r for r in records if r["conv_id"] != c]
-        train = pairs(rest, cfg.target, cfg.deep_negatives)
-        reader = fresh_reader(cfg)
-        bottom = bottom or FrozenBottom(reader, cfg.trainable_layers)  # frozen weights: shared by every fold
-        is_final = {r["conv_id"] for r in rest} == train_convs
+    oof: dict[tuple[int, int], dict[tuple[str, str], list[float]]] = {}
+    folds: dict[str, Any] = {}
+    snapshots: dict[tuple[int, int], Any] = {}
+    for layers in cfg.finetune_layers:
+        if layers == 0:
+            started = time.perf_counter()
+            logits = unit_logits(fresh_reader(cfg), [r["question"] for r in records],
+                                 [r["router_summaries"] for r in records])
+            oof[(0, 0)] = {_key(r): row for r, row in zip(records, logits, strict=True)}
+            folds["zero-shot"] = {"scored_questions": len(records), "wall_s": round(time.perf_counter() - started, 1)}
+            log.warning("unit-reader CV zero-shot: %d questions scored, %.0f s", len(records),
+                        folds["zero-shot"]["wall_s"])
+            continue
+        bottom = None
+        for e in range(1, cfg.max_epochs + 1):
+            oof[(layers, e)] = {}
+        for c in convs:
+            started = time.perf_counter()
+            held = [r for r in records if str(r["conv_id"]) == c]
+            rest = [r for r in records if str(r["conv_id"]) != c]
+            train = pairs(rest, cfg.target, cfg.deep_negatives)
+            reader = fresh_reader(cfg)
+            bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
+            is_final = {str(r["conv_id"]) for r in rest} == train_convs
 
-        def after_epoch(epoch: int, reader: CrossEncoder = reader, held: list = held, is_final: bool = is_final):
-            logits = unit_logits(reader, [r["question"] for r in held], [r["router_summaries"] for r in held])
-            oof[epoch].update({r["qid"]: row for r, row in zip(held, logits, strict=True)})
-            if is_final:
-                snapshots[epoch] = copy.deepcopy(reader.model.state_dict())
+            def after_epoch(epoch: int, reader: CrossEncoder = reader, held: list = held, is_final: bool = is_final,
+                            layers: int = layers):
+                logits = unit_logits(reader, [r["question"] for r in held], [r["router_summaries"] for r in held])
+                oof[(layers, epoch)].update({_key(r): row for r, row in zip(held, logits, strict=True)})
+                if is_final:
+                    snapshots[(layers, epoch)] = copy.deepcopy(reader.model.state_dict())
 
-        losses = train_epochs(reader, train, cfg, bottom, after_epoch)
-        folds[c] = {"train_pairs": len(train), "held_questions": len(held), "loss_by_epoch": losses,
-                    "wall_s": round(time.perf_counter() - started, 1)}
-        log.warning("unit-reader CV fold %s: %d pairs, losses %s, %.0f s", c, len(train), losses,
-                    folds[c]["wall_s"])
+            losses = train_epochs(reader, train, cfg, bottom, after_epoch)
+            name = f"{layers} layer(s), held out {c}"
+            folds[name] = {"train_pairs": len(train), "held_questions": len(held), "loss_by_epoch": losses,
+                           "wall_s": round(time.perf_counter() - started, 1)}
+            log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
+                        folds[name]["wall_s"])
     labeled = [r for r in records if r["label"] in contract.ACTIONS]
     signals = feature_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled])
     table: dict[str, Any] = {"folds": folds, "signals_only": summary(loco_scores(labeled, signals, 0.0, cfg.l2,
                                                                                   False)), "grid": []}
-    for epoch in range(1, cfg.max_epochs + 1):
-        logits = [oof[epoch][r["qid"]] for r in labeled]
+    for (layers, epoch), by_key in oof.items():
+        logits = [by_key[_key(r)] for r in labeled]
         for pooling in cfg.poolings:
             x = head_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled], logits,
                             pooling)
             text_alone = [-v for v in x[:, len(FEATURES)]]  # the pooled reader's first feature: high = answered
             for w in cfg.text_weights:
-                table["grid"].append({"epochs": epoch, "pooling": pooling, "text_weight": w,
-                                      **summary(loco_scores(labeled, x, w, cfg.l2, True)),
+                table["grid"].append({"finetune_layers": layers, "epochs": epoch, "pooling": pooling,
+                                      "text_weight": w, **summary(loco_scores(labeled, x, w, cfg.l2, True)),
                                       "text_alone_auroc": _auroc(text_alone, (escalate(labeled) > 0.5).tolist())})
     return oof, table, snapshots
 
 
 def choose(table: dict[str, Any]) -> dict[str, Any]:
-    """Best mean LOCO AUROC; ties go to fewer epochs, then the smaller text weight, then the grid's order."""
+    """Best mean LOCO AUROC; ties go to fewer layers fine-tuned, fewer epochs, the smaller text weight, then the
+    grid's order."""
     scored = [g for g in table["grid"] if g["mean"] is not None]
     if not scored:
         raise DataError("cross-validation: no fold had both labels; cannot choose")
-    return max(scored, key=lambda g: (g["mean"], -g["epochs"], -g["text_weight"]))
+    return max(scored, key=lambda g: (g["mean"], -g["finetune_layers"], -g["epochs"], -g["text_weight"]))
+
+
+def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """The best grid point of each (layers, epochs): what each fine-tuning step adds, zero-shot first."""
+    best: dict[tuple[int, int], dict[str, Any]] = {}
+    for g in table["grid"]:
+        k = (g["finetune_layers"], g["epochs"])
+        if g["mean"] is not None and (k not in best or g["mean"] > best[k]["mean"]):
+            best[k] = g
+    return [{k: v for k, v in best[key].items() if k != "per_conversation"} for key in sorted(best)]
 
 
 # ---- the stage -----------------------------------------------------------------------------------
@@ -342,6 +294,7 @@ def train(cfg: UnitReaderConfig) -> dict[str, Any]:
 def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     started = time.perf_counter()
     by_split = {s: natural_records(cfg.data, s) for s in dict.fromkeys([*cfg.cv_splits, *cfg.eval_splits])}
+    check_disjoint(cfg.data, by_split)
     cv_records = [r for s in cfg.cv_splits for r in by_split[s]]
     train_convs = {r["conv_id"] for r in by_split[cfg.train_split]}
     oof, table, snapshots = cross_validate(cfg, cv_records, train_convs)
@@ -349,20 +302,28 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     final_rows = [r for r in by_split[cfg.train_split] if r["label"] in contract.ACTIONS]
     final_pairs = pairs(by_split[cfg.train_split], cfg.target, cfg.deep_negatives)
     reader = fresh_reader(cfg)
-    if best["epochs"] in snapshots:
+    chosen = (best["finetune_layers"], best["epochs"])
+    losses: list[float] = []
+    if chosen in snapshots:
         # the fold that held out every other CV conversation trained on exactly the train split: its weights at
         # the chosen epoch are the model CV measured, so they are the final reader (no second training)
-        reader.model.load_state_dict(snapshots[best["epochs"]])
-        losses = table["folds"][next(c for c in table["folds"] if c not in train_convs)]["loss_by_epoch"]
-    else:
-        losses = train_epochs(reader, final_pairs, cfg, FrozenBottom(reader, cfg.trainable_layers),
-                              epochs=best["epochs"])
-    x = head_matrix([r["question"] for r in final_rows], [r["router_summaries"] for r in final_rows],
-                    [oof[best["epochs"]][r["qid"]] for r in final_rows], best["pooling"])
-    head = fit_logistic(x, escalate(final_rows), cfg.l2,
-                        feature_names=[*FEATURES, *POOLINGS[best["pooling"]]])
+        reader.model.load_state_dict(snapshots[chosen])
+        held_out = next(c for c in table["folds"] if c.startswith(f"{chosen[0]} layer")
+                        and c.rsplit(" ", 1)[-1] not in train_convs)
+        losses = table["folds"][held_out]["loss_by_epoch"]
+    elif chosen[0] > 0:
+        losses = train_epochs(reader, final_pairs, cfg, FrozenBottom(reader, chosen[0]), epochs=chosen[1])
+
+    def fitted_head(point: dict[str, Any]) -> LogisticModel:
+        x = head_matrix([r["question"] for r in final_rows], [r["router_summaries"] for r in final_rows],
+                        [oof[(point["finetune_layers"], point["epochs"])][_key(r)] for r in final_rows],
+                        point["pooling"])
+        return fit_logistic(x, escalate(final_rows), cfg.l2, feature_names=[*FEATURES, *POOLINGS[point["pooling"]]])
+
+    head = fitted_head(best)
     router = UnitReaderRouter(reader, head, best["pooling"], best["text_weight"])
-    metrics: dict[str, Any] = {"cv": {k: v for k, v in table.items() if k != "grid"}, "chosen": best}
+    metrics: dict[str, Any] = {"cv": {k: v for k, v in table.items() if k != "grid"}, "chosen": best,
+                               "cv_by_finetuning": candidates(table)}
     for split in cfg.eval_splits:
         rows = [r for r in by_split[split] if r["label"] in contract.ACTIONS]
         if rows:
@@ -373,6 +334,13 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
             "router_input": {"top_k": max((len(r["router_summaries"]) for r in final_rows), default=0)}}
     extra = {"reader_base": cfg.base, "config": asdict(cfg), "final_loss_by_epoch": losses, "cv_grid": table["grid"],
              "wall_s": round(time.perf_counter() - started, 1)}
+    zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
+    if zero_shot and chosen != (0, 0):
+        # the base reader's own best head, kept beside the chosen one so eval shows what fine-tuning adds
+        point = choose({"grid": zero_shot})
+        extra["zero_shot"] = {"head": ZERO_SHOT_HEAD_FILE, "pooling": point["pooling"],
+                              "text_weight": point["text_weight"], "cv_mean": point["mean"]}
+        extra["zero_shot_head"] = fitted_head(point)
     router.save(cfg.output_dir, data=data, metrics=metrics, extra=extra)
     return {"output_dir": cfg.output_dir, "chosen": best, "signals_only_cv": table["signals_only"]["mean"],
             "metrics": {k: v for k, v in metrics.items() if k != "cv"}, "wall_s": extra["wall_s"]}

@@ -9,8 +9,10 @@ mapping in the YAML, so TRL validates its own fields.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -228,3 +230,13 @@ def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, 
         if tp in (int, float, bool, str):
             out[name] = _check_scalar(tp, value, f"{where}.{name}")
     return out
+
+
+def check_finite(obj: Any, names: Iterable[str]) -> None:
+    """Every named field of a config is a finite number (or a list of them): `nan < 0` is False, so a range check
+    alone lets NaN and inf through to fail deep inside training."""
+    for name in names:
+        value = getattr(obj, name)
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) for v in values):
+            raise ConfigError(f"{name} must be a finite number, got {value!r}")

@@ -29,6 +29,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "grpo": ("router_train.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
     "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
     "eval": ("evaluation.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
+    "reader-pretrain": ("router_train.reader_pretrain:main", "pre-train the unit reader's base on public answerability "
+                        "data (SQuAD 2.0), cached by data and settings"),
     "unit-reader": ("router_train.unit_reader:main", "train the unit reader router (cross-encoder per unit + signal "
                     "head, chosen by leave-one-conversation-out CV)"),
     "fit-features": ("router_train.fit_features:main", "fit the serve-time feature router (or make a top1-score one)"),
@@ -51,6 +53,7 @@ CONFIG_CLASSES: dict[str, str] = {
     "eval": "evaluation.evaluate:EvalConfig",
     "features": "router_train.fit_features:FitFeaturesConfig",
     "unit_reader": "router_train.unit_reader:UnitReaderConfig",
+    "reader_pretrain": "router_train.reader_pretrain:ReaderPretrainConfig",
     "push": "serving.hub:PushConfig",
     "serve": "serving.server:ServeConfig",
     "ingest": "tiermem_cli.ingest:IngestConfig",

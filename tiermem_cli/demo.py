@@ -1,6 +1,6 @@
 """`make demo`: the main job on the embedded default, one real stage command after another.
 
-    label -> reader -> sft -> lm -> grpo -> features -> calibrate (every router) -> eval (one table)
+    label -> reader_pretrain -> reader -> sft -> lm -> grpo -> features -> calibrate (every router) -> eval (one table)
 
 Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
 proves the real commands work together. The routers compared on the held-out test conversations:
@@ -39,6 +39,10 @@ class DemoConfig:
     data_path: str | None = "../shared/data/locomo10_dev.json"  # falls back to the shipped sample when absent
     label_config: str = "configs/label/locomo_cpu_evidence.yaml"
     sample_label_config: str = "configs/label/sample_local.yaml"
+    # public reading data for the reader's pre-training (SQuAD 2.0 JSON or hf:<name>); absent -> the reader starts
+    # from the plain packaged encoder, and the demo says so
+    reading_data: str = "../shared/data/squad2_dev_half.json"
+    reader_pretrain_config: str = "configs/reader_pretrain/default.yaml"
     reader_config: str = "configs/unit_reader/default.yaml"
     sft_config: str = "configs/sft/smollm2_135m_cpu.yaml"
     expected_reward_config: str = "configs/sft/smollm2_135m_cpu_expected_reward.yaml"
@@ -118,10 +122,19 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
         print(f"demo: no data at {cfg.data_path!r}; labeling the shipped sample conversations instead")
         label_args = ["--config", cfg.sample_label_config]
     grpo_from = root / ("lm" if "lm" in cfg.stages else "sft")
+    pretrained = "reader_pretrain" in cfg.stages and (cfg.reading_data.startswith("hf:")
+                                                      or Path(cfg.reading_data).is_file())
+    if "reader_pretrain" in cfg.stages and not pretrained:
+        print(f"demo: no reading data at {cfg.reading_data!r}; the reader starts from the plain packaged encoder "
+              "(no pre-training: expect it to read at chance)")
+    reader_base = root / "reader_pretrain" if pretrained else "packaged:all-minilm-l6-v2"
     out: dict[str, list[tuple[str, str, list[str] | None]]] = {
         "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
+        "reader_pretrain": [("reader_pretrain", "reader-pretrain", [
+            "--config", cfg.reader_pretrain_config, f"data={cfg.reading_data}",
+            f"output_dir={root / 'reader_pretrain'}"])] if pretrained else [],
         "reader": [("reader", "unit-reader", ["--config", cfg.reader_config, f"data={dataset}",
-                                              f"output_dir={root / 'reader'}"])],
+                                              f"base={reader_base}", f"output_dir={root / 'reader'}"])],
         "sft": [("sft", "sft", ["--config", cfg.sft_config, f"data={dataset}", f"output_dir={root / 'sft'}",
                                 trunk])],
         "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", f"data={dataset}",

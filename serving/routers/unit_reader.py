@@ -41,6 +41,7 @@ POOLINGS: dict[str, tuple[str, ...]] = {
     "all": ("reader_max", "reader_second", "reader_softor", "reader_mean"),
 }
 NO_UNIT_LOGIT = -10.0  # a missing unit (fewer than 2 retrieved): "states nothing", well below any trained logit
+ZERO_SHOT_HEAD_FILE = "signal_head_zero_shot.json"  # the base reader's own head, for eval's "what fine-tuning adds"
 MAX_PAIR_TOKENS = 128  # question + one clipped unit (200 characters) fits in ~80 word pieces
 
 
@@ -90,12 +91,16 @@ class CrossEncoder:
         """One logit per (question, unit text) pair, in float64; puts the model in eval mode for the call."""
         was_training = self.model.training
         self.model.eval()
-        out: list[float] = []
+        # batches of similar length: a batch pads to its longest pair, and padding is most of a CPU forward pass
+        order = sorted(range(len(texts)), key=lambda i: len(questions[i]) + len(texts[i]))
+        out = [0.0] * len(texts)
         try:
             with self.torch.inference_mode():
-                for i in range(0, len(texts), self.batch_size):
-                    batch = self.encode(questions[i: i + self.batch_size], texts[i: i + self.batch_size])
-                    out += self.model(**batch).logits[:, 0].double().tolist()
+                for i in range(0, len(order), self.batch_size):
+                    idx = order[i: i + self.batch_size]
+                    batch = self.encode([questions[j] for j in idx], [texts[j] for j in idx])
+                    for j, v in zip(idx, self.model(**batch).logits[:, 0].double().tolist(), strict=True):
+                        out[j] = v
         finally:
             self.model.train(was_training)
         return out
@@ -184,6 +189,9 @@ class UnitReaderRouter(ScoreRouter):
         self.reader.model.save_pretrained(str(run_dir), safe_serialization=True)
         self.reader.tokenizer.save_pretrained(str(run_dir))
         save_logistic(run_dir / SIGNAL_HEAD_FILE, self.head)
+        extra = dict(extra)
+        if "zero_shot_head" in extra:
+            save_logistic(run_dir / ZERO_SHOT_HEAD_FILE, extra.pop("zero_shot_head"))
         self.meta = score_run_meta(self.kind, data, metrics, {
             **extra, "head": SIGNAL_HEAD_FILE, "pooling": self.pooling, "text_weight": self.text_weight})
         self.run_dir = write_score_run(run_dir, self.meta)

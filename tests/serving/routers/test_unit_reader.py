@@ -12,23 +12,8 @@ import pytest
 from router_train.unit_reader import UnitReaderConfig, choose, pairs
 from serving.routers.unit_reader import POOLINGS, pooled
 from tests.helpers.records import rec
+from tests.helpers.tiny_bert import tiny_bert as _tiny_bert
 from tiermem.stats import auroc
-
-
-def _tiny_bert(path):
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from tiermem.models import resolve_model
-
-    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("packaged:all-minilm-l6-v2")))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=160, num_labels=1)
-    import torch
-
-    torch.manual_seed(0)
-    BertForSequenceClassification(config).save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
 
 
 def _records(split, n, seed, deep):
@@ -76,8 +61,12 @@ def test_the_stage_chooses_by_cross_validation_over_conversations(trained):
     meta = json.loads((out / "tiermem_router.json").read_text())
     cv = meta["metrics"]["cv"]
     # leave-one-conversation-out over train + validation: 3 + 3 conversations, each held out once
-    assert set(cv["folds"]) == {f"{s}-c{i}" for s in ("train", "validation") for i in range(3)}
-    assert len(meta["cv_grid"]) == 2 * 2 * 2  # epochs x poolings x text weights
+    assert set(cv["folds"]) == {"zero-shot"} | {f"1 layer(s), held out {s}-c{i}" for s in ("train", "validation")
+                                                 for i in range(3)}
+    # (zero-shot + 1 layer x 2 epochs) x poolings x text weights
+    assert len(meta["cv_grid"]) == (1 + 2) * 2 * 2
+    assert {(g["finetune_layers"], g["epochs"]) for g in meta["metrics"]["cv_by_finetuning"]} == {(0, 0), (1, 1),
+                                                                                                  (1, 2)}
     assert meta["metrics"]["chosen"] == choose({"grid": meta["cv_grid"]})
     assert meta["router_kind"] == "unit-reader" and meta["pooling"] in POOLINGS
 
@@ -109,6 +98,13 @@ def test_one_scorer_for_the_stage_eval_calibrate_and_serve(trained, tmp_path):
                       "bootstrap.n_boot=0", "compare=[]"]) == 0
     report = json.loads((report_dir / "eval.json").read_text())
     assert "text" in report["score_parts"]["routed"]  # eval reports the text part alone and the score without it
+    # and what reading adds: the pre-trained reader as it is beside the fine-tuned one (when CV fine-tuned)
+    reading, chosen = report["reading"]["routed"], meta["metrics"]["chosen"]
+    expected = ["zero-shot (pre-trained only)", "fine-tuned on the conversations"] if chosen["finetune_layers"] \
+        else ["zero-shot (pre-trained only)"]
+    assert list(reading["rows"]) == expected and reading["n_labeled"] == len(splits["test"])
+    assert all(0 <= row[p]["estimate"] <= 1 for row in reading["rows"].values() for p in ("text_alone", "full"))
+    assert "What reading adds" in (report_dir / "eval.md").read_text()
 
     served = build(RouterSpec(path=str(out)))
     client = TestClient(create_app(served, ServeConfig()))
@@ -135,3 +131,33 @@ def test_pooling_features():
     assert softor == pytest.approx(1.0986, abs=1e-3)  # 1 - 0.5 * 0.5 = 0.75 -> log(3)
     with pytest.raises(ValueError):
         UnitReaderConfig(poolings=["median"])
+
+
+def test_a_qid_repeated_in_every_conversation_reads_its_own_logits(tmp_path):
+    """The tiermem format reuses q1, q2 in every conversation: out-of-fold logits are keyed by (conversation,
+    question), so the CV table is the same as with ids unique across conversations."""
+    from router_train.unit_reader import cross_validate
+
+    cfg = UnitReaderConfig(base=str(_tiny_bert(tmp_path / "tiny")), max_epochs=1, poolings=["max"],
+                           text_weights=[1.0], finetune_layers=[0, 1], learning_rate=3e-3)
+    unique = _records("train", 24, 5, True)
+    repeated = [dict(r, qid=f"q{i // 3}") for i, r in enumerate(unique)]  # q0, q1, ... in each conversation
+    assert len({r["qid"] for r in repeated}) < len(repeated)
+    convs = {"train-c0", "train-c1"}
+    table_unique, table_repeated = cross_validate(cfg, unique, convs)[1], cross_validate(cfg, repeated, convs)[1]
+    keys = ("finetune_layers", "epochs", "mean", "text_alone_auroc")
+    assert [[g[k] for k in keys] for g in table_unique["grid"]] == [[g[k] for k in keys]
+                                                                      for g in table_repeated["grid"]]
+
+
+def test_records_without_a_split_are_refused_before_training(tmp_path, capsys):
+    """A records file without `split` is every split at once: training and validating on the same rows."""
+    from router_train.unit_reader import main
+
+    data = tmp_path / "records.jsonl"
+    rows = [{k: v for k, v in r.items() if k != "split"} for r in _records("train", 12, 0, True)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([f"data={data}", f"output_dir={tmp_path / 'out'}", f"base={tmp_path / 'never-read'}"]) == 3
+    err = capsys.readouterr().err
+    assert "is in split 'train' and in 'validation'" in err and str(data) in err
+    assert not (tmp_path / "out" / "tiermem_router.json").exists()

@@ -1,0 +1,95 @@
+"""What reading adds, for a unit-reader router: on the labeled records, the AUROC of the reader's text part alone,
+of the score without it (the serve-time signals) and of the whole score, for the reader as pre-trained (zero-shot,
+with its own head fitted on the same train split) beside the reader fine-tuned on the conversations; bootstrap 95%
+intervals resampling conversations, and the paired difference fine-tuned - zero-shot.
+
+When cross-validation chose the zero-shot reader, the router itself is the zero-shot one and there is one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiermem import contract
+
+ZERO_SHOT = "zero-shot (pre-trained only)"
+FINE_TUNED = "fine-tuned on the conversations"
+
+
+def zero_shot_router(router: Any) -> Any | None:
+    """The run's zero-shot variant (its base reader + signal_head_zero_shot.json), when the run kept one and the
+    base checkpoint is still where the run found it."""
+    from serving.routers.unit_reader import CrossEncoder, UnitReaderRouter
+    from serving.signals import read_logistic
+    from tiermem.models import resolve_model
+
+    extra = getattr(getattr(router, "meta", None), "extra", None) or {}
+    info, run_dir = extra.get("zero_shot"), getattr(router, "run_dir", None)
+    if not info or run_dir is None or not (Path(run_dir) / info["head"]).is_file():
+        return None
+    try:
+        base = resolve_model(str(extra.get("reader_base")))
+    except Exception:  # the base moved or is not resolvable here: the row is left out (and said so)
+        return None
+    reader = CrossEncoder.load(base, batch_size=router.reader.batch_size)
+    return UnitReaderRouter(reader, read_logistic(Path(run_dir) / info["head"]), info["pooling"], info["text_weight"])
+
+
+def _parts(router: Any, records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """(full score, text part) per record, the text part at weight 1 so a zero text weight still shows the reader."""
+    from serving.routers.unit_reader import head_matrix, head_parts, unit_logits
+
+    qs, units = [r["question"] for r in records], [r["router_summaries"] for r in records]
+    x = head_matrix(qs, units, unit_logits(router.reader, qs, units), router.pooling)
+    full, _ = head_parts(router.head, x, router.text_weight)  # the head clips to its training range itself
+    _, parts = head_parts(router.head, x, 1.0)
+    return full, parts["text"]
+
+
+def reading_steps(router: Any, records: Sequence[dict[str, Any]], n_boot: int = 1000, seed: int = 0
+                  ) -> dict[str, Any] | None:
+    from tiermem.stats import auroc_reps, bootstrap_counts, interval, ones
+
+    if getattr(router, "kind", None) != "unit-reader":
+        return None
+    labeled = [r for r in records if r.get("label") in contract.ACTIONS]
+    y = [r["label"] == "ESCALATE" for r in labeled]
+    if not 0 < sum(y) < len(y):
+        return None
+    extra = getattr(getattr(router, "meta", None), "extra", None) or {}
+    chosen = ((getattr(router.meta, "metrics", None) or {}).get("chosen") or {})
+    variants = {FINE_TUNED if chosen.get("finetune_layers", 1) else ZERO_SHOT: router}
+    note = None
+    if chosen.get("finetune_layers", 1):
+        zs = zero_shot_router(router)
+        if zs is not None:
+            variants = {ZERO_SHOT: zs, **variants}
+        else:
+            note = (f"the zero-shot reader is not shown: the run kept no zero-shot head or its base "
+                    f"{extra.get('reader_base')!r} is not here")
+    else:
+        note = "cross-validation chose the pre-trained reader as it is: fine-tuning on the conversations scored lower"
+    # n_boot 0: point estimates only (no replicates, no interval)
+    counts = (bootstrap_counts([str(r.get("conv_id")) for r in labeled], n_boot, seed) if n_boot > 0
+              else np.zeros((0, len(labeled))))
+    rows, reps = {}, {}
+    for name, r in variants.items():
+        full, text = _parts(r, labeled)
+        row = {}
+        for part, score in (("text_alone", text), ("without_text", full - r.text_weight * text),
+                            ("full", full)):
+            point = float(auroc_reps(score, y, ones(len(y)))[0])
+            rep = auroc_reps(score, y, counts)
+            reps[(name, part)] = rep
+            row[part] = interval(point, rep)
+        rows[name] = row
+    out: dict[str, Any] = {"n_labeled": len(labeled), "rows": rows, "note": note}
+    if len(rows) == 2:
+        out["fine_tuned_minus_zero_shot"] = {
+            part: interval(rows[FINE_TUNED][part]["estimate"] - rows[ZERO_SHOT][part]["estimate"],
+                           reps[(FINE_TUNED, part)] - reps[(ZERO_SHOT, part)]) for part in ("text_alone", "full")}
+    return out

@@ -1,0 +1,197 @@
+"""Fine-tuning a cross-encoder reader (serving/routers/unit_reader.py's CrossEncoder) on (question, text, target)
+pairs, soft BCE on its one logit, AdamW with linear warmup and decay, two ways:
+
+- `fit_reader`: every layer, each batch through the whole encoder (reading pre-training on public data);
+- `FrozenBottom` + `train_epochs`: only the top layers (the unit reader's CV on the conversations, where every fold
+  starts from the same weights, so the frozen bottom's output is computed once and reused by every fold).
+
+On CPU most of a step is padding-bound, so batches are drawn from length buckets (pairs of similar length share a
+batch, the buckets' order shuffled): the same pairs and epochs, far fewer padded positions. Progress is printed
+every `log_every` steps with the running loss and the time left.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tiermem.errors import ConfigError
+
+Pair = tuple[str, str, float]
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Index batches of pairs of similar length: shuffle, sort within windows of 50 batches, cut, shuffle the cuts."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    window = batch_size * 50
+    grouped = [i for s in range(0, len(order), window)
+               for i in sorted(order[s: s + window], key=lambda i: lengths[i])]
+    batches = [grouped[s: s + batch_size] for s in range(0, len(grouped), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def fit_reader(reader: Any, pairs: Sequence[Pair], *, epochs: int, learning_rate: float, weight_decay: float,
+               batch_size: int, warmup_share: float, seed: int, max_length: int, log_every: int = 0,
+               label: str = "reader", after_epoch: Callable[[int], None] | None = None) -> list[float]:
+    """Train every parameter of `reader.model` on `pairs`; returns the mean loss per epoch."""
+    import torch
+
+    if not pairs:
+        raise ValueError(f"{label}: no training pairs")
+    tok = reader.tokenizer
+    enc = tok([p[0] for p in pairs], [p[1] for p in pairs], truncation=True, max_length=max_length)
+    ids, types = enc["input_ids"], enc.get("token_type_ids")
+    targets = torch.tensor([p[2] for p in pairs], dtype=torch.float32)
+    model = reader.model
+    model.requires_grad_(True)
+    steps_per_epoch = math.ceil(len(pairs) / batch_size)
+    total = steps_per_epoch * epochs
+    warmup = max(1, int(warmup_share * total))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    rng = random.Random(seed)
+    torch.manual_seed(seed)  # dropout
+    losses, step, started = [], 0, time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        model.train()
+        seen, window = 0.0, []
+        for batch in length_batches([len(x) for x in ids], batch_size, rng):
+            width = max(len(ids[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            token_types = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, i in enumerate(batch):
+                n = len(ids[i])
+                input_ids[r, :n], mask[r, :n] = torch.tensor(ids[i]), 1
+                if types is not None:
+                    token_types[r, :n] = torch.tensor(types[i])
+            logits = model(input_ids=input_ids, attention_mask=mask, token_type_ids=token_types).logits[:, 0]
+            loss = loss_fn(logits, targets[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            seen += loss.item() * len(batch)
+            window.append(loss.item())
+            if log_every and (step % log_every == 0 or step == total):
+                spent = time.perf_counter() - started
+                print(f"{label}: epoch {epoch}/{epochs} step {step}/{total} loss {sum(window) / len(window):.4f} "
+                      f"{spent:.0f} s, ~{spent / step * (total - step):.0f} s left", file=sys.stderr, flush=True)
+                window = []
+        losses.append(round(seen / len(pairs), 5))
+        if after_epoch is not None:
+            model.eval()
+            after_epoch(epoch)
+    model.eval()
+    return losses
+
+
+class FrozenBottom:
+    """The encoder's embeddings and bottom layers, frozen: their output per (question, unit text) pair is computed
+    once (no grad) and reused by every epoch and every fold (each fold starts from the same pretrained weights), so a
+    step runs only the top `trainable_layers`, the pooler and the classifier. Serving runs the whole encoder with
+    the same weights, so the scores are the same function."""
+
+    def __init__(self, reader: Any, trainable_layers: int) -> None:
+        import torch
+
+        self.torch, self.reader = torch, reader
+        bert = reader.model.bert
+        layers = bert.encoder.layer
+        if not 1 <= trainable_layers <= len(layers):
+            raise ConfigError(f"trainable_layers must be in 1..{len(layers)}, got {trainable_layers}")
+        self.n_frozen = len(layers) - trainable_layers
+        self.states: dict[tuple[str, str], Any] = {}
+
+    def _mask(self, hidden: Any, mask: Any) -> Any:
+        from transformers.masking_utils import create_bidirectional_mask
+
+        return create_bidirectional_mask(config=self.reader.model.bert.config, inputs_embeds=hidden,
+                                         attention_mask=mask)
+
+    def freeze(self, reader: Any) -> None:
+        bert = reader.model.bert
+        for module in [bert.embeddings, *bert.encoder.layer[: self.n_frozen]]:
+            module.requires_grad_(False)
+
+    def fill(self, keys: Sequence[tuple[str, str]], batch_size: int = 64) -> None:
+        """Bottom states of the pairs not cached yet, each trimmed to its own length."""
+        todo = [k for k in dict.fromkeys(keys) if k not in self.states]
+        bert = self.reader.model.bert
+        bert.eval()
+        with self.torch.inference_mode():
+            for i in range(0, len(todo), batch_size):
+                chunk = todo[i: i + batch_size]
+                enc = self.reader.encode([k[0] for k in chunk], [k[1] for k in chunk])
+                h = bert.embeddings(input_ids=enc["input_ids"], token_type_ids=enc["token_type_ids"])
+                mask = self._mask(h, enc["attention_mask"])
+                for layer in bert.encoder.layer[: self.n_frozen]:
+                    h = layer(h, mask)
+                lengths = enc["attention_mask"].sum(dim=1).tolist()
+                for k, row, n in zip(chunk, h, lengths, strict=True):
+                    self.states[k] = row[:n].clone()
+
+    def logits(self, reader: Any, keys: Sequence[tuple[str, str]]) -> Any:
+        """The top layers, pooler and classifier of `reader` over the cached bottom states (with grad)."""
+        torch = self.torch
+        rows = [self.states[k] for k in keys]
+        width = max(len(r) for r in rows)
+        h = torch.zeros(len(rows), width, rows[0].shape[-1])
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            h[i, : len(r)], mask[i, : len(r)] = r, 1
+        model = reader.model
+        mask4 = self._mask(h, mask)
+        for layer in model.bert.encoder.layer[self.n_frozen:]:
+            h = layer(h, mask4)
+        return model.classifier(model.dropout(model.bert.pooler(h)))[:, 0]
+
+
+def train_epochs(reader: Any, train: list[tuple[str, str, float]], cfg: Any,
+                 bottom: FrozenBottom, after_epoch: Any = None, epochs: int | None = None) -> list[float]:
+    """Fine-tune the reader's top layers for `epochs` (default cfg.max_epochs), calling after_epoch(epoch) after
+    each; returns the mean loss per epoch. Seeded shuffles; AdamW with weight decay, linear warmup and decay."""
+    import torch
+
+    epochs = epochs or cfg.max_epochs
+    bottom.freeze(reader)
+    bottom.fill([(q, t) for q, t, _ in train])
+    model = reader.model
+    params = [p for p in model.parameters() if p.requires_grad]
+    steps_per_epoch = (len(train) + cfg.batch_size - 1) // cfg.batch_size
+    total = steps_per_epoch * epochs
+    warmup = max(1, int(cfg.warmup_share * total))
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    rng = random.Random(cfg.seed)
+    losses = []
+    for epoch in range(1, epochs + 1):
+        model.train()
+        order = list(range(len(train)))
+        rng.shuffle(order)
+        seen = 0.0
+        for start in range(0, len(order), cfg.batch_size):
+            batch = [train[i] for i in order[start: start + cfg.batch_size]]
+            y = torch.tensor([b[2] for b in batch], dtype=torch.float32)
+            loss = loss_fn(bottom.logits(reader, [(b[0], b[1]) for b in batch]), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            seen += loss.item() * len(batch)
+        losses.append(round(seen / len(train), 5))
+        if after_epoch is not None:
+            after_epoch(epoch)
+    model.eval()
+    return losses

@@ -1,0 +1,193 @@
+"""`tiermem-router reader-pretrain`: teach the reader's base to read before it meets a conversation.
+
+The unit reader (serving/routers/unit_reader.py) asks one question of each retrieved unit: does this text state the
+answer? Seven development conversations (~450 labeled questions) cannot teach that beyond word overlap, so the
+base encoder is first fine-tuned, every layer, as an answerability cross-encoder on public reading data (SQuAD 2.0:
+router_train/reading_data.py). Whole articles are held out and the checkpoint's held-out answerability is
+reported: per pair (does the sentence hold the answer) and per question (does the best sentence of the paragraph
+answer it; unanswerable questions were written to look answerable).
+
+The checkpoint is cached under $TIERMEM_CACHE/readers/<key>, the key a digest of the data's sha256, the base's
+weights and every training setting; a rerun with the same key copies it into `output_dir` and says so (no
+training). The unit-reader stage takes `output_dir` as its `base`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tiermem.config import check_finite
+from tiermem.errors import ConfigError, stage_main
+
+PRETRAIN_FILE = "reader_pretrain.json"
+FORMAT_VERSION = 1  # bump when the pairs or the training change meaning: old cache entries stop matching
+# what the cache key leaves out: where things go and how progress is shown change no weight
+_NOT_IN_KEY = ("data", "output_dir", "cache", "log_every", "score_batch_size")
+
+
+@dataclass
+class ReaderPretrainConfig:
+    data: str = "../shared/data/squad2_dev_half.json"  # SQuAD 2.0 JSON file, or hf:<name> (e.g. hf:rajpurkar/squad_v2)
+    hub_split: str = "validation"  # the split loaded for hf:<name>
+    base: str = "packaged:all-minilm-l6-v2"  # the encoder fine-tuned (a model spec: packaged:, hub id, directory)
+    output_dir: str = "runs/reader_pretrain"  # the checkpoint: unit-reader's `base`
+    cache: bool = True  # reuse and store the checkpoint under $TIERMEM_CACHE/readers (keyed by data + settings)
+    negatives_per_question: int = 3  # answerable questions: the paragraph's sentences sharing most words, target 0
+    heldout_articles: int = 2  # whole articles kept out of training for the held-out answerability AUROC
+    max_train_pairs: int = 0  # 0: every pair; N: a seeded sample of N (quick runs, tests)
+    max_length: int = 128  # word pieces per (question, sentence) pair; the reader serves at 128
+    epochs: int = 1
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    batch_size: int = 32  # pairs per step
+    warmup_share: float = 0.1  # share of steps with a linear learning-rate warmup
+    score_batch_size: int = 64  # pairs per forward pass when scoring the held-out articles
+    log_every: int = 50  # steps between progress lines (0: none)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_finite(self, ("learning_rate", "weight_decay", "warmup_share"))
+        for name, low in (("negatives_per_question", 0), ("heldout_articles", 1), ("max_train_pairs", 0),
+                          ("max_length", 16), ("epochs", 1), ("batch_size", 1), ("score_batch_size", 1),
+                          ("log_every", 0)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if self.max_length > 512:
+            raise ConfigError(f"max_length must be <= 512 (the encoder's positions), got {self.max_length}")
+        if not self.learning_rate > 0 or self.weight_decay < 0 or not 0 <= self.warmup_share < 1:
+            raise ConfigError("learning_rate > 0, weight_decay >= 0 and 0 <= warmup_share < 1 are required, got "
+                              f"{self.learning_rate}, {self.weight_decay}, {self.warmup_share}")
+        if not self.data:
+            raise ConfigError("data must name a SQuAD 2.0 JSON file or hf:<dataset name>")
+
+
+def _weights_digest(model_dir: Path) -> str:
+    h = hashlib.sha256()
+    for name in sorted(p.name for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin")):
+        with open(model_dir / name, "rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_key(cfg: ReaderPretrainConfig, data_sha256: str, base_digest: str) -> str:
+    settings = {k: v for k, v in asdict(cfg).items() if k not in _NOT_IN_KEY}
+    blob = json.dumps({"version": FORMAT_VERSION, "data_sha256": data_sha256, "base_weights_sha256": base_digest,
+                       "settings": settings}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
+    """Answerability on held-out articles: per pair (the training pairs' construction) and per question (the best
+    sentence's logit, every sentence of the paragraph scored; answerable = positive)."""
+    from router_train.reading_data import question_pairs, sentence_spans
+    from tiermem.stats import auroc
+
+    flat = [(q.question, q.context[s:e]) for q in questions for s, e in sentence_spans(q.context)]
+    logits = dict(zip(flat, reader.logits([p[0] for p in flat], [p[1] for p in flat]), strict=True))
+    pairs = [p for q in questions for p in question_pairs(q, negatives=3)]
+    best = [max(logits[(q.question, q.context[s:e])] for s, e in sentence_spans(q.context)) for q in questions]
+    return {"questions": len(questions), "answerable": sum(q.answerable for q in questions), "pairs": len(pairs),
+            "pair_auroc": round(auroc([logits[(p[0], p[1])] for p in pairs], [p[2] > 0.5 for p in pairs]), 4),
+            "question_auroc": round(auroc(best, [q.answerable for q in questions]), 4)}
+
+
+def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[str, Any]) -> None:
+    """Fine-tune the base on the training articles' pairs and save the checkpoint with its metadata in `target`."""
+    import random
+
+    import torch
+
+    from router_train.reader_fit import fit_reader
+    from router_train.reading_data import all_pairs, heldout_split
+    from serving.routers.unit_reader import CrossEncoder
+    from tiermem.models import resolve_model
+
+    train_q, held_q, held_titles = heldout_split(questions, cfg.heldout_articles, cfg.seed)
+    pairs = all_pairs(train_q, cfg.negatives_per_question)
+    if cfg.max_train_pairs and len(pairs) > cfg.max_train_pairs:
+        pairs = random.Random(cfg.seed).sample(pairs, cfg.max_train_pairs)
+    print(f"reader-pretrain: {len(pairs)} pairs ({sum(p[2] > 0.5 for p in pairs)} positive) from "
+          f"{len(train_q)} questions; held out: {len(held_q)} questions of {held_titles}", file=sys.stderr, flush=True)
+    torch.manual_seed(cfg.seed)  # the classification head's initialization
+    reader = CrossEncoder.load(resolve_model(cfg.base), batch_size=cfg.score_batch_size)
+    started = time.perf_counter()
+    losses = fit_reader(reader, pairs, epochs=cfg.epochs, learning_rate=cfg.learning_rate,
+                        weight_decay=cfg.weight_decay, batch_size=cfg.batch_size, warmup_share=cfg.warmup_share,
+                        seed=cfg.seed, max_length=cfg.max_length, log_every=cfg.log_every, label="reader-pretrain")
+    train_s = time.perf_counter() - started
+    heldout = heldout_metrics(reader, held_q)
+    meta.update({"train_pairs": len(pairs), "train_positive": int(sum(p[2] > 0.5 for p in pairs)),
+                 "train_questions": len(train_q), "heldout_articles": held_titles, "loss_by_epoch": losses,
+                 "heldout": heldout, "train_seconds": round(train_s, 1),
+                 "seconds": round(time.perf_counter() - started, 1)})
+    reader.model.save_pretrained(str(target), safe_serialization=True)
+    reader.tokenizer.save_pretrained(str(target))
+    (target / PRETRAIN_FILE).write_text(json.dumps(meta, indent=2))
+
+
+def _copy_into(src: Path, out: Path) -> None:
+    """Every file of the checkpoint into the claimed output directory, never through a link planted there."""
+    from tiermem.safe_io import write_atomic
+
+    for path in sorted(src.iterdir()):
+        if path.is_file() and not path.name.startswith("."):
+            write_atomic(out / path.name, path.read_bytes())
+
+
+def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
+    from router_train.reading_data import load_reading_data
+    from tiermem.models import cache_root, resolve_model, setup_cpu_threads
+    from tiermem.rundir import claim_cache_dir, claimed_output_dir
+
+    questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
+    key = cache_key(cfg, data_sha, _weights_digest(resolve_model(cfg.base)))
+    with claimed_output_dir(cfg.output_dir, "reader-pretrain") as out:
+        cache_dir = claim_cache_dir(cache_root() / "readers", "reader-pretrain") if cfg.cache else None
+        entry = cache_dir / key if cache_dir else None
+        hit = entry is not None and (entry / PRETRAIN_FILE).is_file()
+        if hit:
+            print(f"reader-pretrain: cache hit {entry} (data sha256 {data_sha[:12]}, same base and settings): "
+                  "no training", file=sys.stderr, flush=True)
+        else:
+            setup_cpu_threads()
+            meta = {"stage": "reader-pretrain", "cache_key": key, "data": cfg.data, "data_sha256": data_sha,
+                    "base": cfg.base, "config": asdict(cfg)}
+            parent = cache_dir if cache_dir is not None else out
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=parent))
+            try:
+                _train(cfg, questions, tmp, meta)
+                if entry is not None:
+                    os.replace(tmp, entry)  # atomic: a half-written checkpoint is never taken for a cached one
+                else:
+                    _copy_into(tmp, out)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        if entry is not None:
+            _copy_into(entry, out)
+    meta = json.loads((Path(cfg.output_dir) / PRETRAIN_FILE).read_text())
+    return {"output_dir": cfg.output_dir, "cache_hit": hit,
+            "cache_key": key, "heldout": meta["heldout"], "train_pairs": meta["train_pairs"],
+            "seconds": meta["seconds"]}
+
+
+@stage_main("reader-pretrain")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
+
+    cfg = parse_cli(ReaderPretrainConfig, argv, default_config="configs/reader_pretrain/default.yaml")
+    print(json.dumps(pretrain(cfg), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,176 @@
+"""Public answerability data for the reader's pre-training: SQuAD 2.0 as (question, sentence, target) pairs.
+
+SQuAD 2.0 pairs every question with a paragraph; about half of its questions were written to look answerable from
+that paragraph and are not. A pair is (question, one sentence of its paragraph), target 1 when the sentence holds
+(overlaps) a gold answer span. The negatives that teach reading rather than word matching are the sentences of the
+paragraph sharing the most words with the question (same topic, no answer) and every sentence of an unanswerable
+question (written to look answered). The router's reader sees the same shape at serve time: (question, one unit).
+
+Sources: a local file in the official SQuAD 2.0 JSON shape (`data` -> articles -> `paragraphs` -> `context`,
+`qas`), or `hf:<name>` (`datasets.load_dataset(name, split=...)`, e.g. `hf:rajpurkar/squad_v2`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tiermem.errors import DataError
+
+HUB_PREFIX = "hf:"
+# a sentence ends at . ! ? (optionally closed by a quote or bracket) followed by white space and a capital,
+# digit or opening quote: the usual Wikipedia sentence; abbreviations like "U.S. Army" stay joined often enough
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "a an the of in on at to for from by with and or but is are was were be been being do does did what which who "
+    "whom whose when where why how that this these those it its as into than then there their they he she his her "
+    "him we you i me my our your not no can could would should will may might must has have had about after before "
+    "during over under between most many much more some any each other such only also one two".split())
+
+
+@dataclass(frozen=True)
+class ReadingQuestion:
+    """One SQuAD question with its paragraph; `answers` are gold (start, text) spans, empty when unanswerable."""
+
+    article: str
+    qid: str
+    question: str
+    context: str
+    answers: tuple[tuple[int, str], ...]
+
+    @property
+    def answerable(self) -> bool:
+        return bool(self.answers)
+
+
+def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise DataError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise DataError(f"{where}: field {key!r} must be {getattr(kind, '__name__', kind)}, got "
+                        f"{type(value).__name__}")
+    return value
+
+
+def _question(article: str, context: str, qa: Any, where: str) -> ReadingQuestion:
+    question = _field(qa, "question", str, where).strip()
+    qid = str(_field(qa, "id", (str, int), where))
+    impossible = qa.get("is_impossible", False) if isinstance(qa, dict) else False
+    if not isinstance(impossible, bool):
+        raise DataError(f"{where}: field 'is_impossible' must be true or false, got {impossible!r}")
+    if not question:
+        raise DataError(f"{where}: field 'question' is empty")
+    spans = []
+    for j, ans in enumerate([] if impossible else _field(qa, "answers", list, where)):
+        text = _field(ans, "text", str, f"{where} answers[{j}]")
+        start = _field(ans, "answer_start", int, f"{where} answers[{j}]")
+        if not text.strip() or start < 0 or context[start: start + len(text)] != text:
+            raise DataError(f"{where} answers[{j}]: {text!r} is not at answer_start {start} of the context")
+        spans.append((start, text))
+    if not impossible and not spans:
+        raise DataError(f"{where}: an answerable question (is_impossible false) with no answers")
+    return ReadingQuestion(article, qid, question, context, tuple(dict.fromkeys(spans)))
+
+
+def load_squad_file(path: str | Path) -> list[ReadingQuestion]:
+    """The official SQuAD 2.0 JSON shape -> questions; a malformed record names file, article, paragraph, field."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise DataError(f"{path}: not a readable SQuAD JSON file ({type(exc).__name__}: {exc})") from None
+    out = []
+    for a, article in enumerate(_field(doc, "data", list, str(path))):
+        title = str(_field(article, "title", str, f"{path} data[{a}]"))
+        for p, para in enumerate(_field(article, "paragraphs", list, f"{path} data[{a}] ({title})")):
+            where = f"{path} data[{a}] ({title}) paragraphs[{p}]"
+            context = _field(para, "context", str, where)
+            for q, qa in enumerate(_field(para, "qas", list, where)):
+                out.append(_question(title, context, qa, f"{where} qas[{q}]"))
+    return out
+
+
+def load_squad_hub(name: str, split: str) -> list[ReadingQuestion]:
+    """`datasets.load_dataset(name, split=split)` rows (id, title, context, question, answers{text, answer_start})."""
+    import datasets
+
+    try:
+        rows = datasets.load_dataset(name, split=split)
+    except Exception as exc:  # offline hub, unknown name or split: say which data set and why
+        raise DataError(f"reading data {HUB_PREFIX}{name} (split {split!r}) could not be loaded: {exc}") from None
+    out = []
+    for i, row in enumerate(rows):
+        answers = row.get("answers") or {}
+        qa = {"question": row.get("question"), "id": row.get("id"), "is_impossible": not answers.get("text"),
+              "answers": [{"text": t, "answer_start": s}
+                          for t, s in zip(answers.get("text", []), answers.get("answer_start", []), strict=True)]}
+        out.append(_question(str(row.get("title", "")), str(row.get("context", "")), qa,
+                             f"{HUB_PREFIX}{name} [{split}] row {i}"))
+    return out
+
+
+def load_reading_data(source: str, hub_split: str = "validation") -> tuple[list[ReadingQuestion], str]:
+    """(questions, sha256 of the data): a file's bytes, or the canonical JSON of what the hub gave."""
+    if source.startswith(HUB_PREFIX):
+        questions = load_squad_hub(source[len(HUB_PREFIX):], hub_split)
+        blob = json.dumps([q.__dict__ for q in questions], sort_keys=True).encode()
+        return questions, hashlib.sha256(blob).hexdigest()
+    path = Path(source)
+    if not path.is_file():
+        raise DataError(f"reading data {source!r}: no such file (a SQuAD 2.0 JSON file, or {HUB_PREFIX}<dataset name>)")
+    return load_squad_file(path), hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """[start, end) character spans of the text's sentences, covering it without the white space between them."""
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        if text[start: m.start()].strip():
+            spans.append((start, m.start()))
+        start = m.end()
+    if text[start:].strip():
+        spans.append((start, len(text.rstrip())))
+    return spans
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def question_pairs(q: ReadingQuestion, negatives: int) -> list[tuple[str, str, float]]:
+    """(question, sentence, target) pairs of one question: for an answerable one every sentence holding a gold span
+    (target 1) and its `negatives` sentences sharing the most content words with the question (target 0); for an
+    unanswerable one every sentence of the paragraph (target 0)."""
+    spans = sentence_spans(q.context)
+    if not q.answerable:
+        return [(q.question, q.context[s:e], 0.0) for s, e in spans]
+    gold = {i for i, (s, e) in enumerate(spans) for a, text in q.answers if a < e and a + len(text) > s}
+    words = content_words(q.question)
+    rest = sorted((i for i in range(len(spans)) if i not in gold),
+                  key=lambda i: (-len(words & content_words(q.context[spans[i][0]: spans[i][1]])), i))
+    keep = sorted([*gold, *rest[:negatives]])
+    return [(q.question, q.context[spans[i][0]: spans[i][1]], float(i in gold)) for i in keep]
+
+
+def all_pairs(questions: Iterable[ReadingQuestion], negatives: int) -> list[tuple[str, str, float]]:
+    return [p for q in questions for p in question_pairs(q, negatives)]
+
+
+def heldout_split(questions: Sequence[ReadingQuestion], heldout_articles: int, seed: int
+                  ) -> tuple[list[ReadingQuestion], list[ReadingQuestion], list[str]]:
+    """(train, held out, held-out article titles): whole articles held out, so no paragraph is in both."""
+    titles = sorted({q.article for q in questions})
+    if heldout_articles >= len(titles):
+        raise DataError(f"reading data has {len(titles)} article(s); heldout_articles={heldout_articles} leaves "
+                        "none to train on")
+    held = set(random.Random(seed).sample(titles, heldout_articles))
+    return ([q for q in questions if q.article not in held], [q for q in questions if q.article in held],
+            sorted(held))
