@@ -69,7 +69,7 @@ class UnitReaderConfig:
     score_batch_size: int = 64  # pairs per forward pass when scoring
     # candidates CV chooses among: 0 = the base as it is (zero-shot), k = its top k encoder layers fine-tuned on the
     # conversations (6 = every layer of MiniLM; the layers below are frozen and their output cached once)
-    finetune_layers: list[int] = field(default_factory=lambda: [0, 1])
+    finetune_layers: list[int] = field(default_factory=lambda: [0, 2])
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -189,6 +189,22 @@ def summary(per_conv: dict[str, float | None]) -> dict[str, Any]:
             "min": round(min(vals), 4) if vals else None, "max": round(max(vals), 4) if vals else None,
             "std": round(float(np.std(vals)), 4) if vals else None,
             "per_conversation": {k: None if v is None else round(v, 4) for k, v in per_conv.items()}}
+
+
+def pretraining_of(base: str) -> dict[str, Any] | None:
+    """What the base's reading pre-training was (its reader_pretrain.json, without local paths), if it had one."""
+    from pathlib import Path
+
+    from router_train.reader_pretrain import PRETRAIN_FILE
+
+    path = Path(base) / PRETRAIN_FILE
+    if not path.is_file():
+        return None
+    meta = json.loads(path.read_text())
+    data = str(meta.get("data"))
+    return {"base": meta.get("base"), "data": data if data.startswith("hf:") else Path(data).name, "data_sha256": meta.get("data_sha256"),
+            "train_pairs": meta.get("train_pairs"), "heldout": meta.get("heldout"),
+            "epochs": (meta.get("config") or {}).get("epochs"), "cache_key": meta.get("cache_key")}
 
 
 def _key(r: dict[str, Any]) -> tuple[str, str]:
@@ -334,6 +350,9 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
             "router_input": {"top_k": max((len(r["router_summaries"]) for r in final_rows), default=0)}}
     extra = {"reader_base": cfg.base, "config": asdict(cfg), "final_loss_by_epoch": losses, "cv_grid": table["grid"],
              "wall_s": round(time.perf_counter() - started, 1)}
+    pretrained = pretraining_of(cfg.base)
+    if pretrained:
+        extra["reader_pretrain"] = pretrained
     zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
     if zero_shot and chosen != (0, 0):
         # the base reader's own best head, kept beside the chosen one so eval shows what fine-tuning adds

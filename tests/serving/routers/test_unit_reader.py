@@ -61,12 +61,13 @@ def test_the_stage_chooses_by_cross_validation_over_conversations(trained):
     meta = json.loads((out / "tiermem_router.json").read_text())
     cv = meta["metrics"]["cv"]
     # leave-one-conversation-out over train + validation: 3 + 3 conversations, each held out once
-    assert set(cv["folds"]) == {"zero-shot"} | {f"1 layer(s), held out {s}-c{i}" for s in ("train", "validation")
+    # the default candidates: the base as it is (zero-shot, scored once) and its top 2 layers fine-tuned per fold
+    assert set(cv["folds"]) == {"zero-shot"} | {f"2 layer(s), held out {s}-c{i}" for s in ("train", "validation")
                                                  for i in range(3)}
-    # (zero-shot + 1 layer x 2 epochs) x poolings x text weights
+    # (zero-shot + 2 layers x 2 epochs) x poolings x text weights
     assert len(meta["cv_grid"]) == (1 + 2) * 2 * 2
-    assert {(g["finetune_layers"], g["epochs"]) for g in meta["metrics"]["cv_by_finetuning"]} == {(0, 0), (1, 1),
-                                                                                                  (1, 2)}
+    assert {(g["finetune_layers"], g["epochs"]) for g in meta["metrics"]["cv_by_finetuning"]} == {(0, 0), (2, 1),
+                                                                                                  (2, 2)}
     assert meta["metrics"]["chosen"] == choose({"grid": meta["cv_grid"]})
     assert meta["router_kind"] == "unit-reader" and meta["pooling"] in POOLINGS
 
