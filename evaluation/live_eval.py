@@ -20,6 +20,7 @@ from typing import Any
 
 from tiermem.config import ConfigError
 from tiermem.errors import MissingFileError
+from tiermem.safe_io import write_atomic
 
 POLICIES = ("summary_only", "raw_only", "routed")
 
@@ -165,7 +166,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     out.mkdir(parents=True, exist_ok=True)
     report = {"meta": meta, "policies": summary, "rows": rows}
     json_path = out / "live_eval.json"
-    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_atomic(json_path, json.dumps(report, indent=2, default=str) + "\n")
     lines = [f"# Live end-to-end evaluation: {router_name}", "",
              f"- held-out conversations ({cfg.split}): {', '.join(meta['conversations'])}; questions: {total}",
              f"- answerer: {meta['answerer']} (fresh calls, no cache); judge: {meta['judge']}",
@@ -182,7 +183,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
                      f"| {_fmt(m['escalation_rate'])} "
                      f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} | {m['errors']} |")
     md_path = out / "live_eval.md"
-    md_path.write_text("\n".join(lines) + "\n")
+    write_atomic(md_path, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return {"live_json": json_path, "live_markdown": md_path}
 

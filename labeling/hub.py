@@ -10,6 +10,7 @@ from typing import Any
 
 from labeling.rules import LABEL_RULE_TEXT
 from tiermem.errors import HubError, MissingFileError, UsageError
+from tiermem.safe_io import write_atomic, write_stream
 
 # Source benchmark -> the license its derived records keep (the `source` column of every label record).
 SOURCE_LICENSES = {
@@ -199,10 +200,10 @@ def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: 
         folder = Path(tmp)
         (folder / "data").mkdir()
         for name in dataset:
-            dataset[name].to_parquet(str(folder / "data" / f"{name}-00000-of-00001.parquet"))
-        card.save(folder / "README.md")
+            write_stream(folder / "data" / f"{name}-00000-of-00001.parquet", dataset[name].to_parquet)
+        write_atomic(folder / "README.md", str(card))
         if config_path.is_file():
-            (folder / "labeling_config.yaml").write_text(config_path.read_text())
+            write_atomic(folder / "labeling_config.yaml", config_path.read_text())
         try:
             repo = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
             info = api.upload_folder(repo_id=repo.repo_id, repo_type="dataset", folder_path=str(folder),
