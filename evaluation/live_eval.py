@@ -40,9 +40,9 @@ class _RecordingRouter:
 def _label_config(cfg: Any) -> Any:
     """The labeling config that built the dataset (saved next to it), so the runtime matches labeling."""
     from labeling.config import LabelConfig
-    from tiermem.config import parse_config
+    from tiermem.config import config_path, parse_config
 
-    path = Path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
+    path = config_path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
     if not path.is_file():
         raise MissingFileError(f"live eval: label config {path} not found (set live.label_config=PATH)")
     return parse_config(LabelConfig, path)

@@ -435,8 +435,7 @@ class MemoryRuntime:
                                           day_of(turn.timestamp), origin))
                 actions.append(WriteBack("update", unit_id, quote.fact, similarity))
                 continue
-            n = sum(1 for u in index.units if u.origin == "writeback")
-            unit_id = f"{memory.conv_id}:w{n:04d}"
+            unit_id = index.new_unit_id(f"{memory.conv_id}:w")
             index.add([SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id], day_of(turn.timestamp),
                                    "writeback")])
             actions.append(WriteBack("add", unit_id, quote.fact, similarity))
