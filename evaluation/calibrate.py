@@ -135,7 +135,8 @@ class CalibrateConfig:
             raise ConfigError(f"risk_unit must be one of {RISK_UNITS}, got {self.risk_unit!r}")
         if (len(self.risk_grid) != 3 or not all(math.isfinite(x) for x in self.risk_grid)
                 or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2):
-            raise ConfigError(f"risk_grid must be finite [lo, hi, points] with lo < hi and points >= 2, got {self.risk_grid}")
+            raise ConfigError("risk_grid must be finite [lo, hi, points] with lo < hi and points >= 2, got "
+                              f"{self.risk_grid}")
 
 
 # ---- the whole criterion ---------------------------------------------------------------------------------
