@@ -15,8 +15,6 @@ reads, prints or writes it. HF_ENDPOINT points the client at another hub (the te
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,16 +32,8 @@ from tiermem.artifacts import (
     read_run_meta,
     verify_files,
 )
-from tiermem.errors import (
-    EXIT_NETWORK,
-    ConfigError,
-    HubError,
-    MissingFileError,
-    UnreachableError,
-    UsageError,
-    exit_code,
-    stage_main,
-)
+from tiermem.errors import ConfigError, HubError, MissingFileError, stage_main
+from tiermem.hub_errors import check_repo_id, hub_errors
 from tiermem.models import hub_id
 from tiermem.rundir import ROUTER_STAGES, updating_run
 
@@ -85,44 +75,6 @@ class PushConfig:
     def __post_init__(self) -> None:
         if self.create_pr and self.revision not in (None, "main"):
             raise ConfigError("create_pr opens the PR against main; leave revision unset")
-
-
-def check_repo_id(repo_id: str) -> str:
-    """`org/name` as the hub accepts it (no `..`, spaces, `.git` ending, at most 96 characters a part): refused
-    here, exit 2, before anything is read or sent."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UsageError(f"repo_id must be org/name (pass repo_id=...), got {repo_id!r}")
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as exc:
-        raise UsageError(f"repo_id {repo_id!r} is not a valid hub repo id: {exc}") from None
-    return repo_id
-
-
-@contextmanager
-def hub_errors(what: str) -> Iterator[None]:
-    """The hub's failures as named errors: offline mode (HF_HUB_OFFLINE) and a refusal are exit 2, a hub that
-    cannot be reached (HF_ENDPOINT; the installed HTTP client's transport errors) exit 7."""
-    from huggingface_hub import constants
-    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
-
-    try:
-        yield
-    except OfflineModeIsEnabled:
-        raise HubError(f"{what}: HF_HUB_OFFLINE is set, so the hub is not contacted; unset HF_HUB_OFFLINE (or set "
-                       "it to 0) to reach it") from None
-    except HFValidationError as exc:
-        raise UsageError(f"{what}: {exc}") from None
-    except HfHubHTTPError as exc:
-        raise HubError(f"{what} failed: {exc}") from None
-    except Exception as exc:
-        if exit_code(exc) != EXIT_NETWORK:
-            raise
-        raise UnreachableError(f"{what}: the hub at {constants.ENDPOINT} (HF_ENDPOINT) cannot be reached: "
-                               f"{type(exc).__name__}: {exc}") from None
 
 
 def push(cfg: PushConfig) -> dict[str, Any]:
