@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -63,6 +64,9 @@ CRITERIA = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "ris
 def _check_criterion(criterion: str, value: float | None, budget_share: float | None) -> None:
     if criterion not in CRITERIA:
         raise ConfigError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    for name, number in (("value", value), ("budget_share", budget_share)):
+        if number is not None and not math.isfinite(number):  # nan fails every comparison below, so it would pass
+            raise ConfigError(f"criterion {criterion}: {name} must be a finite number, got {number}")
     if criterion in ("hard_recall", "escalation_rate"):
         if value is None or not 0.0 < value <= 1.0:
             raise ConfigError(f"criterion {criterion}: value must be a share in (0, 1], got {value}")
@@ -129,8 +133,10 @@ class CalibrateConfig:
             raise ConfigError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
         if self.risk_unit not in RISK_UNITS:
             raise ConfigError(f"risk_unit must be one of {RISK_UNITS}, got {self.risk_unit!r}")
-        if len(self.risk_grid) != 3 or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2:
-            raise ConfigError(f"risk_grid must be [lo, hi, points] with lo < hi and points >= 2, got {self.risk_grid}")
+        if (len(self.risk_grid) != 3 or not all(math.isfinite(x) for x in self.risk_grid)
+                or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2):
+            raise ConfigError("risk_grid must be finite [lo, hi, points] with lo < hi and points >= 2, got "
+                              f"{self.risk_grid}")
 
 
 # ---- the whole criterion ---------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from serving.routers.spec import router_kind_of
 from tiermem import contract, ranges
 from tiermem.config import ConfigError, from_dict, parse_cli
 from tiermem.errors import stage_main
-from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
+from tiermem.rundir import ROUTER_STAGES, check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
 from tiermem.safe_io import write_atomic
 
 log = logging.getLogger(__name__)
@@ -395,11 +395,11 @@ def _write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], ou
     return paths
 
 
-def _lm_run_dir(spec: RouterSpec) -> bool:
-    """A local LM router's run directory: the one whose model card eval refreshes."""
-    if spec.kind not in ("auto", "local") or not spec.path or not Path(spec.path).is_dir():
+def _router_run_dir(spec: RouterSpec) -> bool:
+    """A trained router's run directory of any kind (LM, unit reader, features): its card gets this eval."""
+    if not spec.path or not Path(spec.path).is_dir():
         return False
-    return router_kind_of(spec.path) == "local"
+    return spec.kind in ("auto", router_kind_of(spec.path))
 
 
 def run(cfg: EvalConfig) -> dict[str, Path]:
@@ -410,8 +410,8 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
     # Every directory this run writes is claimed before any model loads, and held until it ends.
     with ExitStack() as held:
         held.enter_context(claimed_output_dir(cfg.output_dir, "eval"))
-        if _lm_run_dir(cfg.router):  # its card gets this eval's summary: only a trained LM router run
-            held.enter_context(updating_run(cfg.router.path, "eval", ("sft", "grpo")))
+        if _router_run_dir(cfg.router):  # its card gets this eval's summary: a trained router run
+            held.enter_context(updating_run(cfg.router.path, "eval", ROUTER_STAGES))
         tiers = Path(cfg.live.workdir) / "tiers"
         if cfg.live.enabled and not tiers.resolve().is_relative_to(Path(cfg.output_dir).resolve()):
             claim_cache_dir(tiers)
@@ -432,7 +432,7 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval
 
-    if _lm_run_dir(cfg.router):  # the run's metadata and card
+    if _router_run_dir(cfg.router):  # the run's metadata and card
         # the evaluation of record only on the router's own test data; any other data is listed beside it
         record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]), data=cfg.data)
     print(eval_report.render_markdown(report))

@@ -20,6 +20,7 @@ from typing import Any
 
 from tiermem.config import ConfigError
 from tiermem.errors import MissingFileError
+from tiermem.safe_io import write_atomic
 
 POLICIES = ("summary_only", "raw_only", "routed")
 
@@ -39,9 +40,9 @@ class _RecordingRouter:
 def _label_config(cfg: Any) -> Any:
     """The labeling config that built the dataset (saved next to it), so the runtime matches labeling."""
     from labeling.config import LabelConfig
-    from tiermem.config import parse_config
+    from tiermem.config import config_path, parse_config
 
-    path = Path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
+    path = config_path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
     if not path.is_file():
         raise MissingFileError(f"live eval: label config {path} not found (set live.label_config=PATH)")
     return parse_config(LabelConfig, path)
@@ -165,7 +166,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     out.mkdir(parents=True, exist_ok=True)
     report = {"meta": meta, "policies": summary, "rows": rows}
     json_path = out / "live_eval.json"
-    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_atomic(json_path, json.dumps(report, indent=2, default=str) + "\n")
     lines = [f"# Live end-to-end evaluation: {router_name}", "",
              f"- held-out conversations ({cfg.split}): {', '.join(meta['conversations'])}; questions: {total}",
              f"- answerer: {meta['answerer']} (fresh calls, no cache); judge: {meta['judge']}",
@@ -182,7 +183,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
                      f"| {_fmt(m['escalation_rate'])} "
                      f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} | {m['errors']} |")
     md_path = out / "live_eval.md"
-    md_path.write_text("\n".join(lines) + "\n")
+    write_atomic(md_path, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return {"live_json": json_path, "live_markdown": md_path}
 

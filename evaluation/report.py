@@ -15,7 +15,7 @@ from typing import Any
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
 from tiermem.eval_summary import POLICY_METRICS, RANKING_METRICS, EvalSummary
-from tiermem.safe_io import write_atomic
+from tiermem.safe_io import write_atomic, write_stream
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
 POLICY_TITLES = {
@@ -333,7 +333,7 @@ def _save_figure(fig: Any, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    write_stream(path, lambda fh: fig.savefig(fh, format=path.suffix.lstrip(".") or "png"))
     plt.close(fig)
     return path
 

@@ -26,6 +26,7 @@ from labeling.judges import SufficiencyJudge
 from tiermem.config import ConfigError
 from tiermem.errors import DataError, stage_main
 from tiermem.llm import LLMConfig, LLMError
+from tiermem.safe_io import write_atomic
 
 ACTIONS = ("ANSWER", "ESCALATE")
 
@@ -212,11 +213,10 @@ def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
         if judge_llm is not None:
             judge_rows(rows, SufficiencyJudge(judge_llm, cfg.judge_max_tokens))
             summary["judge"] = {"model": getattr(judge_llm, "model", type(judge_llm).__name__), **agreement(rows)}
-        with (out / "audit.jsonl").open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        (out / "audit.md").write_text(render(rows, summary) + "\n", encoding="utf-8")
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        # never through a link planted in the claimed directory
+        write_atomic(out / "audit.jsonl", "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        write_atomic(out / "audit.md", render(rows, summary) + "\n")
+        write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 

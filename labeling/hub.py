@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from labeling.rules import LABEL_RULE_TEXT
-from tiermem.errors import HubError, MissingFileError, UsageError
+from tiermem.errors import HubError, MissingFileError
+from tiermem.hub_errors import check_repo_id, hub_errors
+from tiermem.safe_io import write_atomic, write_stream
 
 # Source benchmark -> the license its derived records keep (the `source` column of every label record).
 SOURCE_LICENSES = {
@@ -180,10 +182,8 @@ def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: 
     import yaml
     from datasets import load_from_disk
     from huggingface_hub import HfApi, get_token
-    from huggingface_hub.errors import HfHubHTTPError
 
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UsageError(f"dataset repo id must be org/name, got {repo_id!r}")
+    check_repo_id(repo_id)
     path = Path(path)
     if not path.is_dir():
         raise MissingFileError(f"{path}: no saved dataset (make label writes <output_dir>/dataset)")
@@ -199,15 +199,13 @@ def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: 
         folder = Path(tmp)
         (folder / "data").mkdir()
         for name in dataset:
-            dataset[name].to_parquet(str(folder / "data" / f"{name}-00000-of-00001.parquet"))
-        card.save(folder / "README.md")
+            write_stream(folder / "data" / f"{name}-00000-of-00001.parquet", dataset[name].to_parquet)
+        write_atomic(folder / "README.md", str(card))
         if config_path.is_file():
-            (folder / "labeling_config.yaml").write_text(config_path.read_text())
-        try:
+            write_atomic(folder / "labeling_config.yaml", config_path.read_text())
+        with hub_errors(f"dataset push to {repo_id}"):
             repo = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
             info = api.upload_folder(repo_id=repo.repo_id, repo_type="dataset", folder_path=str(folder),
                                      commit_message=commit_message)
-        except HfHubHTTPError as exc:
-            raise HubError(f"dataset push to {repo_id} failed: {exc}") from None
     return {"repo_id": repo.repo_id, "commit": info.oid, "commit_url": info.commit_url, "private": private,
             "splits": {name: len(dataset[name]) for name in dataset}}

@@ -11,6 +11,7 @@ from typing import Any
 from labeling.rules import RULES
 from labeling.schema import PATH_COST_FIELDS
 from labeling.unit_targets import report_lines
+from tiermem.safe_io import write_atomic
 
 SPLITS = ("train", "validation", "test")
 
@@ -236,4 +237,4 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
         lines += ["", f"Dataset splits (by conversation, error records excluded): {stats['dataset']}"
                   + (f", of which {pairs['train_rows']} train rows are minimal pairs" if pairs else "")
                   + f"; conversations {stats['conversations_by_split']}"]
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, "\n".join(lines) + "\n")

@@ -56,7 +56,7 @@ from tiermem.errors import UsageError
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
 from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claim_output_dir, claimed_output_dir
-from tiermem.safe_io import write_atomic
+from tiermem.safe_io import save_into, write_atomic, write_stream
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversatio
     shard_cfg = dataclasses.replace(cfg, output_dir=str(here))
     with claimed_output_dir(here, "label"):
         check_resumable(shard_cfg, here)
-        (here / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        write_atomic(here / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         state: dict[str, Any] = {"shard": f"{index}/{count}", "index": index, "count": count,
                                  "conversations": [c.conv_id for c in mine],
                                  "questions": sum(len(c.questions) for c in mine), "finished": False}
@@ -264,9 +264,8 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
     good = [r for r in records if not r["error"]]
     stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
     try:
-        with open(stage / "all_records.jsonl", "w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        write_stream(stage / "all_records.jsonl", lambda fh: fh.writelines(
+            (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8") for rec in records))
         stats = build_stats(records, cfg.label_rule, llm_judge=llm_judge)
         dropped_turns = dropped_turns or {}
         stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
@@ -278,10 +277,10 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
                       **(extra_stats or {})})
         if good:
             dataset = build_dataset(good)
-            dataset.save_to_disk(str(stage / "dataset"))
+            save_into(stage / "dataset", lambda folder: dataset.save_to_disk(str(folder)))
             stats["dataset"] = {name: len(dataset[name]) if name in dataset else 0
                                 for name in ("train", "validation", "test")}
-        (stage / "stats.json").write_text(json.dumps(stats, indent=2))
+        write_atomic(stage / "stats.json", json.dumps(stats, indent=2))
         write_report(stats, stage / "report.md", cfg)
         _swap_in(stage, out)
     finally:

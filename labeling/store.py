@@ -17,6 +17,7 @@ from typing import Any
 
 from tiermem.data.textfile import decode_utf8, jsonl_records
 from tiermem.errors import StoreError
+from tiermem.safe_io import open_nofollow
 
 Key = tuple[str, str]
 
@@ -56,7 +57,8 @@ class RecordStore:
         self.torn_lines = 0
         self._records: dict[Key, dict[str, Any]] = {}
         self._load()
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held open for appends)
+        # held open for appends; never through a link planted at the records file
+        self._fh = os.fdopen(open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8")
 
     def _load(self) -> None:
         if not self.path.exists():
@@ -66,10 +68,12 @@ class RecordStore:
         if good_end < len(data):
             # A torn final line from a killed writer: drop it so the next append starts on a fresh line.
             self.torn_lines = 1
-            with open(self.path, "r+b") as fh:
-                fh.truncate(good_end)
-                fh.flush()
-                os.fsync(fh.fileno())
+            fd = open_nofollow(self.path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, good_end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         self._records = _decode(data[:good_end], self.path)
 
     def __contains__(self, key: Key) -> bool:

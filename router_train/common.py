@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from router_train.rewards import RewardConfig
-from tiermem import contract
+from tiermem import contract, safe_io
 from tiermem.artifacts import (
     RUN_META_FILE,
     RunMeta,
@@ -24,6 +25,7 @@ from tiermem.artifacts import (
 from tiermem.errors import ConfigError, UsageError
 
 log = logging.getLogger(__name__)
+SAVE_STAGING = ".trainer-save"  # trainer.save_model writes here; the files are then moved into the run
 
 
 @dataclass
@@ -200,7 +202,7 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
     run."""
     from serving.model_card import write_run_card
 
-    tokenizer.save_pretrained(str(output_dir))
+    safe_io.save_pretrained(tokenizer, output_dir)
     if meta.adapter:
         base = make_adapter_portable(output_dir, meta.base_model)
         if base is None:
@@ -236,6 +238,10 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path) -> dict[str, An
     process reports and writes the run's metadata (`save_and_report`)."""
     # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
     clear_run_meta(output_dir)
+    staging = safe_io.refuse_link(Path(output_dir) / SAVE_STAGING)
+    if is_main_process(trainer):  # the trainer's save writes only inside this folder, made fresh by the stage
+        shutil.rmtree(staging, ignore_errors=True)  # a killed run's partial save
+        staging.mkdir(parents=True)
     started = time.perf_counter()
     result = trainer.train()
     if getattr(trainer, "trunk", None) is not None:  # SFT's frozen trunk: its states, for the next run to reuse
@@ -248,8 +254,16 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path) -> dict[str, An
                      "world_size": args.world_size,
                      "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps
                      * args.world_size}
-    trainer.save_model(output_dir)
-    return train_metrics if is_main_process(trainer) else None
+    # Every rank saves into one staging folder (sharded saves need them all); the main process then moves the
+    # files into the run by rename, so the trainer's plain open() never meets a link planted in the run.
+    staging = Path(output_dir) / SAVE_STAGING
+    trainer.save_model(str(staging))
+    trainer.accelerator.wait_for_everyone()
+    if not is_main_process(trainer):
+        return None
+    safe_io.move_into(staging, output_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+    return train_metrics
 
 
 def decision_reports(model: Any, tokenizer: Any, train_rows: Any, val_rows: Any, cfg: RecipeConfig,
@@ -271,7 +285,7 @@ def save_and_report(stage: str, model: Any, tokenizer: Any, meta: RunMeta, outpu
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (files or {}).items():
-        (out / name).write_text(text)
+        safe_io.write_atomic(out / name, text)
     save_run(tokenizer, out, meta)
     log.info("saved the %s router to %s", stage, out)
     print_summary(stage, out, meta.metrics)

@@ -4,7 +4,9 @@
 Push uploads an explicit allowlist (`push_files`): the weights tiermem_router.json records a sha256 for, the adapter
 or model config, the tokenizer, the metadata and the card. Nothing else a run directory holds (training_args.bin, a
 pickle; frozen-trunk caches; trainer checkpoints and optimizer states) is ever published. Both push and pull check
-the recorded digests first.
+the recorded digests first. Every router kind the registry loads from a directory pushes (LM routers, the unit
+reader, the features and top-1 routers), and nothing pushed names a path of this machine: the metadata, card and
+adapter config are uploaded as `serving.portable` renders them (the run keeps its own, which its loaders read).
 
 The token comes from HF_TOKEN or the `hf auth login` cache, resolved by huggingface_hub itself; this module never
 reads, prints or writes it. HF_ENDPOINT points the client at another hub (the tests use a local one).
@@ -17,18 +19,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.model_card import CARD_FILE, check_card, write_model_card
+from serving.model_card import CARD_FILE, render_card, write_run_card
+from serving.portable import portable_adapter_config, portable_meta
 from tiermem import contract
 from tiermem.artifacts import (
     ADAPTER_CONFIG_FILE,
     RUN_META_FILE,
+    SIGNAL_HEAD_FILE,
     RunMeta,
     make_adapter_portable,
+    meta_json,
     read_run_meta,
     verify_files,
 )
-from tiermem.errors import ConfigError, HubError, MissingFileError, UsageError, stage_main
-from tiermem.rundir import updating_run
+from tiermem.errors import ConfigError, HubError, MissingFileError, stage_main
+from tiermem.hub_errors import check_repo_id, hub_errors
+from tiermem.models import hub_id
+from tiermem.rundir import ROUTER_STAGES, updating_run
+
+ADAPTER_MODEL_FILE = "adapter_model.safetensors"
 
 # What transformers' tokenizer and generation saving writes next to the weights (those present are pushed).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -53,7 +62,7 @@ def push_files(run_dir: Path, meta: RunMeta) -> list[str]:
 
 @dataclass
 class PushConfig:
-    router: str = "runs/grpo"  # the router run directory to push
+    router: str = "runs/grpo"  # the router run directory to push (any kind: sft, grpo, unit-reader, features)
     repo_id: str = ""  # org/name on the hub (required)
     private: bool = True
     revision: str | None = None  # a branch to push to (created from main if missing); None: main
@@ -69,44 +78,59 @@ class PushConfig:
 
 
 def push(cfg: PushConfig) -> dict[str, Any]:
-    if cfg.repo_id.count("/") != 1 or not all(cfg.repo_id.split("/")):
-        raise UsageError(f"repo_id must be org/name (pass repo_id=...), got {cfg.repo_id!r}")
-    # Push writes the router's card and portable adapter config into its run: only a trained LM router run.
-    with updating_run(cfg.router, "push", ("sft", "grpo")) as run_dir:
+    check_repo_id(cfg.repo_id)
+    # Push renders the router's card into its run (from the current metadata): any trained router run.
+    with updating_run(cfg.router, "push", ROUTER_STAGES) as run_dir:
         return _push(cfg, run_dir)
 
 
+def required_files(meta: RunMeta) -> list[str]:
+    """What loading the router needs besides tiermem_router.json, by kind (verify_files checks their digests)."""
+    if meta.router_kind == "local":
+        return [ADAPTER_MODEL_FILE, ADAPTER_CONFIG_FILE] if meta.adapter else ["config.json"]
+    if meta.router_kind == "unit-reader":
+        return ["model.safetensors", "config.json", SIGNAL_HEAD_FILE]
+    return list(meta.files or {})
+
+
+def pushed_content(run_dir: Path, meta: RunMeta, name: str, card: str) -> bytes | str:
+    """A file as it is uploaded: the metadata, card and adapter config with no path of this machine (the run keeps
+    its own, which its loaders read); every other file as it is on disk."""
+    if name == RUN_META_FILE:
+        return meta_json(portable_meta(meta)).encode()
+    if name == CARD_FILE:
+        return card.encode()
+    if name == ADAPTER_CONFIG_FILE:
+        base = hub_id(meta.base_model) or portable_meta(meta).base_model
+        return portable_adapter_config((run_dir / name).read_text(encoding="utf-8"), base).encode()
+    return str(run_dir / name)
+
+
 def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
-    from huggingface_hub import HfApi, get_token
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
     meta = read_run_meta(run_dir)
     contract.check_version(meta.contract_version, where=str(run_dir))
-    weights = ["adapter_model.safetensors", "adapter_config.json"] if meta.adapter else ["config.json"]
-    missing = [f for f in weights if not (run_dir / f).is_file()]
+    missing = [f for f in required_files(meta) if not (run_dir / f).is_file()]
     if missing:
-        raise MissingFileError(f"{run_dir}: missing {missing}; not a complete router run")
+        raise MissingFileError(f"{run_dir}: missing {missing}; not a complete {meta.router_kind} router run")
     verify_files(run_dir, meta)  # never publish weights that differ from the ones training recorded
     if get_token() is None:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
     if meta.adapter:  # runs saved before adapters were made portable still name this machine's base path
         make_adapter_portable(run_dir, meta.base_model)
-    # the card published is always rendered from the metadata published, whatever README.md held before
-    write_model_card(run_dir, cfg.repo_id, license=cfg.license, datasets=cfg.datasets, tags=cfg.tags)
-    stale = check_card(run_dir, read_run_meta(run_dir))
-    if stale:  # the metadata changed under the push (it holds the run's lock: a bug, not the user's input)
-        raise RuntimeError(f"internal: {stale}")
-    files = push_files(run_dir, meta)
+    write_run_card(run_dir, meta)  # the run's own card, from the metadata it loads from
+    card = str(render_card(meta, cfg.repo_id, license=cfg.license, datasets=cfg.datasets, tags=cfg.tags))
+    files = sorted({*push_files(run_dir, meta), RUN_META_FILE, CARD_FILE})
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=pushed_content(run_dir, meta, name, card))
+                  for name in files]
     api = HfApi()
-    try:
+    with hub_errors(f"push to {cfg.repo_id}"):
         repo = api.create_repo(cfg.repo_id, private=cfg.private, exist_ok=True)
         if cfg.revision and cfg.revision != "main":
             api.create_branch(repo.repo_id, branch=cfg.revision, exist_ok=True)
-        info = api.upload_folder(repo_id=repo.repo_id, folder_path=str(run_dir), revision=cfg.revision,
-                                 create_pr=cfg.create_pr, commit_message=cfg.commit_message,
-                                 allow_patterns=files)
-    except HfHubHTTPError as exc:
-        raise HubError(f"push to {cfg.repo_id} failed: {exc}") from None
+        info = api.create_commit(repo_id=repo.repo_id, operations=operations, revision=cfg.revision,
+                                 create_pr=cfg.create_pr, commit_message=cfg.commit_message)
     return {"repo_id": repo.repo_id, "commit": info.oid, "commit_url": info.commit_url, "pr_url": info.pr_url,
             "revision": info.pr_revision or cfg.revision or "main", "private": cfg.private, "files": files}
 
@@ -115,15 +139,14 @@ def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None
     """Download a router repo through the hub cache; returns the local snapshot directory, its weights checked
     against the digests its tiermem_router.json records (`verify=False`: the caller checks them itself)."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        path = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir))
+        with hub_errors(f"router {repo_id!r} (revision {revision or 'main'})"):
+            path = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir))
     except LocalEntryNotFoundError:
         raise HubError(f"router {repo_id!r} (revision {revision or 'main'}) is not in the hub cache and the hub "
                        "cannot be reached (HF_HUB_OFFLINE or no network)") from None
-    except HfHubHTTPError as exc:
-        raise HubError(f"router {repo_id!r} (revision {revision or 'main'}) could not be downloaded: {exc}") from None
     if verify:
         verify_files(path, read_run_meta(path))
     return path

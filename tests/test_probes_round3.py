@@ -512,7 +512,7 @@ def test_eval_on_other_data_is_listed_beside_the_evaluation_of_record_and_never_
 def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_push(tmp_path, caplog):
     import logging
 
-    from serving.model_card import check_card, refresh_card, write_model_card
+    from serving.model_card import check_card, refresh_card, write_run_card
     from serving.routers.local import LocalRouter
     from tiermem.artifacts import read_run_meta, update_run_meta
 
@@ -528,7 +528,7 @@ def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_pu
         router = LocalRouter.from_pretrained(run)
     assert router.threshold_logit == 1.25  # the metadata is the truth
     assert any("README.md does not match" in r.getMessage() for r in caplog.records)
-    write_model_card(run, "org/router")  # what push renders before it uploads
+    write_run_card(run)  # what push renders into the run before it uploads (the pushed card: render_card)
     assert check_card(run, read_run_meta(run)) is None and "threshold_logit **1.25**" in (run / "README.md").read_text()
     (run / "README.md").write_text("# a card edited by hand\n")
     assert "it records no metadata digest" in check_card(run)

@@ -75,6 +75,11 @@ def read_run_meta(run_dir: str | Path) -> RunMeta:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
+    return run_meta_from_dict(raw, path)
+
+
+def run_meta_from_dict(raw: Any, path: str | Path) -> RunMeta:
+    """A RunMeta from tiermem_router.json's parsed JSON, every field checked (`path` names it in errors)."""
     if not isinstance(raw, dict):
         raise RunMetaError(f"{path}: top level must be an object")
     missing = [k for k in _REQUIRED if not isinstance(raw.get(k), str) or not raw.get(k)]
@@ -244,9 +249,14 @@ def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
     run_dir = Path(run_dir)
     validate_run_meta(meta, run_dir / RUN_META_FILE)
     run_dir.mkdir(parents=True, exist_ok=True)
+    return write_atomic(run_dir / RUN_META_FILE, meta_json(meta))
+
+
+def meta_json(meta: RunMeta) -> str:
+    """tiermem_router.json's text for `meta` (what write_run_meta writes and push uploads)."""
     data = asdict(meta)
     data.update(data.pop("extra"))
-    return write_atomic(run_dir / RUN_META_FILE, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
 
 def update_run_meta(run_dir: str | Path, **changes: Any) -> RunMeta:

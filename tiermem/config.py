@@ -24,6 +24,8 @@ from tiermem.config_help import strip_optional
 from tiermem.errors import ConfigError, HelpShown
 
 T = TypeVar("T")
+# the checkout the package runs from: where a relative config path is looked up when the working directory lacks it
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 class _Loader(yaml.SafeLoader):
@@ -62,8 +64,18 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
     return " ".join(str(exc).split())
 
 
+def config_path(path: str | Path) -> Path:
+    """A config file as named: relative to the working directory, else relative to the checkout the package runs
+    from (its `configs/`), so a stage's default config and the demo's step configs load from any directory."""
+    path = Path(path).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    packaged = PACKAGE_ROOT / path
+    return packaged if packaged.is_file() else path
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
+    path = config_path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
@@ -207,7 +219,7 @@ def _help(stage: str, cls: type, default_config: str | Path | None) -> str:
     from tiermem.config_help import render_help
 
     values = None
-    if default_config and Path(default_config).is_file():
+    if default_config and config_path(default_config).is_file():
         try:
             values = parse_config(cls, default_config)
         except (ConfigError, ValueError, OSError):

@@ -8,6 +8,7 @@ its error lines need (`redact_text`) lives here and tiermem.redact re-exports it
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 import sys
@@ -54,6 +55,13 @@ class HubError(UsageError):
     serving)."""
 
 
+class UnreachableError(ConnectionError):
+    """An endpoint or hub that cannot be reached (refused, timed out, DNS); the message names the address and the
+    variable that sets it."""
+
+    exit_code = EXIT_NETWORK
+
+
 class DataError(ValueError):
     """A data file whose shape is wrong; the message names the file, the record and the field."""
 
@@ -82,12 +90,12 @@ class StoreError(RuntimeError):
 def _network_errors() -> tuple[type[BaseException], ...]:
     # Third-party transport failures: an endpoint or hub that cannot be reached.
     found: list[type[BaseException]] = []
-    try:
-        import httpx
-
-        found.append(httpx.TransportError)
-    except ImportError:
-        pass
+    # httpx2: the client huggingface_hub >= 2 talks to the hub with (its own exception types, not httpx's)
+    for name in ("httpx", "httpx2"):
+        try:
+            found.append(importlib.import_module(name).TransportError)
+        except (ImportError, AttributeError):
+            pass
     try:
         import requests
 

@@ -14,10 +14,12 @@ import importlib.util
 import json
 import logging
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from tiermem import safe_io
 from tiermem.errors import EXIT_USAGE
 
 log = logging.getLogger(__name__)
@@ -96,10 +98,12 @@ def _convert_smollm(target: Path) -> Path:
         diff = (gguf_model(**probe).logits - model(**probe).logits).abs().max().item()
     if diff > 1e-4:
         raise ModelSpecError(f"converted model logits differ from the GGUF model by {diff}")
-    tmp = target.with_name(target.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "tiermem_conversion.json").write_text(json.dumps(
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    tmp.chmod(0o755)  # a model cache other users of the machine may read, as before
+    safe_io.save_pretrained(model, tmp)
+    safe_io.save_pretrained(tokenizer, tmp)
+    safe_io.write_atomic(tmp / "tiermem_conversion.json", json.dumps(
         {"source": str(src / _SMOLLM_GGUF), "max_abs_logit_diff": diff,
          "seconds": round(time.perf_counter() - started, 1)}, indent=2))
     tmp.rename(target)  # atomic: a half-written conversion is never mistaken for a cached one

@@ -12,7 +12,6 @@ others (e.g. Gemma multiplies embeddings by sqrt(d)) fall back to full forwards.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 
 from tiermem.errors import StoreError, UsageError
+from tiermem.safe_io import write_stream
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
 
@@ -105,9 +105,8 @@ class FrozenTrunk:
         if self.cache_file is None or (self.misses == 0 and self.cache_file.is_file()):
             return
         self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.cache_file.with_suffix(".tmp")
-        torch.save({"fingerprint": self.fingerprint, "states": self.cache}, tmp)
-        os.replace(tmp, self.cache_file)
+        write_stream(self.cache_file, lambda fh: torch.save({"fingerprint": self.fingerprint, "states": self.cache},
+                                                            fh))
 
     @torch.no_grad()
     def _compute(self, rows: list[tuple[int, ...]]) -> None:

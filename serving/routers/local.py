@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.portable import LOCAL_BASE
 from serving.routers.base import (
     DEFAULT_THRESHOLD_LOGIT,
     Decision,
@@ -47,7 +48,7 @@ class LocalRouter(Router):
     """
 
     kind = "local"
-    spec_fields = ("revision", "mode")
+    spec_fields = ("revision", "mode", "base_model")
 
     def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
                  threshold_logit: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
@@ -99,7 +100,8 @@ class LocalRouter(Router):
     @classmethod
     def from_spec(cls, spec, trunk_cache=None):
         router = cls.load(spec.path, revision=spec.revision, mode=spec.mode, threshold_logit=spec.threshold_logit,
-                          batch_size=spec.batch_size, trunk_cache=trunk_cache if spec.mode == "fast" else None)
+                          batch_size=spec.batch_size, trunk_cache=trunk_cache if spec.mode == "fast" else None,
+                          base_model=spec.base_model)
         router.name = f"local:{spec.path} ({spec.mode})"
         return router
 
@@ -107,8 +109,10 @@ class LocalRouter(Router):
     def load(cls, path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",
              threshold_logit: float | None = None, device: str | None = None, dtype: Any = None,
              merge: bool = True, cache_dir: str | None = None, batch_size: int = 8,
-             trunk_cache: dict | None = None, prefix_cache: bool = True) -> LocalRouter:
-        """A run directory or hub id. `trunk_cache`: see __init__ (the adapter's layers decide the trunk split)."""
+             trunk_cache: dict | None = None, prefix_cache: bool = True, base_model: str | None = None) -> LocalRouter:
+        """A run directory or hub id. `trunk_cache`: see __init__ (the adapter's layers decide the trunk split).
+        `base_model`: the base to load the adapter on instead of the one tiermem_router.json names (a pushed router
+        whose base was a local directory names it only as `local directory NAME`)."""
         from transformers import AutoTokenizer
 
         from tiermem.models import load_causal_lm
@@ -129,7 +133,11 @@ class LocalRouter(Router):
         if (run_dir / "adapter_config.json").is_file():
             from peft import PeftModel
 
-            model, tokenizer = load_causal_lm(meta.base_model, dtype=dtype, device=device)
+            base = base_model or meta.base_model
+            if base.startswith(LOCAL_BASE):
+                raise RouterLoadError(f"router {path_or_hub_id}: its base model was a {base} on the machine that "
+                                      "trained it (no hub id); pass router.base_model=PATH (or base_model=PATH)")
+            model, tokenizer = load_causal_lm(base, dtype=dtype, device=device)
             model = PeftModel.from_pretrained(model, str(run_dir))
             if trunk_cache is not None:
                 trunk_layers = top_layers_holding(model, "lora")

@@ -18,11 +18,15 @@ def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], ext
 
 
 def write_score_run(run_dir: str | Path, meta: RunMeta) -> Path:
-    """The metadata last, with the digest of every file just written (calibration keeps them)."""
+    """The metadata last, with the digest of every file just written (calibration keeps them), then the run's card
+    (it describes this kind of router; calibrate, eval and push refresh it)."""
+    from serving.model_card import write_run_card
+
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     meta.files = file_digests(run_dir)
     write_run_meta(run_dir, meta)
+    write_run_card(run_dir, meta)
     return run_dir
 
 

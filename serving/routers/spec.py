@@ -13,6 +13,7 @@ from serving.routers.registry import ROUTER_KINDS, router_class
 from tiermem.artifacts import read_run_meta
 from tiermem.errors import UsageError
 from tiermem.llm.base import LLMConfig
+from tiermem.models import is_hub_id
 
 # besides the registry's kinds: "auto" (what the directory's tiermem_router.json names) and "none" (no router:
 # eval then reports the baselines only)
@@ -32,6 +33,7 @@ class RouterSpec:
     batch_size: int = 8  # questions per route_batch call
     revision: str | None = None  # local: hub revision
     mode: str = "fast"  # local: fast (log-odds of the action tokens) | generate (parsed JSON)
+    base_model: str | None = None  # local: the base to load the adapter on; None: the one the router names
     llm: LLMConfig = field(default_factory=LLMConfig)  # teacher: the chat model prompted with the contract
     max_tokens: int = 64  # teacher / remote: the action comes first, so short completions suffice
     base_url: str | None = None  # remote: OpenAI-compatible endpoint serving the router adapter (vLLM, ...)
@@ -68,18 +70,34 @@ def as_router_spec(value: RouterSpec | str) -> RouterSpec:
     return RouterSpec.from_shorthand(value) if isinstance(value, str) else value
 
 
-def router_kind_of(path_or_hub_id: str | Path) -> str:
-    """The router kind a run directory holds (tiermem_router.json's router_kind); a hub id holds an LM router."""
+def router_kind_of(path_or_hub_id: str | Path, revision: str | None = None) -> str:
+    """The router kind a run directory or hub repo holds (its tiermem_router.json's router_kind); anything else is
+    left to the LM router's loader, which names what is wrong with it."""
     path = Path(path_or_hub_id).expanduser()
-    if not path.is_dir():
-        return "local"
-    return read_run_meta(path).router_kind
+    if path.is_dir():
+        return read_run_meta(path).router_kind
+    if is_hub_id(str(path_or_hub_id)):
+        from serving.hub import pull
+
+        return read_run_meta(pull(str(path_or_hub_id), revision=revision, verify=False)).router_kind
+    return "local"
 
 
 def resolved_kind(spec: RouterSpec) -> str:
     if spec.kind == "none":
         raise UsageError("router.kind=none builds no router")
-    return router_kind_of(spec.path) if spec.kind == "auto" else spec.kind  # type: ignore[arg-type]
+    return router_kind_of(spec.path, spec.revision) if spec.kind == "auto" else spec.kind  # type: ignore[arg-type]
+
+
+def pulled(spec: RouterSpec, kind: str) -> RouterSpec:
+    """A score router named by hub id is loaded from its pulled snapshot (digests checked), as from a run
+    directory; an LM router's loader pulls for itself (it needs the revision for the base's cache)."""
+    if kind == "local" or not spec.path or Path(spec.path).expanduser().exists() or not is_hub_id(spec.path):
+        return spec
+    from serving.hub import pull
+
+    return dataclasses.replace(spec, path=str(pull(spec.path, revision=spec.revision)), revision=None,
+                               name=spec.name or spec.path)
 
 
 def build(spec: RouterSpec | str, trunk_cache: dict[str, Any] | None = None) -> Any:
@@ -87,6 +105,7 @@ def build(spec: RouterSpec | str, trunk_cache: dict[str, Any] | None = None) -> 
     misplaced option must not be ignored), naming the fields that kind takes."""
     spec = as_router_spec(spec)
     kind = resolved_kind(spec)
+    spec = pulled(spec, kind)
     cls = router_class(kind)
     defaults = RouterSpec(path=None, kind="none")
     ignored = [f.name for f in dataclasses.fields(RouterSpec) if f.name not in (*COMMON_FIELDS, *cls.spec_fields)

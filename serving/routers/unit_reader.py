@@ -29,7 +29,7 @@ from serving.routers.base import (
 )
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
 from serving.signals import FEATURE_GROUPS, FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
-from tiermem import contract
+from tiermem import contract, safe_io
 from tiermem.artifacts import SIGNAL_HEAD_FILE
 from tiermem.errors import RouterLoadError
 
@@ -186,8 +186,8 @@ class UnitReaderRouter(ScoreRouter):
         with every weight file's digest."""
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.reader.model.save_pretrained(str(run_dir), safe_serialization=True)
-        self.reader.tokenizer.save_pretrained(str(run_dir))
+        safe_io.save_pretrained(self.reader.model, run_dir, safe_serialization=True)
+        safe_io.save_pretrained(self.reader.tokenizer, run_dir)
         save_logistic(run_dir / SIGNAL_HEAD_FILE, self.head)
         extra = dict(extra)
         if "zero_shot_head" in extra:

@@ -22,7 +22,8 @@ path = pull(repo, revision=rev)
 card = ModelCard.load(repo)  # README.md downloaded from the hub, metadata parsed by huggingface_hub
 out = {"path": str(path), "card": card.data.to_dict(), "text": card.text}
 if sys.argv[5] == "route":
-    router = Router.from_pretrained(repo, revision=rev)
+    options = {"base_model": sys.argv[6]} if len(sys.argv) > 6 else {}  # a base that was a local directory
+    router = Router.from_pretrained(repo, revision=rev, **options)
     out.update(p=router.route(q, s).p_escalate, threshold_logit=router.threshold_logit)
 print(json.dumps(out))
 """

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from serving.model_card import render_card
+from serving.portable import portable_meta
 from tests.helpers.hub_client import PULL, TOKEN, _env, _run
 from tests.helpers.hub_server import git_blob_sha1, local_hub
 from tests.helpers.router_fixtures import FIXTURES, make_router_run
-from tiermem.artifacts import RunMeta, read_run_meta
+from tiermem.artifacts import RunMeta, meta_json, read_run_meta
 
 
 def test_push_pull_round_trip(tmp_path):
@@ -33,12 +34,17 @@ def test_push_pull_round_trip(tmp_path):
         repo = hub.repos["acme/router"]
         assert repo.private and hub.authorized_writes >= 3  # create, preupload, commit all carried the token
         files = repo.commits[repo.refs["main"]]
-        for name in ("adapter_model.safetensors", "adapter_config.json", "tiermem_router.json", "README.md",
-                     "tokenizer.json"):
+        for name in ("adapter_model.safetensors", "tokenizer.json"):
             assert files[name] == (local / name).read_bytes(), name
-        assert not any(TOKEN.encode() in content for content in files.values())
+        # the metadata and adapter config as they travel: the run's, with no path of this machine (class 5)
+        assert files["tiermem_router.json"].decode() == meta_json(portable_meta(read_run_meta(local)))
+        base = read_run_meta(local).base_model  # the fixture's base: a local directory, by absolute path
+        for content in files.values():
+            assert TOKEN.encode() not in content
+            assert str(Path(base).parent).encode() not in content and str(tmp_path).encode() not in content
 
-        pulled = _run(["-c", PULL, "acme/router", "", q, json.dumps(s), "route"], env)
+        # the base was a directory of the pushing machine: the pulled router is told where it is on this one
+        pulled = _run(["-c", PULL, "acme/router", "", q, json.dumps(s), "route", base], env)
         assert pulled.returncode == 0, pulled.stderr
         out = json.loads(pulled.stdout.strip().splitlines()[-1])
         snapshot = Path(out["path"])
@@ -51,7 +57,7 @@ def test_push_pull_round_trip(tmp_path):
         assert {"tiermem", "router", "lora", "sft"} <= set(card["tags"])
         assert "base_model" not in card  # the fixture's base is a local directory: nothing to link
         meta = read_run_meta(local)
-        assert meta.contract_version in out["text"] and meta.base_model in out["text"]
+        assert meta.contract_version in out["text"] and meta.base_model not in out["text"]
         from serving.routers.local import LocalRouter
 
         assert out["p"] == pytest.approx(LocalRouter.from_pretrained(local).route(q, s).p_escalate, abs=1e-5)

@@ -199,7 +199,8 @@ def test_push_uploads_only_the_allowlist_and_the_pulled_router_verifies(tmp_path
         assert sorted(set(pushed) - {".gitattributes"}) == expected  # .gitattributes: made with the repo
         assert json.loads(push.stdout)["files"] == expected
 
-        pulled = _last_json(_run(["-c", PULL, "acme/router", "", q, json.dumps(s), "route"], env))
+        base = read_run_meta(run).base_model  # a local directory: named by the pulling side, never pushed
+        pulled = _last_json(_run(["-c", PULL, "acme/router", "", q, json.dumps(s), "route", base], env))
         from serving.routers.local import LocalRouter
 
         assert pulled["p"] == pytest.approx(LocalRouter.from_pretrained(run).route(q, s).p_escalate, abs=1e-5)

@@ -49,6 +49,7 @@ from tiermem.data.records import Conversation, Question, Turn
 from tiermem.data.textfile import jsonl_records, read_utf8
 from tiermem.data.time_order import order_turns
 from tiermem.errors import DataError, MissingFileError
+from tiermem.safe_io import write_atomic
 
 FORMAT_NAME = "tiermem-conversations"
 FORMAT_VERSION = 1
@@ -252,8 +253,8 @@ def dump_tiermem(conversations: list[Conversation], path: str | Path) -> Path:
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
     if path.suffix == ".jsonl":
         lines = [json.dumps(header)] + [json.dumps(to_dict(c), ensure_ascii=False) for c in conversations]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_atomic(path, "\n".join(lines) + "\n")
     else:
-        path.write_text(json.dumps({**header, "conversations": [to_dict(c) for c in conversations]},
-                                   ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps({**header, "conversations": [to_dict(c) for c in conversations]},
+                                      ensure_ascii=False, indent=1) + "\n")
     return path

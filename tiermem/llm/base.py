@@ -107,6 +107,9 @@ class LLM(ABC):
                  temperature: float = 0.0) -> None:
         self.model = model
         self.name = f"{self.backend}:{model}"
+        # the server that answers (an endpoint's address, credentials masked): part of every cache key, so another
+        # endpoint serving a model of the same name never answers from this one's responses; None: in process
+        self.endpoint: str | None = None
         self.cache = cache
         self.default_max_tokens = max_tokens
         self.default_temperature = temperature
@@ -118,7 +121,10 @@ class LLM(ABC):
         """Generate for the uncached calls; one ChatResult or LLMError per input, in order."""
 
     def _key(self, messages: Messages, params: CallParams) -> str:
-        blob = json.dumps([self.backend, self.model, messages, params.key()], sort_keys=True, ensure_ascii=False)
+        # keys without an endpoint stay as they were, so in-process and api.openai.com caches keep their hits
+        where = [self.endpoint] if self.endpoint else []
+        blob = json.dumps([self.backend, self.model, messages, params.key(), *where], sort_keys=True,
+                          ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def chat_many(self, batch: list[Messages], *, max_tokens: int | None = None, temperature: float | None = None,

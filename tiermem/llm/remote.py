@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from typing import Any
 
@@ -24,6 +25,8 @@ class OpenAIChatLLM(LLM):
         super().__init__(model, cache, max_tokens, temperature)
         # the name is recorded (stats.json, report.md, cached responses, errors): never with credentials
         self.name = f"openai:{redact_url(base_url) or 'api.openai.com'}:{model}"
+        # the cache key's endpoint: the address without credentials (a rotated password is the same server)
+        self.endpoint = re.sub(r"//[^/@\s]*@", "//", base_url).rstrip("/") if base_url else None
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.max_concurrency = max_concurrency

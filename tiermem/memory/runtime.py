@@ -43,6 +43,7 @@ from tiermem.memory.summaries import (
     load_embedder_spec,
 )
 from tiermem.memory.tiers import TwoTierMemory
+from tiermem.safe_io import write_atomic
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
@@ -239,7 +240,7 @@ class MemoryRuntime:
             manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id, "tier_key": self.tier_key(conv),
                         "tiers": self.cfg.tier_fields(),
                         "root_hash": root_hash, "tier1_root_hash": tier1_root, "stats": asdict(stats)}
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+            write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2))
             if self.workdir.exists() and not any(self.workdir.iterdir()):
                 self.workdir.rmdir()
             os.replace(tmp, self.workdir)
@@ -297,9 +298,7 @@ class MemoryRuntime:
     def _save_tier1_root(self) -> None:
         """After a write-back: the manifest's tier-1 root hash follows the index (written atomically)."""
         self.manifest["tier1_root_hash"] = self._require().summaries.root_hash()
-        tmp = self.workdir / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(self.manifest, indent=2))
-        os.replace(tmp, self.workdir / MANIFEST)
+        write_atomic(self.workdir / MANIFEST, json.dumps(self.manifest, indent=2))
 
     @classmethod
     def open_or_build(cls, root: str | Path, conv: Conversation, cfg: MemoryConfig | None = None,
@@ -436,8 +435,7 @@ class MemoryRuntime:
                                           day_of(turn.timestamp), origin))
                 actions.append(WriteBack("update", unit_id, quote.fact, similarity))
                 continue
-            n = sum(1 for u in index.units if u.origin == "writeback")
-            unit_id = f"{memory.conv_id}:w{n:04d}"
+            unit_id = index.new_unit_id(f"{memory.conv_id}:w")
             index.add([SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id], day_of(turn.timestamp),
                                    "writeback")])
             actions.append(WriteBack("add", unit_id, quote.fact, similarity))

@@ -153,6 +153,8 @@ class SummaryIndex:
                 "NULL, turn_ids TEXT NOT NULL, date TEXT, origin TEXT NOT NULL, embedding BLOB NOT NULL, "
                 "sha256 TEXT NOT NULL)"
             )
+            # id counters kept with the tier (write-back ids): never derived from a count of units
+            self._conn.execute("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             rows = self._conn.execute("SELECT * FROM units ORDER BY rowid").fetchall()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a tier-1 summary index of this version ({exc}); "
@@ -219,6 +221,20 @@ class SummaryIndex:
             )
         self.units[i] = unit
         self.matrix[i] = vector[0]
+
+    def new_unit_id(self, prefix: str) -> str:
+        """`prefix` + the next number of a counter stored in this index: never reused, whatever units were updated
+        or replaced since (a count of units would be; an update changes a unit's origin). An index from before the
+        counter continues above the highest such id it holds."""
+        row = self._conn.execute("SELECT value FROM counters WHERE name=?", (prefix,)).fetchone()
+        pattern = re.compile(re.escape(prefix) + r"(\d+)")
+        n = row[0] if row else max((int(m.group(1)) + 1 for u in self.units if (m := pattern.fullmatch(u.unit_id))),
+                                   default=0)
+        while f"{prefix}{n:04d}" in self._position:  # an id made by hand or by an older version
+            n += 1
+        with self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", (prefix, n + 1))
+        return f"{prefix}{n:04d}"
 
     def get(self, unit_id: str) -> SummaryUnit:
         return self.units[self._position[unit_id]]

@@ -1,0 +1,393 @@
+"""The sections of a router's model card (serving/model_card.py puts them together), each written for the kind of
+router the run holds: an LM router answers a JSON action; a score router (unit reader, features, top-1 score)
+returns log-odds and generates no text. Every number and name comes from tiermem_router.json."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from labeling.rules import LABEL_RULE_TEXT
+from serving.portable import local_path_name, without_local_paths
+from tiermem import contract
+from tiermem.artifacts import RunMeta
+from tiermem.eval_summary import Interval
+from tiermem.models import hub_id
+
+# The eval table's columns: EvalSummary's point metrics, each with its interval where eval.json has one.
+EVAL_COLUMNS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
+                "repair_rate", "regress_rate")
+# what each score router's weights are, for the card's first lines (an LM router: its adapter or merged weights)
+SCORE_WEIGHTS = {
+    "unit-reader": "a cross-encoder (base `{reader}`, fine-tuned on per-unit targets: `model.safetensors`, "
+                   "`config.json`, tokenizer) that reads each summary against the question, and a logistic head "
+                   "over its pooled unit scores and the serve-time signals (`signal_head.json`); no language model",
+    "features": "a logistic model over serve-time signals of the request (`feature_model.json`: retrieval scores, "
+                "lexical overlap, question form); no language model",
+    "top1-score": "a cutoff on the top-1 retrieval score; no weights and no language model",
+}
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value) if isinstance(value, list | dict) else str(value)
+
+
+def table(rows: dict[str, Any], head: tuple[str, str] = ("metric", "value")) -> str:
+    if not rows:
+        return "_none recorded_"
+    lines = [f"| {head[0]} | {head[1]} |", "|---|---|"]
+    for key, value in rows.items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                lines.append(f"| {key}.{sub} | {fmt(v)} |")
+        else:
+            lines.append(f"| {key} | {fmt(value)} |")
+    return "\n".join(lines)
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def ci(value: float | None, interval: Interval | None) -> str:
+    """`0.75 [0.61, 0.86]`: the point value and its bootstrap interval, as eval.json has them."""
+    cell = fmt(value)
+    if interval is not None and interval.lo is not None and interval.hi is not None:
+        cell += f" [{fmt(interval.lo)}, {fmt(interval.hi)}]"
+    return cell
+
+
+# ---------------------------------------------------------------------------------------------- sections
+
+
+def data_section(meta: RunMeta, local: bool = True) -> str:
+    data = dict(meta.data) if local else without_local_paths(meta.data)
+    rules = data.get("label_rules") or []
+    lines = [table(data), ""]
+    lines.append("Labels are hindsight labels: ANSWER when the summary-only path was right, ESCALATE when only the "
+                 "research path (the linked raw pages) was right; questions where both paths failed are dropped.")
+    lines.append("")
+    for rule in rules:
+        lines.append(f"- Label rule `{rule}`: right according to {LABEL_RULE_TEXT.get(rule, 'an unknown rule')}.")
+    return "\n".join(lines)
+
+
+def score_section(meta: RunMeta) -> str:
+    """How the decision's log-odds are computed: the LM's first-token margin, plus the signal head if it has one;
+    for a unit reader, its pooled unit scores and the head; for the features and top-1 routers, their signals."""
+    if meta.router_kind == "unit-reader":
+        chosen = meta.metrics.get("chosen") or {}
+        cv = (meta.metrics.get("cv") or {}).get("signals_only") or {}
+        return ("The decision is `score >= threshold_logit`. A cross-encoder "
+                f"(`{meta.extra.get('reader_base')}`, fine-tuned on per-unit targets) scores each summary against "
+                f"the question; the unit scores are pooled (`{meta.extra.get('pooling')}`) and a logistic head "
+                "joins them with the serve-time signals: `score = bias + signals + text_weight x text` with "
+                f"text_weight {meta.extra.get('text_weight')}. Requests must carry each summary's retrieval "
+                "`score`. Chosen by leave-one-conversation-out cross-validation over train + validation:\n\n"
+                + table({"epochs": chosen.get("epochs"), "pooling": chosen.get("pooling"),
+                          "text weight": chosen.get("text_weight"), "CV AUROC (mean over folds)": chosen.get("mean"),
+                          "CV AUROC range": f"{chosen.get('min')} - {chosen.get('max')}",
+                          "signals-only head, CV AUROC": cv.get("mean")}))
+    if meta.router_kind == "features":
+        return ("The decision is `score >= threshold_logit`, where `score` is a logistic model's log-odds of "
+                "ESCALATE over standardized serve-time signals of the request (`feature_model.json`; "
+                "`serving.signals.features`: retrieval scores, lexical overlap, question form). Requests must carry "
+                "each summary's retrieval `score`.")
+    if meta.router_kind == "top1-score":
+        return ("The decision is `score >= threshold_logit`, where `score` is minus the top-1 retrieval score of "
+                "the summaries: it escalates when the best summary's score is below `-threshold_logit`. Requests "
+                "must carry each summary's retrieval `score`.")
+    margin = ('the log-odds margin between the first tokens of "ANSWER" and "ESCALATE" right after the output '
+              f"prefix `{contract.OUTPUT_PREFIX}`")
+    head = meta.data.get("signal_head") if meta.adapter or meta.stage in ("sft", "expected_reward") else None
+    if not isinstance(head, dict):
+        return (f"The decision is `score >= threshold_logit`, where `score` is {margin}; `p_escalate` = "
+                "sigmoid(score). The stored threshold is the default; it can be overridden per call.")
+    weights = head.get("weights") or {}
+    return (f"The decision is `score >= threshold_logit`, where `score` is {margin} **plus the signal head**: a "
+            f"linear model over serve-time signals of the request (`{head.get('file')}`; standardized features "
+            "from `serving.signals.features`: retrieval scores, lexical overlap, question form), trained jointly "
+            "with the adapter. Requests must carry each summary's retrieval `score`. With an OpenAI-compatible "
+            "endpoint serving the adapter, the remote router adds the same head to the endpoint's first-token "
+            "log-probs (`router.signal_head=<this run>`).\n\n"
+            + table({k: round(float(v), 4) for k, v in weights.items()}, ("signal", "weight (per std. dev.)")))
+
+
+def rewards_section(meta: RunMeta) -> str:
+    rewards = meta.training.get("rewards")
+    if meta.stage != "grpo" or not isinstance(rewards, dict):
+        return ""
+    text = ("\n## GRPO rewards\n\nThe reward table the policy was optimised against (per sampled decision; "
+            "`cost_weight` scales the research cost penalty):\n\n" + table(rewards, ("reward", "value")) + "\n")
+    curve = meta.metrics.get("reward_curve") or []
+    if curve:
+        text += ("\nReward curve (mean reward of the sampled completions per logged step; `frac_reward_zero_std`: "
+                 "share of prompts whose samples all got the same reward, which give no gradient; "
+                 "`reward_curves.json` has every logged key):\n\n"
+                 "| step | reward | reward std | frac_reward_zero_std |\n|---|---|---|---|\n" + "\n".join(
+                     f"| {fmt(p.get('step'))} | {fmt(p.get('reward'))} | {fmt(p.get('reward_std'))} "
+                     f"| {fmt(p.get('frac_reward_zero_std'))} |" for p in curve) + "\n")
+    return text
+
+
+def eval_section(meta: RunMeta, local: bool = True) -> str:
+    """The evaluation of record (meta.eval), then the other evaluations beside it. `local`: the card of the run
+    directory itself, which may name eval.json's local path; a pushed card never does."""
+    ev = meta.eval
+    others = other_evals_section(meta)
+    if ev is None:
+        return "Not evaluated yet: run `make eval` (the table then appears here)." + others
+    level = f"{round(100 * ev.level)}%" if ev.level is not None else None
+    router = ev.router if local else "this router"  # eval's display name holds the run's local path
+    lines = [f"On `{ev.dataset}` [{ev.split}], {ev.n} questions in {ev.n_conversations} conversation(s); router "
+             f"`{router}` at threshold_logit {fmt(ev.threshold_logit)}; counterfactual replay of the labeled paths "
+             f"under correctness rule `{ev.correctness_rule}` (evaluated {ev.date}"
+             + (f"; full report: `{ev.path}`" if ev.path and local else "") + "). "
+             + (f"In brackets: {level} two-stage cluster bootstrap intervals (conversations, then questions; "
+                f"{ev.n_boot} replicates)." if level else "No intervals: eval ran without a bootstrap."), "",
+             "| policy | " + " | ".join(m.replace("_", " ") for m in EVAL_COLUMNS) + " |",
+             "|" + "---|" * (1 + len(EVAL_COLUMNS))]
+    for name, policy in ev.policies.items():
+        cells = [ci(policy.metrics.get(m), policy.intervals.get(m)) for m in EVAL_COLUMNS]
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    if ev.ranking:
+        lines += ["", "Ranking quality of the score (labeled records, ESCALATE positive; random AUROC = 0.5, "
+                      "APGR = 0.5):", "",
+                  "| router | AUROC | AUPRC | APGR | ECE | labeled | ESCALATE share |", "|---|---|---|---|---|---|---|"]
+        for name, r in ev.ranking.items():
+            cells = [ci(iv.estimate if iv else None, iv) for iv in (r.auroc, r.auprc, r.apgr, r.ece)]
+            lines.append("| " + " | ".join([name, *cells, str(r.n_labeled), fmt(r.escalate_share)]) + " |")
+    if ev.gap is not None or ev.auc_accuracy_tokens is not None:
+        lines += ["", f"Threshold sweep: gap (raw-only - summary-only accuracy) {fmt(ev.gap)}, AUC of accuracy vs "
+                      f"mean input tokens {fmt(ev.auc_accuracy_tokens)}."]
+    return "\n".join(lines) + others
+
+
+def other_evals_section(meta: RunMeta) -> str:
+    """Evaluations on other data or splits (a user's own file): listed beside the evaluation of record, as the
+    hub's model-index lists several results, never in its place."""
+    if not meta.other_evals:
+        return ""
+    lines = ["", "", "### Other evaluations", "",
+             "On data other than the held-out test split of the training data; not the evaluation of record.", "",
+             "| data | split | questions | routed accuracy | routed escalation rate | AUROC | evaluated |",
+             "|---|---|---|---|---|---|---|"]
+    for ev in meta.other_evals:
+        routed = ev.policies["routed"].metrics if "routed" in ev.policies else {}
+        auroc = ev.ranking["routed"].auroc if "routed" in ev.ranking else None
+        lines.append(f"| {ev.dataset} | {ev.split} | {ev.n} | {fmt(routed.get('accuracy'))} | "
+                     f"{fmt(routed.get('escalation_rate'))} | {fmt(auroc.estimate if auroc else None)} | {ev.date} |")
+    return "\n".join(lines)
+
+
+def eval_results(meta: RunMeta) -> list[Any] | None:
+    """The model-index `results`: the routed accuracy of the evaluation of record first, then each other one."""
+    from huggingface_hub import EvalResult
+
+    out = []
+    for ev in [e for e in [meta.eval] if e is not None] + list(meta.other_evals):
+        routed = ev.policies.get("routed")
+        value = routed.metrics.get("accuracy") if routed else None
+        if value is None:
+            continue
+        out.append(EvalResult(task_type="text-classification", task_name="memory sufficiency routing",
+                              # the hub groups results by dataset type: one per data, so each keeps its own row
+                              dataset_type=re.sub(r"[^A-Za-z0-9._-]+", "-", ev.dataset).strip("-")[:96],
+                              dataset_name=ev.dataset,
+                              dataset_split=ev.split, metric_type="accuracy", metric_name="routed accuracy",
+                              metric_value=round(float(value), 4)))
+    return out or None
+
+
+def calibration_section(meta: RunMeta, local: bool = True) -> str:
+    cal = meta.calibration if local or not meta.calibration else without_local_paths(meta.calibration)
+    if not cal:
+        return ("Not calibrated: the default threshold_logit 0 (threshold_prob 0.5, the argmax) applies (run "
+                "`make calibrate`).")
+    criterion, goal = cal.get("criterion"), cal.get("value")
+    logit = number(cal.get("threshold_logit"))
+    prob = None if logit is None else 1.0 / (1.0 + math.exp(-logit))
+    parts = [f"Threshold: threshold_logit **{fmt(logit)}** on the log-odds score (threshold_prob {fmt(prob)} on "
+             "p_escalate)"
+             + f", chosen by criterion {criterion or '(not recorded)'}"
+             + (f" = {fmt(goal)}" if goal is not None else "")
+             + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
+    for warning in cal.get("warnings") or []:
+        parts += ["", f"**Warning: {warning}.**"]
+    if isinstance(cal.get("achieved"), dict):
+        parts += ["", "Achieved on the calibration data:", "", table(cal["achieved"])]
+    guarantee = cal.get("guarantee", "absent")
+    if isinstance(guarantee, dict):
+        parts += ["", f"Statistical guarantee (method `{guarantee.get('method')}`, alpha = "
+                      f"{fmt(guarantee.get('alpha'))}, delta = {fmt(guarantee.get('delta'))}, on "
+                      f"{fmt(guarantee.get('n_calibration'))} calibration questions):", "", table(guarantee)]
+    elif guarantee is None:
+        parts += ["", "No statistical guarantee is claimed for this threshold: it meets its target on the "
+                      "calibration data only."]
+    return "\n".join(parts)
+
+
+def usage_section(meta: RunMeta, ref: str, base_id: str | None) -> str:
+    base = base_id or "<base model>"
+    if not meta.adapter:
+        peft = ""
+    elif base_id:
+        peft = f"""
+With plain PEFT (the adapter config names the base by its hub id, `{base_id}`):
+
+```python
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoTokenizer
+
+model = AutoPeftModelForCausalLM.from_pretrained("{ref}")
+tokenizer = AutoTokenizer.from_pretrained("{ref}")   # the chat template the router was trained with
+```
+"""
+    else:
+        peft = f"""
+With plain PEFT: the base `{meta.base_model}` is a local directory with no hub id, so load it yourself:
+
+```python
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("<the base model>"), "{ref}")
+tokenizer = AutoTokenizer.from_pretrained("{ref}")   # the chat template the router was trained with
+```
+"""
+    if peft:
+        peft += f"""
+Render prompts with `tiermem.contract.render_prompt` (contract `{meta.contract_version}`); other prompt formats
+are out of distribution.
+"""
+    vllm = "" if not meta.adapter else f"""
+With vLLM (the adapter is selected by model name; log-probs of the action tokens give `p_escalate`):
+
+```bash
+vllm serve {base} --enable-lora --lora-modules router={ref}
+```
+
+```python
+from serving.router import RemoteRouter
+router = RemoteRouter(base_url="http://127.0.0.1:8000/v1", model="router")
+```
+"""
+    if not is_lm(meta):
+        return f"""In the tiermem runtime (`tiermem_router.json` names the kind, `{meta.router_kind}`):
+
+```python
+from serving.router import Router
+
+router = Router.from_pretrained("{ref}")
+decision = router.route("When did Caroline move?",
+                        [{{"text": "Caroline moved to Boston.", "date": "2023-05-08", "score": 0.71}}])
+print(decision.action, decision.score, decision.score_parts)   # the score's parts: what carries the decision
+```
+
+As an HTTP endpoint: `tiermem-router serve router={ref}` (POST /route; each summary needs its `score`).
+"""
+    return f"""In the tiermem runtime (loads offline: the base is resolved from `base_model` in tiermem_router.json):
+
+```python
+from serving.router import Router
+
+router = Router.from_pretrained("{ref}")          # fast path: one forward pass, no generation
+decision = router.route("When did Caroline move?", [{{"text": "Caroline moved to Boston.", "date": "2023-05-08"}}])
+print(decision.action, decision.p_escalate)
+```
+
+As an HTTP endpoint: `tiermem-router serve router={ref}` (POST /route).
+{peft}{vllm}"""
+
+
+
+
+# ---------------------------------------------------------------------------------------------- by router kind
+
+
+def is_lm(meta: RunMeta) -> bool:
+    """An LM router (adapter or merged weights) rather than a score router."""
+    return meta.router_kind == "local"
+
+
+def base_hub_id(meta: RunMeta) -> str | None:
+    """The hub model the weights derive from: an LM router's base, a unit reader's cross-encoder base."""
+    if is_lm(meta):
+        return hub_id(meta.base_model)
+    reader = meta.extra.get("reader_base")
+    return hub_id(reader) if meta.router_kind == "unit-reader" and isinstance(reader, str) else None
+
+
+def card_metadata(meta: RunMeta) -> dict[str, Any]:
+    """The card's YAML fields that depend on the kind: the hub's pipeline tag and library, and the tags."""
+    if is_lm(meta):
+        return {"base_model": base_hub_id(meta), "library_name": "peft" if meta.adapter else "transformers",
+                "pipeline_tag": "text-generation", "tags": ["lora" if meta.adapter else "merged"]}
+    if meta.router_kind == "unit-reader":  # a sequence-classification encoder with one logit per (question, unit)
+        return {"base_model": base_hub_id(meta), "library_name": "transformers", "pipeline_tag": "text-classification",
+                "tags": ["unit-reader", "cross-encoder", "score-router"]}
+    return {"base_model": None, "library_name": None, "pipeline_tag": None,
+            "tags": [meta.router_kind, "score-router", "logistic-regression" if meta.router_kind == "features" else
+                     "threshold"]}
+
+
+def intro(meta: RunMeta) -> str:
+    if is_lm(meta):
+        return ("Given a question and the top-k retrieved Tier-1 summaries (with dates, in rank order) it answers "
+                '`{"action": "ANSWER" | "ESCALATE", "reason": "..."}`: ANSWER when the summaries state the answer '
+                "exactly and completely, ESCALATE when the agent should read the linked Tier-2 raw pages (bounded "
+                "multi-hop research, then answer).")
+    return ("Given a question and the top-k retrieved Tier-1 summaries (with dates and retrieval scores, in rank "
+            "order) it returns a score: the log-odds that the agent should ESCALATE (read the linked Tier-2 raw "
+            "pages) rather than ANSWER from the summaries. It generates no text; the decision is ESCALATE when "
+            "`score >= threshold_logit`.")
+
+
+def weights_line(meta: RunMeta, local: bool) -> str:
+    if not is_lm(meta):
+        reader = str(meta.extra.get("reader_base") or "not recorded")
+        text = SCORE_WEIGHTS.get(meta.router_kind, f"a `{meta.router_kind}` router; no language model")
+        return text.format(reader=reader if local else local_path_name(reader))
+    base_id = base_hub_id(meta)
+    base_line = f"`{meta.base_model}`" + (f" (hub: `{base_id}`)" if base_id and base_id != meta.base_model else "")
+    return ("a PEFT LoRA adapter over " + base_line if meta.adapter else "merged weights (base " + base_line + ")")
+
+
+def contract_line(meta: RunMeta) -> str:
+    if is_lm(meta):
+        return (f"- Router contract: `{meta.contract_version}` (the prompt and output format; a router is refused by "
+                "a runtime that speaks another contract version)")
+    return (f"- Router contract: `{meta.contract_version}` (the request format and the score's meaning; a router is "
+            "refused by a runtime that speaks another contract version)")
+
+
+def training_table(meta: RunMeta, local: bool) -> str:
+    """An LM router's recipe; a score router's stage config (its `training` is empty)."""
+    values = meta.training or (meta.extra.get("config") if isinstance(meta.extra.get("config"), dict) else {})
+    values = values if local else without_local_paths(values)
+    return table({k: v for k, v in values.items() if not isinstance(v, dict | list)})
+
+
+def limitations(meta: RunMeta) -> str:
+    lines = ["- The router only sees the retrieved summaries; it cannot know what retrieval missed, so a retrieval "
+             "failure can look like a sufficient set of summaries.",
+             "- Labels inherit the judges' errors and the label rule; metrics above are on the splits named here, not "
+             "on other benchmarks or domains. Training data derived from LoCoMo is CC BY-NC 4.0 (non-commercial)."]
+    if is_lm(meta):
+        lines += [f"- Prompts must be rendered by the same contract version (`{meta.contract_version}`); other prompt "
+                  "formats are out of distribution.",
+                  "- Unparseable outputs are treated as ESCALATE (faithfulness first), which trades tokens for "
+                  "safety."]
+    else:
+        lines += ["- Requests must carry each summary's retrieval `score` from the same retriever the training data "
+                  "used; signals outside the training range are clipped to it (a decision then says so)."]
+    return "\n".join(lines)
