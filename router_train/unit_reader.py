@@ -87,7 +87,11 @@ class UnitReaderConfig:
 
 
 def natural_records(data: str, split: str) -> list[dict[str, Any]]:
-    from labeling.dataset import load_split
+    """The split's natural question records, every field training reads checked first (the shared label-record
+    reader and field checks: RecordError naming file or record and field), so a bad record stops the stage before
+    any training, never after the whole cross-validation."""
+    from labeling.dataset import action_label, load_split, record_key, summary_units, text
+    from labeling.unit_targets import check_unit_targets
 
     rows = [r for r in load_split(data, split) if not r.get("augmentation") and not r.get("error")]
     for i, r in enumerate(rows):
@@ -95,6 +99,12 @@ def natural_records(data: str, split: str) -> list[dict[str, Any]]:
             if key not in r:
                 raise DataError(f"{data} [{split}] record {i} (qid={r.get('qid')!r}): missing field {key!r}"
                                 + (" (relabel with unit_targets.enabled)" if key == "unit_targets" else ""))
+        where = f"{data} [{split}] record {i} (qid={r.get('qid')!r})"
+        record_key(r, where)
+        text(r, "question", where)
+        summary_units(r, where)
+        action_label(r, where)
+        check_unit_targets(r["unit_targets"], where)
     return rows
 
 
@@ -114,6 +124,9 @@ def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int) -
                     continue
                 negatives += 1
             out.append((r["question"], unit_text(u), y))
+    if records and not out:  # nothing to fine-tune on (the loss would divide by zero pairs)
+        raise DataError(f"none of {len(records)} record(s) has a unit with a target: every answer_recall is null "
+                        "or unit_targets is empty (relabel with unit_targets.enabled)")
     return out
 
 

@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from tiermem.errors import EXIT_NETWORK
 from tiermem.llm.base import LLM, CallParams, ChatResult, LLMError, Messages
 from tiermem.llm.cache import ResponseCache
 from tiermem.llm.reply import MalformedReply, chat_reply
@@ -66,7 +67,10 @@ class OpenAIChatLLM(LLM):
                     raw = await client.chat.completions.with_raw_response.create(**request)
                     body = await raw.http_response.aread()
                 except openai.OpenAIError as exc:  # raised after the client's own retries with backoff
-                    return LLMError(redact_text(f"{self.name}: {type(exc).__name__}: {exc}"))
+                    error = LLMError(redact_text(f"{self.name}: {type(exc).__name__}: {exc}"))
+                    if isinstance(exc, openai.APIConnectionError):  # unreachable or timed out: exit 7 if all are
+                        error.exit_code = EXIT_NETWORK
+                    return error
                 latency = time.perf_counter() - started
                 try:
                     reply = chat_reply(body, raw.http_response.headers.get("content-type", ""), params.logprobs)
