@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 MAX_REPLY_CHARS = 100_000
 MAX_FAILED_STARTS = 32
-_START = re.compile(r"\{(?=\s*[\"}])|\[(?=\s*[-\"\[\]{0-9tfn])")
+_STARTS = {"{": r"\{(?=\s*[\"}])", "[": r"\[(?=\s*[-\"\[\]{0-9tfn])"}
+_START = {opens: re.compile("|".join(_STARTS[c] for c in opens)) for opens in ("{", "[", "{[")}
 _DECODER = json.JSONDecoder()
 
 
@@ -39,17 +40,14 @@ def bounded_reply(text: str | None) -> str:
 
 def json_values(text: str | None, opens: str = "{[", start: int = 0) -> Iterator[tuple[Any, int, int]]:
     """(value, start, end) for each JSON value found in `text` from `start` on, left to right, starting with one of
-    `opens`; never overlapping."""
-    text = bounded_reply(text)
+    `opens` ("{", "[" or "{["); never overlapping."""
+    text, starts = bounded_reply(text), _START[opens]
     failures, pos = 0, start
     while failures < MAX_FAILED_STARTS:
-        match = _START.search(text, pos)
+        match = starts.search(text, pos)
         if match is None:
             return
         at = match.start()
-        if text[at] not in opens:
-            pos = at + 1
-            continue
         try:
             value, end = _DECODER.raw_decode(text, at)
         except (json.JSONDecodeError, RecursionError):

@@ -54,7 +54,7 @@ def parse_facts_reply(text: str) -> list[Fact] | None:
     giving up on the format); one with no whole object is unparseable.
     """
     text = bounded_reply(text)
-    if normalize(text) in ("none", "no facts", "nothing"):
+    if len(text) < 40 and normalize(text) in ("none", "no facts", "nothing"):  # only a short reply can be one
         return []
     for obj in _json_candidates(text):
         items = obj.get("facts") if isinstance(obj, dict) else obj
