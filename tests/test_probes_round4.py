@@ -7,14 +7,11 @@ the LLM client against a local endpoint) where one exists."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import date
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +158,7 @@ def test_a_question_date_that_is_no_date_is_a_data_error_at_load(tmp_path):
                        "date": "the 45th of Smarch"}]}]}
     path = tmp_path / "conv.json"
     path.write_text(json.dumps(conv))
-    with pytest.raises(DataError, match=r"conversation 'c1'\) questions\[0\]: field 'date' 'the 45th of Smarch' is not a date"):
+    with pytest.raises(DataError, match=r"questions\[0\]: field 'date' 'the 45th of Smarch' is not a date"):
         load_conversations(str(path))
     conv["conversations"][0]["questions"][0]["date"] = "9999-12-31"
     path.write_text(json.dumps(conv))
@@ -269,7 +266,7 @@ def test_a_kappa_interval_comes_from_the_judged_records(tmp_path):
 
 # ---- 13: a malformed endpoint reply is that call's LLMError, retried then recorded --------------------------------
 
-GOOD = {"choices": [{"message": {"role": "assistant", "content": " fine "}}],
+GOOD = {"choices": [{"message": {"role": "assistant", "content": "ok"}}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 MALFORMED = {  # the prompt that asks for it -> (content type, body, words of the recorded error)
     "plain": ("text/plain", b"hello there", "not JSON"),
@@ -288,45 +285,24 @@ MALFORMED = {  # the prompt that asks for it -> (content type, body, words of th
 }
 
 
-@contextlib.contextmanager
-def _endpoint(hits: dict[str, int]) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            kind = body["messages"][-1]["content"]
-            hits[kind] = hits.get(kind, 0) + 1
-            ctype, data = MALFORMED[kind][:2] if kind in MALFORMED else ("application/json",
-                                                                         json.dumps(GOOD).encode())
-            self.send_response(200)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_malformed_endpoint_replies_are_llm_errors_for_their_call_after_retries():
+    from tests.helpers.fake_openai import fake_openai
     from tiermem.llm.remote import OpenAIChatLLM
 
     hits: dict[str, int] = {}
-    with _endpoint(hits) as url:
+
+    def reply(messages: list[dict[str, Any]]) -> str | tuple[str, bytes]:
+        kind = messages[-1]["content"]
+        hits[kind] = hits.get(kind, 0) + 1
+        return MALFORMED[kind][:2] if kind in MALFORMED else " fine "
+
+    with fake_openai(reply) as url:
         llm = OpenAIChatLLM("m", base_url=url, max_retries=1, structured="none")
         kinds = [*MALFORMED, "good"]
         results = llm.chat_many([[{"role": "user", "content": k}] for k in kinds])
     for kind, result in zip(kinds, results, strict=True):
         if kind == "good":
-            assert result.text == "fine" and result.input_tokens == 3
+            assert result.text == "fine" and result.input_tokens == 1
             continue
         assert isinstance(result, LLMError), (kind, result)
         assert MALFORMED[kind][2] in str(result) and "after 2 attempt(s)" in str(result), (kind, str(result))
