@@ -411,3 +411,28 @@ def test_non_finite_numbers_in_any_config_and_trainer_mapping_are_config_errors_
         parse_config(RecipeConfig, None, ["trainer.learning_rate=.inf"])
     assert cli.main(["audit", "judge.temperature=.nan", f"output_dir={tmp_path / 'a'}"]) == 2
     assert "judge.temperature: must be a finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("asked", ["9999-12-31T23:59:59", "0001-01-01"])
+def test_a_label_run_with_questions_asked_at_the_calendar_ends_keeps_every_record(tmp_path, asked):
+    """Before: `label` lost the whole run (0 records) to an OverflowError in the date arithmetic."""
+    from labeling.config import LabelConfig
+    from labeling.roles import Roles
+    from labeling.run import run as label_run
+    from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder
+    from tiermem.config import from_dict
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    data = json.loads(EXAMPLE_PATH.read_text())
+    data["conversations"] = data["conversations"][:1]
+    for q in data["conversations"][0]["questions"]:
+        q["date"] = asked
+        q["question"] = f"{q['question']} (asked yesterday, about last week and next year)"
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(data))
+    cfg = from_dict(LabelConfig, {"output_dir": str(tmp_path / "label"), "data_path": str(path), "label_rule":
+                                  "evidence", "generate_answers": False, "memory": {**SMALL_MEMORY, "max_rounds": 1}})
+    label_run(cfg, Roles({}, need_answerer=False), embedder=HashEmbedder())
+    records = [json.loads(x) for x in (tmp_path / "label" / "all_records.jsonl").read_text().splitlines()]
+    assert len(records) >= len(data["conversations"][0]["questions"])
+    assert not [r["error"] for r in records if r.get("error")]
