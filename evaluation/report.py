@@ -68,7 +68,7 @@ def eval_summary(report: Mapping[str, Any], path: str | Path | None = None, date
         "date": date or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         **{k: meta.get(k) for k in ("dataset", "split", "router", "correctness_rule", "n", "n_conversations",
                                     "threshold_logit")},
-        # the card names the data by what it is (evaluate.data_name); eval.json's `dataset` is the local path read
+        # the card names the data by what it is (provenance.data_name); eval.json's `dataset` is the local path read
         **({"dataset": meta["data_name"]} if meta.get("data_name") else {}),
         "level": uncertainty.get("level") if n_boot else None, "n_boot": n_boot,
         "policies": policies, "ranking": ranking,

@@ -17,18 +17,26 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from labeling.dataset import action_label, check_records, jsonl_label_records, record_key, summary_units, text
 from labeling.judges import SufficiencyJudge
+from tiermem import stats
 from tiermem.config import ConfigError
-from tiermem.errors import DataError, stage_main
+from tiermem.errors import EXIT_NETWORK, EXIT_SOME_ERRORS, DataError, RunError, stage_main
 from tiermem.llm import LLMConfig, LLMError
 from tiermem.safe_io import write_atomic
 
 ACTIONS = ("ANSWER", "ESCALATE")
+# Below this many judged records a kappa says little (its 95% interval spans most of [-1, 1]): it is printed with
+# a warning, beside n and its interval, never alone.
+MIN_KAPPA_N = 30
 
 
 @dataclass
@@ -57,27 +65,19 @@ def records_path(data: str) -> Path:
 
 
 def load_questions(data: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The labeled run's question records (minimal-pair variants left out), keyed by (conv_id, qid)."""
-    path = records_path(data)
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
-            for key in ("conv_id", "qid", "question", "gold_answer", "router_summaries", "label"):
-                if key not in rec:
-                    raise DataError(f"{path}:{line_no} (qid={rec.get('qid')!r}): missing field {key!r}")
-            if rec.get("augmentation"):
-                continue
-            key = (str(rec["conv_id"]), str(rec["qid"]))
-            if key in out:
-                raise DataError(f"{path}:{line_no}: question {key} repeats")
-            out[key] = rec
-    return out
+    """The labeled run's question records (minimal-pair variants left out), keyed by (conv_id, qid), read by the
+    label-record reader every stage shares; each field the sheet shows is checked, a failure naming file, line and
+    field (RecordError, exit 3)."""
+    located = jsonl_label_records(records_path(data))
+    for where, rec in located:
+        record_key(rec, where)
+        text(rec, "question", where)
+        text(rec, "gold_answer", where)
+        if "question_date" in rec:
+            text(rec, "question_date", where, allow_none=True)
+        summary_units(rec, where)
+        action_label(rec, where)
+    return {record_key(rec, ""): rec for rec in check_records(located) if not rec.get("augmentation")}
 
 
 def sample(records: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
@@ -122,29 +122,68 @@ def sheet_row(rec: dict[str, Any], previous: dict[str, Any] | None) -> dict[str,
     }
 
 
-def judge_rows(rows: list[dict[str, Any]], judge: SufficiencyJudge) -> None:
+def judge_rows(rows: list[dict[str, Any]], judge: SufficiencyJudge) -> list[LLMError]:
+    """Fill each row's verdict; the LLM errors, in row order (each also recorded in its row)."""
+    errors = []
     for row in rows:
         try:
             result = judge.judge(row["question"], row["gold_answer"], row["summaries"])
         except LLMError as exc:
             row["judge_status"], row["judge_reason"] = "error", f"LLMError: {exc}"
+            errors.append(exc)
             continue
         if not result.parsed_ok:
             row["judge_status"], row["judge_reason"] = "unparsed", result.reason
             continue
         row["judge_status"], row["judge_reason"] = "ok", result.reason
         row["judge_verdict"] = "ANSWER" if result.sufficient else "ESCALATE"
+    return errors
 
 
-def agreement(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    pairs = [(r["label"], r["judge_verdict"]) for r in rows if r["judge_status"] == "ok"]
+def kappa_reps(pairs: list[tuple[str, str]], counts: np.ndarray) -> np.ndarray:
+    """Cohen's kappa under each row of bootstrap draw counts (NaN where chance agreement is 1)."""
+    a = np.asarray([x == "ANSWER" for x, _ in pairs], dtype=np.float64)
+    b = np.asarray([y == "ANSWER" for _, y in pairs], dtype=np.float64)
+    n = counts.sum(axis=1)
+    observed = counts @ (a == b) / n
+    pa, pb = counts @ a / n, counts @ b / n
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(chance < 1, (observed - chance) / (1 - chance), np.nan)
+
+
+def kappa_warnings(pairs: list[tuple[str, str]]) -> list[str]:
+    """Why the kappa of these pairs means little: too few of them, or a side that always says the same."""
+    out = []
+    if len(pairs) < MIN_KAPPA_N:
+        out.append(f"only {len(pairs)} judged record(s) (< {MIN_KAPPA_N}): the kappa is too uncertain to read")
+    for side, values in (("the judge", {b for _, b in pairs}), ("the labels", {a for a, _ in pairs})):
+        if len(values) == 1:
+            out.append(f"{side} always said {next(iter(values))}: kappa cannot tell agreement from chance")
+    return out
+
+
+def agreement(rows: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    judged = [r for r in rows if r["judge_status"] == "ok"]
+    pairs = [(r["label"], r["judge_verdict"]) for r in judged]
     confusion = {label: {verdict: sum(1 for p in pairs if p == (label, verdict)) for verdict in ACTIONS}
                  for label in ACTIONS}
     kappa = cohen_kappa(pairs)
+    reps = kappa_reps(pairs, stats.bootstrap_counts([r["conv_id"] for r in judged], seed=seed)) if pairs else None
     return {"judged": len(pairs), "unparsed": sum(r["judge_status"] == "unparsed" for r in rows),
             "errors": sum(r["judge_status"] == "error" for r in rows),
             "agreement": round(sum(a == b for a, b in pairs) / len(pairs), 4) if pairs else None,
-            "cohen_kappa": None if kappa is None else round(kappa, 4), "confusion": confusion}
+            "cohen_kappa": None if kappa is None else round(kappa, 4),
+            "kappa_interval": None if reps is None else stats.interval(kappa, reps),
+            "kappa_warnings": kappa_warnings(pairs) if pairs else [], "confusion": confusion}
+
+
+def kappa_text(judge: dict[str, Any]) -> str:
+    """"Cohen's kappa K (n=N, 95% interval [lo, hi])" and its warnings: how the kappa is printed, never alone."""
+    span = judge.get("kappa_interval") or {}
+    bounds = f"[{span['lo']:.2f}, {span['hi']:.2f}]" if span.get("lo") is not None else "none"
+    line = f"Cohen's kappa {judge['cohen_kappa']} (n={judge['judged']}, 95% interval {bounds})"
+    return line + "".join(f"; warning: {w}" for w in judge.get("kappa_warnings", []))
 
 
 def _cell(text: Any) -> str:
@@ -162,7 +201,7 @@ def render(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     if summary.get("judge"):
         a = summary["judge"]
         lines += ["", f"Judge `{a['model']}`: {a['judged']} judged, {a['unparsed']} unparsed, {a['errors']} errors; "
-                  f"agreement {a['agreement']}, Cohen's kappa {a['cohen_kappa']}.", "",
+                  f"agreement {a['agreement']}, {kappa_text(a)}.", "",
                   "| label \\ judge | ANSWER | ESCALATE |", "|---|---|---|"]
         lines += [f"| {label} | {a['confusion'][label]['ANSWER']} | {a['confusion'][label]['ESCALATE']} |"
                   for label in ACTIONS]
@@ -210,14 +249,31 @@ def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
             from tiermem.llm import build_llm
 
             judge_llm = build_llm(cfg.judge)
+        errors: list[LLMError] = []
         if judge_llm is not None:
-            judge_rows(rows, SufficiencyJudge(judge_llm, cfg.judge_max_tokens))
-            summary["judge"] = {"model": getattr(judge_llm, "model", type(judge_llm).__name__), **agreement(rows)}
+            errors = judge_rows(rows, SufficiencyJudge(judge_llm, cfg.judge_max_tokens))
+            summary["judge"] = {"model": getattr(judge_llm, "model", type(judge_llm).__name__),
+                                **agreement(rows, cfg.seed)}
         # never through a link planted in the claimed directory
         write_atomic(out / "audit.jsonl", "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         write_atomic(out / "audit.md", render(rows, summary) + "\n")
         write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    _judge_failures(summary.get("judge"), errors)
     return summary
+
+
+def _judge_failures(judge: dict[str, Any] | None, errors: list[LLMError]) -> None:
+    """No verdict at all from a judge that was asked: the sheet is written, and the stage fails, exit 7 when every
+    call found the endpoint unreachable, else 6 (docs/serving.md, "Exit codes")."""
+    if judge is None or judge["judged"] or not (judge["errors"] or judge["unparsed"]):
+        return
+    what = f"every judge call failed ({judge['errors']} LLM error(s), {judge['unparsed']} unreadable repl(ies))"
+    first = f"; first: {errors[0]}" if errors else ""
+    failure = RunError(f"{what}{first}; no agreement computed")
+    if errors and len(errors) == judge["errors"] and not judge["unparsed"] and \
+            all(getattr(e, "exit_code", None) == EXIT_NETWORK for e in errors):
+        failure.exit_code = EXIT_NETWORK
+    raise failure
 
 
 @stage_main("audit")
@@ -228,9 +284,13 @@ def main(argv: list[str]) -> int:
     summary = audit(cfg)
     judge = summary.get("judge")
     print(f"audit: {summary['sampled']} of {summary['labeled']} labeled questions -> {cfg.output_dir}/audit.md"
-          + (f"; judge agreement {judge['agreement']}, Cohen's kappa {judge['cohen_kappa']} ({judge['judged']} "
+          + (f"; judge agreement {judge['agreement']}, {kappa_text(judge)} ({judge['judged']} "
              f"judged, {judge['unparsed']} unparsed, {judge['errors']} errors)" if judge else ""))
     print(json.dumps({"config": asdict(cfg), **summary}, indent=2, default=str))
+    if judge and (judge["errors"] or judge["unparsed"]):  # some verdicts are missing: done, with error records
+        print(f"audit: {judge['errors'] + judge['unparsed']} of {summary['sampled']} judge call(s) gave no verdict "
+              "(judge_status in audit.jsonl)", file=sys.stderr)
+        return EXIT_SOME_ERRORS
     return 0
 
 

@@ -86,13 +86,55 @@ def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
             return []
         rows = Dataset.load_from_disk(str(path / split)).to_list()
         return check_records([(f"{path} [{split}] record {i}", rec) for i, rec in enumerate(rows)])
+    return check_records([(where, rec) for where, rec in jsonl_label_records(path) if rec.get("split", split) == split])
+
+
+def jsonl_label_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """(where, record) for every line of a label-records JSONL, `where` naming the file and line: the one reader
+    of such files (eval, calibrate, training, audit, unit-reader). Invalid UTF-8 (file and byte offset), a line
+    that is not JSON or not a JSON object (`123`, `null`, a list) is a RecordError naming the file and the line."""
     located = []
     for n, rec in jsonl_records(read_utf8(path, RecordError), path, RecordError):
         if not isinstance(rec, dict):
             raise RecordError(f"{path}: line {n}: a label record must be a JSON object, got {type(rec).__name__}")
-        if rec.get("split", split) == split:
-            located.append((f"{path}: line {n}", rec))
-    return check_records(located)
+        located.append((f"{path}: line {n}", rec))
+    return located
+
+
+def text(record: Mapping[str, Any], name: str, where: str, allow_none: bool = False) -> str | None:
+    value = field(record, name, where)
+    if not (isinstance(value, str) or (allow_none and value is None)):
+        raise RecordError(f"{where}: field {name!r} must be a string{' or null' if allow_none else ''}, got {value!r}")
+    return value
+
+
+def record_key(record: Mapping[str, Any], where: str) -> tuple[str, str]:
+    """(conv_id, qid), both strings: an id given as a number in one record and a string in another would make two
+    keys of one question, or one key of two."""
+    return text(record, "conv_id", where), text(record, "qid", where)  # type: ignore[return-value]
+
+
+def action_label(record: Mapping[str, Any], where: str, allow_none: bool = True) -> str | None:
+    """The record's label: ANSWER or ESCALATE (null for a question the rule dropped, where allowed)."""
+    value = field(record, "label", where)
+    if value not in ("ANSWER", "ESCALATE") and not (allow_none and value is None):
+        raise RecordError(f"{where}: field 'label' must be ANSWER or ESCALATE{' or null' if allow_none else ''}, "
+                          f"got {value!r}")
+    return value
+
+
+def summary_units(record: Mapping[str, Any], where: str, name: str = "router_summaries") -> list[dict[str, Any]]:
+    """The record's summaries: a list of objects, each with a string `text` and a string or null `date`."""
+    units = field(record, name, where)
+    if not isinstance(units, list):
+        raise RecordError(f"{where}: field {name!r} must be a list of summary objects, got {type(units).__name__}")
+    for j, unit in enumerate(units):
+        if not isinstance(unit, dict):
+            raise RecordError(f"{where}: field '{name}[{j}]' must be an object, got {unit!r}")
+        text(unit, "text", f"{where}: field '{name}[{j}]'")
+        if not isinstance(unit.get("date"), str | None):
+            raise RecordError(f"{where}: field '{name}[{j}].date' must be a string or null, got {unit['date']!r}")
+    return units
 
 
 def check_records(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:

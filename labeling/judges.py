@@ -17,7 +17,6 @@ LLMError is never caught here: the caller turns it into an error record, never i
 
 from __future__ import annotations
 
-import json
 import re
 import string
 from collections import Counter
@@ -28,7 +27,8 @@ from typing import Any
 
 from nltk.stem import PorterStemmer
 
-from tiermem.answer_match import DATE_ORDERS, canonical_text
+from tiermem.answer_match import DATE_ORDERS, When, canonical_text, contradicts, find_dates, spoken
+from tiermem.json_text import bounded_reply, first_json_object
 
 _STEMMER = PorterStemmer()
 _ARTICLES_RE = re.compile(r"\b(a|an|the|and)\b")
@@ -116,7 +116,21 @@ class LexicalJudge:
                              canonical_text(gold, None, self.date_order), category, source)
         correct = score >= self.threshold
         relation = ">=" if correct else "<"
+        wrong_date = self.contradicted_date(gold, answer, category, source)
+        if correct and wrong_date is not None:  # answer matching's rule: a wrong day is a wrong date, whatever F1
+            return Verdict(self.name, False, round(score, 4),
+                           f"F1 {score:.3f} >= {self.threshold}, but the answer's date contradicts the gold's "
+                           f"{spoken(wrong_date)}")
         return Verdict(self.name, correct, round(score, 4), f"F1 {score:.3f} {relation} {self.threshold}")
+
+    def contradicted_date(self, gold: str, answer: str, category: str, source: str) -> When | None:
+        """A date of the gold answer that every date of the answer contradicts; None when the answer gives no date
+        or one that can be the gold's (a token F1 over '8 may 2023' and '7 may 2023' is 0.67: two of three right)."""
+        stated = [m.when for m in find_dates(answer or "", None, self.date_order)]
+        if not stated:
+            return None
+        golds = [m.when for m in find_dates(scoring_gold(gold, category, source), None, self.date_order)]
+        return next((g for g in golds if all(contradicts(s, g) for s in stated)), None)
 
 
 JUDGE_SYSTEM = (
@@ -148,22 +162,10 @@ SUFFICIENCY_SCHEMA: dict[str, Any] = {
 }
 
 
-def _first_json_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object in `text` (models often wrap JSON in prose or code fences)."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text or ""):
-        try:
-            obj, _ = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    return None
-
-
 def parse_correct_wrong(text: str) -> tuple[bool | None, str]:
     """(True/False, reason) from a judge reply; (None, '') when it says neither or both."""
-    obj = _first_json_object(text)
+    text = bounded_reply(text)
+    obj = first_json_object(text)
     if obj is not None and isinstance(obj.get("label"), str):
         label = obj["label"].strip().upper()
         if label in ("CORRECT", "WRONG"):
@@ -176,7 +178,7 @@ def parse_correct_wrong(text: str) -> tuple[bool | None, str]:
 
 
 def parse_sufficiency(text: str) -> Sufficiency:
-    obj = _first_json_object(text)
+    obj = first_json_object(text)
     if obj is not None:
         value = obj.get("sufficient", obj.get("has_sufficient_info"))
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):

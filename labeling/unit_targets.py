@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labeling.dataset import RecordError, flag, summary_units
 from labeling.evidence import compute_signals
 from tiermem.errors import ConfigError
 
@@ -106,3 +107,20 @@ def report_lines(stats: dict[str, Any] | None) -> list[str]:
         lines.append(f"| {split} | {c['questions']} | {r['units']} | {r['positive']} ({r['positive_share']}) | "
                      f"{d['units']} | {d['positive']} ({d['positive_share']}) |")
     return lines
+
+
+def check_unit_targets(targets: Any, where: str) -> None:
+    """Unit targets as training reads them, each failure a RecordError naming the record and field. Each target:
+    an object with the unit's text, an integer `rank` >= 1, `s_ok` true/false and `answer_recall` in [0, 1] or null
+    (no scorable gold token)."""
+    summary_units({"unit_targets": targets}, where, "unit_targets")
+    for j, u in enumerate(targets):
+        at = f"{where}: field 'unit_targets[{j}]'"
+        rank = u.get("rank")
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise RecordError(f"{at}.rank must be an integer >= 1, got {rank!r}")
+        flag(u, "s_ok", at)
+        recall = u.get("answer_recall")
+        if recall is not None and (isinstance(recall, bool) or not isinstance(recall, int | float)
+                                   or not 0.0 <= recall <= 1.0):
+            raise RecordError(f"{at}.answer_recall must be a number in [0, 1] or null, got {recall!r}")

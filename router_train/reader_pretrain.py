@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tiermem.config import check_finite
 from tiermem.errors import ConfigError, stage_main
 
 PRETRAIN_FILE = "reader_pretrain.json"
@@ -55,7 +54,6 @@ class ReaderPretrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_finite(self, ("learning_rate", "weight_decay", "warmup_share"))
         for name, low in (("negatives_per_question", 0), ("heldout_articles", 1), ("max_train_pairs", 0),
                           ("max_length", 16), ("epochs", 1), ("batch_size", 1), ("score_batch_size", 1),
                           ("log_every", 0)):

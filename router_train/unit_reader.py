@@ -38,7 +38,6 @@ from serving.routers.unit_reader import (
 )
 from serving.signals import FEATURES, LogisticModel, feature_matrix, fit_logistic
 from tiermem import contract
-from tiermem.config import check_finite
 from tiermem.errors import ConfigError, DataError, stage_main
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,6 @@ class UnitReaderConfig:
         for name in ("deep_negatives", "max_epochs", "batch_size", "score_batch_size"):
             if getattr(self, name) < (0 if name == "deep_negatives" else 1):
                 raise ConfigError(f"{name} must be >= {0 if name == 'deep_negatives' else 1}")
-        check_finite(self, ("learning_rate", "weight_decay", "warmup_share", "l2", "text_weights"))
         if not self.finetune_layers or any(not 0 <= k <= 24 for k in self.finetune_layers):
             raise ConfigError(f"finetune_layers must be a non-empty list of 0 (zero-shot) .. the encoder's layers, "
                               f"got {self.finetune_layers}")
@@ -97,7 +95,11 @@ class UnitReaderConfig:
 
 
 def natural_records(data: str, split: str) -> list[dict[str, Any]]:
-    from labeling.dataset import load_split
+    """The split's natural question records, every field training reads checked first (the shared label-record
+    reader and field checks: RecordError naming file or record and field), so a bad record stops the stage before
+    any training, never after the whole cross-validation."""
+    from labeling.dataset import action_label, load_split, record_key, summary_units, text
+    from labeling.unit_targets import check_unit_targets
 
     rows = [r for r in load_split(data, split) if not r.get("augmentation") and not r.get("error")]
     for i, r in enumerate(rows):
@@ -105,6 +107,12 @@ def natural_records(data: str, split: str) -> list[dict[str, Any]]:
             if key not in r:
                 raise DataError(f"{data} [{split}] record {i} (qid={r.get('qid')!r}): missing field {key!r}"
                                 + (" (relabel with unit_targets.enabled)" if key == "unit_targets" else ""))
+        where = f"{data} [{split}] record {i} (qid={r.get('qid')!r})"
+        record_key(r, where)
+        text(r, "question", where)
+        summary_units(r, where)
+        action_label(r, where)
+        check_unit_targets(r["unit_targets"], where)
     return rows
 
 
@@ -137,6 +145,9 @@ def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int) -
                     continue
                 negatives += 1
             out.append((r["question"], unit_text(u), y))
+    if records and not out:  # nothing to fine-tune on (the loss would divide by zero pairs)
+        raise DataError(f"none of {len(records)} record(s) has a unit with a target: every answer_recall is null "
+                        "or unit_targets is empty (relabel with unit_targets.enabled)")
     return out
 
 
@@ -202,7 +213,8 @@ def pretraining_of(base: str) -> dict[str, Any] | None:
         return None
     meta = json.loads(path.read_text())
     data = str(meta.get("data"))
-    return {"base": meta.get("base"), "data": data if data.startswith("hf:") else Path(data).name, "data_sha256": meta.get("data_sha256"),
+    return {"base": meta.get("base"), "data": data if data.startswith("hf:") else Path(data).name,
+            "data_sha256": meta.get("data_sha256"),
             "train_pairs": meta.get("train_pairs"), "heldout": meta.get("heldout"),
             "epochs": (meta.get("config") or {}).get("epochs"), "cache_key": meta.get("cache_key")}
 

@@ -57,6 +57,7 @@ class ServeConfig:
     max_body_bytes: int = 200_000
     max_question_chars: int = 2_000
     max_summary_chars: int = 4_000  # per summary; the contract clips what the model sees further
+    max_date_chars: int = 64  # per summary date: printed into an LM router's prompt whole ("Tuesday, 7 May 2023 ...")
     chat_passthrough: bool = True
     max_chat_tokens: int = 256
     max_prompt_tokens: int = 2_048  # chat: rendered prompt tokens; 413 above (bounds one request's compute)
@@ -68,7 +69,7 @@ class ServeConfig:
         self.router = as_router_spec(self.router)
         if not 0 <= self.port <= 65_535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
-        for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_chat_tokens",
+        for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_date_chars", "max_chat_tokens",
                      "max_prompt_tokens", "max_queue", "route_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -120,6 +121,9 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
         if date is not None and not isinstance(date, str):
             raise RequestError(422, f"summaries[{i}].date must be a string or null")
         if date is not None:
+            if len(date) > cfg.max_date_chars:  # the prompt prints it unclipped: 8 KB of date held the server 38 s
+                raise RequestError(422, f"summaries[{i}].date has {len(date)} characters; the limit is "
+                                        f"{cfg.max_date_chars} (max_date_chars)")
             _check_text(date, f"summaries[{i}].date")
         unit = {"text": s["text"], "date": date}
         if s.get("score") is not None:  # the routers that read it were fitted on cosine similarities

@@ -30,17 +30,17 @@ DATE_ORDERS = ("DMY", "MDY")
 
 _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
           r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
-_DAY = r"(?:[0-3]?\d)(?:st|nd|rd|th)?"
+_DAY = r"(?:3[01]|[12]\d|0?[1-9])(?:st|nd|rd|th)?"  # 1..31: "Jan 32" is no day (not 2032)
 _YEAR = r"(?:19|20)\d{2}"
 _PREP = r"(?:(?:on|in|at|by|since|around|during)\s+)?(?:the\s+)?"
 _ABSOLUTE = re.compile(
     rf"\b{_PREP}(?:"
-    rf"(?P<iso>{_YEAR}[-/]\d{{1,2}}[-/]\d{{1,2}})"
+    rf"(?P<iso>{_YEAR}[-/]\d{{1,2}}[-/]\d{{1,2}}(?:T\d{{1,2}}(?::\d{{2}}){{0,2}}(?:\.\d+)?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?)"
     rf"|(?P<num>\d{{1,2}}[./-]\d{{1,2}}[./-](?:{_YEAR}|\d{{2}}))"
     rf"|(?P<dm>{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?)"
     rf"|(?P<md>{_MONTH}\s+{_DAY}(?!\d)(?:,?\s+{_YEAR})?)"
     rf"|(?P<my>{_MONTH}(?:\s+of)?[,.]?\s*{_YEAR})"
-    rf"|(?P<m>{_MONTH})"
+    rf"|(?<!\d\s)(?P<m>{_MONTH})(?!\s*\d)"
     rf"|(?P<y>{_YEAR})"
     rf")\b",
     re.IGNORECASE,
@@ -73,8 +73,11 @@ class When:
     hi: date | None = None
 
     def in_year(self, year: int) -> When:
-        """A year-less mention read in `year` ('15 January' -> 15 January 2024); itself when it has a year."""
-        return self if self.year is not None or self.month is None else _span(year, self.month, self.day)
+        """A year-less mention read in `year` ('15 January' -> 15 January 2024); itself when it has a year, or when
+        the day is not in that year (29 February of a common year) or the year is past the calendar's ends."""
+        if self.year is not None or self.month is None:
+            return self
+        return _valid_span(year, self.month, self.day) or self
 
     @property
     def is_range(self) -> bool:
@@ -92,10 +95,18 @@ def _span(year: int | None, month: int | None, day: int | None) -> When:
         return When(None, month, day)
     if month is None:
         return When(year, None, None, date(year, 1, 1), date(year, 12, 31))
-    if day is None:
-        nxt = date(year + (month == 12), month % 12 + 1, 1)
-        return When(year, month, None, date(year, month, 1), nxt - timedelta(days=1))
+    if day is None:  # the month's last day from the next month's first, except December (9999-12 has no next)
+        last = date(year, 12, 31) if month == 12 else date(year, month + 1, 1) - timedelta(days=1)
+        return When(year, month, None, date(year, month, 1), last)
     return When(year, month, day, date(year, month, day), date(year, month, day))
+
+
+def _valid_span(year: int, month: int | None, day: int | None) -> When | None:
+    """_span, or None when the fields name no day of the calendar (29 February 2023, the year 0 or 10000)."""
+    try:
+        return _span(year, month, day)
+    except ValueError:
+        return None
 
 
 def _range(lo: date, hi: date) -> When:
@@ -106,7 +117,9 @@ def _range(lo: date, hi: date) -> When:
     return When(year, month, day, lo, hi)
 
 
-_DEFAULTS = (datetime(1, 1, 1), datetime(2, 2, 2))  # parse twice: a field that follows the default was not given
+# Parse twice: a field that follows the default was not given. Both years are leap years, so a year-less
+# "29 February" is a day (years 1 and 2 made it a ValueError, never matched).
+_DEFAULTS = (datetime(2000, 1, 1), datetime(2004, 2, 2))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -128,10 +141,20 @@ def parse_absolute(text: str, date_order: str = "DMY") -> When | None:
 
 @functools.lru_cache(maxsize=65536)
 def resolve_relative(phrase: str, base: date) -> When | None:
-    """A relative expression said on `base` -> the day or range it means (dateparser resolves the day)."""
+    """A relative expression said on `base` -> the day or range it means (dateparser resolves the day); None when
+    it would fall past the calendar's ends (9999-12-31's tomorrow, 0001-01-01's last week): no date, not a crash."""
+    key = " ".join(phrase.lower().split())
+    if key != phrase:  # one cache entry per phrase however it is spelled ("PaSt MoN", "past  mon")
+        return resolve_relative(key, base)
+    try:
+        return _resolve(key, base)
+    except (OverflowError, ValueError):  # date arithmetic beyond year 1 or 9999
+        return None
+
+
+def _resolve(key: str, base: date) -> When | None:
     import dateparser  # deferred: its first import takes about a second
 
-    key = " ".join(phrase.lower().split())
     words = key.split()
     if len(words) == 2 and words[1] not in _WEEKDAYS:  # 'last fri' -> 'last friday'
         words[1] = next((d for d in _WEEKDAYS if d.startswith(words[1])), words[1])
@@ -140,7 +163,8 @@ def resolve_relative(phrase: str, base: date) -> When | None:
         step = {"last": -1, "past": -1, "next": 1, "this": 0}[words[0]]
         return _period(words[1], base, step)
     if words[-1] == "ago" and words[1].rstrip("s") in ("week", "month", "year"):
-        moment = dateparser.parse(key, settings={"RELATIVE_BASE": datetime.combine(base, datetime.min.time())})
+        moment = dateparser.parse(key, languages=["en"],
+                                  settings={"RELATIVE_BASE": datetime.combine(base, datetime.min.time())})
         if moment is None:
             return None
         return _period(words[1].rstrip("s"), moment.date(), 0) if words[1].startswith("week") else \
@@ -165,7 +189,7 @@ def resolve_relative(phrase: str, base: date) -> When | None:
     settings = {"RELATIVE_BASE": datetime.combine(base, datetime.min.time()), "PREFER_DATES_FROM": "past"}
     if words[0] == "next":
         settings["PREFER_DATES_FROM"] = "future"
-    moment = dateparser.parse(key, settings=settings)
+    moment = dateparser.parse(key, languages=["en"], settings=settings)  # English: no language detection
     return None if moment is None else _range(moment.date(), moment.date())
 
 
@@ -214,18 +238,41 @@ def _fill_year(when: When, base: date | None) -> When:
     """A unit's 'on 20 March' means the 20 March nearest its own date (a year-less gold keeps no year)."""
     if when.year is not None or base is None or when.month is None:
         return when
-    candidates = [_span(y, when.month, when.day) for y in (base.year - 1, base.year, base.year + 1)]
-    return min(candidates, key=lambda w: abs((w.lo - base).days))
+    candidates = [w for y in (base.year - 1, base.year, base.year + 1) if (w := _valid_span(y, when.month, when.day))]
+    return min(candidates, key=lambda w: abs((w.lo - base).days)) if candidates else when
+
+
+# A text's date work is bounded: at most this many absolute and this many relative mentions are read (in order),
+# so a hostile text (1 KB of "past mon" in odd cases, a 200 KB turn of dates) costs a bounded number of parses.
+MAX_MENTIONS_PER_TEXT = 200
+_VERB_MONTHS = ("may", "mar", "march")
+_SUBJECT = re.compile(r"\s+(?:i|we|you|he|she|it|they|there|one)\b", re.IGNORECASE)
+
+
+def _verb_not_month(text: str, m: re.Match[str]) -> bool:
+    """A bare 'may' / 'march' / 'mar' that is the verb: lower-case ("they will march", "it may rain"), or opening a
+    sentence before its subject ("May I ask", "March we must")."""
+    word = m.group("m")
+    if word.lower().rstrip(".") not in _VERB_MONTHS:
+        return False
+    if word[0].islower():
+        return True
+    before = text[max(0, m.start() - 40): m.start()].rstrip()
+    opens = m.start() == m.start("m") and (before.endswith((".", "!", "?")) or not before and m.start() < 40)
+    return opens and _SUBJECT.match(text, m.end("m")) is not None
 
 
 def find_dates(text: str, base: date | None = None, date_order: str = "DMY") -> list[Mention]:
     """Every date mention of `text`: absolute forms (a missing year taken from `base`, the text's own date),
-    relative expressions resolved against `base` (none without it), and anchored spans in either."""
+    relative expressions resolved against `base` (none without it), and anchored spans in either; at most
+    MAX_MENTIONS_PER_TEXT of each kind."""
     found: list[Mention] = []
-    for m in _ABSOLUTE.finditer(text):
+    for count, m in enumerate(_ABSOLUTE.finditer(text)):
+        if count >= MAX_MENTIONS_PER_TEXT:
+            break
         group = next(name for name, value in m.groupdict().items() if value)
-        if group == "m" and m.group("m").lower().startswith("may") and not m.group("m").startswith("May"):
-            continue  # the verb "may", not the month
+        if group == "m" and _verb_not_month(text, m):
+            continue
         order = {"num": date_order, "iso": "YMD"}.get(group, "DMY")  # only day-month numbers are ambiguous
         when = parse_absolute(m.group(group), order)
         if when is None:
@@ -233,7 +280,10 @@ def find_dates(text: str, base: date | None = None, date_order: str = "DMY") -> 
         start = m.start()
         anchored = _ANCHORED.search(text[max(0, start - 30): start])
         if anchored is not None and group not in ("m", "y"):
-            span = _anchored(anchored.group("period"), anchored.group("dir"), _fill_year(when, base))
+            try:
+                span = _anchored(anchored.group("period"), anchored.group("dir"), _fill_year(when, base))
+            except (OverflowError, ValueError):  # a day before 0001-01-01 or after 9999-12-31: no date
+                span = None
             if span is not None:
                 at = max(0, start - 30) + anchored.start()
                 found.append(Mention(span, at, m.end(), at))
@@ -241,7 +291,9 @@ def find_dates(text: str, base: date | None = None, date_order: str = "DMY") -> 
         found.append(Mention(_fill_year(when, base), start, m.end(), m.start(group)))
     if base is not None:
         taken = [(x.start, x.end) for x in found]
-        for m in _RELATIVE.finditer(text):
+        for count, m in enumerate(_RELATIVE.finditer(text)):
+            if count >= MAX_MENTIONS_PER_TEXT:
+                break
             if any(s < m.end() and m.start() < e for s, e in taken):
                 continue
             when = resolve_relative(m.group(0), base)
@@ -271,6 +323,17 @@ def states(stated: When, gold: When) -> bool:
     return all(getattr(stated, f) == getattr(gold, f) for f in _FIELDS if getattr(gold, f) is not None)
 
 
+def contradicts(stated: When, gold: When) -> bool:
+    """Whether a stated date cannot be the gold date: a field both give differs ('8 May 2023' for '7 May 2023': a
+    wrong day is a wrong date), or their spans of days do not meet. A coarser or year-less date ('May 2023',
+    '7 May') does not contradict; whether it states enough is the caller's rule."""
+    if any(getattr(stated, f) is not None and getattr(gold, f) is not None and getattr(stated, f) != getattr(gold, f)
+           for f in _FIELDS):
+        return True
+    both_dated = stated.lo is not None and gold.lo is not None
+    return both_dated and (stated.hi < gold.lo or gold.hi < stated.lo)
+
+
 # ---- numbers -------------------------------------------------------------------------------------
 
 _NUMBER_WORDS = {w: str(i) for i, w in enumerate(
@@ -287,9 +350,39 @@ _NUMBERS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _NUMBER_FORMS), ke
 _DIGIT_ORDINAL = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b", re.IGNORECASE)
 
 
+_UNIT_WORDS = "one two three four five six seven eight nine"
+_TEEN_WORDS = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen"
+_TENS_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety"
+_BELOW_100 = (rf"(?:(?:{_TENS_WORDS.replace(' ', '|')})(?:[\s-]+(?:{_UNIT_WORDS.replace(' ', '|')}))?"
+              rf"|{_TEEN_WORDS.replace(' ', '|')}|{_UNIT_WORDS.replace(' ', '|')})")
+_BELOW_1000 = rf"(?:(?:a|{_UNIT_WORDS.replace(' ', '|')})\s+hundred(?:\s+(?:and\s+)?{_BELOW_100})?|{_BELOW_100})"
+# A number written in words of more than one: "twenty-five" is 25, "three hundred" 300, "two thousand and ten" 2010
+# (word by word they would read 20-5 -> "205" and "3 100").
+_COMPOUND = re.compile(rf"\b(?:{_BELOW_1000}\s+thousand(?:\s+(?:and\s+)?{_BELOW_1000})?"
+                       rf"|(?:a|{_UNIT_WORDS.replace(' ', '|')})\s+hundred(?:\s+(?:and\s+)?{_BELOW_100})?"
+                       rf"|(?:{_TENS_WORDS.replace(' ', '|')})[\s-]+(?:{_UNIT_WORDS.replace(' ', '|')}))\b",
+                       re.IGNORECASE)
+_WORD_VALUES = {w: i for i, w in enumerate(f"zero {_UNIT_WORDS} {_TEEN_WORDS}".split())} | {
+    w: 20 + 10 * i for i, w in enumerate(_TENS_WORDS.split())} | {"a": 1}
+
+
+def _compound_value(words: str) -> str:
+    total = current = 0
+    for word in re.split(r"[\s-]+", words.lower()):
+        if word == "hundred":
+            current *= 100
+        elif word == "thousand":
+            total, current = total + current * 1000, 0
+        elif word != "and":
+            current += _WORD_VALUES[word]
+    return str(total + current)
+
+
 def canonical_numbers(text: str) -> str:
-    """Number words as digits ("two" -> 2, "twice" -> 2 times) and every ordinal as '<n>th' ("first", "1st")."""
+    """Number words as digits ("two" -> 2, "twenty-five" -> 25, "twice" -> 2 times) and every ordinal as '<n>th'
+    ("first", "1st")."""
     text = _DIGIT_ORDINAL.sub(lambda m: f"{m.group(1)}th", text)
+    text = _COMPOUND.sub(lambda m: _compound_value(m.group(0)), text)
     return _NUMBERS.sub(lambda m: _NUMBER_FORMS[m.group(0).lower()], text)
 
 

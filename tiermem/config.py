@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import types
 import typing
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,9 +89,25 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def require_finite(value: Any, where: str) -> Any:
+    """`value`, refused when it is or holds (in a list or mapping) a NaN or an infinity: `nan < 0` is False, so
+    a range check in a __post_init__ lets it through and it fails deep inside training. Every config value read
+    from a file or an override passes here (_check_scalar), the `trainer:` mappings handed to TRL included."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            require_finite(item, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            require_finite(item, f"{where}.{key}")
+    return value
+
+
 def _check_scalar(tp: Any, value: Any, where: str) -> Any:
     if value is None:
         return value
+    require_finite(value, where)
     base = strip_optional(tp)
     origin = typing.get_origin(base) or base
     if base is float and isinstance(value, int) and not isinstance(value, bool):
@@ -162,14 +178,47 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return redact(dataclasses.asdict(obj))
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides") -> dict[str, Any]:
-    """Apply `a.b=value` overrides; values are parsed as YAML scalars (`k=3`, `k=true`, `k=[a,b]`)."""
+def _key_type(cls: type | None, parts: list[str]) -> Any:
+    """The declared type of the dotted config key `parts` in dataclass `cls`; None when it is not one (a key
+    inside a free mapping such as `trainer:`, an unknown key: from_dict names the latter)."""
+    tp: Any = cls
+    for part in parts:
+        tp = strip_optional(tp)
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+            return None
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            return None
+        tp = hints[part]
+    return tp
+
+
+def _is_text(tp: Any) -> bool:
+    """A key that holds free text (`str`, or `str | int` like ask's question, which is an id or words)."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (
+        typing.Union, types.UnionType) else [tp]
+    return str in args and all(a in (str, int) for a in args)
+
+
+def _is_optional(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides",
+                    cls: type | None = None) -> dict[str, Any]:
+    """Apply `a.b=value` overrides. A key `cls` declares as text (a question, a path, a model name) takes the value
+    as written ("Tomas: when?", "dog #2", "- what ...?" are text, not a YAML mapping, comment or list; `null` or `~`
+    is None where the key may be None); any other value is parsed as a YAML scalar (`k=3`, `k=true`, `k=[a,b]`)."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"{where}: expected key=value, got {item!r}")
         key, raw = item.split("=", 1)
+        tp = _key_type(cls, key.strip().split("."))
         try:
-            value = yaml_load(raw) if raw != "" else ""
+            if tp is not None and _is_text(tp):
+                value = None if raw in ("null", "~") and _is_optional(tp) else raw
+            else:
+                value = yaml_load(raw) if raw != "" else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"{where}: {key}: value {raw!r} is not valid YAML: {_yaml_message(exc)}") from None
         node = data
@@ -187,7 +236,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "ov
 def parse_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = ()) -> T:
     data = load_yaml(path) if path else {}
     where = str(path) if path else cls.__name__
-    data = apply_overrides(data, list(overrides), where=f"{where} (overrides)")
+    data = apply_overrides(data, list(overrides), where=f"{where} (overrides)", cls=cls)
     return from_dict(cls, data, where)
 
 
@@ -243,12 +292,3 @@ def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, 
             out[name] = _check_scalar(tp, value, f"{where}.{name}")
     return out
 
-
-def check_finite(obj: Any, names: Iterable[str]) -> None:
-    """Every named field of a config is a finite number (or a list of them): `nan < 0` is False, so a range check
-    alone lets NaN and inf through to fail deep inside training."""
-    for name in names:
-        value = getattr(obj, name)
-        values = value if isinstance(value, list | tuple) else [value]
-        if any(not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) for v in values):
-            raise ConfigError(f"{name} must be a finite number, got {value!r}")

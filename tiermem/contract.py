@@ -143,7 +143,7 @@ def parse(text: str) -> ParsedDecision:
     action = match.group(1)
     try:
         obj, end = json.JSONDecoder().raw_decode(body)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # a remote router's reply nested past the parser's depth
         return ParsedDecision(action, "", parsed_ok=True, valid_json=False)
     reason = obj.get("reason") if isinstance(obj, dict) else None
     valid = (

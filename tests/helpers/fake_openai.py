@@ -12,8 +12,9 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def fake_openai(responder: Callable[[list[dict[str, Any]]], str] | None = None) -> Iterator[str]:
-    """Yields the base_url (`http://127.0.0.1:PORT/v1`); by default the labeling tests' scripted answerer."""
+def fake_openai(responder: Callable[[list[dict[str, Any]]], str | tuple[str, bytes]] | None = None) -> Iterator[str]:
+    """Yields the base_url (`http://127.0.0.1:PORT/v1`); by default the labeling tests' scripted answerer. A reply
+    given as (content type, body bytes) is sent as it is (a malformed endpoint); a string as a chat completion."""
     if responder is None:
         from tests.helpers.label_helpers import answer_from_prompt
 
@@ -27,14 +28,14 @@ def fake_openai(responder: Callable[[list[dict[str, Any]]], str] | None = None) 
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             text = responder(body["messages"])
             prompt = sum(len(str(m["content"]).split()) for m in body["messages"])
-            data = json.dumps({
+            ctype, data = text if isinstance(text, tuple) else ("application/json", json.dumps({
                 "id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
                 "usage": {"prompt_tokens": prompt, "completion_tokens": len(text.split()),
                           "total_tokens": prompt + len(text.split())},
-            }).encode()
+            }).encode())
             self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -287,6 +287,10 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
         if category in exclude_categories:
             continue
         date = item.get("question_date")
+        if date is not None:  # the day relative answers are read against: a date or absent, never a guess
+            if not isinstance(date, str):
+                raise DataError(f"{where}: field 'question_date' must be a string, got {type(date).__name__}")
+            _check_date(date, where, "question_date")
         question = Question(
             qid=qid,
             question=_question_text(item, where),

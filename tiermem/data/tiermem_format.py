@@ -165,9 +165,11 @@ def parse_conversation(raw: Any, where: str, source: str,
             raise _fail(qwhere, "field 'category' must be a string or an integer")
         if str(category) in exclude_categories:
             continue
+        asked = _string(q, "date", qwhere, required=False)
+        if asked and (problem := timestamp_problem(asked)):  # the day relative answers are read against
+            raise _fail(qwhere, f"field 'date' {problem}")
         questions.append(Question(qid=qid, question=_string(q, "question", qwhere), answer=str(answer),
-                                  category=str(category), evidence=list(dict.fromkeys(evidence)),
-                                  date=_string(q, "date", qwhere, required=False)))
+                                  category=str(category), evidence=list(dict.fromkeys(evidence)), date=asked))
     speakers = list(dict.fromkeys(t.speaker for t in turns))
     return Conversation(conv_id, turns, questions, source, speakers, dropped, reordered)
 

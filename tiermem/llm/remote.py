@@ -8,8 +8,10 @@ import re
 import time
 from typing import Any
 
+from tiermem.errors import EXIT_NETWORK
 from tiermem.llm.base import LLM, CallParams, ChatResult, LLMError, Messages
 from tiermem.llm.cache import ResponseCache
+from tiermem.llm.reply import MalformedReply, chat_reply
 from tiermem.redact import install_log_filter, redact_text, redact_url
 
 install_log_filter("httpx", "openai", "openai._base_client")
@@ -55,29 +57,37 @@ class OpenAIChatLLM(LLM):
 
     async def _one(self, client: Any, sem: asyncio.Semaphore, messages: Messages,
                    params: CallParams) -> ChatResult | LLMError:
+        """One call. The openai client retries what the endpoint refuses (429, 5xx, a dropped connection); a reply
+        that arrives but is no chat completion (HTML, `choices: [{}]`, a number for content, invalid UTF-8, JSON
+        nested past the parser's depth) is retried here as often, then recorded as this call's LLMError."""
         import openai
 
+        request = self._request(messages, params)
         async with sem:
-            started = time.perf_counter()
-            try:
-                resp = await client.chat.completions.create(**self._request(messages, params))
-            except openai.OpenAIError as exc:  # raised after the client's own retries with backoff
-                return LLMError(redact_text(f"{self.name}: {type(exc).__name__}: {exc}"))
-        latency = time.perf_counter() - started
-        if not resp.choices:
-            return LLMError(f"{self.name}: response without choices")
-        choice = resp.choices[0]
-        usage = resp.usage
-        if usage is None:
+            for attempt in range(self.max_retries + 1):
+                started = time.perf_counter()
+                try:
+                    raw = await client.chat.completions.with_raw_response.create(**request)
+                    body = await raw.http_response.aread()
+                except openai.OpenAIError as exc:  # raised after the client's own retries with backoff
+                    error = LLMError(redact_text(f"{self.name}: {type(exc).__name__}: {exc}"))
+                    if isinstance(exc, openai.APIConnectionError):  # unreachable or timed out: exit 7 if all are
+                        error.exit_code = EXIT_NETWORK
+                    return error
+                latency = time.perf_counter() - started
+                try:
+                    reply = chat_reply(body, raw.http_response.headers.get("content-type", ""), params.logprobs)
+                except MalformedReply as exc:
+                    if attempt == self.max_retries:
+                        return LLMError(f"{self.name}: malformed reply after {attempt + 1} attempt(s): {exc}")
+                    await asyncio.sleep(min(0.25 * 2 ** attempt, 4.0))
+                    continue
+                break
+        text, input_tokens, output_tokens, top = reply
+        if input_tokens is None:
             with self._stats_lock:
                 self.stats.usage_missing += 1
-        top = None
-        if params.logprobs and choice.logprobs and choice.logprobs.content:
-            top = [{t.token: t.logprob for t in (pos.top_logprobs or [])} | {pos.token: pos.logprob}
-                   for pos in choice.logprobs.content]
-        return ChatResult(text=(choice.message.content or "").strip(),
-                          input_tokens=usage.prompt_tokens if usage else 0,
-                          output_tokens=usage.completion_tokens if usage else 0,
+        return ChatResult(text=text, input_tokens=input_tokens or 0, output_tokens=output_tokens or 0,
                           latency_s=latency, model=self.name, top_logprobs=top)
 
     async def _run(self, batch: list[Messages], params: CallParams) -> list[ChatResult | LLMError]:

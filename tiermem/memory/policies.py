@@ -7,7 +7,6 @@ An LLMError ends a path with `answer=None` and the error recorded; it is never t
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from tiermem.data.conversations import Question
 from tiermem.data.dates import parse_timestamp
 from tiermem.llm import LLM, LLMError
 from tiermem.memory.raw_store import Page
+from tiermem.memory.replies import Search, parse_facts_reply, parse_plan_reply
 from tiermem.memory.summaries import RetrievedUnit, day_of
 from tiermem.memory.text import content_words, link_quote, normalize
 from tiermem.memory.tiers import TwoTierMemory
@@ -159,12 +159,6 @@ def summary_policy(
 
 
 @dataclass
-class Fact:
-    fact: str
-    quote: str
-
-
-@dataclass
 class LinkedQuote:
     fact: str
     quote: str
@@ -172,12 +166,6 @@ class LinkedQuote:
     turn_id: str | None
     method: str | None  # "exact" | "overlap" | None
     round: int
-
-
-@dataclass
-class Search:
-    kind: str  # "summary" | "keyword"
-    query: str
 
 
 @dataclass
@@ -195,89 +183,6 @@ class ResearchResult:
     @property
     def linked(self) -> list[LinkedQuote]:
         return [q for q in self.quotes if q.page_id is not None]
-
-
-def _json_candidates(text: str) -> list[Any]:
-    text = re.sub(r"```(?:json)?", "", text)
-    found = []
-    decoder = json.JSONDecoder()
-    for i, ch in enumerate(text):
-        if ch in "{[":
-            try:
-                obj, _ = decoder.raw_decode(text, i)
-            except json.JSONDecodeError:
-                continue
-            found.append(obj)
-            break
-    return found
-
-
-def _facts_of(items: list[Any]) -> list[Fact]:
-    facts = []
-    for item in items:
-        if isinstance(item, str) and item.strip():
-            facts.append(Fact(item.strip(), ""))
-        elif isinstance(item, dict) and isinstance(item.get("fact"), str) and item["fact"].strip():
-            quote = item.get("quote")
-            facts.append(Fact(item["fact"].strip(), quote.strip() if isinstance(quote, str) else ""))
-    return facts
-
-
-def _complete_fact_objects(text: str) -> list[dict[str, Any]]:
-    """The whole `{"fact": ..}` objects inside a reply cut off by max_tokens (a constrained reply is valid JSON
-    up to the cut, so every object closed before it is whole)."""
-    decoder, found, i = json.JSONDecoder(), [], text.find("{", 1)
-    while i != -1:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(obj, dict) and "fact" in obj:
-            found.append(obj)
-        i = text.find("{", end)
-    return found
-
-
-def parse_facts_reply(text: str) -> list[Fact] | None:
-    """`{"facts": [{"fact", "quote"}]}` (or a bare list); None when unparseable.
-
-    A reply cut off after one or more whole fact objects keeps those (the cut is max_tokens, not the model
-    giving up on the format); one with no whole object is unparseable.
-    """
-    if normalize(text) in ("none", "no facts", "nothing"):
-        return []
-    for obj in _json_candidates(text):
-        items = obj.get("facts") if isinstance(obj, dict) else obj
-        if isinstance(items, list):
-            return _facts_of(items)
-        break  # the first JSON value is not the reply: a cut-off reply's inner object, or no reply at all
-    if re.match(r'^\s*(?:```(?:json)?\s*)?\{\s*"facts"\s*:\s*\[', text):
-        return _facts_of(_complete_fact_objects(text)) or None
-    return None
-
-
-_KINDS = {"summary": "summary", "summaries": "summary", "semantic": "summary", "dense": "summary",
-          "keyword": "keyword", "keywords": "keyword", "bm25": "keyword", "raw": "keyword"}
-
-
-def parse_plan_reply(text: str) -> list[Search] | None:
-    """[] means DONE; None when unparseable."""
-    if re.match(r"^\W*done\b", text.strip(), flags=re.IGNORECASE):
-        return []
-    for obj in _json_candidates(text):
-        if isinstance(obj, dict) and obj.get("done") is True:
-            return []
-        items = obj.get("searches") if isinstance(obj, dict) else obj
-        if not isinstance(items, list):
-            return None
-        searches = []
-        for item in items:
-            if isinstance(item, dict) and isinstance(item.get("query"), str) and item["query"].strip():
-                kind = _KINDS.get(str(item.get("type", item.get("kind", "keyword"))).lower(), "keyword")
-                searches.append(Search(kind, item["query"].strip()))
-        return searches
-    return None
 
 
 def _pages_block(pages: Sequence[Page]) -> str:

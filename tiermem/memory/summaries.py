@@ -110,8 +110,12 @@ def absolutize(text: str, timestamp: str) -> str:
         return text
 
     def resolve(match: re.Match[str]) -> str:
-        phrase = match.group(0)
-        key = phrase.lower()
+        try:
+            return f"{match.group(0)} ({absolute(match.group(0).lower())})"
+        except OverflowError:  # a day before 0001-01-01 or after 9999-12-31: the phrase stays as it is
+            return match.group(0)
+
+    def absolute(key: str) -> str:
         if key == "yesterday" or key == "last night":
             when = _day(now - timedelta(days=1))
         elif key in ("today", "tonight", "this morning"):
@@ -126,7 +130,7 @@ def absolutize(text: str, timestamp: str) -> str:
         else:  # last/next week, weekend, month: the span named relative to the session day
             direction, unit = key.split()
             when = f"the {unit} {'before' if direction == 'last' else 'after'} {_day(now)}"
-        return f"{phrase} ({when})"
+        return when
 
     return _RELATIVE.sub(resolve, text)
 

@@ -1,0 +1,67 @@
+"""What an evaluation ran on, for eval.json and the card: the machine, the data by a name that travels (never a
+local path), and which labeling config and router contract made the records."""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tiermem import contract
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version()}
+    try:
+        import torch
+
+        from tiermem.models import cpu_count
+
+        info.update(cores=cpu_count(), torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                    cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+    except ImportError:
+        pass
+    return info
+
+
+def data_name(dataset: str | Path, records: Sequence[dict[str, Any]], provenance: dict[str, Any]) -> str:
+    """The data by what it is, for a model card that travels (never a local path): a hub id as is; local records
+    by the conversations file their label run read (its config.yaml) or their own file name, and the sha256 of the
+    records themselves, which names the same data on any machine."""
+    import hashlib
+
+    path = Path(dataset)
+    if not path.exists():
+        return str(dataset)  # a hub dataset id
+    digest = hashlib.sha256()
+    for rec in records:
+        digest.update(json.dumps(rec, sort_keys=True, default=str).encode())
+    source = provenance.get("data_path")
+    what = (f"label records of {Path(str(source)).name}" if source
+            else f"label records {path.name if path.is_file() else path.name + '/'}")
+    return f"{what} ({len(records)} records, sha256 {digest.hexdigest()[:12]})"
+
+
+def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Which labeling config and router contract made the dataset: the label run's config.yaml next to it (the
+    label stage writes it beside `dataset/` and the records JSONL), and the contract version stamped in the records
+    when labeling recorded one."""
+    from labeling.config import label_run_config
+
+    config, data, error = label_run_config(dataset)
+    out: dict[str, Any] = {"label_config": None, "data_path": None, "label_rule_config": None,
+                           "contract_version": None, "current_contract_version": contract.CONTRACT_VERSION}
+    if config.is_file():
+        out["label_config"] = str(config)
+        if error:
+            out["label_config_error"] = error
+        if data is not None:
+            out["data_path"] = data.get("data_path")
+            out["label_rule_config"] = data.get("label_rule")
+            out["contract_version"] = data.get("contract_version")
+    stamped = sorted({str(r["contract_version"]) for r in records if r.get("contract_version")})
+    if stamped:
+        out["contract_version"] = ", ".join(stamped)
+    return out

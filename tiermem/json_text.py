@@ -1,0 +1,63 @@
+"""JSON values inside an LLM reply: the one reader of them (the judges' verdicts, the research steps' facts and
+searches).
+
+Models wrap JSON in prose or code fences, so a value may start at any `{` or `[`. Trying `raw_decode` at every one
+is quadratic (each failed start builds an error that counts the lines before it) and a reply of 200,000 `{` took
+seconds; a reply nested 100,000 deep raises RecursionError. So the scan here is linear in the reply's length:
+- a reply is read up to MAX_REPLY_CHARS (far above any `max_tokens` a stage asks for); the rest is ignored, with a
+  warning naming the length;
+- a start is tried only where a value can begin (`{` before `"` or `}`, `[` before a value or `]`);
+- at most MAX_FAILED_STARTS starts may fail per reply: each failure costs at most the reply's length, so the whole
+  scan is a constant times the length; a reply whose JSON comes after more failed starts than that is unread;
+- a decoded value moves the scan past its end, so the values found are disjoint and each character is decoded once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MAX_REPLY_CHARS = 100_000
+MAX_FAILED_STARTS = 32
+_STARTS = {"{": r"\{(?=\s*[\"}])", "[": r"\[(?=\s*[-\"\[\]{0-9tfn])"}
+_START = {opens: re.compile("|".join(_STARTS[c] for c in opens)) for opens in ("{", "[", "{[")}
+_DECODER = json.JSONDecoder()
+
+
+def bounded_reply(text: str | None) -> str:
+    """The part of a reply that is read: the first MAX_REPLY_CHARS characters (a warning says when it is cut)."""
+    text = text or ""
+    if len(text) > MAX_REPLY_CHARS:
+        log.warning("an LLM reply of %d characters: only its first %d are read for JSON", len(text), MAX_REPLY_CHARS)
+        return text[:MAX_REPLY_CHARS]
+    return text
+
+
+def json_values(text: str | None, opens: str = "{[", start: int = 0) -> Iterator[tuple[Any, int, int]]:
+    """(value, start, end) for each JSON value found in `text` from `start` on, left to right, starting with one of
+    `opens` ("{", "[" or "{["); never overlapping."""
+    text, starts = bounded_reply(text), _START[opens]
+    failures, pos = 0, start
+    while failures < MAX_FAILED_STARTS:
+        match = starts.search(text, pos)
+        if match is None:
+            return
+        at = match.start()
+        try:
+            value, end = _DECODER.raw_decode(text, at)
+        except (json.JSONDecodeError, RecursionError):
+            failures += 1
+            pos = at + 1
+            continue
+        yield value, at, end
+        pos = end
+
+
+def first_json_object(text: str | None) -> dict[str, Any] | None:
+    """The first JSON object in a reply; None when there is none."""
+    return next((value for value, _, _ in json_values(text, "{") if isinstance(value, dict)), None)
