@@ -89,14 +89,35 @@ def test_executor_keys_are_not_part_of_the_resume_fingerprint():
     assert resume_fingerprint(plain) == resume_fingerprint(on_ray)
 
 
+def test_the_merge_names_every_incomplete_shard_at_once(tmp_path):
+    """What a Ray run leaves when shards fail for good: one refusal lists them all, before anything is written."""
+    from labeling.merge import merge
+    from labeling.run import run
+    from labeling.shards import write_state
+
+    out = tmp_path / "out"
+    for index in (0, 1):
+        run(from_dict(LabelConfig, {**GENERATOR_FREE, "output_dir": str(out), "shard": f"{index}/3"}))
+    killed = shard_dir(out, 1, 3) / "shard.json"
+    write_state(killed, {**json.loads(killed.read_text()), "finished": False})  # as a kill mid-shard leaves it
+    with pytest.raises(RunError) as refused:
+        merge(from_dict(LabelConfig, {**GENERATOR_FREE, "output_dir": str(out), "executor": "ray", "shards": 3}))
+    message = str(refused.value)
+    assert "shard(s) 2/3 missing (of 3)" in message
+    assert f"shard 1/3 ({shard_dir(out, 1, 3)}): not finished" in message and "shard 0/3" not in message
+    assert not (out / "dataset").exists()
+
+
 # ---- slow: a local Ray cluster ---------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (make test-all installs it)")
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    # one node, this machine (Ray itself turns 127.0.0.1 into the host's own address: workers must reach it)
+    ray.init(num_cpus=2, include_dashboard=False)
     try:
+        assert len(ray.nodes()) == 1
         yield ray
     finally:
         ray.shutdown()
@@ -122,6 +143,25 @@ def test_ray_shards_equal_the_one_process_run(tmp_path, ray_cluster, capsys):
     assert outputs(out) == reference  # records, dataset rows and stats, record for record
     states = [json.loads((shard_dir(out, i, 2) / "shard.json").read_text()) for i in range(2)]
     assert all(s["finished"] for s in states) and sorted(len(s["conversations"]) for s in states) == [1, 1]
+
+
+@pytest.mark.slow
+def test_ray_address_joins_a_running_cluster(tmp_path, ray_cluster):
+    """ray_address=<host:port>: the command (a process of its own) joins the cluster this test process started."""
+    import subprocess
+
+    config = _config(tmp_path, GENERATOR_FREE)
+    reference = _one_process(tmp_path, config)
+    address = ray_cluster.get_runtime_context().gcs_address
+    out = tmp_path / "joined"
+    done = subprocess.run([sys.executable, "-m", "tiermem_cli.cli", "label", "--config", str(config),
+                           f"output_dir={out}", "executor=ray", "shards=2", f"ray_address={address}"],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Connecting to existing Ray cluster at address: {address}" in done.stderr
+    assert "shard 0/2 done [" in done.stdout and "merged 2 shards" in done.stdout
+    assert outputs(out) == reference
 
 
 def _killing_responder(out: Path, count: int, index: int):
