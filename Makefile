@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN := $(BIN)/tiermem-router
 ARGS ?=
 
-.PHONY: install test test-all lint label label-merge audit sft grpo calibrate eval reader-pretrain unit-reader features push serve demo bench ingest clean
+.PHONY: install install-extras test test-all lint label label-merge audit sft grpo calibrate eval reader-pretrain unit-reader features push serve demo bench ingest clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,7 +23,11 @@ install: $(BIN)/python
 test: install
 	$(BIN)/pytest -q
 
-test-all: install
+# The optional extras the slow tests and the bench exercise (label executor=ray); `make test` runs without them.
+install-extras: install
+	$(BIN)/pip install -q -e ".[dev,serving,ray]"
+
+test-all: install-extras
 	$(BIN)/pytest -q -m "slow or not slow"
 
 lint:
@@ -58,7 +62,7 @@ serve:
 	$(RUN) serve $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 ingest:
 	$(RUN) ingest $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
-bench: install
+bench: install-extras
 	$(BIN)/python benchmarks/run.py $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 demo: install
 	$(RUN) demo $(if $(CONFIG),--config $(CONFIG)) $(ARGS)

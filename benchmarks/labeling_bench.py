@@ -29,13 +29,14 @@ class LabelingBenchConfig:
     output_dir: str = "runs/bench/labeling"
 
 
-def _label_config_path(cfg: LabelingBenchConfig) -> Path:
-    if cfg.config:
-        return Path(cfg.config)
+def _label_config_path(given: str | None, preferred: str = "locomo_local.yaml") -> Path:
+    """`given`, else configs/label/<preferred> when its data file is on this machine, else sample_local.yaml."""
+    if given:
+        return Path(given)
     root = Path(__file__).resolve().parents[1] / "configs" / "label"
     from tiermem.config import load_yaml
 
-    locomo = root / "locomo_local.yaml"
+    locomo = root / preferred
     data = load_yaml(locomo).get("data_path")
     return locomo if data and Path(data).is_file() else root / "sample_local.yaml"
 
@@ -45,7 +46,7 @@ def run(cfg: LabelingBenchConfig) -> dict[str, Any]:
     from labeling.run import run as label_run
     from tiermem.config import parse_config
 
-    path = _label_config_path(cfg)
+    path = _label_config_path(cfg.config)
     out = Path(cfg.output_dir)
     if out.exists():
         shutil.rmtree(out)  # run 1 must start cold: our own scratch directory
@@ -228,3 +229,68 @@ def throughput(cfg: ThroughputBenchConfig) -> dict[str, Any]:
         table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
     ])
     return {"config": cfg.config, "runs": results, "ratios": ratios, "text": text}
+
+
+# ---- Ray: label executor=ray shards=2 vs one process, on the same data ---------------------------------------------
+
+
+@dataclass
+class RayBenchConfig:
+    enabled: bool = True
+    # a label config; None: configs/label/locomo_cpu_evidence.yaml when its data file is on this machine, else
+    # configs/label/sample_local.yaml (the sample shipped in the package)
+    config: str | None = None
+    max_conversations: int | None = 2  # the conversations both runs label; None: every one of the config's data
+    shards: int = 2  # Ray tasks (`label executor=ray shards=N`), on a local cluster of every core
+    output_dir: str = "runs/bench/ray"
+
+
+def _timed_label(args: list[str]) -> tuple[float, str]:
+    """Wall time of `tiermem-router label ...` in a process of its own (start and model loading included)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    start = time.perf_counter()
+    done = subprocess.run(_label_cli(["label", *args]), env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"tiermem-router label {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return wall, done.stdout
+
+
+def on_ray(cfg: RayBenchConfig) -> dict[str, Any]:
+    """Wall time of `label executor=ray shards=N` (a local Ray cluster started and stopped by the command, N shard
+    tasks, the merge) over a one-process `label` of the same conversations, both cold; the datasets must match."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        return {"skipped": "Ray is not installed: pip install -e '.[ray]' (make bench installs it)"}
+    path = _label_config_path(cfg.config, "locomo_cpu_evidence.yaml")
+    out = Path(cfg.output_dir)
+    if out.exists():
+        shutil.rmtree(out)  # both runs start cold (no tiers): our own scratch directory
+    common = ["--config", str(path), "minimal_pairs.enabled=false",
+              *([f"max_conversations={cfg.max_conversations}"] if cfg.max_conversations else [])]
+    one_s, _ = _timed_label([*common, f"output_dir={out / 'one_process'}"])
+    ray_s, printed = _timed_label([*common, f"output_dir={out / 'ray'}", "executor=ray", f"shards={cfg.shards}"])
+    strip = ("label_wall_s", "cost_summary_wall_s", "cost_research_wall_s")
+    records = {name: [{k: v for k, v in json.loads(line).items() if k not in strip}
+                      for line in (out / name / "all_records.jsonl").read_text().splitlines()]
+               for name in ("one_process", "ray")}
+    if records["ray"] != records["one_process"]:
+        raise RuntimeError(f"the Ray run's records differ from the one-process run's ({out}): not the same data")
+    n = len(records["ray"])
+    ratios = {f"{cfg.shards} shards on Ray / 1 process wall time": ratio(ray_s, one_s)}
+    text = "\n".join([
+        f"label config: {path}, minimal pairs off, {cfg.max_conversations or 'all'} conversation(s): {n} questions, "
+        "the same records in both runs; each a cold `tiermem-router label` process (start, model loading, for Ray "
+        "the local cluster's start and stop and the merge included)",
+        table(["run", "questions", "wall s", "questions/s"],
+              [["1 process", n, one_s, n / one_s], [f"Ray, {cfg.shards} shards", n, ray_s, n / ray_s]]),
+        *[line for line in printed.splitlines() if line.startswith("shard ")],
+        "",
+        table(["ratio (measured in this run)", "x"], [[k, v] for k, v in ratios.items()]),
+    ])
+    return {"config": str(path), "questions": n, "one_process_wall_s": one_s, "ray_wall_s": ray_s,
+            "ratios": ratios, "text": text}

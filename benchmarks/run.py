@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as a script (`python benchmarks/run.py`): m
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import machine_label, machine_line  # noqa: E402
-from benchmarks.labeling_bench import LabelingBenchConfig, ThroughputBenchConfig  # noqa: E402
+from benchmarks.labeling_bench import LabelingBenchConfig, RayBenchConfig, ThroughputBenchConfig  # noqa: E402
 from benchmarks.reader_bench import ReaderBenchConfig  # noqa: E402
 from benchmarks.router_bench import RouterBenchConfig  # noqa: E402
 from benchmarks.server_bench import ServerBenchConfig  # noqa: E402
@@ -43,6 +43,7 @@ class BenchConfig:
     server: ServerBenchConfig = field(default_factory=ServerBenchConfig)
     labeling: LabelingBenchConfig = field(default_factory=LabelingBenchConfig)
     labeling_throughput: ThroughputBenchConfig = field(default_factory=ThroughputBenchConfig)
+    labeling_ray: RayBenchConfig = field(default_factory=RayBenchConfig)
     training: TrainingBenchConfig = field(default_factory=TrainingBenchConfig)
 
 
@@ -81,6 +82,7 @@ def _run(cfg: BenchConfig) -> dict[str, Any]:
                 ("labeling: first run vs cached rerun", labeling_bench.run, cfg.labeling),
                 ("labeling throughput: generator-free, 1 process vs 2 shards", labeling_bench.throughput,
                  cfg.labeling_throughput),
+                ("labeling on Ray: N shards vs one process, same data", labeling_bench.on_ray, cfg.labeling_ray),
                 ("training: seconds per step, CPU-aware vs TRL defaults", training_bench.run, cfg.training))
     for name, fn, sub in sections:
         if getattr(sub, "enabled", True):

@@ -80,6 +80,17 @@ class LabelConfig:
     # "i/n": label only shard i of n (conversations by a hash of their id) into <output_dir>/shards/<i>-of-<n>/;
     # `tiermem-router label-merge` then writes the one dataset. None = every conversation in this process.
     shard: str | None = None
+    # How `label` runs: "process" (in this process; with shard=i/n, that one shard) | "ray" (`shards` shards, one Ray
+    # task each, then label-merge; the optional extra: pip install -e '.[ray]'; docs/labeling.md "Running shards")
+    executor: str = "process"
+    shards: int | None = None  # executor=ray: how many shards (Ray tasks) the conversations are split into
+    # executor=ray: the cluster. None = start a local one on this machine (every core) for this run; "auto" = join
+    # the one `ray start` runs here; or an address (host:6379, ray://host:10001) to join that one
+    ray_address: str | None = None
+    ray_cpus_per_task: float = 1.0  # executor=ray: CPUs Ray reserves for each shard task (how many run at once)
+    # executor=ray: Ray reruns a shard task whose worker died (SIGKILL, OOM, a lost node) or that raised, up to
+    # this many times; each rerun resumes from the shard's committed records
+    ray_max_retries: int = 3
     teacher_max_tokens: int = 128
     push_to_hub: str | None = None  # dataset repo id
     hub_private: bool = True
@@ -110,17 +121,38 @@ class LabelConfig:
             raise ConfigError("max_conversations and max_questions_per_conversation must be >= 1 (null = all)")
         if not 0 <= self.judge_threshold <= 1:
             raise ConfigError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
+        self._check_executor()
         if self.shard is not None:
             parse_shard(self.shard)
+        if self.shard is not None or self.shards is not None:
+            key = "shard" if self.shard is not None else "shards"
             for name in ("answerer", "summarizer", "judge", "sufficiency", "teacher"):
                 role = getattr(self.llm, name)
                 if role is not None and role.backend == "local" and role.temperature > 0:
                     # one process-wide torch RNG: a sampled reply would depend on the calls made before it,
                     # i.e. on which conversations share the process
-                    raise ConfigError(f"shard: llm.{name}.temperature={role.temperature} samples a local model "
+                    raise ConfigError(f"{key}: llm.{name}.temperature={role.temperature} samples a local model "
                                       "from one process-wide RNG, so records would depend on how the conversations "
                                       "are sharded; use temperature 0 (greedy) or an OpenAI-compatible backend "
                                       "(its per-request seed) for a sharded run")
+
+    def _check_executor(self) -> None:
+        if self.executor not in ("process", "ray"):
+            raise ConfigError(f"executor must be process|ray, got {self.executor!r}")
+        if self.executor == "process":
+            if self.shards is not None:
+                raise ConfigError(f"shards={self.shards} runs every shard as a Ray task: it needs executor=ray "
+                                  "(one process labels one shard with shard=i/n)")
+            return
+        if self.shards is None or isinstance(self.shards, bool) or self.shards < 1:
+            raise ConfigError(f"executor=ray needs shards=N (N >= 1 Ray tasks), got shards={self.shards!r}")
+        if self.shard is not None:
+            raise ConfigError(f"executor=ray runs every shard of {self.shards} itself; leave shard= out "
+                              f"(got shard={self.shard})")
+        if not self.ray_cpus_per_task > 0:
+            raise ConfigError(f"ray_cpus_per_task must be > 0, got {self.ray_cpus_per_task!r}")
+        if self.ray_max_retries < 0:
+            raise ConfigError(f"ray_max_retries must be >= 0, got {self.ray_max_retries!r}")
 
 
 def select(cfg: LabelConfig, conversations: list[Conversation]) -> list[Conversation]:

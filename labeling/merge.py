@@ -24,14 +24,14 @@ from typing import Any
 
 import yaml
 
-from labeling.config import DEFAULT_CONFIG, LabelConfig, select
+from labeling.config import DEFAULT_CONFIG, LabelConfig
 from labeling.resume import resume_fingerprint
-from labeling.run import dataset_records, dropped_turns, finish, recover_outputs
+from labeling.run import dataset_records, dropped_turns, finish, recover_outputs, selected_conversations
 from labeling.shards import SHARDS_DIR, found_shards, parse_shard, read_state, shard_of
 from labeling.split import assign_splits
 from labeling.store import read_records
 from tiermem.config import parse_cli, to_dict
-from tiermem.data.conversations import Conversation, load_conversations
+from tiermem.data.conversations import Conversation
 from tiermem.data.time_order import time_order_stats
 from tiermem.errors import DataError, RunError, UsageError, stage_main
 from tiermem.rundir import check_output_dir, claimed_output_dir
@@ -52,23 +52,39 @@ def _count(cfg: LabelConfig, out: Path) -> tuple[int, dict[int, Path]]:
     count = counts[0]
     if cfg.shard is not None and parse_shard(cfg.shard)[1] != count:
         raise UsageError(f"shard={cfg.shard}: the shards under {out / SHARDS_DIR} were run with n={count}")
-    dirs = {i: path for (i, _), path in found.items()}
+    if cfg.shards is not None and cfg.shards != count:
+        raise UsageError(f"shards={cfg.shards}: the shards under {out / SHARDS_DIR} were run with n={count}")
+    return count, {i: path for (i, _), path in found.items()}
+
+
+def _check_shards(cfg: LabelConfig, out: Path, count: int, dirs: dict[int, Path]) -> dict[int, dict[str, Any]]:
+    """index -> state of every shard, once all are there and finished under this config; else one RunError that
+    lists every incomplete shard (missing, never started, not finished), so one rerun round fixes them all."""
     missing = [i for i in range(count) if i not in dirs]
-    if missing:
-        raise RunError(f"{out / SHARDS_DIR}: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing (of "
-                       f"{count}); run tiermem-router label shard=<i>/{count} for each, then merge again")
-    return count, dirs
+    problems = [f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing (of {count})"] if missing else []
+    states: dict[int, dict[str, Any]] = {}
+    for index, path in sorted(dirs.items()):
+        state, problem = _check_shard(cfg, index, count, path)
+        if problem:
+            problems.append(f"shard {index}/{count} ({path}): {problem}")
+        else:
+            states[index] = state
+    if problems:
+        raise RunError(f"{out / SHARDS_DIR}: {'; '.join(problems)}. Run tiermem-router label shard=<i>/{count} for "
+                       "each (a started one resumes where it stopped), then merge again")
+    return states
 
 
-def _check_shard(cfg: LabelConfig, index: int, count: int, path: Path) -> dict[str, Any]:
-    """The shard's state, once its fingerprint and state say it finished under this config."""
+def _check_shard(cfg: LabelConfig, index: int, count: int, path: Path) -> tuple[dict[str, Any], str | None]:
+    """(the shard's state, None) once its fingerprint and state say it finished under this config; (state, what is
+    missing) for a shard that never started or did not finish. Other settings or a moved shard raise."""
     name = f"shard {index}/{count} ({path})"
     state = read_state(path)
     if state is None:
-        raise RunError(f"{name}: never started (no shard.json); run tiermem-router label shard={index}/{count}")
+        return {}, f"never started (no shard.json); run tiermem-router label shard={index}/{count}"
     saved_path = path / "resume_fingerprint.json"
     if not saved_path.is_file():
-        raise RunError(f"{name}: no resume_fingerprint.json; rerun tiermem-router label shard={index}/{count}")
+        return state, f"no resume_fingerprint.json; rerun tiermem-router label shard={index}/{count}"
     saved = json.loads(saved_path.read_text())
     current = json.loads(json.dumps(resume_fingerprint(cfg)))
     changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
@@ -79,9 +95,9 @@ def _check_shard(cfg: LabelConfig, index: int, count: int, path: Path) -> dict[s
         raise DataError(f"{name}: its shard.json says shard {state.get('shard')!r}; the directory was moved or "
                         "copied: rerun that shard")
     if not state["finished"]:
-        raise RunError(f"{name}: not finished (killed, or still running); rerun tiermem-router label "
+        return state, (f"not finished (killed, failed, or still running); rerun tiermem-router label "
                        f"shard={index}/{count}: it resumes where it stopped")
-    return state
+    return state, None
 
 
 def _check_records(conversations: list[Conversation], count: int,
@@ -134,14 +150,12 @@ def merge(cfg: LabelConfig) -> dict[str, Any]:
     started = time.perf_counter()
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     count, dirs = _count(cfg, out)
-    conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
-    if not any(c.questions for c in conversations):
-        raise UsageError("no questions selected: check conversations, categories and max_questions_per_conversation")
+    conversations = selected_conversations(cfg)
     assignment = assign_splits([c.conv_id for c in conversations], cfg.split)
     with claimed_output_dir(out, "label"), ExitStack() as held:
         for path in dirs.values():  # a shard still running holds its lock: refused, naming its pid
             held.enter_context(claimed_output_dir(path, "label"))
-        states = {i: _check_shard(cfg, i, count, dirs[i]) for i in range(count)}
+        states = _check_shards(cfg, out, count, dirs)
         stores = {i: read_records(dirs[i] / "records.jsonl") for i in range(count)}
         _check_records(conversations, count, stores)
         recover_outputs(out)
@@ -164,9 +178,14 @@ def merge(cfg: LabelConfig) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     cfg = parse_cli(LabelConfig, argv, default_config=DEFAULT_CONFIG)
     stats = merge(cfg)
+    print_merged(cfg, stats)
+    return 0 if stats["errors"] == 0 else 1
+
+
+def print_merged(cfg: LabelConfig, stats: dict[str, Any]) -> None:
+    """The merge's counts, as `label-merge` and `label executor=ray` print them."""
     counts = stats["labels"][cfg.label_rule]["all"]
     print(f"merged {stats['shards']['count']} shards: {stats['records']} questions ({stats['errors']} errors); "
           f"rule {cfg.label_rule}: ANSWER {counts.get('ANSWER', 0)}, ESCALATE {counts.get('ESCALATE', 0)}, "
           f"dropped {counts.get('dropped', 0)}")
     print(f"outputs: {cfg.output_dir}/dataset, all_records.jsonl, stats.json, report.md")
-    return 0 if stats["errors"] == 0 else 1

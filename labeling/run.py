@@ -83,19 +83,34 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
 
     With `cfg.shard` set, only that shard's conversations are labeled, into its own directory, and the shard's
     state is returned (`tiermem-router label-merge` writes the dataset once every shard is done).
-    `roles` and `embedder` replace the ones the config would build (tests, or reuse across runs)."""
+    With `cfg.executor == "ray"`, every shard of `cfg.shards` runs as a Ray task and the merge's stats are returned
+    (labeling/ray_executor.py). `roles` and `embedder` replace the ones the config would build (tests, or reuse
+    across runs; in this process only)."""
+    if cfg.executor == "ray":
+        if roles is not None or embedder is not None:
+            raise UsageError("executor=ray: every shard builds its roles and embedder from the config in its own "
+                             "Ray task; none can be passed in")
+        from labeling.ray_executor import label_on_ray
+
+        return label_on_ray(cfg)
     started = time.perf_counter()
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     if cfg.shard is not None:
         check_output_dir(shard_dir(out, *parse_shard(cfg.shard)), "label")
-    conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
-    if not any(c.questions for c in conversations):
-        raise UsageError("no questions selected: check conversations, categories and max_questions_per_conversation")
+    conversations = selected_conversations(cfg)
     if cfg.shard is not None:
         return _run_shard(cfg, roles, embedder, conversations, started)
     # Held until the run ends: a second run on this directory would append every record a second time.
     with claimed_output_dir(out, "label"):
         return _run_claimed(cfg, roles, embedder, conversations, started)
+
+
+def selected_conversations(cfg: LabelConfig) -> list[Conversation]:
+    """The conversations and questions the config selects (every shard and the merge select the same)."""
+    conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
+    if not any(c.questions for c in conversations):
+        raise UsageError("no questions selected: check conversations, categories and max_questions_per_conversation")
+    return conversations
 
 
 def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
@@ -317,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shard {stats['shard']}: {stats['records']} questions of {len(stats['conversations'])} conversations "
               f"({stats['errors']} errors) in {stats['elapsed_s']} s; records in {stats['output_dir']}. Once every "
               f"shard of {stats['count']} is done: tiermem-router label-merge with the same config")
+        return 0 if stats["errors"] == 0 else 1
+    if cfg.executor == "ray":
+        from labeling.merge import print_merged
+
+        print_merged(cfg, stats)
         return 0 if stats["errors"] == 0 else 1
     rule = cfg.label_rule
     counts = stats["labels"][rule]["all"]

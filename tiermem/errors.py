@@ -39,6 +39,11 @@ class ConfigError(UsageError):
     """A config file or override that does not fit its dataclass (also importable from tiermem.config)."""
 
 
+class MissingExtraError(UsageError):
+    """A setting that needs an optional extra this environment lacks (executor=ray without Ray); the message names
+    the extra and the pip command that installs it."""
+
+
 class MissingFileError(FileNotFoundError):
     """A file or directory the user named (config, data file, run directory) that is not there; the message names
     the path. A FileNotFoundError, so code that catches those still does."""

@@ -21,15 +21,14 @@ from labeling.roles import Roles
 from labeling.run import run
 from labeling.shards import shard_dir, shard_of
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
+from tests.helpers.label_outputs import lines as _lines
+from tests.helpers.label_outputs import outputs as _outputs
 from tiermem.config import from_dict
 from tiermem.data.conversations import SAMPLE_PATH
 from tiermem.errors import ConfigError, DataError, RunDirError, RunError, UsageError
 from tiermem.llm import ScriptedLLM
 from tiermem_cli import cli
 
-TIMING = ("label_wall_s", "cost_summary_wall_s", "cost_research_wall_s")
-# stats that count this process's work rather than the data: the merge adds the shards' up
-RUN_STATS = ("elapsed_s", "resumed_records", "new_records", "llm", "output_dir", "shards")
 GENERATED = {"memory": SMALL_MEMORY, "label_rule": "evidence"}
 PAIRS = {"memory": {**SMALL_MEMORY, "max_rounds": 1, "top_k": 2}, "label_rule": "evidence",
          "generate_answers": False, "minimal_pairs": {"enabled": True}, "max_questions_per_conversation": 4}
@@ -58,27 +57,6 @@ def _roles(cfg: LabelConfig, responder=answer_from_prompt) -> Roles:
 
 def _label(cfg: LabelConfig, responder=answer_from_prompt) -> dict:
     return run(cfg, _roles(cfg, responder), embedder=HashEmbedder())
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _strip(rec: dict) -> dict:
-    return {k: v for k, v in rec.items() if k not in TIMING}
-
-
-def _outputs(out: Path) -> dict:
-    """What a labeling run leaves for its consumers, run timings left out."""
-    from datasets import load_from_disk
-
-    dataset = load_from_disk(str(out / "dataset"))
-    stats = json.loads((out / "stats.json").read_text())
-    for path in stats["cost_per_question"].values():
-        path.pop("wall_s")  # a mean of timings
-    return {"records": [_strip(r) for r in _lines(out / "all_records.jsonl")],
-            "rows": {name: [_strip(r) for r in dataset[name].to_list()] for name in dataset},
-            "stats": {k: v for k, v in stats.items() if k not in RUN_STATS}}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,139 @@
+"""`tiermem-router label executor=ray shards=N`: every shard of a sharded label run as one Ray task, then the merge.
+
+Each task runs the stage's own shard code (`labeling.run.run` with `shard=i/N`, what `tiermem-router label
+shard=i/N` runs) in the driver's working directory, so relative paths mean what they mean where the command was
+typed; on a cluster of several machines every node needs the package installed and the data file and `output_dir` on
+a shared filesystem. As each task ends the driver prints a line for its shard; once all have ended it runs
+`label-merge` (labeling/merge.py) itself and prints the merged counts.
+
+Faults: Ray reruns a task whose worker died (SIGKILL, the OOM killer, a lost node) or that raised, up to
+`ray_max_retries` times; the rerun resumes from the records the shard committed (labeling/store.py), so no question
+is labeled twice and none is lost. A named error (bad input: a rerun would fail the same way) is not retried. A
+shard that fails for good leaves the other shards' outputs in place, and the merge refuses with a RunError naming
+every incomplete shard; running the same command again resumes them (finished shards have nothing left to do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Any
+
+from labeling.config import LabelConfig
+from labeling.shards import found_shards
+from tiermem.errors import MissingExtraError, RunError, UsageError
+from tiermem.rundir import check_output_dir
+
+RAY_EXTRA = "pip install -e '.[ray]'"
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise MissingExtraError(f"executor=ray needs Ray, the optional extra [ray] ({exc}): install it with "
+                                f"{RAY_EXTRA} in the checkout (or pip install 'tiermem-router[ray]'), or label with "
+                                "executor=process (shard=i/n per process: docs/labeling.md, \"Running shards\")"
+                                ) from None
+    return ray
+
+
+def label_shard(cfg: LabelConfig, cwd: str) -> dict[str, Any]:
+    """One Ray task: one shard, run by the stage's own code in the driver's directory. A named error comes back as
+    a value (Ray would retry a raised one, and bad input fails the same way every time); anything else raises."""
+    from labeling.run import run
+
+    previous = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return {"state": run(cfg)}
+    except Exception as exc:
+        if not isinstance(getattr(exc, "exit_code", None), int):
+            raise
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        os.chdir(previous)
+
+
+def _why(exc: BaseException) -> str:
+    """One line for a task Ray gave up on: the task's own exception, or what happened to its worker."""
+    cause = getattr(exc, "cause", None) or exc
+    lines = [line for line in str(cause).strip().splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[0] if lines else '(no message)'}"
+
+
+def _check_before_start(cfg: LabelConfig) -> None:
+    """What would make every task fail, refused before a cluster starts."""
+    from labeling.run import selected_conversations
+
+    out = check_output_dir(cfg.output_dir, "label")
+    counts = sorted({n for _, n in found_shards(out)})
+    if counts and counts != [cfg.shards]:
+        raise UsageError(f"{out}: holds the shards of a run with n={', '.join(map(str, counts))}, not "
+                         f"shards={cfg.shards}; label-merge takes one count: use a new output_dir, or shards="
+                         f"{counts[0]} to resume that run")
+    selected_conversations(cfg)  # an unreadable data file or an empty selection, named once here
+
+
+def _connect(ray: Any, cfg: LabelConfig) -> bool:
+    """Join the cluster the config names, or start a local one; True when this call started Ray (and so shuts it
+    down). A Ray already initialized in this process (a notebook, the tests) is used as it is."""
+    if ray.is_initialized():
+        return False
+    if cfg.ray_address:
+        ray.init(address=cfg.ray_address)
+    else:
+        ray.init(include_dashboard=False)  # a local cluster for this run only; nobody looks at its dashboard
+    return True
+
+
+def label_on_ray(cfg: LabelConfig) -> dict[str, Any]:
+    """Label every shard of `cfg.shards` as a Ray task, print a line per finished shard, then merge. Returns the
+    merge's stats; raises RunError naming the shards that failed for good (the others' outputs stay)."""
+    from labeling.merge import merge
+
+    ray = import_ray()
+    _check_before_start(cfg)
+    count = cfg.shards
+    started = time.perf_counter()
+    owned = _connect(ray, cfg)
+    failed: dict[int, str] = {}
+    try:
+        task = ray.remote(label_shard).options(
+            num_cpus=cfg.ray_cpus_per_task, max_retries=cfg.ray_max_retries, retry_exceptions=True,
+            # one line per shard from here; a per-question bar from every worker would interleave
+            runtime_env={"env_vars": {"TQDM_DISABLE": "1"}})
+        cwd = os.getcwd()
+        pending = {task.remote(dataclasses.replace(cfg, executor="process", shards=None, shard=f"{i}/{count}"),
+                               cwd): i for i in range(count)}
+        print(f"label: {count} shards submitted to Ray ({cfg.ray_cpus_per_task:g} CPU each, up to "
+              f"{cfg.ray_max_retries} retries); output in {cfg.output_dir}/shards", flush=True)
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            index = pending.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                result = {"error": f"{_why(exc)} (after up to {cfg.ray_max_retries} retries)"}
+            done = f"[{count - len(pending)}/{count}, {time.perf_counter() - started:.1f} s]"
+            if "error" in result:
+                failed[index] = result["error"]
+                print(f"shard {index}/{count} failed {done}: {result['error']}", file=sys.stderr, flush=True)
+                continue
+            state = result["state"]
+            resumed = state.get("resumed_records") or 0
+            print(f"shard {index}/{count} done {done}: {state['records']} questions of {len(state['conversations'])} "
+                  f"conversation(s), {state['errors']} errors, {state['elapsed_s']} s"
+                  + (f"; {resumed} resumed from its committed records" if resumed else ""), flush=True)
+    finally:
+        if owned:
+            ray.shutdown()
+    try:
+        return merge(cfg)
+    except (RunError, UsageError) as exc:  # UsageError: no shard got as far as its directory
+        if not failed:
+            raise
+        causes = "; ".join(f"shard {i}/{count}: {why}" for i, why in sorted(failed.items()))
+        raise RunError(f"{exc}. Ray gave up on {causes}") from None
