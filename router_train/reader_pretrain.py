@@ -109,6 +109,7 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
     from router_train.reading_data import all_pairs, heldout_split
     from serving.routers.unit_reader import CrossEncoder
     from tiermem.models import resolve_model
+    from tiermem import safe_io
 
     train_q, held_q, held_titles = heldout_split(questions, cfg.heldout_articles, cfg.seed)
     pairs = all_pairs(train_q, cfg.negatives_per_question)
@@ -128,9 +129,9 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
                  "train_questions": len(train_q), "heldout_articles": held_titles, "loss_by_epoch": losses,
                  "heldout": heldout, "train_seconds": round(train_s, 1),
                  "seconds": round(time.perf_counter() - started, 1)})
-    reader.model.save_pretrained(str(target), safe_serialization=True)
-    reader.tokenizer.save_pretrained(str(target))
-    (target / PRETRAIN_FILE).write_text(json.dumps(meta, indent=2))
+    safe_io.save_pretrained(reader.model, target, safe_serialization=True)
+    safe_io.save_pretrained(reader.tokenizer, target)
+    safe_io.write_atomic(target / PRETRAIN_FILE, json.dumps(meta, indent=2))
 
 
 def _copy_into(src: Path, out: Path) -> None:
