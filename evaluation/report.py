@@ -72,7 +72,8 @@ def eval_summary(report: Mapping[str, Any], path: str | Path | None = None, date
         **({"dataset": meta["data_name"]} if meta.get("data_name") else {}),
         "level": uncertainty.get("level") if n_boot else None, "n_boot": n_boot,
         "policies": policies, "ranking": ranking,
-        "gap": sweep.get("gap"), "auc_accuracy_tokens": sweep.get("auc_accuracy_tokens")})
+        "gap": sweep.get("gap"), "auc_accuracy_tokens": sweep.get("auc_accuracy_tokens"),
+        "reading": ((report.get("reading") or {}).get("routed") or {}).get("rows") or {}})
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

@@ -108,8 +108,8 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
     from router_train.reader_fit import fit_reader
     from router_train.reading_data import all_pairs, heldout_split
     from serving.routers.unit_reader import CrossEncoder
-    from tiermem.models import resolve_model
     from tiermem import safe_io
+    from tiermem.models import resolve_model
 
     train_q, held_q, held_titles = heldout_split(questions, cfg.heldout_articles, cfg.seed)
     pairs = all_pairs(train_q, cfg.negatives_per_question)

@@ -21,7 +21,7 @@ EVAL_COLUMNS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latenc
                 "repair_rate", "regress_rate")
 # what each score router's weights are, for the card's first lines (an LM router: its adapter or merged weights)
 SCORE_WEIGHTS = {
-    "unit-reader": "a cross-encoder (base `{reader}`, fine-tuned on per-unit targets: `model.safetensors`, "
+    "unit-reader": "a cross-encoder (base `{reader}`: `model.safetensors`, "
                    "`config.json`, tokenizer) that reads each summary against the question, and a logistic head "
                    "over its pooled unit scores and the serve-time signals (`signal_head.json`); no language model",
     "features": "a logistic model over serve-time signals of the request (`feature_model.json`: retrieval scores, "
@@ -85,18 +85,7 @@ def score_section(meta: RunMeta) -> str:
     """How the decision's log-odds are computed: the LM's first-token margin, plus the signal head if it has one;
     for a unit reader, its pooled unit scores and the head; for the features and top-1 routers, their signals."""
     if meta.router_kind == "unit-reader":
-        chosen = meta.metrics.get("chosen") or {}
-        cv = (meta.metrics.get("cv") or {}).get("signals_only") or {}
-        return ("The decision is `score >= threshold_logit`. A cross-encoder "
-                f"(`{meta.extra.get('reader_base')}`, fine-tuned on per-unit targets) scores each summary against "
-                f"the question; the unit scores are pooled (`{meta.extra.get('pooling')}`) and a logistic head "
-                "joins them with the serve-time signals: `score = bias + signals + text_weight x text` with "
-                f"text_weight {meta.extra.get('text_weight')}. Requests must carry each summary's retrieval "
-                "`score`. Chosen by leave-one-conversation-out cross-validation over train + validation:\n\n"
-                + table({"epochs": chosen.get("epochs"), "pooling": chosen.get("pooling"),
-                          "text weight": chosen.get("text_weight"), "CV AUROC (mean over folds)": chosen.get("mean"),
-                          "CV AUROC range": f"{chosen.get('min')} - {chosen.get('max')}",
-                          "signals-only head, CV AUROC": cv.get("mean")}))
+        return unit_reader_section(meta)
     if meta.router_kind == "features":
         return ("The decision is `score >= threshold_logit`, where `score` is a logistic model's log-odds of "
                 "ESCALATE over standardized serve-time signals of the request (`feature_model.json`; "
@@ -169,6 +158,13 @@ def eval_section(meta: RunMeta, local: bool = True) -> str:
     if ev.gap is not None or ev.auc_accuracy_tokens is not None:
         lines += ["", f"Threshold sweep: gap (raw-only - summary-only accuracy) {fmt(ev.gap)}, AUC of accuracy vs "
                       f"mean input tokens {fmt(ev.auc_accuracy_tokens)}."]
+    if ev.reading:
+        lines += ["", "What reading adds (AUROC on the labeled records): the reader as pre-trained beside the one "
+                      "fine-tuned on the conversations, when cross-validation fine-tuned it.", "",
+                  "| reader | text part alone | score without the text part | whole score |", "|---|---|---|---|"]
+        lines += [f"| {name} | " + " | ".join(ci(iv.estimate if iv else None, iv) for iv in
+                                             (row.get("text_alone"), row.get("without_text"), row.get("full"))) + " |"
+                  for name, row in ev.reading.items()]
     return "\n".join(lines) + others
 
 
@@ -319,11 +315,52 @@ def is_lm(meta: RunMeta) -> bool:
     return meta.router_kind == "local"
 
 
+def reader_story(meta: RunMeta) -> str:
+    """Where the unit reader's reading comes from: its pre-training (public answerability data) and what CV chose."""
+    pre = meta.extra.get("reader_pretrain") or {}
+    chosen = meta.metrics.get("chosen") or {}
+    layers = chosen.get("finetune_layers", 1)
+    tuned = ("used as pre-trained (zero-shot: cross-validation chose no fine-tuning on the conversations)"
+             if layers == 0 else f"then its top {layers} layer(s) fine-tuned on per-unit targets of the "
+             f"conversations for {chosen.get('epochs')} epoch(s)")
+    if not pre:
+        return f"A cross-encoder (`{meta.extra.get('reader_base')}`), {tuned},"
+    held = pre.get("heldout") or {}
+    return (f"A cross-encoder pre-trained to read (`{pre.get('base')}` fine-tuned, every layer, as an answerability "
+            f"cross-encoder on {pre.get('train_pairs')} (question, sentence) pairs of `{pre.get('data')}`; held-out "
+            f"articles: AUROC {held.get('pair_auroc')} per sentence, {held.get('question_auroc')} per question), "
+            f"{tuned},")
+
+
+def unit_reader_section(meta: RunMeta) -> str:
+    chosen = meta.metrics.get("chosen") or {}
+    cv = (meta.metrics.get("cv") or {}).get("signals_only") or {}
+    steps = meta.metrics.get("cv_by_finetuning") or []
+    text = (f"The decision is `score >= threshold_logit`. {reader_story(meta)} scores each summary against the "
+            f"question; the unit scores are pooled (`{meta.extra.get('pooling')}`) and a logistic head joins them "
+            "with the serve-time signals: `score = bias + signals + text_weight x text` with text_weight "
+            f"{meta.extra.get('text_weight')}. Requests must carry each summary's retrieval `score`. Chosen by "
+            "leave-one-conversation-out cross-validation over train + validation:\n\n"
+            + table({"layers fine-tuned (0: zero-shot)": chosen.get("finetune_layers"), "epochs": chosen.get("epochs"),
+                     "pooling": chosen.get("pooling"), "text weight": chosen.get("text_weight"),
+                     "CV AUROC (mean over folds)": chosen.get("mean"),
+                     "CV AUROC range": f"{chosen.get('min')} - {chosen.get('max')}",
+                     "signals-only head, CV AUROC": cv.get("mean")}))
+    if steps:
+        text += ("\n\nWhat each step adds (cross-validation; text alone: the pooled reader score's AUROC on every "
+                 "out-of-fold question):\n\n| layers fine-tuned | epochs | CV AUROC, best head | text alone |\n"
+                 "|---|---|---|---|\n" + "\n".join(
+                     f"| {g['finetune_layers'] or 'none (zero-shot)'} | {g['epochs'] or '-'} | {fmt(g['mean'])} | "
+                     f"{fmt(g.get('text_alone_auroc'))} |" for g in steps))
+    return text
+
+
 def base_hub_id(meta: RunMeta) -> str | None:
     """The hub model the weights derive from: an LM router's base, a unit reader's cross-encoder base."""
     if is_lm(meta):
         return hub_id(meta.base_model)
-    reader = meta.extra.get("reader_base")
+    # a pre-trained reader derives from its pre-training's base (a local checkpoint has no hub id of its own)
+    reader = (meta.extra.get("reader_pretrain") or {}).get("base") or meta.extra.get("reader_base")
     return hub_id(reader) if meta.router_kind == "unit-reader" and isinstance(reader, str) else None
 
 

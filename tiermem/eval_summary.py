@@ -68,6 +68,9 @@ class EvalSummary:
     ranking: dict[str, RankingEval] = field(default_factory=dict)
     gap: float | None = None  # the routed sweep: raw-only - summary-only accuracy
     auc_accuracy_tokens: float | None = None
+    # a unit reader's "what reading adds" (eval.json reading[routed].rows): reader variant -> {text_alone,
+    # without_text, full} AUROC intervals
+    reading: dict[str, dict[str, Interval | None]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: Any) -> EvalSummary:
@@ -127,6 +130,8 @@ _READERS: dict[str, Any] = {
     "intervals": lambda v, w: {k: _interval(x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
     "policies": lambda v, w: {k: _build(PolicyEval, x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
     "ranking": lambda v, w: {k: _build(RankingEval, x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
+    "reading": lambda v, w: {k: {p: _interval(iv, f"{w}.{k}.{p}") for p, iv in _mapping(row, f"{w}.{k}").items()}
+                             for k, row in _mapping(v, w).items()},
 }
 
 
