@@ -7,23 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.tiny_bert import tiny_bert
+
 QUESTIONS = ["What does Caroline like?", "When did Jon open the bakery?", "Where does Gina paint?",
              "Who adopted Pepper?", "What did Melanie bake?", "When did Tomas move?"]
-
-
-def tiny_bert(path: Path) -> Path:
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from tiermem.models import resolve_model
-
-    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("packaged:all-minilm-l6-v2")))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=160, num_labels=1)
-    torch.manual_seed(0)
-    BertForSequenceClassification(config).save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
 
 
 def requests(n: int = 12) -> tuple[list[str], list[list[dict[str, Any]]], list[int]]:

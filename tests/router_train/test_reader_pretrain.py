@@ -126,3 +126,28 @@ def test_a_second_run_is_a_cache_hit_that_says_so(tmp_path, monkeypatch, capsys)
 
     assert main([*args, "epochs=1", f"output_dir={tmp_path / 'c'}"]) == 0  # another setting: another key
     assert "cache hit" not in capsys.readouterr().err
+
+
+def test_the_card_tells_where_the_reading_comes_from_and_what_each_step_adds(tmp_path):
+    """A unit reader started from a pre-trained checkpoint: its card names the pre-training data and its held-out
+    AUROC, what CV chose, the CV table per fine-tuning step, and the hub base of the pre-training (no local path)."""
+    from serving.model_card import render_card
+    from tests.helpers.unit_reader_run import tiny_unit_reader
+    from tiermem.artifacts import read_run_meta
+    from tiermem.rundir import claimed_output_dir
+
+    router = tiny_unit_reader(tmp_path / "tiny-bert")
+    steps = [{"finetune_layers": 0, "epochs": 0, "mean": 0.7274, "text_alone_auroc": 0.7095},
+             {"finetune_layers": 2, "epochs": 1, "mean": 0.7385, "text_alone_auroc": 0.7205}]
+    pretrain = {"base": "packaged:all-minilm-l6-v2", "data": "squad2_dev_half.json", "train_pairs": 25175,
+                "heldout": {"pair_auroc": 0.8836, "question_auroc": 0.7229}, "epochs": 1}
+    with claimed_output_dir(tmp_path / "reader", "unit-reader") as out:
+        router.save(out, data={"dataset": "runs/label/dataset", "train_split": "train", "train_records": 12},
+                    metrics={"chosen": {**steps[1], "pooling": "max", "text_weight": 2.0, "min": 0.69, "max": 0.81},
+                             "cv_by_finetuning": steps, "validation": {"n": 12, "auroc": 0.75}},
+                    extra={"reader_base": str(tmp_path / "reader_pretrain"), "reader_pretrain": pretrain,
+                           "config": {"score_batch_size": 16}})
+    card = str(render_card(read_run_meta(tmp_path / "reader"), repo_id="me/reader"))
+    assert "25175 (question, sentence) pairs of `squad2_dev_half.json`" in card and "0.8836" in card
+    assert "top 2 layer(s) fine-tuned" in card and "| none (zero-shot) | - | 0.7274 | 0.7095 |" in card
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in card and str(tmp_path) not in card
