@@ -148,9 +148,9 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
     from tiermem.models import cache_root, resolve_model, setup_cpu_threads
     from tiermem.rundir import claim_cache_dir, claimed_output_dir
 
-    questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
-    key = cache_key(cfg, data_sha, _weights_digest(resolve_model(cfg.base)))
     with claimed_output_dir(cfg.output_dir, "reader-pretrain") as out:
+        questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
+        key = cache_key(cfg, data_sha, _weights_digest(resolve_model(cfg.base)))
         cache_dir = claim_cache_dir(cache_root() / "readers", "reader-pretrain") if cfg.cache else None
         entry = cache_dir / key if cache_dir else None
         hit = entry is not None and (entry / PRETRAIN_FILE).is_file()

@@ -332,7 +332,7 @@ def test_a_lone_surrogate_is_a_422_naming_the_field_on_the_lm_router(tiny_router
 
 # the config class of each stage: CONFIG_CLASSES names them by config folder; these stages share another's
 STAGE_CONFIG_FOLDER = {"label-merge": "label", "fit-features": "features", "ask": "ingest",
-                       "unit-reader": "unit_reader"}
+                       "unit-reader": "unit_reader", "reader-pretrain": "reader_pretrain"}
 
 
 def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
@@ -538,7 +538,7 @@ def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_pu
 
 @pytest.mark.parametrize(("override", "needle"), [
     ("recover_shares=[1e308]", "recover_shares: each must be a share of the accuracy gap in (0, 1], got [1e+308]"),
-    ("recover_shares=[0.8, .nan]", "got [nan]"),
+    ("recover_shares=[0.8, .nan]", "recover_shares[1]: must be a finite number"),
     ("recover_shares=[0]", "got [0]"),
     ("reliability_bins=0", "reliability_bins must be >= 1"),
     ("reliability_bins=-3", "got -3"),

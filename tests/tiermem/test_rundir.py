@@ -48,6 +48,7 @@ WRITES: dict[str, list[Callable[[Path], list[str]]]] = {
     "fit-features": [lambda d: [f"output_dir={d}", "data=/nonexistent/dataset"],
                      lambda d: ["kind=top1-score", f"output_dir={d}", "data=/nonexistent/dataset"]],
     "unit-reader": [lambda d: [f"output_dir={d}", "data=/nonexistent/dataset"]],
+    "reader-pretrain": [lambda d: [f"output_dir={d}", "data=/nonexistent/squad.json"]],
     "eval": [lambda d: [f"output_dir={d}", "data=/nonexistent/dataset", "router.kind=none", "compare=[]"]],
     "ingest": [lambda d: [f"workdir={d}", "data=/nonexistent/conversations.json"]],  # the tier cache root
     "ask": [lambda d: [f"workdir={d}", "question=What did Tomas adopt?"]],
