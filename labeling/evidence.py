@@ -46,6 +46,9 @@ class EvidenceConfig:
     recall_threshold: float = 0.8
     linked_recall_threshold: float = 0.5
     date_order: str = "DMY"  # how numeric dates like 01.02.2024 read: DMY (1 February) or MDY (2 January)
+    # research is right when the text it read states the answer, or it read every gold turn; false: gold turns only
+    # (the rule before issue 33: a question without gold turn ids then never has a research verdict)
+    research_by_text: bool = True
 
     def __post_init__(self) -> None:
         if self.date_order not in DATE_ORDERS:
@@ -233,7 +236,7 @@ def compute_signals(
     s_ok = r >= cfg.recall_threshold or (all_linked and r >= cfg.linked_recall_threshold)
     if recall is None:
         s_ok = False
-    read_recall = reading.research_recall(
+    read_recall = None if not cfg.research_by_text else reading.research_recall(
         (gold, category, source, question, cfg.date_order), research_page_ids,
         lambda units: answer_recall(gold, units, category, source, question, cfg.date_order, reading.cast))
     r_ok, r_ok_by = research_verdict(read_recall, in_research, len(gold_turns), cfg)

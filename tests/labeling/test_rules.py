@@ -130,3 +130,12 @@ def test_research_text_states_the_answer_on_one_page_not_gathered_across_pages()
     sig = compute_signals("instrument cello", "x", ["d9-9"], [], ["c:p0", "c:p1"], _reading(), EvidenceConfig(),
                           question="Which instrument did Elise pick?")
     assert sig.research_recall == 0.5 and sig.r_ok is False and sig.r_ok_by is None
+
+
+def test_research_by_gold_turns_alone_when_configured():
+    cfg = EvidenceConfig(research_by_text=False)
+    sig = compute_signals("cello", "x", ["d3-1", "d4-1"], [], ["c:p1"], _reading(), cfg,
+                          question="Which instrument did Elise start learning in 2024?")
+    assert (sig.r_ok, sig.r_ok_by, sig.research_recall) == (False, None, None)
+    no_gold = compute_signals("cello", "x", [], [], ["c:p1"], _reading(), cfg, question="Which instrument?")
+    assert no_gold.r_ok is None
