@@ -27,6 +27,7 @@ import numpy as np
 
 from labeling.dataset import action_label, check_records, jsonl_label_records, record_key, summary_units, text
 from labeling.judges import SufficiencyJudge
+from labeling.report import unlabeled, unlabeled_lines
 from tiermem import stats
 from tiermem.config import ConfigError
 from tiermem.errors import EXIT_NETWORK, EXIT_SOME_ERRORS, DataError, RunError, stage_main
@@ -114,9 +115,11 @@ def sheet_row(rec: dict[str, Any], previous: dict[str, Any] | None) -> dict[str,
     return {
         "conv_id": rec["conv_id"], "qid": rec["qid"], "source": rec.get("source"), "split": rec.get("split"),
         "question": rec["question"], "question_date": rec.get("question_date"), "gold_answer": rec["gold_answer"],
-        "summaries": [{"date": u.get("date"), "text": u.get("text")} for u in rec["router_summaries"]],
+        "summaries": [{"date": u.get("date"), "text": u.get("text"), "speakers": u.get("speakers")}
+                      for u in rec["router_summaries"]],
         "signals": {k: rec.get(k) for k in ("answer_recall", "gold_in_summary_pages", "gold_in_research_pages",
-                                            "n_gold", "s_ok", "r_ok")},
+                                            "n_gold", "s_ok", "r_ok", "research_recall", "r_ok_by",
+                                            "person_guard")},
         "label": rec["label"], "baseline_label": None if previous is None else previous.get("label"),
         "judge_verdict": None, "judge_reason": None, "judge_status": None, "verdict": None,
     }
@@ -205,6 +208,11 @@ def render(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                   "| label \\ judge | ANSWER | ESCALATE |", "|---|---|---|"]
         lines += [f"| {label} | {a['confusion'][label]['ANSWER']} | {a['confusion'][label]['ESCALATE']} |"
                   for label in ACTIONS]
+    lines += ["", "Unlabeled questions by drop reason (share of all questions):", "",
+              "| run | drop reason | questions | share |", "|---|---|---|---|"]
+    lines += unlabeled_lines(summary["unlabeled"], "this run")
+    if summary.get("baseline"):
+        lines += unlabeled_lines(summary["baseline"]["unlabeled"], "baseline")
     lines += ["", "Fill the verdict column with ANSWER (the summaries alone give the gold answer) or ESCALATE.", ""]
     for i, r in enumerate(rows, 1):
         s = r["signals"]
@@ -215,7 +223,9 @@ def render(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                   f"- rule: **{r['label']}**" + (f" (baseline: {r['baseline_label']})" if r["baseline_label"] or
                                                  summary.get("baseline") else "")
                   + f"; answer recall {s['answer_recall']}, gold turns in summary pages {s['gold_in_summary_pages']}"
-                  f"/{s['n_gold']}, in research pages {s['gold_in_research_pages']}/{s['n_gold']}",
+                  f"/{s['n_gold']}, in research pages {s['gold_in_research_pages']}/{s['n_gold']}; answer recall "
+                  f"over the text research read {s['research_recall']} (research right by: {s['r_ok_by']})"
+                  + (f"; person guard: {_cell(s['person_guard'])}" if s["person_guard"] else ""),
                   "", "| # | date | summary (speaker: text) |", "|---|---|---|"]
         lines += [f"| {j} | {_cell(u['date'] or 'undated')} | {_cell(u['text'])} |"
                   for j, u in enumerate(r["summaries"], 1)]
@@ -231,7 +241,8 @@ def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
     with claimed_output_dir(cfg.output_dir, "audit") as out:
         records = load_questions(cfg.data)
         labeled = {k: r for k, r in records.items() if r["label"] in ACTIONS}
-        summary: dict[str, Any] = {"data": cfg.data, "seed": cfg.seed, "labeled": len(labeled)}
+        summary: dict[str, Any] = {"data": cfg.data, "seed": cfg.seed, "labeled": len(labeled),
+                                   "unlabeled": unlabeled(list(records.values()))}
         previous: dict[tuple[str, str], dict[str, Any]] = {}
         pool = list(labeled.values())
         if cfg.baseline:
@@ -240,7 +251,8 @@ def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
             changed = [k for k in shared if records[k]["label"] != previous[k]["label"]]
             changes = Counter(f"{previous[k]['label']} -> {records[k]['label']}" for k in changed)
             summary["baseline"] = {"data": cfg.baseline, "shared": len(shared), "changed": len(changed),
-                                   "changes": dict(sorted(changes.items()))}
+                                   "changes": dict(sorted(changes.items())),
+                                   "unlabeled": unlabeled(list(previous.values()))}
             pool = [labeled[k] for k in changed if k in labeled]
         rows = [sheet_row(r, previous.get((r["conv_id"], r["qid"]))) for r in sample(pool, cfg.n, cfg.seed)]
         summary["sampled"] = len(rows)

@@ -2,11 +2,14 @@
 
 Signals per question:
 - answer_recall: share of the gold answer stated by the retrieved summaries as the router sees them (each unit's
-  text, plus its date when the unit shares a content word with the question), matched by labeling.answer_match:
+  text, plus its date when the unit shares a content word with the question), matched by tiermem.answer_match:
   the gold's dates compared as dates (any written form, relative expressions resolved against the unit's date),
   its other words as LoCoMo-normalized, Porter-stemmed tokens with numbers as digits. When the question names a
-  person, only units about that person count (they name them, as speaker or in the text): a fact said of someone
-  else does not state the answer. It asks "do the summaries state the answer?" without any generator.
+  person, only units about that person count (tiermem.persons: the unit's speakers, as data, or a name in its
+  text, resolved against the conversation's speakers and mentioned names): a fact said of someone else does not
+  state the answer. A name no speaker or mentioned name matches does not narrow the units (`person_guard` says so).
+- research_recall: the same answer recall over the text the research path read, page by page (each page's turns,
+  with their speakers and dates, under the same person guard); the best page counts.
 - gold_in_summary_pages / gold_in_research_pages / n_gold: how many gold evidence turns lie in the raw pages
   linked to the retrieved summaries, and in the pages the research policy read.
 
@@ -16,30 +19,26 @@ Evidence rule (defaults in EvidenceConfig):
   AND recall >= `linked_recall_threshold` (0.5). Provenance alone is not enough (summaries are lossy by design;
   a linked page says retrieval found the right region, not that the summary kept the fact), and a high recall is
   enough even without gold turn ids (e.g. LongMemEval questions without `has_answer` turns).
-- research_ok when the pages the research policy read contain every gold evidence turn. Unknown (None) when the
-  question has no gold evidence ids, so such a question cannot be labeled ESCALATE by this rule.
+- research_ok when the text the research path read states the answer (research_recall >= `recall_threshold`),
+  or when its pages hold every gold evidence turn: a question citing several turns is often answered by the one
+  page that states it. `r_ok_by` records which signal decided ("text", "gold_turns" or "both"). Unknown (None)
+  when neither holds and the question has no gold evidence ids (nothing to say the text missed it), so such a
+  question cannot be labeled ESCALATE by this rule. docs/labeling.md has a worked example.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from labeling.judges import scoring_gold, stem_word, stemmed_tokens
-from tiermem.answer_match import (
-    DATE_ORDERS,
-    canonical_numbers,
-    find_dates,
-    names_person,
-    parse_absolute,
-    question_persons,
-    states,
-    without_spans,
-)
+from tiermem.answer_match import DATE_ORDERS, canonical_numbers, find_dates, parse_absolute, states, without_spans
 from tiermem.errors import ConfigError
+from tiermem.memory.summaries import day_of
 from tiermem.memory.text import content_words
+from tiermem.persons import Cast, PersonGuard, person_guard
 
 
 @dataclass
@@ -47,6 +46,9 @@ class EvidenceConfig:
     recall_threshold: float = 0.8
     linked_recall_threshold: float = 0.5
     date_order: str = "DMY"  # how numeric dates like 01.02.2024 read: DMY (1 February) or MDY (2 January)
+    # research is right when the text it read states the answer, or it read every gold turn; false: gold turns only
+    # (the rule before issue 33: a question without gold turn ids then never has a research verdict)
+    research_by_text: bool = True
 
     def __post_init__(self) -> None:
         if self.date_order not in DATE_ORDERS:
@@ -66,7 +68,65 @@ class EvidenceSignals:
     gold_in_summary_pages: int
     gold_in_research_pages: int
     s_ok: bool
-    r_ok: bool | None  # None: no gold evidence turns to check
+    r_ok: bool | None  # None: neither signal says the research path was right, and no gold turns to check
+    research_recall: float | None = None  # None: no research text known (turn ids only) or nothing scorable
+    r_ok_by: str | None = None  # "text" | "gold_turns" | "both": which signal made r_ok true
+    person_guard: str | None = None  # how the question's names were resolved (None: it names no person)
+
+
+@dataclass
+class Reading:
+    """One conversation's pages as the evidence rule reads them: each page's turn ids, and, when known, its turns
+    (text, speaker, timestamp) and the conversation's cast. Indexing by page id gives its turn ids."""
+
+    turn_ids: Callable[[str], Iterable[str]]
+    turns: Callable[[str], Sequence[Any]] | None = None
+    cast: Cast | None = None
+    _units: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _recall: dict[tuple[Any, ...], float | None] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of_pages(cls, pages: Iterable[Any]) -> Reading:
+        by_id = {p.page_id: p for p in pages}
+        return cls(lambda pid: by_id[pid].turn_ids, lambda pid: by_id[pid].turns,
+                   Cast.of_turns(t for p in by_id.values() for t in p.turns))
+
+    @classmethod
+    def of(cls, pages: Reading | Mapping[str, Iterable[str]] | Callable[[str], Iterable[str]]) -> Reading:
+        """A Reading from what callers hold: itself, a page -> turn ids mapping, or a lookup (turn ids only)."""
+        if isinstance(pages, Reading):
+            return pages
+        return cls(pages.__getitem__ if isinstance(pages, Mapping) else pages)
+
+    def __getitem__(self, page_id: str) -> list[str]:
+        return list(self.turn_ids(page_id))
+
+    def read_units(self, page_ids: Iterable[str]) -> list[dict[str, Any]] | None:
+        """The research path's text read: each turn of the pages as a unit (speaker, text, day); None unknown."""
+        if self.turns is None:
+            return None
+        out = []
+        for pid in dict.fromkeys(page_ids):
+            if pid not in self._units:
+                self._units[pid] = [{"text": f"{t.speaker}: {t.text}", "speakers": [t.speaker],
+                                     "date": day_of(t.timestamp)} for t in self.turns(pid)]
+            out += self._units[pid]
+        return out
+
+    def research_recall(self, key: tuple[Any, ...], page_ids: Sequence[str], score: Callable[[list[Any]], Any]
+                        ) -> float | None:
+        """The best `score` of one read page's text (None: no text known or nothing scorable). Page by page, so
+        a gold's words are not gathered from pages apart ('likely' in one, 'no' in another); computed once per
+        (question key, page) and shared by the question's variants and unit targets."""
+        if self.turns is None:
+            return None
+        scores = []
+        for pid in dict.fromkeys(page_ids):
+            if (*key, pid) not in self._recall:
+                self._recall[(*key, pid)] = score(self.read_units([pid]) or [])
+            scores.append(self._recall[(*key, pid)])
+        known = [x for x in scores if x is not None]
+        return max(known) if known else None
 
 
 def _field(unit: Any, name: str) -> Any:
@@ -76,23 +136,37 @@ def _field(unit: Any, name: str) -> Any:
 _SPEAKER = re.compile(r"^\s*[A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2}:\s")  # an extractive unit's 'Melanie: '
 
 
+def _body(unit: Any) -> str:
+    """A unit's text without its speaker's 'Name: ' opening (the name every unit of that speaker shares)."""
+    text = str(_field(unit, "text") or "")
+    for speaker in _field(unit, "speakers") or ():
+        if text.casefold().startswith(f"{speaker.casefold()}:"):
+            return text[len(speaker) + 1:]
+    return _SPEAKER.sub("", text, count=1)
+
+
 def _topic_words(text: str) -> set[str]:
-    """Stemmed content words: what a question or a unit is about (a unit without its speaker's name, which every
-    unit of that speaker shares)."""
+    """Stemmed content words: what a question or a unit is about."""
     return {stem_word(w) for w in content_words(text)}
 
 
-def units_about(summaries: Sequence[Any], question: str | None) -> list[Any]:
-    """The units that can state the answer to `question`: all of them, unless the question names a person; then
-    those that name that person (speaker or text)."""
-    persons = question_persons(question) if question else ()
-    if not persons:
+def _speakers(unit: Any) -> list[str] | None:
+    speakers = _field(unit, "speakers")
+    return None if speakers is None else list(speakers)
+
+
+def units_about(summaries: Sequence[Any], question: str | None, cast: Cast | None = None,
+                guard: PersonGuard | None = None) -> list[Any]:
+    """The units that can state the answer to `question`: all of them, unless the question names a person the
+    conversation knows; then those about that person (tiermem.persons)."""
+    guard = guard or person_guard(question, cast)
+    if not guard.narrows:
         return list(summaries)
-    return [u for u in summaries if names_person(str(_field(u, "text") or ""), persons)]
+    return [u for u in summaries if guard.about(str(_field(u, "text") or ""), _speakers(u))]
 
 
 def answer_recall(gold: str, summaries: Sequence[Any], category: str = "", source: str = "locomo",
-                  question: str | None = None, date_order: str = "DMY") -> float | None:
+                  question: str | None = None, date_order: str = "DMY", cast: Cast | None = None) -> float | None:
     """Share of the gold answer stated by the summaries (module docstring). A unit's dates (its own and those its
     text states) count only when the unit is about the question (shares a content word with it): any unit from the
     right day would otherwise "state" a date answer while it talks about something else. `question=None` counts
@@ -106,12 +180,12 @@ def answer_recall(gold: str, summaries: Sequence[Any], category: str = "", sourc
     about = _topic_words(question) if question is not None else None
     seen: set[str] = set()
     stated = []
-    for unit in units_about(summaries, question):
+    for unit in units_about(summaries, question, cast):
         text = str(_field(unit, "text") or "")
         own = parse_absolute(str(_field(unit, "date") or ""), "DMY") if _field(unit, "date") else None
         base = own.lo if own is not None and own.lo == own.hi else None
         seen |= set(stemmed_tokens(canonical_numbers(text)))
-        if gold_dates and (about is None or about & _topic_words(_SPEAKER.sub("", text, count=1))):
+        if gold_dates and (about is None or about & _topic_words(_body(unit))):
             stated += [m.when for m in find_dates(text, base, date_order)] + ([own] if own is not None else [])
     credit = sum(m.when.weight for m in gold_dates if any(states(s, m.when) for s in stated))
     return (credit + len(gold_tokens & seen)) / weight
@@ -124,30 +198,48 @@ def turns_in_pages(page_ids: Iterable[str], page_turns: Callable[[str], Iterable
     return turns
 
 
+def research_verdict(recall: float | None, in_research: int, n_gold: int, cfg: EvidenceConfig
+                     ) -> tuple[bool | None, str | None]:
+    """(r_ok, which signal decided): the text read states the answer, or the pages hold every gold turn."""
+    by_text = recall is not None and recall >= cfg.recall_threshold
+    by_turns = n_gold > 0 and in_research == n_gold
+    if by_text or by_turns:
+        return True, "both" if by_text and by_turns else "text" if by_text else "gold_turns"
+    return (False if n_gold else None), None
+
+
 def compute_signals(
     gold: str,
     category: str,
     evidence_ids: Sequence[str],
     summaries: Sequence[Any],
     research_page_ids: Sequence[str],
-    page_turns: Callable[[str], Iterable[str]],
+    page_turns: Reading | Mapping[str, Iterable[str]] | Callable[[str], Iterable[str]],
     cfg: EvidenceConfig,
     source: str = "locomo",
     question: str | None = None,
 ) -> EvidenceSignals:
-    """`summaries` are the retrieved units (dicts or objects with text, date, page_ids) in rank order.
+    """`summaries` are the retrieved units (dicts or objects with text, date, page_ids, speakers) in rank order.
+    `page_turns`: the conversation's `Reading` (turn ids, the turns' text and its cast), or turn ids alone (then
+    research is judged by gold turns only and question names are taken as written).
     `gold_in_summary_pages` counts the gold turns in pages linked to the units about the question's person."""
+    reading = Reading.of(page_turns)
+    guard = person_guard(question, reading.cast)
     gold_turns = set(evidence_ids)
-    linked_pages = [p for unit in units_about(summaries, question) for p in (_field(unit, "page_ids") or [])]
-    in_summary = len(gold_turns & turns_in_pages(linked_pages, page_turns))
-    in_research = len(gold_turns & turns_in_pages(research_page_ids, page_turns))
-    recall = answer_recall(gold, summaries, category, source, question, cfg.date_order)
+    linked_pages = [p for unit in units_about(summaries, question, guard=guard)
+                    for p in (_field(unit, "page_ids") or [])]
+    in_summary = len(gold_turns & turns_in_pages(linked_pages, reading.turn_ids))
+    in_research = len(gold_turns & turns_in_pages(research_page_ids, reading.turn_ids))
+    recall = answer_recall(gold, summaries, category, source, question, cfg.date_order, reading.cast)
     r = recall or 0.0
     all_linked = bool(gold_turns) and in_summary == len(gold_turns)
     s_ok = r >= cfg.recall_threshold or (all_linked and r >= cfg.linked_recall_threshold)
     if recall is None:
         s_ok = False
-    r_ok = (in_research == len(gold_turns)) if gold_turns else None
+    read_recall = None if not cfg.research_by_text else reading.research_recall(
+        (gold, category, source, question, cfg.date_order), research_page_ids,
+        lambda units: answer_recall(gold, units, category, source, question, cfg.date_order, reading.cast))
+    r_ok, r_ok_by = research_verdict(read_recall, in_research, len(gold_turns), cfg)
     return EvidenceSignals(
         answer_recall=None if recall is None else round(recall, 4),
         n_gold=len(gold_turns),
@@ -155,5 +247,7 @@ def compute_signals(
         gold_in_research_pages=in_research,
         s_ok=s_ok,
         r_ok=r_ok,
+        research_recall=None if read_recall is None else round(read_recall, 4),
+        r_ok_by=r_ok_by,
+        person_guard=guard.reason,
     )
-

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from labeling.config import PAIR_KINDS, LabelConfig
-from labeling.evidence import compute_signals
+from labeling.evidence import Reading, compute_signals
 from labeling.question import (
     Context,
     _cost,
@@ -92,7 +92,7 @@ def summary_sets(shown: Sequence[Any], deeper: Sequence[Any], label: str | None,
 
 
 def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[Any],
-             page_turns: dict[str, list[str]], count_tokens: Any) -> list[dict[str, Any]]:
+             page_turns: Reading | dict[str, list[str]], count_tokens: Any) -> list[dict[str, Any]]:
     """The labeled variants of one labeled record. `ranked` is the question's retrieval to deep_k, whose first
     units are the record's router_summaries. Raises LLMError (a sufficiency judge or teacher failed)."""
     cfg = ctx.cfg
@@ -103,7 +103,7 @@ def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[An
     pages = rec["research_pages"]
 
     def s_ok(units: list[Any]) -> bool:
-        return compute_signals(q.answer, q.category, q.evidence, units, pages, page_turns.__getitem__, cfg.evidence,
+        return compute_signals(q.answer, q.category, q.evidence, units, pages, page_turns, cfg.evidence,
                                ctx.fmt, question=q.question).s_ok
 
     out = []
@@ -127,7 +127,7 @@ def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[An
 
 
 def label_with_pairs(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
-                     page_turns: dict[str, list[str]], count_tokens: Any = None,
+                     page_turns: Reading | dict[str, list[str]], count_tokens: Any = None,
                      retrieved: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
     """`label_question`, then (with minimal_pairs on) its variants and (with unit_targets on) the question's per-unit
     targets: the variants come first, so committing the list in order never leaves a committed question without

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labeling.config import LabelConfig
-from labeling.evidence import compute_signals
+from labeling.evidence import Reading, compute_signals
 from labeling.judges import LexicalJudge, LLMJudge, SufficiencyJudge, Verdict, all_correct, verdicts_json
 from labeling.roles import Roles
 from labeling.rules import decide
@@ -38,7 +38,8 @@ def empty_record(conv: Conversation, q: Question, split: str, fmt: str, rule: st
         "research_pages": [], "research_stop": None, "research_parse_failures": None, "summary_f1": None,
         "research_f1": None, "judges": None, "sufficiency": None, "s_ok_outcome": None, "r_ok_outcome": None,
         "s_ok_evidence": None, "r_ok_evidence": None, "answer_recall": None, "gold_in_summary_pages": None,
-        "gold_in_research_pages": None, "n_gold": len(set(q.evidence)), "label_outcome": None,
+        "gold_in_research_pages": None, "n_gold": len(set(q.evidence)), "research_recall": None, "r_ok_by": None,
+        "person_guard": None, "label_outcome": None,
         "drop_reason_outcome": None, "label_evidence": None, "drop_reason_evidence": None, "label_rule": rule,
         "label": None, "drop_reason": "error", "s_ok": None, "r_ok": None, "sufficiency_veto": None,
         "answers_generated": None, "cost_estimated": None, "teacher": None,
@@ -73,7 +74,7 @@ def _judge(ctx: Context, q: Question, answer: str | None) -> list[Verdict]:
 
 def router_input(retrieved: list[Any]) -> list[dict[str, Any]]:
     return [{"unit_id": u.unit_id, "text": u.text, "score": round(float(u.score), 6), "date": u.date,
-             "page_ids": list(u.page_ids)} for u in retrieved]
+             "page_ids": list(u.page_ids), "speakers": list(u.speakers)} for u in retrieved]
 
 
 def _generated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]) -> tuple[list[Any], list[str]]:
@@ -135,7 +136,7 @@ def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
 
 
 def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: list[str],
-                    page_turns: dict[str, list[str]]) -> None:
+                    page_turns: Reading | dict[str, list[str]]) -> None:
     """From `rec["router_summaries"]` and the research path's pages to the labels, the teacher and the SFT target:
     the sufficiency judge, the evidence signals and both rules. Minimal pairs label their summary sets through it too.
     Raises LLMError (a judge or the teacher failed)."""
@@ -147,10 +148,12 @@ def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: 
         rec["sufficiency"] = json.dumps(sufficiency)
 
     signals = compute_signals(q.answer, q.category, q.evidence, rec["router_summaries"], pages_read,
-                              page_turns.__getitem__, cfg.evidence, ctx.fmt, question=q.question)
+                              page_turns, cfg.evidence, ctx.fmt, question=q.question)
     rec.update({"s_ok_evidence": signals.s_ok, "r_ok_evidence": signals.r_ok,
                 "answer_recall": signals.answer_recall, "gold_in_summary_pages": signals.gold_in_summary_pages,
-                "gold_in_research_pages": signals.gold_in_research_pages, "n_gold": signals.n_gold})
+                "gold_in_research_pages": signals.gold_in_research_pages, "n_gold": signals.n_gold,
+                "research_recall": signals.research_recall, "r_ok_by": signals.r_ok_by,
+                "person_guard": signals.person_guard})
     # Conservative: when a sufficiency judge ran, an ANSWER label needs its agreement (None = not run).
     sufficient = None if sufficiency is None else bool(sufficiency["sufficient"])
     by_rule = {"outcome": decide(rec["s_ok_outcome"], rec["r_ok_outcome"], sufficient),
@@ -171,7 +174,7 @@ def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: 
 
 
 def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
-                   page_turns: dict[str, list[str]], count_tokens: Any = None,
+                   page_turns: Reading | dict[str, list[str]], count_tokens: Any = None,
                    retrieved: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """Every stage for one question. LLMError anywhere -> an error record (never a verdict)."""
     cfg = ctx.cfg

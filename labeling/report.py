@@ -26,6 +26,20 @@ def _share(flags: Iterable[Any]) -> float | None:
     return _mean(1.0 if f else 0.0 for f in flags if f is not None)
 
 
+def unlabeled(records: list[dict[str, Any]], label: str = "label", reason: str = "drop_reason") -> dict[str, Any]:
+    """How many questions are left without a label, and the share of all questions each drop reason takes."""
+    dropped = Counter(r.get(reason) or "unknown" for r in records if not r[label])
+    n = len(records)
+    return {"questions": n, "unlabeled": sum(dropped.values()),
+            "share": round(sum(dropped.values()) / n, 4) if n else None,
+            "by_drop_reason": {k: {"n": v, "share": round(v / n, 4)} for k, v in dropped.most_common()}}
+
+
+def unlabeled_lines(cell: dict[str, Any], what: str) -> list[str]:
+    lines = [f"| {what} | all reasons | {cell['unlabeled']} of {cell['questions']} | {_fmt(cell['share'])} |"]
+    return lines + [f"| {what} | {k} | {v['n']} | {_fmt(v['share'])} |" for k, v in cell["by_drop_reason"].items()]
+
+
 def _labels(records: list[dict[str, Any]], rule: str) -> dict[str, Any]:
     def count(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
         c = Counter(r[f"label_{rule}"] or "dropped" for r in rows)
@@ -37,6 +51,7 @@ def _labels(records: list[dict[str, Any]], rule: str) -> dict[str, Any]:
         "by_category": {c: count(r for r in records if r["category"] == c)
                         for c in sorted({r["category"] for r in records})},
         "drop_reasons": dict(Counter(r[f"drop_reason_{rule}"] for r in records if not r[f"label_{rule}"])),
+        "unlabeled": unlabeled(records, f"label_{rule}", f"drop_reason_{rule}"),
     }
 
 
@@ -97,6 +112,11 @@ def build_stats(records: list[dict[str, Any]], rule: str, llm_judge: bool = Fals
         },
         "judges": {"lexical": True, "llm": llm_judge,
                    "agreement": _judge_agreement(good) if llm_judge else None},
+        "research_signals": {
+            "r_ok_by": dict(Counter(r.get("r_ok_by") for r in good if r.get("r_ok_by"))),
+            "mean_research_recall": _mean(r.get("research_recall") for r in good),
+            "guard_unmatched": sum(1 for r in good if "does not narrow" in (r.get("person_guard") or "")),
+        },
         "research": {"parse_failures": sum(r["research_parse_failures"] or 0 for r in good),
                      "stop_reasons": dict(Counter(r["research_stop"] for r in good))},
     }
@@ -180,7 +200,17 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     for name in RULES:
         for cat, c in stats["labels"][name]["by_category"].items():
             lines.append(f"| {name} | {cat} | {c['ANSWER']} | {c['ESCALATE']} | {c['dropped']} |")
-    lines += ["", "Drop reasons: " + "; ".join(f"{n}: {stats['labels'][n]['drop_reasons']}" for n in RULES)]
+    lines += ["", "## Unlabeled questions by drop reason", "",
+              "Share of all questions (errors left out) that each reason leaves without a label.", "",
+              "| rule | drop reason | questions | share |", "|---|---|---|---|"]
+    for name in RULES:
+        lines += unlabeled_lines(stats["labels"][name]["unlabeled"], name)
+    research = stats.get("research_signals") or {}
+    if research.get("r_ok_by"):
+        lines += ["", f"Research path right by (evidence rule): {research['r_ok_by']}; mean answer recall over the "
+                  f"text research read: {_fmt(research['mean_research_recall'])}. Person guard: "
+                  f"{research['guard_unmatched']} questions name someone no speaker or mentioned name matches "
+                  "(their units are not narrowed)."]
     lines += _pair_lines(stats.get("minimal_pairs"))
     lines += report_lines(stats.get("unit_targets"))
     acc = stats["accuracy"]

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from labeling.config import DEFAULT_CONFIG, LabelConfig, data_format, select
+from labeling.evidence import Reading
 from labeling.hub import push_dataset
 from labeling.judges import LexicalJudge
 from labeling.minimal_pairs import for_dataset, label_with_pairs, retrieval_depth, with_variants
@@ -193,7 +194,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
                     bar.update(1)
                 continue
             ctx.tick("tiers")
-            page_turns = {p.page_id: p.turn_ids for p in runtime.memory.raw.pages(conv.conv_id)}
+            # each page's turns and the conversation's cast: research is judged by what it read, names by who speaks
+            page_turns = Reading.of_pages(runtime.memory.raw.pages(conv.conv_id))
             try:
                 memory = runtime.memory if _workers(ctx) == 1 else Serialized(
                     runtime.memory, threading.RLock(), nested=("raw", "summaries", "keyword"))

@@ -9,9 +9,10 @@ PATH_COST_FIELDS = ("input_tokens", "output_tokens", "llm_calls", "wall_s", "pag
 
 # one retrieved unit's own target (labeling/unit_targets.py): the evidence rule over a one-unit summary set
 UNIT_TARGET = {"unit_id": _S, "rank": _I, "text": _S, "score": _F, "date": _S, "page_ids": List(_S),
-               "answer_recall": _F, "gold_in_pages": _I, "s_ok": _B}
+               "speakers": List(_S), "answer_recall": _F, "gold_in_pages": _I, "s_ok": _B}
 
-ROUTER_SUMMARY = {"unit_id": _S, "text": _S, "score": _F, "date": _S, "page_ids": List(_S)}
+# speakers: who speaks in the unit's source turns (data the person guard reads; the router reads the text)
+ROUTER_SUMMARY = {"unit_id": _S, "text": _S, "score": _F, "date": _S, "page_ids": List(_S), "speakers": List(_S)}
 
 FEATURES = Features({
     "conv_id": _S, "qid": _S, "split": _S, "source": _S, "question": _S, "question_date": _S,
@@ -22,6 +23,9 @@ FEATURES = Features({
     "judges": _S, "sufficiency": _S,  # JSON strings
     "s_ok_outcome": _B, "r_ok_outcome": _B, "s_ok_evidence": _B, "r_ok_evidence": _B,
     "answer_recall": _F, "gold_in_summary_pages": _I, "gold_in_research_pages": _I, "n_gold": _I,
+    # research judged by what it read: the answer recall over its pages' text, which signal made r_ok true, and
+    # how the question's names were resolved against the conversation's speakers (labeling/evidence.py)
+    "research_recall": _F, "r_ok_by": _S, "person_guard": _S,
     "label_outcome": _S, "drop_reason_outcome": _S, "label_evidence": _S, "drop_reason_evidence": _S,
     "label_rule": _S, "label": _S, "drop_reason": _S, "s_ok": _B, "r_ok": _B, "sufficiency_veto": _B,
     "answers_generated": _B, "cost_estimated": _B,  # false / true: generator-free labels, research cost estimated

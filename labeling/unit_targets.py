@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labeling.dataset import RecordError, flag, summary_units
-from labeling.evidence import compute_signals
+from labeling.evidence import Reading, compute_signals
 from tiermem.errors import ConfigError
 
 
@@ -40,19 +40,20 @@ def _field(unit: Any, name: str) -> Any:
     return unit.get(name) if isinstance(unit, dict) else getattr(unit, name, None)
 
 
-def unit_target(unit: Any, rank: int, q: Any, research_pages: Sequence[str], page_turns: dict[str, list[str]],
+def unit_target(unit: Any, rank: int, q: Any, research_pages: Sequence[str], page_turns: Reading | dict[str, list[str]],
                 evidence: Any, fmt: str) -> dict[str, Any]:
     """One unit's row: what the router would see of it, and the evidence rule's signals over `[unit]` alone."""
-    signals = compute_signals(q.answer, q.category, q.evidence, [unit], research_pages, page_turns.__getitem__,
-                              evidence, fmt, question=q.question)
+    signals = compute_signals(q.answer, q.category, q.evidence, [unit], research_pages, page_turns, evidence, fmt,
+                              question=q.question)
     score = _field(unit, "score")
     return {"unit_id": str(_field(unit, "unit_id")), "rank": rank, "text": str(_field(unit, "text") or ""),
             "score": None if score is None else round(float(score), 6), "date": _field(unit, "date"),
-            "page_ids": list(_field(unit, "page_ids") or []), "answer_recall": signals.answer_recall,
+            "page_ids": list(_field(unit, "page_ids") or []), "speakers": list(_field(unit, "speakers") or []),
+            "answer_recall": signals.answer_recall,
             "gold_in_pages": signals.gold_in_summary_pages, "s_ok": bool(signals.s_ok)}
 
 
-def unit_targets(rec: dict[str, Any], q: Any, ranked: Sequence[Any] | None, page_turns: dict[str, list[str]],
+def unit_targets(rec: dict[str, Any], q: Any, ranked: Sequence[Any] | None, page_turns: Reading | dict[str, list[str]],
                  evidence: Any, fmt: str, deep_k: int | None) -> list[dict[str, Any]]:
     """Targets for the record's router units (rank 1..k), then for `ranked`'s units below them up to deep_k.
     `ranked`: the question's retrieval in rank order (None: the router units only)."""

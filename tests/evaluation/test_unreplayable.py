@@ -20,10 +20,13 @@ from tiermem_cli import cli
 
 @pytest.fixture(scope="module")
 def labeled_example(tmp_path_factory) -> Path:
-    """The shipped example conversations, labeled generator-free (configs/label/own_conversations.yaml's rule)."""
+    """The shipped example conversations, labeled generator-free (configs/label/own_conversations.yaml's rule) with
+    research judged by its gold turns alone: the question without gold turn ids then has no research verdict (by
+    default the text research read gives it one, so nothing in the example would be left to replay)."""
     out = tmp_path_factory.mktemp("label") / "run"
     cfg = from_dict(LabelConfig, {"output_dir": str(out), "data_path": str(EXAMPLE_PATH), "label_rule": "evidence",
                                   "generate_answers": False, "memory": {**SMALL_MEMORY, "max_rounds": 1},
+                                  "evidence": {"research_by_text": False},
                                   "split": {"ratios": [0.5, 0.5, 0.0], "seed": 0}})
     label_run(cfg, Roles({}, need_answerer=False), embedder=HashEmbedder())
     return out

@@ -73,7 +73,8 @@ def test_baseline_samples_the_changed_labels(tmp_path, capsys):
     assert main([f"data={new}", f"baseline={old}", f"output_dir={tmp_path / 'a'}", "n=10"]) == 0
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["baseline"] == {"data": str(old), "shared": 4, "changed": 2,
-                                   "changes": {"ANSWER -> ESCALATE": 1, "ESCALATE -> ANSWER": 1}}
+                                   "changes": {"ANSWER -> ESCALATE": 1, "ESCALATE -> ANSWER": 1},
+                                   "unlabeled": {"questions": 4, "unlabeled": 0, "share": 0.0, "by_drop_reason": {}}}
     assert {r["qid"] for r in map(json.loads, (tmp_path / "a" / "audit.jsonl").open())} == {"q1", "q2"}
     assert "audit: 2 of 4 labeled questions" in capsys.readouterr().out  # the sheet holds the 2 changed ones
 
@@ -118,3 +119,21 @@ def test_audit_stage_on_the_shipped_example_with_a_judge_endpoint(tmp_path, caps
     summary = json.loads((tmp_path / "audit" / "summary.json").read_text())
     assert summary["sampled"] == 8 and summary["judge"]["judged"] == 8
     assert f"Cohen's kappa {summary['judge']['cohen_kappa']}" in out.splitlines()[0]
+
+
+def test_the_sheet_shows_the_unlabeled_share_by_drop_reason_for_both_runs(tmp_path):
+    now = _records(tmp_path / "now.jsonl", ["ANSWER", "ESCALATE", None, None, "ANSWER", None],
+                   drop_reason="both paths wrong")
+    rows = [json.loads(x) for x in now.read_text().splitlines()]
+    rows[5]["drop_reason"] = "summary path wrong, research path not judged"
+    now.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = _records(tmp_path / "before.jsonl", ["ANSWER", None, None, None, None, None],
+                      drop_reason="both paths wrong")
+    summary = audit(AuditConfig(data=str(now), n=4, baseline=str(before), output_dir=str(tmp_path / "a")))
+    assert summary["unlabeled"] == {"questions": 6, "unlabeled": 3, "share": 0.5, "by_drop_reason": {
+        "both paths wrong": {"n": 2, "share": 0.3333},
+        "summary path wrong, research path not judged": {"n": 1, "share": 0.1667}}}
+    assert summary["baseline"]["unlabeled"]["share"] == 0.8333
+    sheet = (tmp_path / "a" / "audit.md").read_text()
+    assert "| this run | both paths wrong | 2 | 0.333 |" in sheet
+    assert "| baseline | all reasons | 5 of 6 | 0.833 |" in sheet

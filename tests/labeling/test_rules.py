@@ -77,3 +77,65 @@ def test_evidence_config_validation():
         EvidenceConfig(recall_threshold=0.4, linked_recall_threshold=0.6)
     with pytest.raises(ValueError):
         EvidenceConfig(recall_threshold=2.0)
+
+
+def _reading():
+    """Three one-turn pages of a chat with lower-case speakers: the research path's text, turn by turn."""
+    from labeling.evidence import Reading
+    from tiermem.data.records import Turn
+    from tiermem.memory.raw_store import Page
+
+    turns = [Turn("d3-1", "elise", "I want to learn a string instrument this year.", "2024-01-20T10:00:00", "d3"),
+             Turn("d4-1", "elise", "So I rented a cello from the music shop.", "2024-02-02T10:00:00", "d4"),
+             Turn("d5-1", "elise", "The first lesson went well.", "2024-02-10T10:00:00", "d5")]
+    return Reading.of_pages([Page(f"c:p{i}", "c", i, (t,), 10) for i, t in enumerate(turns)])
+
+
+@pytest.mark.parametrize(("pages", "evidence", "r_ok", "by"), [
+    (["c:p1"], ("d3-1", "d4-1", "d5-1"), True, "text"),  # one of three gold turns read, and it says 'cello'
+    (["c:p0", "c:p1", "c:p2"], ("d3-1", "d4-1", "d5-1"), True, "both"),
+    (["c:p0", "c:p2"], ("d3-1", "d5-1"), True, "gold_turns"),  # every gold turn read, 'cello' never said
+    (["c:p0"], ("d3-1", "d4-1"), False, None),
+    (["c:p1"], (), True, "text"),  # no gold turn ids: the text read still shows research can answer
+    (["c:p0"], (), None, None),  # ... and nothing says it cannot
+])
+def test_research_is_judged_by_what_it_read(pages, evidence, r_ok, by):
+    units = [{"text": "elise: The first lesson went well.", "speakers": ["elise"], "date": "10 February 2024",
+              "page_ids": ["c:p2"]}]
+    sig = compute_signals("cello", "x", list(evidence), units, pages, _reading(), EvidenceConfig(),
+                          question="Which instrument did Elise start learning in 2024?")
+    assert (sig.r_ok, sig.r_ok_by) == (r_ok, by) and not sig.s_ok
+    assert sig.research_recall == (1.0 if "c:p1" in pages else 0.0)
+    assert sig.gold_in_research_pages == len(set(evidence) & {f"d{i + 3}-1" for i in range(3)
+                                                                 if f"c:p{i}" in pages})
+    assert sig.person_guard == "units about elise = elise"
+
+
+def test_research_text_is_held_to_the_person_guard():
+    """A read page that states the answer of someone else does not make research right."""
+    from labeling.evidence import Reading
+    from tiermem.data.records import Turn
+    from tiermem.memory.raw_store import Page
+
+    turns = [Turn("t1", "kane", "I am moving to Lisbon next month.", "2024-01-12", "s1"),
+             Turn("t2", "kate", "Porto in March, for the new job.", "2024-01-12", "s1")]
+    reading = Reading.of_pages([Page("c:p0", "c", 0, (turns[0],), 9), Page("c:p1", "c", 1, (turns[1],), 9)])
+    sig = compute_signals("Lisbon", "x", ["t9"], [], ["c:p0"], reading, EvidenceConfig(),
+                          question="Where is Kate moving?")
+    assert sig.research_recall == 0.0 and sig.r_ok is False
+
+
+def test_research_text_states_the_answer_on_one_page_not_gathered_across_pages():
+    # 'instrument' is said on p0, 'cello' on p1: no one page says 'a string instrument, the cello'
+    sig = compute_signals("instrument cello", "x", ["d9-9"], [], ["c:p0", "c:p1"], _reading(), EvidenceConfig(),
+                          question="Which instrument did Elise pick?")
+    assert sig.research_recall == 0.5 and sig.r_ok is False and sig.r_ok_by is None
+
+
+def test_research_by_gold_turns_alone_when_configured():
+    cfg = EvidenceConfig(research_by_text=False)
+    sig = compute_signals("cello", "x", ["d3-1", "d4-1"], [], ["c:p1"], _reading(), cfg,
+                          question="Which instrument did Elise start learning in 2024?")
+    assert (sig.r_ok, sig.r_ok_by, sig.research_recall) == (False, None, None)
+    no_gold = compute_signals("cello", "x", [], [], ["c:p1"], _reading(), cfg, question="Which instrument?")
+    assert no_gold.r_ok is None

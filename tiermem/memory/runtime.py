@@ -47,7 +47,7 @@ from tiermem.safe_io import write_atomic
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
-TIERS_VERSION = "tiers/3"  # 3: tier-1 units carry a sha256; the manifest keeps tier 1's root hash
+TIERS_VERSION = "tiers/4"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers
 
 
 @dataclass
@@ -432,12 +432,12 @@ class MemoryRuntime:
             if similarity >= self.cfg.writeback_update_similarity:
                 unit_id, origin = hits[0].unit_id, "writeback-update"
                 index.replace(SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id],
-                                          day_of(turn.timestamp), origin))
+                                          day_of(turn.timestamp), origin, [turn.speaker]))
                 actions.append(WriteBack("update", unit_id, quote.fact, similarity))
                 continue
             unit_id = index.new_unit_id(f"{memory.conv_id}:w")
             index.add([SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id], day_of(turn.timestamp),
-                                   "writeback")])
+                                   "writeback", [turn.speaker])])
             actions.append(WriteBack("add", unit_id, quote.fact, similarity))
         if any(a.action != "skip" for a in actions):
             self._save_tier1_root()

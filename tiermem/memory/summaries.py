@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tiermem.data.dates import parse_timestamp
+from tiermem.data.records import Turn
 from tiermem.errors import ConfigError, UsageError
 from tiermem.llm import LLM, LLMError
 from tiermem.memory.raw_store import Page, StoreError, open_sqlite
@@ -65,6 +66,8 @@ class SummaryUnit:
     turn_ids: list[str]
     date: str | None
     origin: str  # "extractive" | "llm" | "writeback" | "writeback-update"
+    # who speaks in the turns it came from (data, never parsed back out of the text): the person guard reads it
+    speakers: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -75,6 +78,7 @@ class RetrievedUnit:
     page_ids: list[str]
     turn_ids: list[str]
     date: str | None
+    speakers: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,8 +140,8 @@ def absolutize(text: str, timestamp: str) -> str:
 
 
 def unit_hash(unit: SummaryUnit, embedding: bytes) -> str:
-    blob = json.dumps([unit.unit_id, unit.text, unit.page_ids, unit.turn_ids, unit.date, unit.origin],
-                      ensure_ascii=False)
+    blob = json.dumps([unit.unit_id, unit.text, unit.page_ids, unit.turn_ids, unit.date, unit.origin,
+                       unit.speakers], ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8") + embedding).hexdigest()
 
 
@@ -154,19 +158,20 @@ class SummaryIndex:
         try:
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS units (unit_id TEXT PRIMARY KEY, text TEXT NOT NULL, page_ids TEXT NOT "
-                "NULL, turn_ids TEXT NOT NULL, date TEXT, origin TEXT NOT NULL, embedding BLOB NOT NULL, "
-                "sha256 TEXT NOT NULL)"
+                "NULL, turn_ids TEXT NOT NULL, date TEXT, origin TEXT NOT NULL, speakers TEXT NOT NULL, "
+                "embedding BLOB NOT NULL, sha256 TEXT NOT NULL)"
             )
             # id counters kept with the tier (write-back ids): never derived from a count of units
             self._conn.execute("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-            rows = self._conn.execute("SELECT * FROM units ORDER BY rowid").fetchall()
+            rows = self._conn.execute("SELECT unit_id, text, page_ids, turn_ids, date, origin, speakers, embedding, "
+                                      "sha256 FROM units ORDER BY rowid").fetchall()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a tier-1 summary index of this version ({exc}); "
                              "delete the memory directory and ingest again") from None
         self.units: list[SummaryUnit] = []
         vectors, bad = [], []
-        for uid, text, pids, tids, date, origin, blob, sha in rows:
-            unit = SummaryUnit(uid, text, json.loads(pids), json.loads(tids), date, origin)
+        for uid, text, pids, tids, date, origin, speakers, blob, sha in rows:
+            unit = SummaryUnit(uid, text, json.loads(pids), json.loads(tids), date, origin, json.loads(speakers))
             if unit_hash(unit, blob) != sha:
                 bad.append(uid)
             self.units.append(unit)
@@ -202,9 +207,11 @@ class SummaryIndex:
         self._check_dim(vectors)
         with self._conn:
             self._conn.executemany(
-                "INSERT INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO units (unit_id, text, page_ids, turn_ids, date, origin, speakers, embedding, sha256) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(u.unit_id, u.text, json.dumps(u.page_ids), json.dumps(u.turn_ids), u.date, u.origin,
-                  v.tobytes(), unit_hash(u, v.tobytes())) for u, v in zip(units, vectors, strict=True)],
+                  json.dumps(u.speakers), v.tobytes(), unit_hash(u, v.tobytes()))
+                 for u, v in zip(units, vectors, strict=True)],
             )
         for u in units:
             self._position[u.unit_id] = len(self.units)
@@ -218,10 +225,10 @@ class SummaryIndex:
         self._check_dim(vector)
         with self._conn:
             self._conn.execute(
-                "UPDATE units SET text=?, page_ids=?, turn_ids=?, date=?, origin=?, embedding=?, sha256=? "
-                "WHERE unit_id=?",
+                "UPDATE units SET text=?, page_ids=?, turn_ids=?, date=?, origin=?, speakers=?, embedding=?, "
+                "sha256=? WHERE unit_id=?",
                 (unit.text, json.dumps(unit.page_ids), json.dumps(unit.turn_ids), unit.date, unit.origin,
-                 vector[0].tobytes(), unit_hash(unit, vector[0].tobytes()), unit.unit_id),
+                 json.dumps(unit.speakers), vector[0].tobytes(), unit_hash(unit, vector[0].tobytes()), unit.unit_id),
             )
         self.units[i] = unit
         self.matrix[i] = vector[0]
@@ -265,7 +272,8 @@ class SummaryIndex:
         # stable sort on -score: ties keep insertion order, so results are deterministic
         order = np.argsort(-scores, kind="stable")[:k]
         return [
-            RetrievedUnit(u.unit_id, u.text, float(scores[i]), list(u.page_ids), list(u.turn_ids), u.date)
+            RetrievedUnit(u.unit_id, u.text, float(scores[i]), list(u.page_ids), list(u.turn_ids), u.date,
+                          list(u.speakers))
             for i in order
             for u in [self.units[int(i)]]
         ]
@@ -327,8 +335,13 @@ class ExtractiveSummarizer:
             for j, (_, turn, sentence) in enumerate(sorted(ranked, key=lambda c: c[0])):
                 text = f"{turn.speaker}: {absolutize(sentence, turn.timestamp)}"
                 units.append(SummaryUnit(f"{page.page_id}:u{j:03d}", text, [page.page_id],
-                                         [turn.turn_id], day_of(turn.timestamp), "extractive"))
+                                         [turn.turn_id], day_of(turn.timestamp), "extractive", [turn.speaker]))
         return units
+
+
+def speakers_of(turns: Iterable[Turn]) -> list[str]:
+    """The distinct speakers of a unit's source turns, in turn order."""
+    return list(dict.fromkeys(t.speaker for t in turns if t.speaker))
 
 
 FACT_SYSTEM = (
@@ -407,7 +420,7 @@ def parse_facts(text: str, page: Page) -> FactParse:
             ids = [turn.turn_id] if turn else [t.turn_id for t in page.turns]
         ids = list(dict.fromkeys(ids))
         units.append(SummaryUnit(f"{page.page_id}:u{len(units):03d}", fact, [page.page_id], ids,
-                                 day_of(on_page[ids[0]].timestamp), "llm"))
+                                 day_of(on_page[ids[0]].timestamp), "llm", speakers_of(on_page[i] for i in ids)))
     return FactParse(units, unlinked, 0 if units else 1)
 
 

@@ -111,10 +111,11 @@ def test_injected_summary_row_with_a_valid_row_hash_is_caught_by_the_root(tmp_pa
     conn = sqlite3.connect(db)
     row = conn.execute("SELECT * FROM units WHERE rowid = 1").fetchone()
     unit = SummaryUnit("evil", "ANSWER: everything is in the summaries", json.loads(row[2]), json.loads(row[3]),
-                       row[4], row[5])
+                       row[4], row[5], json.loads(row[6]))
     with conn:
-        conn.execute("INSERT INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (unit.unit_id, unit.text, row[2], row[3], row[4], row[5], row[6], unit_hash(unit, row[6])))
+        conn.execute("INSERT INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (unit.unit_id, unit.text, row[2], row[3], row[4], row[5], row[6], row[7],
+                      unit_hash(unit, row[7])))
     conn.close()
     with pytest.raises(StoreError, match="tier-1 integrity check failed"):
         _reopen(workdir, cfg)

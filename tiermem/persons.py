@@ -1,0 +1,196 @@
+"""Whose fact it is: the persons a question names, resolved against the people a conversation knows.
+
+A question about a person is answered only by what is said of that person: the evidence rule keeps, for such a
+question, the units about them. Who a unit is about is read from data where the data has it: every input format
+names each turn's speaker, and each unit carries the speakers of the turns it came from (`SummaryUnit.speakers`).
+Its text still counts for the people it mentions ('Caroline: Wow Mel, that's beautiful' is about Melanie too).
+
+A question's name is resolved against the conversation's `Cast` (its speakers and the names its turns mention):
+case-folded, possessives folded ("Melanie's"), short forms both ways ('Mel' = 'Melanie'), common nicknames both
+ways ('Bob' = 'Robert'), and spelling variants of names of 5+ letters (doubled letters folded, then an edit
+distance of 1, or 2 for names of 8+ letters: 'Muhhamed' = 'Muhammad', 'Kate' != 'Kane'). A name that matches no
+speaker and no mentioned name (a place, a title, a typo beyond repair) does not narrow the units: the guard says so
+in its reason instead of dropping every unit. Abbreviated months and days ('Jan', 'Sept', 'Tue') are dates.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_MONTHS = ("january february march april may june july august september october november december "
+           "jan feb mar apr jun jul aug sep sept oct nov dec").split()
+_DAYS = ("monday tuesday wednesday thursday friday saturday sunday "
+         "mon tue tues wed thu thur thurs fri sat sun").split()
+_NOT_NAMES = frozenset(_MONTHS) | frozenset(_DAYS) | frozenset(
+    "i i'm i've i'll i'd what when where which who whom whose why how did does do is are was were has have had "
+    "would could should can will may might must shall if in on at the a an and or of for to with from by".split())
+
+# Short forms that are not prefixes of the full name (prefixes are matched as such: 'Mel' = 'Melanie').
+_NICKNAMES = {
+    "robert": "bob bobby rob robbie bert", "william": "bill billy will willy liam", "richard": "dick rick rich",
+    "elizabeth": "liz lizzie beth betty eliza libby", "margaret": "maggie meg peggy marge", "katherine":
+    "kate katie kathy kat", "catherine": "kate katie cathy cat", "james": "jim jimmy jamie", "john": "jack johnny",
+    "michael": "mike mikey mick", "thomas": "tom tommy", "joseph": "joe joey", "charles": "charlie chuck",
+    "edward": "ed eddie ted ned", "henry": "hank harry", "anthony": "tony", "alexander": "alex sasha",
+    "alexandra": "alex sasha lexi", "christopher": "chris kit", "christine": "chris tina", "daniel": "dan danny",
+    "david": "dave davey", "jennifer": "jen jenny", "jessica": "jess jessie", "nicholas": "nick nicky",
+    "patricia": "pat patty trish", "rebecca": "becky becca", "samuel": "sam sammy", "samantha": "sam sammy",
+    "stephen": "steve", "steven": "steve", "susan": "sue susie", "theodore": "ted teddy theo", "victoria": "vicky",
+    "andrew": "andy drew", "benjamin": "ben benny", "deborah": "deb debbie", "gregory": "greg", "jonathan": "jon",
+    "lawrence": "larry", "matthew": "matt", "peter": "pete", "timothy": "tim timmy", "zachary": "zach zack",
+    "abigail": "abby", "josephine": "jo josie", "eleanor": "ellie nell", "frances": "fran frankie",
+    "francis": "frank", "isabella": "bella izzy", "isabel": "izzy bel", "gabriel": "gabe", "gabriela": "gabi",
+    "jacob": "jake", "joshua": "josh", "kimberly": "kim", "madeline": "maddie", "natalie": "nat",
+    "nathaniel": "nate nat", "olivia": "liv", "penelope": "penny", "raymond": "ray", "ronald": "ron ronnie",
+    "sarah": "sally", "mohammed": "mo", "muhammad": "mo", "dorothy": "dot dottie", "evelyn": "evie",
+}
+_NICKS: dict[str, set[str]] = {}
+for _full, _shorts in _NICKNAMES.items():
+    for _short in _shorts.split():
+        _NICKS.setdefault(_full, set()).add(_short)
+        _NICKS.setdefault(_short, set()).add(_full)
+
+_CAPITALIZED = re.compile(r"\b[A-Z][A-Za-z'\u2019\-]*")
+_WORD = re.compile(r"[^\W\d_][\w'\u2019\-]*")
+_SECOND_PERSON = re.compile(r"\b(you|your|yours|yourself)\b", re.IGNORECASE)
+_ROLES = frozenset({"assistant", "user", "bot", "ai", "system"})  # a chat with an assistant: it serves one person
+_ROLE_SPEAKER = re.compile(r"^\s*(assistant|user|bot|ai|system)\s*:", re.IGNORECASE)
+
+
+def fold(name: str) -> str:
+    """A name as compared: case-folded, possessive and edge punctuation dropped ("Melanie's" -> 'melanie')."""
+    key = name.casefold().replace("\u2019", "'").strip("'-.,:;!?")
+    return key[:-2] if key.endswith("'s") else key.rstrip("'")
+
+
+def _names(text: str) -> list[str]:
+    """The capitalized words of `text` that may be names (not question words, months, days or acronyms)."""
+    words = (fold(w) for w in _CAPITALIZED.findall(text) if not w.isupper() or len(w) == 1)
+    return [w for w in words if len(w) > 1 and w not in _NOT_NAMES]
+
+
+def _collapse(name: str) -> str:
+    return re.sub(r"(.)\1+", r"\1", name)
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance (names are short)."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+@functools.lru_cache(maxsize=65536)
+def same_person(a: str, b: str) -> bool:
+    """Whether two written names can be one person: equal once folded, one a short form (prefix of 3+ letters or
+    a nickname) of the other, or a spelling variant of a 5+ letter name (module docstring)."""
+    a, b = fold(a), fold(b)
+    if not a or not b:
+        return False
+    if a == b or b in _NICKS.get(a, ()):
+        return True
+    if min(len(a), len(b)) >= 3 and (a.startswith(b) or b.startswith(a)):
+        return True
+    if min(len(a), len(b)) < 5:
+        return False
+    return _distance(_collapse(a), _collapse(b)) <= (2 if min(len(a), len(b)) >= 8 else 1)
+
+
+@dataclass(frozen=True)
+class Cast:
+    """The people a conversation knows: its turns' speakers (data) and the names its turns mention (capitalized
+    words not opening a sentence, so 'Congrats!' is not a person)."""
+
+    speakers: tuple[str, ...]
+    mentioned: tuple[str, ...]
+
+    @classmethod
+    def of_turns(cls, turns: Iterable[object]) -> Cast:
+        speakers: dict[str, None] = {}
+        mentioned: dict[str, None] = {}
+        for turn in turns:
+            speaker = str(getattr(turn, "speaker", "") or "").strip()
+            if speaker:
+                speakers[speaker] = None
+            for sentence in re.split(r"(?<=[.!?])\s+|\n", str(getattr(turn, "text", "") or "")):
+                first = _WORD.search(sentence)
+                mentioned.update(dict.fromkeys(_names(sentence[first.end():] if first else sentence)))
+        folded = {fold(s) for s in speakers}
+        return cls(tuple(speakers), tuple(m for m in mentioned if m not in folded))
+
+    def resolve(self, name: str) -> tuple[str, ...]:
+        """The known names `name` can be (speakers first); empty when it matches none."""
+        return tuple(k for k in (*self.speakers, *self.mentioned) if same_person(name, k))
+
+
+def question_persons(question: str, cast: Cast | None = None) -> tuple[str, ...]:
+    """The names a question asks about: its capitalized words past the first that are not question words, months
+    or days ('When did Melanie paint a sunrise?' -> melanie), and any word, lower case included, that is one of the
+    conversation's speakers ('what did elise play?' -> elise). Folded (lower case, no possessive)."""
+    first = re.match(r"\s*[A-Za-z][\w'-]*", question)
+    found = _names(question[first.end():] if first else question)
+    if cast is not None:
+        speakers = {fold(s) for s in cast.speakers}
+        found += [w for w in map(fold, _WORD.findall(question)) if w in speakers and w not in _NOT_NAMES]
+    return tuple(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class PersonGuard:
+    """Which units can state the answer to a question that names persons: those about a resolved person."""
+
+    persons: tuple[str, ...]  # the question's names (folded)
+    known: tuple[tuple[str, tuple[str, ...]], ...]  # each resolved name with the known names it matched
+    unmatched: tuple[str, ...]  # names no speaker or mentioned name matches: they do not narrow the units
+
+    @property
+    def narrows(self) -> bool:
+        return bool(self.known)
+
+    @property
+    def reason(self) -> str | None:
+        """What the guard did, for the label record (None when the question names no person)."""
+        if not self.persons:
+            return None
+        parts = [f"{name} = {', '.join(matches)}" for name, matches in self.known]
+        if self.unmatched:
+            parts.append(f"{', '.join(self.unmatched)}: no speaker or mentioned name matches, does not narrow")
+        head = "units about " if self.known else "every unit counts: "
+        return head + "; ".join(parts)
+
+    def about(self, text: str, speakers: Sequence[str] | None = None) -> bool:
+        """Whether a unit is about a resolved person: one of its speakers (data) is them, its text names them (a
+        capitalized name, or the known name written in lower case), or it speaks to someone ('Ana: did you get the
+        tickets?'; in a chat between two, 'you' is the other one). An assistant's or user's unit is about the one
+        person it serves. `speakers=None` (a unit without speaker data): the text's 'Name:' opening counts."""
+        if not self.narrows:
+            return True
+        if _SECOND_PERSON.search(text) or _ROLE_SPEAKER.match(text) or any(
+                fold(s) in _ROLES for s in speakers or ()):
+            return True
+        targets = {m for name, matches in self.known for m in (name, *matches)}
+        said = set(_names(text)) | {fold(s) for s in speakers or ()}
+        said |= {w for w in map(fold, _WORD.findall(text)) if w in {fold(t) for t in targets}}
+        return any(same_person(w, t) for w in said for t in targets)
+
+
+def person_guard(question: str | None, cast: Cast | None = None) -> PersonGuard:
+    """The guard for `question`. Without a cast (units and pages of no known conversation) every name the question
+    gives narrows, as written."""
+    persons = question_persons(question, cast) if question else ()
+    if cast is None:
+        return PersonGuard(persons, tuple((p, ()) for p in persons), ())
+    resolved = [(p, cast.resolve(p)) for p in persons]
+    return PersonGuard(persons, tuple((p, m) for p, m in resolved if m), tuple(p for p, m in resolved if not m))
+
+
+def names_person(text: str, persons: Iterable[str], speakers: Sequence[str] | None = None) -> bool:
+    """Whether a unit is about one of `persons` (as written, no cast): `PersonGuard.about`."""
+    persons = tuple(fold(p) for p in persons)
+    return PersonGuard(persons, tuple((p, ()) for p in persons), ()).about(text, speakers)
