@@ -27,7 +27,7 @@ import yaml
 from labeling.config import DEFAULT_CONFIG, LabelConfig
 from labeling.resume import resume_fingerprint
 from labeling.run import dataset_records, dropped_turns, finish, recover_outputs, selected_conversations
-from labeling.shards import SHARDS_DIR, found_shards, parse_shard, read_state, shard_of
+from labeling.shards import SHARDS_DIR, found_shards, parse_shard, print_merged, read_state, shard_of
 from labeling.split import assign_splits
 from labeling.store import read_records
 from tiermem.config import parse_cli, to_dict
@@ -180,12 +180,3 @@ def main(argv: list[str]) -> int:
     stats = merge(cfg)
     print_merged(cfg, stats)
     return 0 if stats["errors"] == 0 else 1
-
-
-def print_merged(cfg: LabelConfig, stats: dict[str, Any]) -> None:
-    """The merge's counts, as `label-merge` and `label executor=ray` print them."""
-    counts = stats["labels"][cfg.label_rule]["all"]
-    print(f"merged {stats['shards']['count']} shards: {stats['records']} questions ({stats['errors']} errors); "
-          f"rule {cfg.label_rule}: ANSWER {counts.get('ANSWER', 0)}, ESCALATE {counts.get('ESCALATE', 0)}, "
-          f"dropped {counts.get('dropped', 0)}")
-    print(f"outputs: {cfg.output_dir}/dataset, all_records.jsonl, stats.json, report.md")

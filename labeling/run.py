@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from labeling.config import DEFAULT_CONFIG, LabelConfig, data_format, select
+from labeling.config import LabelConfig, data_format, select
 from labeling.evidence import Reading
 from labeling.hub import push_dataset
 from labeling.judges import LexicalJudge
@@ -50,7 +50,7 @@ from labeling.shards import parse_shard, shard_dir, shard_of, write_state
 from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore, record_key
 from labeling.unit_targets import for_split, unit_stats
-from tiermem.config import parse_cli, to_dict
+from tiermem.config import to_dict
 from tiermem.data.conversations import Conversation, Question, load_conversations
 from tiermem.data.time_order import time_order_stats
 from tiermem.errors import UsageError
@@ -84,16 +84,8 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
 
     With `cfg.shard` set, only that shard's conversations are labeled, into its own directory, and the shard's
     state is returned (`tiermem-router label-merge` writes the dataset once every shard is done).
-    With `cfg.executor == "ray"`, every shard of `cfg.shards` runs as a Ray task and the merge's stats are returned
-    (labeling/ray_executor.py). `roles` and `embedder` replace the ones the config would build (tests, or reuse
-    across runs; in this process only)."""
-    if cfg.executor == "ray":
-        if roles is not None or embedder is not None:
-            raise UsageError("executor=ray: every shard builds its roles and embedder from the config in its own "
-                             "Ray task; none can be passed in")
-        from labeling.ray_executor import label_on_ray
-
-        return label_on_ray(cfg)
+    `roles` and `embedder` replace the ones the config would build (tests, or reuse across runs; in this process
+    only). `executor=ray` is the stage's (labeling/stage.py): every shard a Ray task running this function."""
     started = time.perf_counter()
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     if cfg.shard is not None:
@@ -325,29 +317,3 @@ def build_dataset(records: list[dict[str, Any]]) -> Any:
                                 features=FEATURES)
         for name in ("train", "validation", "test") if any(r["split"] == name for r in records)
     })
-
-
-def main(argv: list[str] | None = None) -> int:
-    cfg = parse_cli(LabelConfig, list(argv or []), default_config=DEFAULT_CONFIG)
-    stats = run(cfg)
-    if cfg.shard is not None:
-        print(f"shard {stats['shard']}: {stats['records']} questions of {len(stats['conversations'])} conversations "
-              f"({stats['errors']} errors) in {stats['elapsed_s']} s; records in {stats['output_dir']}. Once every "
-              f"shard of {stats['count']} is done: tiermem-router label-merge with the same config")
-        return 0 if stats["errors"] == 0 else 1
-    if cfg.executor == "ray":
-        from labeling.merge import print_merged
-
-        print_merged(cfg, stats)
-        return 0 if stats["errors"] == 0 else 1
-    rule = cfg.label_rule
-    counts = stats["labels"][rule]["all"]
-    print(f"labeled {stats['records']} questions ({stats['errors']} errors) in {stats['elapsed_s']} s; "
-          f"rule {rule}: ANSWER {counts.get('ANSWER', 0)}, ESCALATE {counts.get('ESCALATE', 0)}, "
-          f"dropped {counts.get('dropped', 0)}")
-    if stats.get("minimal_pairs"):
-        pairs = stats["minimal_pairs"]
-        print(f"minimal pairs: {pairs['train_rows']} in the train split ({pairs['emitted']} emitted, "
-              f"{pairs['held_out']} of validation/test conversations left out)")
-    print(f"outputs: {cfg.output_dir}/dataset, all_records.jsonl, stats.json, report.md")
-    return 0 if stats["errors"] == 0 else 1

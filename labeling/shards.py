@@ -83,3 +83,12 @@ def read_state(directory: Path) -> dict[str, Any] | None:
     if not isinstance(state, dict) or not isinstance(state.get("finished"), bool):
         raise DataError(f"{path}: not a shard state (no 'finished'); rerun that shard")
     return state
+
+
+def print_merged(cfg: Any, stats: dict[str, Any]) -> None:
+    """The merge's counts, as `label-merge` and `label executor=ray` print them."""
+    counts = stats["labels"][cfg.label_rule]["all"]
+    print(f"merged {stats['shards']['count']} shards: {stats['records']} questions ({stats['errors']} errors); "
+          f"rule {cfg.label_rule}: ANSWER {counts.get('ANSWER', 0)}, ESCALATE {counts.get('ESCALATE', 0)}, "
+          f"dropped {counts.get('dropped', 0)}")
+    print(f"outputs: {cfg.output_dir}/dataset, all_records.jsonl, stats.json, report.md")

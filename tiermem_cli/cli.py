@@ -22,7 +22,7 @@ from tiermem.logs import setup_logging
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.
 STAGES: dict[str, tuple[str, str]] = {
-    "label": ("labeling.run:main", "hindsight labeling -> a labeled DatasetDict (shard=i/n: one shard of it)"),
+    "label": ("labeling.stage:main", "hindsight labeling -> a labeled DatasetDict (shard=i/n: one shard of it)"),
     "label-merge": ("labeling.merge:main", "check the shards of a sharded label run and write its DatasetDict"),
     "audit": ("labeling.audit:main", "a review sheet of sampled labels; with a judge, agreement and Cohen's kappa"),
     "sft": ("router_train.sft:main", "LoRA SFT of the router (TRL SFTTrainer)"),

@@ -4,7 +4,8 @@ import pytest
 
 from labeling.config import LabelConfig
 from labeling.roles import Roles
-from labeling.run import main, run
+from labeling.run import run
+from labeling.stage import main
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, _label_cfg, answer_from_prompt
 from tiermem.config import from_dict
 from tiermem.errors import RunError
