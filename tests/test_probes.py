@@ -164,7 +164,7 @@ def test_malformed_config_is_a_named_error(tmp_path, capsys, monkeypatch, name):
 
 @pytest.mark.parametrize(("overrides", "needle"), [
     (["port=99999"], "port must be in 0..65535"),
-    (["router.threshold_logit=.nan"], "router.threshold_logit: must be a finite number"),
+    (["router.threshold_logit=.nan"], "router.threshold_logit: must be a finite number, got nan"),
     (["router.threshold_logit=high"], "threshold_logit: expected float"),
     (["max_queue=0"], "max_queue must be >= 1"),
 ])

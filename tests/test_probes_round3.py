@@ -538,7 +538,7 @@ def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_pu
 
 @pytest.mark.parametrize(("override", "needle"), [
     ("recover_shares=[1e308]", "recover_shares: each must be a share of the accuracy gap in (0, 1], got [1e+308]"),
-    ("recover_shares=[0.8, .nan]", "recover_shares[1]: must be a finite number"),
+    ("recover_shares=[0.8, .nan]", "recover_shares[1]: must be a finite number, got nan"),
     ("recover_shares=[0]", "got [0]"),
     ("reliability_bins=0", "reliability_bins must be >= 1"),
     ("reliability_bins=-3", "got -3"),
