@@ -11,7 +11,7 @@ from typing import Any
 
 from serving.routers.registry import ROUTER_KINDS, router_class
 from tiermem.artifacts import read_run_meta
-from tiermem.errors import UsageError
+from tiermem.errors import HubError, MissingFileError, UnreachableError, UsageError
 from tiermem.llm.base import LLMConfig
 from tiermem.models import is_hub_id
 
@@ -79,7 +79,10 @@ def router_kind_of(path_or_hub_id: str | Path, revision: str | None = None) -> s
     if is_hub_id(str(path_or_hub_id)):
         from serving.hub import pull
 
-        return read_run_meta(pull(str(path_or_hub_id), revision=revision, verify=False)).router_kind
+        try:
+            return read_run_meta(pull(str(path_or_hub_id), revision=revision, verify=False)).router_kind
+        except (HubError, UnreachableError, MissingFileError):
+            pass  # the LM router's loader pulls it again and names what is wrong
     return "local"
 
 
@@ -91,8 +94,11 @@ def resolved_kind(spec: RouterSpec) -> str:
 
 def pulled(spec: RouterSpec, kind: str) -> RouterSpec:
     """A score router named by hub id is loaded from its pulled snapshot (digests checked), as from a run
-    directory; an LM router's loader pulls for itself (it needs the revision for the base's cache)."""
+    directory (kinds with a `load`); an LM router's loader pulls for itself (it needs the revision for the base's
+    cache)."""
     if kind == "local" or not spec.path or Path(spec.path).expanduser().exists() or not is_hub_id(spec.path):
+        return spec
+    if not hasattr(router_class(kind), "load"):  # a kind that reads no directory (always-*, remote, teacher)
         return spec
     from serving.hub import pull
 

@@ -56,15 +56,18 @@ def test_pick_takes_free_questions():
         pick(bare, "", "")
 
 
-def _ask(tmp_path, question, *extra):
+def _ask(tmp_path, question, *extra, base_url=None):
+    """`ask` against a fake endpoint (its own, or `base_url`: the cache key includes the endpoint)."""
     from tests.helpers.fake_openai import fake_openai
     from tiermem.data.tiermem_format import EXAMPLE_PATH
 
-    with fake_openai() as base_url:
-        return main([f"data={EXAMPLE_PATH}", f"question={question}", f"workdir={tmp_path / 'mem'}",
-                     "llm.backend=openai", "llm.model=fake", f"llm.base_url={base_url}", "memory.embedder=hashing",
-                     "memory.tokenizer=whitespace", "memory.page_tokens=120",
-                     f"llm.cache_path={tmp_path / 'cache.sqlite'}", *extra])
+    if base_url is None:
+        with fake_openai() as url:
+            return _ask(tmp_path, question, *extra, base_url=url)
+    return main([f"data={EXAMPLE_PATH}", f"question={question}", f"workdir={tmp_path / 'mem'}",
+                 "llm.backend=openai", "llm.model=fake", f"llm.base_url={base_url}", "memory.embedder=hashing",
+                 "memory.tokenizer=whitespace", "memory.page_tokens=120",
+                 f"llm.cache_path={tmp_path / 'cache.sqlite'}", *extra])
 
 
 def test_free_question_is_routed_answered_and_says_it_has_no_gold(tmp_path, capsys):
@@ -101,12 +104,19 @@ def test_known_question_shows_its_gold(tmp_path, capsys):
 
 
 def test_ask_shows_the_quote_and_says_when_the_cost_is_cached(tmp_path, capsys):
-    assert _ask(tmp_path, "q1", "memory.fixed_policy=research") == 0  # Where does Tomas volunteer?
+    from tests.helpers.fake_openai import fake_openai
+
+    with fake_openai() as url:  # one endpoint for both runs: another one would not answer from this one's cache
+        _ask_cached(tmp_path, capsys, url)
+
+
+def _ask_cached(tmp_path, capsys, url):
+    assert _ask(tmp_path, "q1", "memory.fixed_policy=research", base_url=url) == 0  # Where does Tomas volunteer?
     first = capsys.readouterr().out
     assert re.search(r"^quote: \".+\" \((Tomas|assistant), \d+ \w+ 2024; turn s\d-\d\)$", first, re.MULTILINE)
     fresh = next(line for line in first.splitlines() if line.startswith("cost: "))
     assert "cached" not in fresh and re.match(r"cost: \d+ in / \d+ out tokens, [1-9] LLM call\(s\), [\d.]+ s$", fresh)
-    assert _ask(tmp_path, "q1", "memory.fixed_policy=research") == 0  # the same calls: all from the cache
+    assert _ask(tmp_path, "q1", "memory.fixed_policy=research", base_url=url) == 0  # the same calls: from the cache
     again = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cost: "))
     tokens_calls = fresh.removeprefix("cost: ").split(", ")[:2]  # "<in> in / <out> out tokens", "<n> LLM call(s)"
     assert again.startswith("cost: cached: answered from the response cache in ")
