@@ -18,6 +18,7 @@ directory `memory.reader` names (a `make reader-pretrain` checkpoint).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -69,8 +70,16 @@ def _weights_sha256(path: Path) -> str:
 
 def load_floor(path: str | Path) -> float:
     """The calibrated floor of the reader in `path`: `answer_floor.json` (checked against the weights it was
-    calibrated for), else the checkpoint's own `reader_pretrain.json` (`heldout.answer_floor`)."""
+    calibrated for), else the checkpoint's own `reader_pretrain.json` (`heldout.answer_floor`). Read once per
+    state of the directory's files: a router's reader is looked up on every question."""
     path = Path(path)
+    state = tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.is_file() else None
+                  for f in (path / FLOOR_FILE, path / PRETRAIN_FILE, path / "model.safetensors"))
+    return _load_floor(path, state)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_floor(path: Path, state: tuple[Any, ...]) -> float:
     floor_file, pretrain = path / FLOOR_FILE, path / PRETRAIN_FILE
     if floor_file.is_file():
         stored = json.loads(floor_file.read_text(encoding="utf-8"))
