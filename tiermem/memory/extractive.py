@@ -6,7 +6,7 @@ the answer. So on the embedded default (`memory.answerer: auto` with the package
 - ANSWER: the sentences of the top-k summary units; ESCALATE: the sentences of the pages the raw index gives
   (tiermem.memory.policies.first_round_pages: time range, provenance links of the retrieved units, BM25; at most
   max_rounds x pages_per_round pages), all scored against the question by the answerability cross-encoder in one
-  batch (`date: sentence`, the unit reader's own view of a text).
+  batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
 - The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute).
 - Under the reader's calibrated floor (router_train.answer_floor) nothing read states the answer: the ANSWER path
   escalates once (the router's false cache hit is caught here), and the memory is said not to state it when the
@@ -152,7 +152,8 @@ class Reading:
 def read(reader: AnswerReader, question: str, candidates: Sequence[_Candidate]) -> Reading:
     """All candidates against the question in one batch; ties go to the earlier sentence."""
     start = time.perf_counter()
-    texts = [f"{c.evidence.date}: {c.resolved}" if c.evidence.date else c.resolved for c in candidates]
+    # the unit reader's view of an extractive summary unit ("<date>: <speaker>: <text>"): the speaker is who "I" is
+    texts = [": ".join(x for x in (c.evidence.date, c.evidence.speaker, c.resolved) if x) for c in candidates]
     logits = reader.reader.logits([question] * len(texts), texts) if texts else []
     i = max(range(len(logits)), key=lambda j: (logits[j], -j)) if logits else None
     best = candidates[i] if i is not None else None
