@@ -81,7 +81,7 @@ def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, 
     research_pages = list(ans.research.pages_read) if ans.research is not None else []
     signals = compute_signals(q.answer, q.category, q.evidence, ans.retrieved, research_pages,
                               lambda p: page_turns.get(p, []), label_cfg.evidence, fmt)
-    evidence_ok = signals.s_ok if ans.action == "ANSWER" else signals.r_ok
+    evidence_ok = signals.s_ok if ans.research is None else signals.r_ok  # escalated once: the pages count
     # the two halves of a grounded answer, judged alone: the model's reply, and the extractive quote
     lm_ok = judge.judge(q.question, q.answer, ans.lm_answer or "", q.category, fmt).correct
     extractive_ok = (judge.judge(q.question, q.answer, ans.extractive_answer, q.category, fmt).correct
@@ -101,6 +101,7 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     from labeling.judges import LexicalJudge
     from tiermem.llm import build_llm
     from tiermem.memory import MemoryRuntime
+    from tiermem.memory.extractive import answerer_mode, load_answer_reader
 
     policies = list(cfg.live.policies)
     unknown = [p for p in policies if p not in POLICIES]
@@ -119,8 +120,12 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     convs = held_out(cfg, label_cfg)
     fmt = data_format(label_cfg, cfg.live.data_path if cfg.live.data_path is not None else label_cfg.data_path)
     # No response cache: a cached call would make the second policy on the same path look free.
-    if answerer is None:
-        answerer = build_llm(dataclasses.replace(label_cfg.llm.answerer, cache_path=None))
+    llm_cfg = label_cfg.llm.answerer
+    llm_of = answerer if answerer is not None else llm_cfg  # a given answerer decides `auto`, as in the runtime
+    extractive = answerer_mode(label_cfg.memory.answerer, llm_of.backend, llm_of.model) == "extractive"
+    if answerer is None and not extractive:
+        answerer = build_llm(dataclasses.replace(llm_cfg, cache_path=None))
+    reader = load_answer_reader(label_cfg.memory.reader) if extractive else None  # one load for every conversation
     judge = LexicalJudge(cfg.live.judge_threshold)
     recorder = _RecordingRouter(router)
     rows: list[dict[str, Any]] = []
@@ -129,7 +134,8 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     total = sum(len(c.questions) for c in convs)
     bar = tqdm(total=total * len(policies), desc="live eval", unit="answer")
     for conv in convs:
-        runtime = MemoryRuntime.open_or_build(Path(cfg.live.workdir) / "tiers", conv, label_cfg.memory, llm=answerer)
+        runtime = MemoryRuntime.open_or_build(Path(cfg.live.workdir) / "tiers", conv, label_cfg.memory, llm=answerer,
+                                              answer_reader=reader)
         page_turns = {p.page_id: list(p.turn_ids) for p in runtime.memory.raw.pages(conv.conv_id)}
         try:
             for q in conv.questions:
@@ -149,7 +155,9 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
                            "parse_failures": ans.research.parse_failures if ans.research is not None else 0,
                            "stop_reason": ans.research.stop_reason if ans.research is not None else None,
                            "lm_answer": ans.lm_answer, "answer_source": ans.answer_source,
-                           "fallback_reason": ans.fallback_reason, "extractive_answer": ans.extractive_answer}
+                           "fallback_reason": ans.fallback_reason, "extractive_answer": ans.extractive_answer,
+                           "escalated_once": ans.escalated_once,
+                           "not_stated": ans.reading is not None and not ans.reading.stated}
                     if ans.error is None:
                         row.update(_judged(q, ans, page_turns, label_cfg, judge, fmt))
                     rows.append(row)
@@ -159,7 +167,8 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
     bar.close()
     summary = summarize(rows)
     meta = {"router": router_name, "split": cfg.split, "conversations": [c.conv_id for c in convs],
-            "questions": total, "label_rule": label_cfg.label_rule, "answerer": answerer.name,
+            "questions": total, "label_rule": label_cfg.label_rule,
+            "answerer": f"extractive (reader {label_cfg.memory.reader})" if extractive else answerer.name,
             "judge": f"lexical LoCoMo F1 >= {cfg.live.judge_threshold}",
             "memory": dataclasses.asdict(label_cfg.memory)}
     out = Path(cfg.output_dir)
@@ -203,7 +212,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             # evidence verdicts are undefined for research on questions without gold turns: left out, counted
             "accuracy_evidence": (sum(bool(r["evidence_ok"]) for r in known_ev) / len(known_ev)) if known_ev else None,
             "n_evidence_unknown": len(sub) - len(known_ev),
-            "escalation_rate": sum(r["action"] == "ESCALATE" for r in sub) / len(sub),
+            "escalation_rate": sum(r["action"] == "ESCALATE" or bool(r.get("escalated_once")) for r in sub) / len(sub),
             "mean_input_tokens": statistics.mean(r["input_tokens"] for r in sub),
             "mean_latency_s": statistics.mean(r["latency_s"] for r in sub),
             "router_unparseable": sum(r.get("router_parsed_ok") is False for r in sub),
@@ -212,7 +221,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "accuracy_extractive": sum(bool(r.get("extractive_ok")) for r in sub) / len(sub),
             "fallback_rate": sum(r.get("answer_source") == "extractive" for r in sub) / len(sub),
             "contains_gold": sum(bool(r.get("contains_ok")) for r in sub) / len(sub),
-            "researched": sum(r["action"] == "ESCALATE" for r in sub),  # answers whose research steps could fail
+            "researched": sum(r["action"] == "ESCALATE" or bool(r.get("escalated_once")) for r in sub),
+            "not_stated": sum(bool(r.get("not_stated")) for r in sub),  # answers whose research steps could fail
             "parse_failures": sum(int(r.get("parse_failures") or 0) for r in sub),
         }
     return out

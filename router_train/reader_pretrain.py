@@ -86,7 +86,9 @@ def cache_key(cfg: ReaderPretrainConfig, data_sha256: str, base_digest: str) -> 
 
 def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
     """Answerability on held-out articles: per pair (the training pairs' construction) and per question (the best
-    sentence's logit, every sentence of the paragraph scored; answerable = positive)."""
+    sentence's logit, every sentence of the paragraph scored; answerable = positive), and the extractive answerer's
+    floor calibrated on those best-sentence logits (router_train.answer_floor)."""
+    from router_train.answer_floor import calibrated_floor
     from router_train.reading_data import question_pairs, sentence_spans
     from tiermem.stats import auroc
 
@@ -96,7 +98,8 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
     best = [max(logits[(q.question, q.context[s:e])] for s, e in sentence_spans(q.context)) for q in questions]
     return {"questions": len(questions), "answerable": sum(q.answerable for q in questions), "pairs": len(pairs),
             "pair_auroc": round(auroc([logits[(p[0], p[1])] for p in pairs], [p[2] > 0.5 for p in pairs]), 4),
-            "question_auroc": round(auroc(best, [q.answerable for q in questions]), 4)}
+            "question_auroc": round(auroc(best, [q.answerable for q in questions]), 4),
+            "answer_floor": calibrated_floor(best, [q.answerable for q in questions])}  # `ask`'s extractive floor
 
 
 def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[str, Any]) -> None:

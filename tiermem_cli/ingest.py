@@ -5,10 +5,13 @@ router, showing the route, the pages read and the cost.
     tiermem-router ask question="What did Tomas adopt?"      # any question, in your own words
     tiermem-router ask router=runs/grpo question="When did Tomas adopt Pepper?"   # a trained router decides
 
-Every answer comes with the quote it rests on (the best-matching sentence of what was read, with its speaker, date
-and turn); when the model's reply is empty, a fragment or foreign to what it read, that quote is the answer
-(tiermem.memory.grounding). The cost line says when calls came from the response cache: they are priced at what
-they cost when first made, beside the time this run took.
+On the embedded default (memory.answerer=auto with the packaged model) no LM is called: the answer is the sentence
+of what was read that the answerability reader scores best (tiermem.memory.extractive), or "not stated" under its
+calibrated floor. With a generating answerer (an OpenAI-compatible endpoint, memory.answerer=llm) every answer comes
+with the quote it rests on (the best-matching sentence of what was read, with its speaker, date and turn); when the
+model's reply is empty, a fragment or foreign to what it read, that quote is the answer (tiermem.memory.grounding).
+The cost line says when calls came from the response cache: they are priced at what they cost when first made,
+beside the time this run took.
 
 `question` is a question id or 0-based index from the data file (its gold answer and evidence are shown next to
 the answer) or free text: anything with a space or a question mark. A free question has no gold answer or
@@ -26,6 +29,7 @@ from tiermem.config import parse_cli
 from tiermem.data.conversations import Conversation, Question, load_conversations
 from tiermem.errors import UsageError
 from tiermem.llm import LLMConfig, build_llm
+from tiermem.memory.extractive import answerer_mode
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime, RuntimeAnswer
 from tiermem.rundir import claim_cache_dir
 
@@ -77,10 +81,32 @@ def pick(convs: list[Conversation], conv_id: str, question: str | int) -> tuple[
                      "own in words (with a space or a question mark)")
 
 
+def reading_lines(out: RuntimeAnswer) -> list[str]:
+    """The extractive answerer's answer (tiermem.memory.extractive): the reader's best sentence, or "not stated"
+    with the closest sentence when none scored above the reader's calibrated floor."""
+    r = out.reading
+    assert r is not None
+    score = f"{r.logit:.2f}" if r.logit is not None else "none"
+    lines = []
+    if out.escalated_once:
+        lines.append("  escalated once: no sentence of the summaries scored above the reader's floor; read the pages")
+    if r.stated:
+        lines += [f"answer: {out.answer}",
+                  f"  extractive: the reader's best of {r.sentences} sentence(s) read (logit {score} >= floor "
+                  f"{r.floor:.2f}; reader {r.reader}, {r.seconds:.2f} s)"]
+    else:
+        lines += [f"answer: not stated: the memory does not state it (best of {r.sentences} sentence(s) read scored "
+                  f"{score}, under the reader's floor {r.floor:.2f})"]
+        return lines + [f"closest: {r.best.cite()}" if r.best else "closest: none (nothing was read)"]
+    return lines + [f"quote: {out.evidence.cite()}" if out.evidence else "quote: none"]
+
+
 def answer_lines(out: RuntimeAnswer) -> list[str]:
     """The answer, where it came from, and the quote it rests on (always shown when there is one)."""
     if out.error is not None:
         return [f"answer: <error> {out.error}"]
+    if out.reading is not None:
+        return reading_lines(out)
     lines = [f"answer: {out.answer or '(empty)'}"]
     if out.answer_source == "extractive":
         lines.append(f"  extractive: the model's reply {out.lm_answer!r} was unusable ({out.fallback_reason}); "
@@ -111,7 +137,9 @@ def main(argv: list[str]) -> int:
     cfg = parse_cli(IngestConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
     claim_cache_dir(cfg.workdir)  # tiers are built only in a tier cache, never inside another stage's run
     conv, question = pick(load_conversations(cfg.data or None), cfg.conversation, cfg.question)
-    llm = build_llm(cfg.llm)
+    # the extractive answerer calls no LM: the packaged model is loaded only when something generates
+    generates = answerer_mode(cfg.memory.answerer, cfg.llm.backend, cfg.llm.model) == "llm"
+    llm = build_llm(cfg.llm) if generates or cfg.memory.summarizer == "llm" else None
     start = time.perf_counter()
     runtime = MemoryRuntime.open_or_build(cfg.workdir, conv, cfg.memory, llm=llm)
     built_s = time.perf_counter() - start
@@ -136,7 +164,11 @@ def main(argv: list[str]) -> int:
         print(f"  summary {i} ({unit.score:.3f}, {unit.date}) {unit.text[:110]}")
     print(f"route: {out.action} by {out.decided_by}"
           + (f" (router {out.router_s * 1000:.0f} ms, parsed_ok={out.router_parsed_ok})" if router else ""))
-    if out.research is not None:
+    if out.research is not None and out.research.stop_reason == "extractive":
+        print("research: the raw index's pages (time range, the summaries' provenance links, BM25), ranked by the "
+              "reader; no LM")
+        print(f"pages read: {', '.join(out.research.pages_read) or 'none'}")
+    elif out.research is not None:
         r = out.research
         print(f"research: {r.rounds} round(s), stop={r.stop_reason}, "
               f"{len(r.linked)}/{len(r.quotes)} quotes linked, {r.parse_failures} parse failure(s)")

@@ -182,7 +182,7 @@ def test_live_eval_alone_on_named_conversations_reports_grounding(tmp_path, monk
     label_cfg = tmp_path / "label.yaml"
     label_cfg.write_text(
         f"data_path: {EXAMPLE_PATH}\nlabel_rule: evidence\nmemory:\n  tokenizer: whitespace\n  embedder: hashing\n"
-        "  page_tokens: 400\n  max_rounds: 1\nllm:\n  answerer: {backend: local}\n")
+        "  page_tokens: 400\n  max_rounds: 1\n  answerer: llm\nllm:\n  answerer: {backend: local}\n")
     import tiermem.llm
     from tiermem.llm import ScriptedLLM
 

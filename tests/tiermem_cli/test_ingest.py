@@ -40,7 +40,7 @@ def test_missing_data_file_is_one_clear_error(tmp_path):
 @pytest.mark.slow
 def test_ingest_cli_end_to_end(tmp_path, capsys):
     rc = main([f"workdir={tmp_path / 'mem'}", f"llm.cache_path={tmp_path / 'cache.sqlite'}", "question=3",
-               "memory.fixed_policy=research"])
+               "memory.fixed_policy=research", "memory.answerer=llm"])  # the LM path (the reader's: test_extractive)
     out = capsys.readouterr().out
     assert rc == 0 and "raw pages" in out and "summary units" in out and "route: ESCALATE by fixed:research" in out
 

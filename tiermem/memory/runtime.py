@@ -22,6 +22,14 @@ from tiermem.contract import ACTIONS
 from tiermem.data.conversations import Conversation, Question
 from tiermem.errors import ConfigError
 from tiermem.llm import LLM
+from tiermem.memory.extractive import (
+    AnswerReader,
+    Reading,
+    answer_extractively,
+    answerer_mode,
+    load_answer_reader,
+    router_reader,
+)
 from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates, with_similarity
 from tiermem.memory.policies import (
     LinkedQuote,
@@ -37,12 +45,11 @@ from tiermem.memory.summaries import (
     Embedder,
     RetrievedUnit,
     SummaryIndex,
-    SummaryUnit,
     build_summarizer,
-    day_of,
     load_embedder_spec,
 )
 from tiermem.memory.tiers import TwoTierMemory
+from tiermem.memory.writeback import WriteBack, write_back
 from tiermem.safe_io import write_atomic
 
 MANIFEST = "manifest.json"
@@ -74,6 +81,11 @@ class MemoryConfig:
     # An LM answer that is empty, a fragment or foreign to what was read is replaced by the best-matching quote
     # (tiermem.memory.grounding); "none" keeps the LM's reply whatever it is (the quote is still attached).
     answer_fallback: str = "extractive"
+    # who answers (tiermem.memory.extractive): "extractive" (the reader picks the sentence, no LM), "llm", or "auto"
+    # (extractive on the packaged local model, generation on any other); `reader` is the reader's directory when
+    # the router is not a unit reader with its own
+    answerer: str = "auto"
+    reader: str = "runs/reader_pretrain"
     # verified write-back after an escalation (benchmark runs keep tier 1 fixed: off by default)
     write_back: bool = False
     writeback_skip_similarity: float = 0.92
@@ -84,6 +96,7 @@ class MemoryConfig:
             raise ConfigError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
         if self.answer_fallback not in ("extractive", "none"):
             raise ConfigError(f"answer_fallback must be 'extractive' or 'none', got {self.answer_fallback!r}")
+        answerer_mode(self.answerer, None, None)  # a bad setting fails at load, whatever the model
         if self.fixed_policy not in ("summary", "research"):
             raise ConfigError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
         if not 1 <= self.max_rounds <= 3:
@@ -125,14 +138,6 @@ class IngestStats:
 
 
 @dataclass
-class WriteBack:
-    action: str  # "skip" | "update" | "add"
-    unit_id: str | None  # the unit added or updated, or the near-duplicate that made us skip
-    fact: str
-    similarity: float
-
-
-@dataclass
 class RuntimeAnswer:
     question: str
     answer: str | None
@@ -155,6 +160,8 @@ class RuntimeAnswer:
     fallback_reason: str | None = None
     evidence: Evidence | None = None
     extractive_answer: str | None = None  # the fallback, computed on every answer (evaluated on its own)
+    reading: Reading | None = None  # the extractive answerer's reading (answer_source "reader"; None: the LM answered)
+    escalated_once: bool = False  # ANSWER found nothing above the reader's floor in the summaries and read pages
     elapsed_s: float = 0.0  # this call's own time; cost.wall_s prices cached calls at their original latency
 
     def to_dict(self) -> dict[str, Any]:
@@ -178,13 +185,14 @@ def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None =
 class MemoryRuntime:
     def __init__(self, workdir: str | Path, cfg: MemoryConfig | None = None, *, llm: LLM | None = None,
                  embedder: Embedder | None = None, count_tokens: TokenCounter | None = None,
-                 summarizer_llm: LLM | None = None) -> None:
+                 summarizer_llm: LLM | None = None, answer_reader: AnswerReader | None = None) -> None:
         self.workdir = Path(workdir)
         self.cfg = cfg or MemoryConfig()
         self.llm = llm
         self.summarizer_llm = summarizer_llm or llm
         self._embedder = embedder
         self._count_tokens = count_tokens
+        self._reader = answer_reader  # loaded from cfg.reader on the first extractive answer without a router's
         self.memory: TwoTierMemory | None = None
         self.manifest: dict[str, Any] = {}
         if (self.workdir / MANIFEST).is_file():
@@ -336,9 +344,18 @@ class MemoryRuntime:
     def retrieve(self, question: str | Question) -> list[RetrievedUnit]:
         return self._require().search_summaries(question_text(question)[0], self.cfg.top_k)
 
+    def _configured_reader(self) -> AnswerReader:
+        if self._reader is None:
+            self._reader = load_answer_reader(self.cfg.reader)
+        return self._reader
+
+    def answerer(self) -> str:
+        return answerer_mode(self.cfg.answerer, *((self.llm.backend, self.llm.model) if self.llm else (None, None)))
+
     def answer(self, question: str | Question, router: RouterLike | None = None) -> RuntimeAnswer:
         memory = self._require()
-        if self.llm is None:
+        extractive = self.answerer() == "extractive"
+        if self.llm is None and not extractive:
             raise RuntimeError("MemoryRuntime needs an llm to answer questions")
         q, _ = question_text(question)
         start = began = time.perf_counter()
@@ -359,7 +376,14 @@ class MemoryRuntime:
             decided_by = f"fixed:{self.cfg.fixed_policy}"
         out = RuntimeAnswer(q, None, action, decided_by, retrieved, PathCost(), retrieval_s, router_s, parsed_ok,
                             router_error)
-        if action == "ANSWER":
+        if extractive:
+            reader = router_reader(router) or self._configured_reader()
+            got = answer_extractively(memory, question, action, retrieved, reader, self.cfg)
+            out.answer, out.evidence, out.cost, out.summary, out.research = (got.answer, got.evidence, got.cost,
+                                                                             got.summary, got.research)
+            out.reading, out.escalated_once, out.answer_source = got.reading, got.escalated_once, "reader"
+            out.extractive_answer = got.answer
+        elif action == "ANSWER":
             out.summary = self.summary_path(question, retrieved)
             out.answer, out.cost, out.error = out.summary.answer, out.summary.cost, out.summary.error
         else:
@@ -367,7 +391,7 @@ class MemoryRuntime:
             out.answer, out.cost, out.error = out.research.answer, out.research.cost, out.research.error
             if self.cfg.write_back and out.error is None:
                 out.writeback = self.write_back(out.research.linked)
-        if out.error is None:  # an LLM error stays an error: no quote is passed off as its answer
+        if out.error is None and not extractive:  # an LLM error stays an error: no quote is passed off as its answer
             self._ground(out)
         out.elapsed_s = time.perf_counter() - began
         return out
@@ -413,32 +437,8 @@ class MemoryRuntime:
         )
 
     def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:
-        """Verified write-back: each fact whose quote linked to a raw turn becomes a tier-1 unit linked to
-        that page and turn; against the most similar existing unit it is skipped (near duplicate),
-        updates that unit (close), or is added (new)."""
-        memory = self._require()
-        index = memory.summaries
-        actions: list[WriteBack] = []
-        for quote in quotes:
-            if quote.page_id is None or quote.turn_id is None:
-                continue  # unverified facts never enter tier 1
-            page = memory.page(quote.page_id)
-            turn = next(t for t in page.turns if t.turn_id == quote.turn_id)
-            hits = index.search(quote.fact, 1)
-            similarity = hits[0].score if hits else -1.0
-            if similarity >= self.cfg.writeback_skip_similarity:
-                actions.append(WriteBack("skip", hits[0].unit_id, quote.fact, similarity))
-                continue
-            if similarity >= self.cfg.writeback_update_similarity:
-                unit_id, origin = hits[0].unit_id, "writeback-update"
-                index.replace(SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id],
-                                          day_of(turn.timestamp), origin, [turn.speaker]))
-                actions.append(WriteBack("update", unit_id, quote.fact, similarity))
-                continue
-            unit_id = index.new_unit_id(f"{memory.conv_id}:w")
-            index.add([SummaryUnit(unit_id, quote.fact, [page.page_id], [turn.turn_id], day_of(turn.timestamp),
-                                   "writeback", [turn.speaker])])
-            actions.append(WriteBack("add", unit_id, quote.fact, similarity))
+        """Verified write-back of the linked facts into tier 1 (tiermem.memory.writeback)."""
+        actions = write_back(self._require(), quotes, self.cfg)
         if any(a.action != "skip" for a in actions):
             self._save_tier1_root()
         return actions

@@ -1,0 +1,213 @@
+"""The extractive answerer: the reader picks the sentence of what was read that answers the question (issue 35).
+
+The packaged 135M LM costs most of `ask`'s seconds and adds little: the quote grounding falls back to is usually
+the answer. So on the embedded default (`memory.answerer: auto` with the packaged local model) no LM is called:
+
+- ANSWER: the sentences of the top-k summary units; ESCALATE: the sentences of the pages the raw index gives
+  (tiermem.memory.policies.first_round_pages: time range, provenance links of the retrieved units, BM25; at most
+  max_rounds x pages_per_round pages), all scored against the question by the answerability cross-encoder in one
+  batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
+- The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute).
+- Under the reader's calibrated floor (router_train.answer_floor) nothing read states the answer: the ANSWER path
+  escalates once (the router's false cache hit is caught here), and the memory is said not to state it when the
+  pages do not either.
+
+Which reader: the router's own when the router is a unit reader (its run directory holds its floor), else the
+directory `memory.reader` names (a `make reader-pretrain` checkpoint).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from router_train.reading_data import sentence_spans
+from tiermem.errors import ConfigError, MissingFileError
+from tiermem.memory.grounding import Evidence, _Candidate, extractive_answer, summary_candidates
+from tiermem.memory.policies import PathCost, ResearchResult, SummaryResult, first_round_pages, question_text
+from tiermem.memory.raw_store import Page
+from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
+
+ANSWERERS = ("extractive", "llm", "auto")
+FLOOR_FILE = "answer_floor.json"  # router_train.answer_floor writes it
+PRETRAIN_FILE = "reader_pretrain.json"  # router_train.reader_pretrain's metadata (`heldout.answer_floor`)
+CALIBRATE = "python -m router_train.answer_floor reader={path}"
+
+
+def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:
+    """"extractive" or "llm": `auto` reads with the reader on the packaged local model (whose replies add seconds,
+    not answers) and generates on anything else (an OpenAI-compatible endpoint, a local model of your own)."""
+    if setting not in ANSWERERS:
+        raise ConfigError(f"memory.answerer must be one of {list(ANSWERERS)}, got {setting!r}")
+    if setting != "auto":
+        return setting
+    packaged = backend is None or (backend == "local" and str(model).startswith("packaged:"))
+    return "extractive" if packaged else "llm"
+
+
+@dataclass
+class AnswerReader:
+    """A cross-encoder (`logits(questions, texts)`) and the logit under which a sentence does not answer."""
+
+    reader: Any
+    floor: float
+    source: str  # the directory both came from
+
+
+def _weights_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path / "model.safetensors", "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_floor(path: str | Path) -> float:
+    """The calibrated floor of the reader in `path`: `answer_floor.json` (checked against the weights it was
+    calibrated for), else the checkpoint's own `reader_pretrain.json` (`heldout.answer_floor`). Read once per
+    state of the directory's files: a router's reader is looked up on every question."""
+    path = Path(path)
+    state = tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.is_file() else None
+                  for f in (path / FLOOR_FILE, path / PRETRAIN_FILE, path / "model.safetensors"))
+    return _load_floor(path, state)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_floor(path: Path, state: tuple[Any, ...]) -> float:
+    floor_file, pretrain = path / FLOOR_FILE, path / PRETRAIN_FILE
+    if floor_file.is_file():
+        stored = json.loads(floor_file.read_text(encoding="utf-8"))
+        if stored.get("reader_weights_sha256") != _weights_sha256(path):
+            raise ConfigError(f"{floor_file}: calibrated for other weights than {path / 'model.safetensors'}; "
+                              f"calibrate again: {CALIBRATE.format(path=path)}")
+        return float(stored["floor"])
+    if pretrain.is_file():
+        stored = json.loads(pretrain.read_text(encoding="utf-8")).get("heldout", {}).get("answer_floor")
+        if stored is not None:
+            return float(stored["floor"])
+    raise ConfigError(f"{path}: the reader has no calibrated answer floor (no {FLOOR_FILE}, no heldout.answer_floor "
+                      f"in {PRETRAIN_FILE}); calibrate it: {CALIBRATE.format(path=path)}"
+                      + ("" if pretrain.is_file() else " pretrain=runs/reader_pretrain"))
+
+
+def load_answer_reader(path: str | Path) -> AnswerReader:
+    from serving.routers.unit_reader import CrossEncoder
+
+    path = Path(path)
+    if not (path / "model.safetensors").is_file():
+        raise MissingFileError(f"memory.reader={str(path)!r}: no reader there; the extractive answerer reads with the "
+                               "answerability reader `make reader-pretrain` trains (or set memory.answerer=llm)")
+    return AnswerReader(CrossEncoder.load(path), load_floor(path), str(path))
+
+
+def router_reader(router: Any) -> AnswerReader | None:
+    """A unit-reader router's own reader and its floor (its run directory's), or None for any other router."""
+    reader, run_dir = getattr(router, "reader", None), getattr(router, "run_dir", None)
+    if reader is None or not hasattr(reader, "logits") or run_dir is None:
+        return None
+    return AnswerReader(reader, load_floor(run_dir), str(run_dir))
+
+
+def _split(cand: _Candidate, timestamp: str | None = None) -> list[_Candidate]:
+    """One candidate per sentence (router_train.reading_data.sentence_spans) of the candidate's quote."""
+    text = cand.evidence.quote
+    return [_Candidate(replace(cand.evidence, quote=text[s:e]), absolutize(text[s:e], timestamp) if timestamp
+                       else text[s:e], frozenset()) for s, e in sentence_spans(text)]
+
+
+def page_sentences(pages: Sequence[Page]) -> list[_Candidate]:
+    """Every sentence of the pages' turns, verbatim, with its speaker, day, turn and page."""
+    return [c for p in pages for t in p.turns for c in _split(_Candidate(
+        Evidence(t.text, t.speaker, day_of(t.timestamp), t.turn_id, p.page_id, "page"), t.text, frozenset()),
+        t.timestamp)]
+
+
+def unit_sentences(units: Sequence[RetrievedUnit], speakers: dict[str, str]) -> list[_Candidate]:
+    return [c for cand in summary_candidates(units, speakers) for c in _split(cand)]
+
+
+@dataclass
+class Reading:
+    """What the reader made of what was read: the best sentence, its logit and the floor it is held to."""
+
+    best: Evidence | None
+    answer: str | None  # the best sentence as the answer (extractive_answer), None under the floor
+    logit: float | None
+    floor: float
+    sentences: int
+    seconds: float
+    reader: str
+
+    @property
+    def stated(self) -> bool:
+        return self.logit is not None and self.logit >= self.floor
+
+
+def read(reader: AnswerReader, question: str, candidates: Sequence[_Candidate]) -> Reading:
+    """All candidates against the question in one batch; ties go to the earlier sentence."""
+    start = time.perf_counter()
+    # the unit reader's view of an extractive summary unit ("<date>: <speaker>: <text>"): the speaker is who "I" is
+    texts = [": ".join(x for x in (c.evidence.date, c.evidence.speaker, c.resolved) if x) for c in candidates]
+    logits = reader.reader.logits([question] * len(texts), texts) if texts else []
+    i = max(range(len(logits)), key=lambda j: (logits[j], -j)) if logits else None
+    best = candidates[i] if i is not None else None
+    logit = float(logits[i]) if i is not None else None
+    stated = logit is not None and logit >= reader.floor
+    return Reading(best.evidence if best else None, extractive_answer(best) if best and stated else None, logit,
+                   reader.floor, len(texts), time.perf_counter() - start, reader.source)
+
+
+@dataclass
+class ExtractiveOutcome:
+    """The runtime's answer fields, filled by `answer_extractively`."""
+
+    answer: str | None
+    evidence: Evidence | None
+    cost: PathCost
+    summary: SummaryResult | None
+    research: ResearchResult | None
+    reading: Reading
+    escalated_once: bool
+
+
+def _speakers(memory: Any, units: Sequence[RetrievedUnit]) -> dict[str, str]:
+    turns = {tid for u in units for tid in u.turn_ids}
+    pages = memory.raw.get_many(list(dict.fromkeys(p for u in units for p in u.page_ids)))
+    return {t.turn_id: t.speaker for p in pages for t in p.turns if t.turn_id in turns}
+
+
+def research_pages(memory: Any, question: str, date: str | None, retrieved: Sequence[RetrievedUnit],
+                   cfg: Any) -> list[str]:
+    """The pages the raw index gives the question (no LM plans searches): at most max_rounds x pages_per_round."""
+    return first_round_pages(memory, question, retrieved, pages_per_round=cfg.pages_per_round,
+                             keyword_k=cfg.keyword_k, question_date=date)[: cfg.max_rounds * cfg.pages_per_round]
+
+
+def answer_extractively(memory: Any, question: Any, action: str, retrieved: list[RetrievedUnit],
+                        reader: AnswerReader, cfg: Any) -> ExtractiveOutcome:
+    """The route's path with the reader as the answerer; ANSWER under the floor escalates once."""
+    q, date = question_text(question)
+    summary = research = None
+    cost = PathCost()
+    escalated = False
+    if action == "ANSWER":
+        start = time.perf_counter()
+        reading = read(reader, q, unit_sentences(retrieved, _speakers(memory, retrieved)))
+        summary = SummaryResult(reading.answer, retrieved, PathCost(wall_s=round(time.perf_counter() - start, 6)))
+        cost = summary.cost
+        escalated = not reading.stated
+    if action != "ANSWER" or escalated:
+        start = time.perf_counter()
+        pages = research_pages(memory, q, date, retrieved, cfg)
+        reading = read(reader, q, page_sentences(memory.raw.get_many(pages)))
+        path_cost = PathCost(wall_s=round(time.perf_counter() - start, 6), pages_read=len(pages), rounds=1)
+        research = ResearchResult(reading.answer, pages, 1, [], path_cost, 0, stop_reason="extractive")
+        cost = cost + path_cost
+    return ExtractiveOutcome(reading.answer, reading.best if reading.stated else None, cost, summary, research,
+                             reading, escalated)
