@@ -137,6 +137,23 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
     safe_io.write_atomic(target / PRETRAIN_FILE, json.dumps(meta, indent=2))
 
 
+def _add_floor(entry: Path, cfg: ReaderPretrainConfig, questions: list) -> None:
+    """A checkpoint cached before the extractive answerer's floor was stored with it gains the floor once (its
+    held-out articles scored again: the weights are the cached ones, so nothing else changes)."""
+    from router_train.reading_data import heldout_split
+    from serving.routers.unit_reader import CrossEncoder
+    from tiermem import safe_io
+
+    meta = json.loads((entry / PRETRAIN_FILE).read_text())
+    if "answer_floor" in (meta.get("heldout") or {}):
+        return
+    print("reader-pretrain: the cached checkpoint has no answer floor yet: scoring its held-out articles once",
+          file=sys.stderr, flush=True)
+    held = heldout_split(questions, cfg.heldout_articles, cfg.seed)[1]
+    meta["heldout"] = heldout_metrics(CrossEncoder.load(entry, batch_size=cfg.score_batch_size), held)
+    safe_io.write_atomic(entry / PRETRAIN_FILE, json.dumps(meta, indent=2))
+
+
 def _copy_into(src: Path, out: Path) -> None:
     """Every file of the checkpoint into the claimed output directory, never through a link planted there."""
     from tiermem.safe_io import write_atomic
@@ -160,6 +177,7 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
         if hit:
             print(f"reader-pretrain: cache hit {entry} (data sha256 {data_sha[:12]}, same base and settings): "
                   "no training", file=sys.stderr, flush=True)
+            _add_floor(entry, cfg, questions)
         else:
             setup_cpu_threads()
             meta = {"stage": "reader-pretrain", "cache_key": key, "data": cfg.data, "data_sha256": data_sha,
