@@ -23,8 +23,9 @@ FINE_TUNED = "fine-tuned on the conversations"
 def zero_shot_router(router: Any) -> Any | None:
     """The run's zero-shot variant (its base reader + signal_head_zero_shot.json), when the run kept one and the
     base checkpoint is still where the run found it."""
-    from serving.routers.unit_reader import CrossEncoder, UnitReaderRouter
+    from serving.routers.unit_reader import UnitReaderRouter
     from serving.signals import read_logistic
+    from tiermem.cross_encoder import CrossEncoder
     from tiermem.models import resolve_model
 
     extra = getattr(getattr(router, "meta", None), "extra", None) or {}

@@ -49,7 +49,7 @@ def calibrated_floor(best_logits: Sequence[float], answerable: Sequence[bool]) -
 
 def best_sentence_logits(reader: Any, questions: Sequence[Any]) -> list[float]:
     """Each question's best logit over the sentences of its paragraph, every pair scored in shared batches."""
-    from router_train.reading_data import sentence_spans
+    from tiermem.sentences import sentence_spans
 
     flat = [(i, q.question, q.context[s:e]) for i, q in enumerate(questions) for s, e in sentence_spans(q.context)]
     logits = reader.logits([p[1] for p in flat], [p[2] for p in flat])
@@ -60,7 +60,7 @@ def best_sentence_logits(reader: Any, questions: Sequence[Any]) -> list[float]:
 
 
 def _pretrain_meta(pretrain: Path) -> dict[str, Any]:
-    from router_train.reader_pretrain import PRETRAIN_FILE
+    from tiermem.cross_encoder import PRETRAIN_FILE
 
     path = pretrain / PRETRAIN_FILE
     if not path.is_file():
@@ -77,7 +77,7 @@ def calibrate(reader_dir: str | Path, pretrain: str | Path | None = None, data: 
     """Score the held-out articles of `pretrain` (default: `reader_dir` itself) with the reader in `reader_dir`
     and write its floor to `reader_dir/answer_floor.json`."""
     from router_train.reading_data import load_reading_data
-    from serving.routers.unit_reader import CrossEncoder
+    from tiermem.cross_encoder import CrossEncoder
     from tiermem.models import setup_cpu_threads
     from tiermem.rundir import updating_run
     from tiermem.safe_io import write_atomic

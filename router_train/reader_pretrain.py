@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tiermem.cross_encoder import PRETRAIN_FILE
 from tiermem.errors import ConfigError, stage_main
 
-PRETRAIN_FILE = "reader_pretrain.json"
 FORMAT_VERSION = 1  # bump when the pairs or the training change meaning: old cache entries stop matching
 # what the cache key leaves out: where things go and how progress is shown change no weight
 _NOT_IN_KEY = ("data", "output_dir", "cache", "log_every", "score_batch_size")
@@ -89,7 +89,8 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
     sentence's logit, every sentence of the paragraph scored; answerable = positive), and the extractive answerer's
     floor calibrated on those best-sentence logits (router_train.answer_floor)."""
     from router_train.answer_floor import calibrated_floor
-    from router_train.reading_data import question_pairs, sentence_spans
+    from router_train.reading_data import question_pairs
+    from tiermem.sentences import sentence_spans
     from tiermem.stats import auroc
 
     flat = [(q.question, q.context[s:e]) for q in questions for s, e in sentence_spans(q.context)]
@@ -110,8 +111,8 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
 
     from router_train.reader_fit import fit_reader
     from router_train.reading_data import all_pairs, heldout_split
-    from serving.routers.unit_reader import CrossEncoder
     from tiermem import safe_io
+    from tiermem.cross_encoder import CrossEncoder
     from tiermem.models import resolve_model
 
     train_q, held_q, held_titles = heldout_split(questions, cfg.heldout_articles, cfg.seed)
@@ -141,8 +142,8 @@ def _add_floor(entry: Path, cfg: ReaderPretrainConfig, questions: list) -> None:
     """A checkpoint cached before the extractive answerer's floor was stored with it gains the floor once (its
     held-out articles scored again: the weights are the cached ones, so nothing else changes)."""
     from router_train.reading_data import heldout_split
-    from serving.routers.unit_reader import CrossEncoder
     from tiermem import safe_io
+    from tiermem.cross_encoder import CrossEncoder
 
     meta = json.loads((entry / PRETRAIN_FILE).read_text())
     if "answer_floor" in (meta.get("heldout") or {}):

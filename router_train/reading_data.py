@@ -22,11 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.errors import DataError
+from tiermem.sentences import sentence_spans
 
 HUB_PREFIX = "hf:"
-# a sentence ends at . ! ? (optionally closed by a quote or bracket) followed by white space and a capital,
-# digit or opening quote: the usual Wikipedia sentence; abbreviations like "U.S. Army" stay joined often enough
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     "a an the of in on at to for from by with and or but is are was were be been being do does did what which who "
@@ -127,18 +125,6 @@ def load_reading_data(source: str, hub_split: str = "validation") -> tuple[list[
     if not path.is_file():
         raise DataError(f"reading data {source!r}: no such file (a SQuAD 2.0 JSON file, or {HUB_PREFIX}<dataset name>)")
     return load_squad_file(path), hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """[start, end) character spans of the text's sentences, covering it without the white space between them."""
-    spans, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        if text[start: m.start()].strip():
-            spans.append((start, m.start()))
-        start = m.end()
-    if text[start:].strip():
-        spans.append((start, len(text.rstrip())))
-    return spans
 
 
 def content_words(text: str) -> set[str]:

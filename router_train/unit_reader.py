@@ -206,7 +206,7 @@ def pretraining_of(base: str) -> dict[str, Any] | None:
     """What the base's reading pre-training was (its reader_pretrain.json, without local paths), if it had one."""
     from pathlib import Path
 
-    from router_train.reader_pretrain import PRETRAIN_FILE
+    from tiermem.cross_encoder import PRETRAIN_FILE
 
     path = Path(base) / PRETRAIN_FILE
     if not path.is_file():

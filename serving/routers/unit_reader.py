@@ -31,6 +31,7 @@ from serving.routers.score_run import open_score_run, score_run_meta, write_scor
 from serving.signals import FEATURE_GROUPS, FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
 from tiermem import contract, safe_io
 from tiermem.artifacts import SIGNAL_HEAD_FILE
+from tiermem.cross_encoder import CrossEncoder
 from tiermem.errors import RouterLoadError
 
 # pooling name -> the text features it gives the head, computed from a question's unit logits in rank order
@@ -42,7 +43,6 @@ POOLINGS: dict[str, tuple[str, ...]] = {
 }
 NO_UNIT_LOGIT = -10.0  # a missing unit (fewer than 2 retrieved): "states nothing", well below any trained logit
 ZERO_SHOT_HEAD_FILE = "signal_head_zero_shot.json"  # the base reader's own head, for eval's "what fine-tuning adds"
-MAX_PAIR_TOKENS = 128  # question + one clipped unit (200 characters) fits in ~80 word pieces
 
 
 def unit_text(unit: Any) -> str:
@@ -66,44 +66,6 @@ def pooled(logits: Sequence[float], pooling: str) -> list[float]:
     values = {"reader_max": ranked[0], "reader_second": second, "reader_softor": _log_odds(1.0 - none),
               "reader_mean": sum(ranked) / len(ranked)}
     return [values[name] for name in POOLINGS[pooling]]
-
-
-class CrossEncoder:
-    """A sequence-classification encoder with one output: the logit that the unit states the question's answer."""
-
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64) -> None:
-        import torch
-
-        self.torch, self.model, self.tokenizer, self.batch_size = torch, model, tokenizer, batch_size
-
-    @classmethod
-    def load(cls, path: str | Path, batch_size: int = 64) -> CrossEncoder:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1)
-        return cls(model, AutoTokenizer.from_pretrained(str(path)), batch_size)
-
-    def encode(self, questions: Sequence[str], texts: Sequence[str]) -> Any:
-        return self.tokenizer(list(questions), list(texts), truncation=True, max_length=MAX_PAIR_TOKENS,
-                              padding=True, return_tensors="pt")
-
-    def logits(self, questions: Sequence[str], texts: Sequence[str]) -> list[float]:
-        """One logit per (question, unit text) pair, in float64; puts the model in eval mode for the call."""
-        was_training = self.model.training
-        self.model.eval()
-        # batches of similar length: a batch pads to its longest pair, and padding is most of a CPU forward pass
-        order = sorted(range(len(texts)), key=lambda i: len(questions[i]) + len(texts[i]))
-        out = [0.0] * len(texts)
-        try:
-            with self.torch.inference_mode():
-                for i in range(0, len(order), self.batch_size):
-                    idx = order[i: i + self.batch_size]
-                    batch = self.encode([questions[j] for j in idx], [texts[j] for j in idx])
-                    for j, v in zip(idx, self.model(**batch).logits[:, 0].double().tolist(), strict=True):
-                        out[j] = v
-        finally:
-            self.model.train(was_training)
-        return out
 
 
 def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[list[float]]:

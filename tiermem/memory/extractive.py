@@ -27,16 +27,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from router_train.reading_data import sentence_spans
+from tiermem.cross_encoder import PRETRAIN_FILE
 from tiermem.errors import ConfigError, MissingFileError
 from tiermem.memory.grounding import Evidence, _Candidate, extractive_answer, summary_candidates
 from tiermem.memory.policies import PathCost, ResearchResult, SummaryResult, first_round_pages, question_text
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
+from tiermem.sentences import sentence_spans
 
 ANSWERERS = ("extractive", "llm", "auto")
 FLOOR_FILE = "answer_floor.json"  # router_train.answer_floor writes it
-PRETRAIN_FILE = "reader_pretrain.json"  # router_train.reader_pretrain's metadata (`heldout.answer_floor`)
 CALIBRATE = "python -m router_train.answer_floor reader={path}"
 
 
@@ -97,7 +97,7 @@ def _load_floor(path: Path, state: tuple[Any, ...]) -> float:
 
 
 def load_answer_reader(path: str | Path) -> AnswerReader:
-    from serving.routers.unit_reader import CrossEncoder
+    from tiermem.cross_encoder import CrossEncoder
 
     path = Path(path)
     if not (path / "model.safetensors").is_file():
