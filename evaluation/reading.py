@@ -26,7 +26,7 @@ def zero_shot_router(router: Any) -> Any | None:
     from serving.routers.unit_reader import UnitReaderRouter
     from serving.signals import read_logistic
     from tiermem.cross_encoder import CrossEncoder
-    from tiermem.models import resolve_model
+    from tiermem.models import ModelSpecError, resolve_model
 
     extra = getattr(getattr(router, "meta", None), "extra", None) or {}
     info, run_dir = extra.get("zero_shot"), getattr(router, "run_dir", None)
@@ -34,7 +34,7 @@ def zero_shot_router(router: Any) -> Any | None:
         return None
     try:
         base = resolve_model(str(extra.get("reader_base")))
-    except Exception:  # the base moved or is not resolvable here: the row is left out (and said so)
+    except ModelSpecError:  # the base moved or is not resolvable here: the row is left out (and said so)
         return None
     reader = CrossEncoder.load(base, batch_size=router.reader.batch_size)
     return UnitReaderRouter(reader, read_logistic(Path(run_dir) / info["head"]), info["pooling"], info["text_weight"])

@@ -162,3 +162,19 @@ def test_records_without_a_split_are_refused_before_training(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is in split 'train' and in 'validation'" in err and str(data) in err
     assert not (tmp_path / "out" / "tiermem_router.json").exists()
+
+
+def test_reading_says_why_a_row_is_missing(trained):
+    """The zero-shot row needs the run's base checkpoint; when it is gone eval says so instead of guessing."""
+    from evaluation.reading import FINE_TUNED, ZERO_SHOT, reading_steps
+    from serving.routers import RouterSpec, build
+
+    _, out, splits = trained
+    router = build(RouterSpec(path=str(out)))
+    router.meta.extra["reader_base"] = "/nonexistent/reader_pretrain"
+    got = reading_steps(router, splits["test"], n_boot=0)
+    if router.meta.extra.get("zero_shot"):  # CV fine-tuned the reader: its zero-shot row cannot be built here
+        assert list(got["rows"]) == [FINE_TUNED] and "/nonexistent/reader_pretrain" in got["note"]
+    else:  # CV chose the base as it is: the one row is the router itself
+        assert list(got["rows"]) == [ZERO_SHOT] and "chose the pre-trained reader" in got["note"]
+    assert got["rows"][next(iter(got["rows"]))]["full"]["lo"] is None  # n_boot 0: no interval
