@@ -37,7 +37,8 @@ def zero_shot_router(router: Any) -> Any | None:
     except ModelSpecError:  # the base moved or is not resolvable here: the row is left out (and said so)
         return None
     reader = CrossEncoder.load(base, batch_size=router.reader.batch_size)
-    return UnitReaderRouter(reader, read_logistic(Path(run_dir) / info["head"]), info["pooling"], info["text_weight"])
+    return UnitReaderRouter(reader, read_logistic(Path(run_dir) / info["head"]), info["pooling"], info["text_weight"],
+                            text_scores=info.get("text_scores", "classifier"))
 
 
 def _parts(router: Any, records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +46,7 @@ def _parts(router: Any, records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, 
     from serving.routers.unit_reader import head_matrix, head_parts, unit_logits
 
     qs, units = [r["question"] for r in records], [r["router_summaries"] for r in records]
-    x = head_matrix(qs, units, unit_logits(router.reader, qs, units), router.pooling)
+    x = head_matrix(qs, units, unit_logits(router.reader, qs, units), router.pooling, router.text_scores)
     full, _ = head_parts(router.head, x, router.text_weight)  # the head clips to its training range itself
     _, parts = head_parts(router.head, x, 1.0)
     return full, parts["text"]

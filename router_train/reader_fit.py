@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tiermem.errors import ConfigError
+from tiermem.errors import ConfigError, RunError
 
 Pair = tuple[str, str, float]
 
@@ -36,27 +36,72 @@ def length_batches(lengths: Sequence[int], batch_size: int, rng: random.Random) 
     return batches
 
 
-def fit_reader(reader: Any, pairs: Sequence[Pair], *, epochs: int, learning_rate: float, weight_decay: float,
-               batch_size: int, warmup_share: float, seed: int, max_length: int, log_every: int = 0,
-               label: str = "reader", after_epoch: Callable[[int], None] | None = None) -> list[float]:
-    """Train every parameter of `reader.model` on `pairs`; returns the mean loss per epoch."""
+def span_targets(enc: Any, pairs: Sequence[Sequence[Any]]) -> list[tuple[int, int]]:
+    """Token (start, end) of each pair's answer span in its text; (0, 0), the no-answer option ([CLS]), for a pair
+    without one; (-100, -100), ignored, for a span the truncation cut off."""
+    out = []
+    for i, p in enumerate(pairs):
+        span = p[3] if len(p) > 3 else None
+        if span is None:
+            out.append((0, 0))
+            continue
+        seq, offsets = enc.sequence_ids(i), enc["offset_mapping"][i]
+        toks = [t for t, (sid, (a, b)) in enumerate(zip(seq, offsets, strict=True))
+                if sid == 1 and b > span[0] and a < span[1]]
+        out.append((toks[0], toks[-1]) if toks else (-100, -100))
+    return out
+
+
+def reader_loss(reader: Any, cls: Any, start: Any, end: Any, mask: Any, y: Any, span_y: Any,
+                span_weight: float) -> Any:
+    """BCE on the classifier; with a span head, cross-entropy of start and end over [CLS] + the text's tokens (the
+    SQuAD 2.0 target: the answer span, or [CLS] for no answer) and BCE on the span margin where no span target
+    is given (soft targets: the conversations' unit targets)."""
+    import torch
+
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    loss = bce(cls, y)
+    if start is None:
+        return loss
+    allowed = mask.clone()
+    allowed[:, 0] = True
+    start, end = start.masked_fill(~allowed, -1e4), end.masked_fill(~allowed, -1e4)
+    if span_y is None:
+        from tiermem.cross_encoder import span_scores
+
+        return loss + span_weight * bce(span_scores(start, end, mask)[0], y)
+    ce = torch.nn.functional.cross_entropy
+    return loss + span_weight * (ce(start, span_y[:, 0], ignore_index=-100)
+                                 + ce(end, span_y[:, 1], ignore_index=-100)) / 2
+
+
+def fit_reader(reader: Any, pairs: Sequence[Sequence[Any]], *, epochs: int, learning_rate: float,
+               weight_decay: float, batch_size: int, warmup_share: float, seed: int, max_length: int,
+               log_every: int = 0, label: str = "reader", after_epoch: Callable[[int], None] | None = None,
+               span_weight: float = 1.0) -> list[float]:
+    """Train every parameter of `reader.model` (and its span head) on (question, text, target[, span]) pairs;
+    returns the mean loss per epoch. A loss that is not finite stops the run where it happens."""
     import torch
 
     if not pairs:
         raise ValueError(f"{label}: no training pairs")
     tok = reader.tokenizer
-    enc = tok([p[0] for p in pairs], [p[1] for p in pairs], truncation=True, max_length=max_length)
+    spans = reader.has_spans
+    enc = tok([p[0] for p in pairs], [p[1] for p in pairs], truncation=True, max_length=max_length,
+              return_offsets_mapping=spans)
     ids, types = enc["input_ids"], enc.get("token_type_ids")
+    text_masks = [[s == 1 for s in enc.sequence_ids(i)] for i in range(len(pairs))] if spans else None
+    span_y = torch.tensor(span_targets(enc, pairs), dtype=torch.long) if spans else None
     targets = torch.tensor([p[2] for p in pairs], dtype=torch.float32)
     model = reader.model
     model.requires_grad_(True)
+    params = list(model.parameters()) + (list(reader.span_head.parameters()) if spans else [])
     steps_per_epoch = math.ceil(len(pairs) / batch_size)
     total = steps_per_epoch * epochs
     warmup = max(1, int(warmup_share * total))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     rng = random.Random(seed)
     torch.manual_seed(seed)  # dropout
     losses, step, started = [], 0, time.perf_counter()
@@ -68,13 +113,21 @@ def fit_reader(reader: Any, pairs: Sequence[Pair], *, epochs: int, learning_rate
             input_ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             token_types = torch.zeros((len(batch), width), dtype=torch.long)
+            text_mask = torch.zeros((len(batch), width), dtype=torch.bool)
             for r, i in enumerate(batch):
                 n = len(ids[i])
                 input_ids[r, :n], mask[r, :n] = torch.tensor(ids[i]), 1
                 if types is not None:
                     token_types[r, :n] = torch.tensor(types[i])
-            logits = model(input_ids=input_ids, attention_mask=mask, token_type_ids=token_types).logits[:, 0]
-            loss = loss_fn(logits, targets[batch])
+                if text_masks is not None:
+                    text_mask[r, :n] = torch.tensor(text_masks[i])
+            cls, start, end = reader.forward({"input_ids": input_ids, "attention_mask": mask,
+                                              "token_type_ids": token_types})
+            loss = reader_loss(reader, cls, start, end, text_mask, targets[batch],
+                               span_y[batch] if span_y is not None else None, span_weight)
+            if not torch.isfinite(loss):
+                raise RunError(f"{label}: the loss is {loss.item()} at step {step + 1} (epoch {epoch}): "
+                                         f"training diverged; lower learning_rate (now {learning_rate})")
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -111,6 +164,7 @@ class FrozenBottom:
             raise ConfigError(f"trainable_layers must be in 1..{len(layers)}, got {trainable_layers}")
         self.n_frozen = len(layers) - trainable_layers
         self.states: dict[tuple[str, str], Any] = {}
+        self.text_masks: dict[tuple[str, str], Any] = {}  # where the span head may point, per pair
 
     def _mask(self, hidden: Any, mask: Any) -> Any:
         from transformers.masking_utils import create_bidirectional_mask
@@ -137,23 +191,34 @@ class FrozenBottom:
                 for layer in bert.encoder.layer[: self.n_frozen]:
                     h = layer(h, mask)
                 lengths = enc["attention_mask"].sum(dim=1).tolist()
-                for k, row, n in zip(chunk, h, lengths, strict=True):
-                    self.states[k] = row[:n].clone()
+                text = self.reader.text_mask(enc)
+                for r, (k, row, n) in enumerate(zip(chunk, h, lengths, strict=True)):
+                    self.states[k], self.text_masks[k] = row[:n].clone(), text[r, :n].clone()
 
     def logits(self, reader: Any, keys: Sequence[tuple[str, str]]) -> Any:
         """The top layers, pooler and classifier of `reader` over the cached bottom states (with grad)."""
+        return self.scores(reader, keys)[0]
+
+    def scores(self, reader: Any, keys: Sequence[tuple[str, str]]) -> tuple[Any, Any, Any, Any]:
+        """(classifier logits, start logits, end logits, text mask) over the cached bottom states (with grad); the
+        span parts None when the reader has no span head."""
         torch = self.torch
         rows = [self.states[k] for k in keys]
         width = max(len(r) for r in rows)
         h = torch.zeros(len(rows), width, rows[0].shape[-1])
         mask = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            h[i, : len(r)], mask[i, : len(r)] = r, 1
+        text = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, (k, r) in enumerate(zip(keys, rows, strict=True)):
+            h[i, : len(r)], mask[i, : len(r)], text[i, : len(r)] = r, 1, self.text_masks[k]
         model = reader.model
         mask4 = self._mask(h, mask)
         for layer in model.bert.encoder.layer[self.n_frozen:]:
             h = layer(h, mask4)
-        return model.classifier(model.dropout(model.bert.pooler(h)))[:, 0]
+        cls = model.classifier(model.dropout(model.bert.pooler(h)))[:, 0]
+        if not reader.has_spans:
+            return cls, None, None, None
+        start_end = reader.span_head(h)
+        return cls, start_end[..., 0], start_end[..., 1], text
 
 
 def train_epochs(reader: Any, train: list[tuple[str, str, float]], cfg: Any,
@@ -167,13 +232,14 @@ def train_epochs(reader: Any, train: list[tuple[str, str, float]], cfg: Any,
     bottom.fill([(q, t) for q, t, _ in train])
     model = reader.model
     params = [p for p in model.parameters() if p.requires_grad]
+    if reader.has_spans:  # the span margin is trained as a second logit of the same target
+        params += list(reader.span_head.parameters())
     steps_per_epoch = (len(train) + cfg.batch_size - 1) // cfg.batch_size
     total = steps_per_epoch * epochs
     warmup = max(1, int(cfg.warmup_share * total))
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     rng = random.Random(cfg.seed)
     losses = []
     for epoch in range(1, epochs + 1):
@@ -184,7 +250,8 @@ def train_epochs(reader: Any, train: list[tuple[str, str, float]], cfg: Any,
         for start in range(0, len(order), cfg.batch_size):
             batch = [train[i] for i in order[start: start + cfg.batch_size]]
             y = torch.tensor([b[2] for b in batch], dtype=torch.float32)
-            loss = loss_fn(bottom.logits(reader, [(b[0], b[1]) for b in batch]), y)
+            cls, start, end, text = bottom.scores(reader, [(b[0], b[1]) for b in batch])
+            loss = reader_loss(reader, cls, start, end, text, y, None, 1.0)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

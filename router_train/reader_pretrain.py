@@ -21,21 +21,29 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tiermem.cross_encoder import PRETRAIN_FILE
 from tiermem.errors import ConfigError, stage_main
 
-FORMAT_VERSION = 1  # bump when the pairs or the training change meaning: old cache entries stop matching
+FORMAT_VERSION = 2  # bump when the pairs or the training change meaning: old cache entries stop matching
 # what the cache key leaves out: where things go and how progress is shown change no weight
-_NOT_IN_KEY = ("data", "output_dir", "cache", "log_every", "score_batch_size")
+_NOT_IN_KEY = ("data", "chat_data", "output_dir", "cache", "log_every", "score_batch_size")
 
 
 @dataclass
 class ReaderPretrainConfig:
     data: str = "../shared/data/squad2_dev_half.json"  # SQuAD 2.0 JSON file, or hf:<name> (e.g. hf:rajpurkar/squad_v2)
+    # chat reading data, each in its published shape: molweni:<file> | friendsqa:<file> (router_train/chat_reading.py)
+    chat_data: list[str] = field(default_factory=list)
+    span_head: bool = True  # train the extractive span head (start/end + no-answer) beside the classifier
+    span_weight: float = 1.0  # the span loss's weight beside the classifier's BCE
+    # unanswerable questions: the units sharing most words with the question (a plausible answer's first); 0 = all
+    unanswerable_units: int = 0
+    erased_negatives: bool = False  # each gold unit with its answer cut out, target no-answer (the attribute gone)
+    heldout_dialogues: int = 10  # whole dialogues per chat source kept out of training (held-out AUROC per source)
     hub_split: str = "validation"  # the split loaded for hf:<name>
     base: str = "packaged:all-minilm-l6-v2"  # the encoder fine-tuned (a model spec: packaged:, hub id, directory)
     output_dir: str = "runs/reader_pretrain"  # the checkpoint: unit-reader's `base`
@@ -55,6 +63,7 @@ class ReaderPretrainConfig:
 
     def __post_init__(self) -> None:
         for name, low in (("negatives_per_question", 0), ("heldout_articles", 1), ("max_train_pairs", 0),
+                          ("unanswerable_units", 0), ("heldout_dialogues", 1),
                           ("max_length", 16), ("epochs", 1), ("batch_size", 1), ("score_batch_size", 1),
                           ("log_every", 0)):
             if getattr(self, name) < low:
@@ -66,6 +75,12 @@ class ReaderPretrainConfig:
                               f"{self.learning_rate}, {self.weight_decay}, {self.warmup_share}")
         if not self.data:
             raise ConfigError("data must name a SQuAD 2.0 JSON file or hf:<dataset name>")
+        if not (isinstance(self.span_weight, int | float) and 0 <= self.span_weight < float("inf")):
+            raise ConfigError(f"span_weight must be a finite number >= 0, got {self.span_weight!r}")
+        from router_train.chat_reading import check_source
+
+        for source in self.chat_data:
+            check_source(source)
 
 
 def _weights_digest(model_dir: Path) -> str:
@@ -84,23 +99,64 @@ def cache_key(cfg: ReaderPretrainConfig, data_sha256: str, base_digest: str) -> 
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
-    """Answerability on held-out articles: per pair (the training pairs' construction) and per question (the best
-    sentence's logit, every sentence of the paragraph scored; answerable = positive), and the extractive answerer's
-    floor calibrated on those best-sentence logits (router_train.answer_floor)."""
-    from router_train.answer_floor import calibrated_floor
-    from router_train.reading_data import question_pairs
-    from tiermem.sentences import sentence_spans
+def _safe_auroc(scores: list[float], labels: list[bool]) -> float | None:
     from tiermem.stats import auroc
 
-    flat = [(q.question, q.context[s:e]) for q in questions for s, e in sentence_spans(q.context)]
-    logits = dict(zip(flat, reader.logits([p[0] for p in flat], [p[1] for p in flat]), strict=True))
-    pairs = [p for q in questions for p in question_pairs(q, negatives=3)]
-    best = [max(logits[(q.question, q.context[s:e])] for s, e in sentence_spans(q.context)) for q in questions]
-    return {"questions": len(questions), "answerable": sum(q.answerable for q in questions), "pairs": len(pairs),
-            "pair_auroc": round(auroc([logits[(p[0], p[1])] for p in pairs], [p[2] > 0.5 for p in pairs]), 4),
-            "question_auroc": round(auroc(best, [q.answerable for q in questions]), 4),
-            "answer_floor": calibrated_floor(best, [q.answerable for q in questions])}  # `ask`'s extractive floor
+    return round(auroc(scores, labels), 4) if 0 < sum(labels) < len(labels) else None
+
+
+def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
+    """Answerability on held-out articles and dialogues, per source: per pair (the training pairs' construction),
+    per question (the best unit's score, every unit scored; answerable = positive; a source whose questions are
+    all answerable has none), and gold unit vs the same unit with its answer cut out (the attribute gone) — each
+    for the classifier and, with a span head, the span margin. SQuAD's best-sentence logits also calibrate the
+    extractive answerer's floor (router_train.answer_floor)."""
+    from router_train.answer_floor import calibrated_floor
+    from router_train.reading_data import question_pairs
+
+    out: dict[str, Any] = {}
+    for source in sorted({q.source for q in questions}):
+        qs = [q for q in questions if q.source == source]
+        pairs = [p for q in qs for p in question_pairs(q, negatives=3, erased=True)]
+        units = [(q.question, q.context[s:e]) for q in qs for s, e in q.unit_spans()]
+        flat = list(dict.fromkeys([*units, *((p[0], p[1]) for p in pairs)]))
+        got = reader.read([p[0] for p in flat], [p[1] for p in flat])
+        heads = {"classifier": got.logits, **({"span": got.span_margins} if got.span_margins is not None else {})}
+        row: dict[str, Any] = {"questions": len(qs), "answerable": sum(q.answerable for q in qs), "pairs": len(pairs)}
+        for head, values in heads.items():
+            score = dict(zip(flat, values, strict=True))
+            best = [max(score[(q.question, q.context[s:e])] for s, e in q.unit_spans()) for q in qs]
+            plain = [p for q in qs for p in question_pairs(q, negatives=3)]
+            erased = [p for p in pairs if p not in set(plain)] + [p for p in plain if p[2] > 0.5]
+            prefix = "" if head == "classifier" else "span_"
+            row[f"{prefix}pair_auroc"] = _safe_auroc([score[(p[0], p[1])] for p in plain], [p[2] > 0.5 for p in plain])
+            row[f"{prefix}question_auroc"] = _safe_auroc(best, [q.answerable for q in qs])
+            row[f"{prefix}erased_auroc"] = _safe_auroc([score[(p[0], p[1])] for p in erased],
+                                                       [p[2] > 0.5 for p in erased])
+            if source == "squad" and head == "classifier" and row["question_auroc"] is not None:
+                row["answer_floor"] = calibrated_floor(best, [q.answerable for q in qs])  # `ask`'s extractive floor
+        out[source] = row
+    squad = out.get("squad") or {}
+    # the first-level keys read before chat sources existed (unit-reader's card, ask's floor)
+    return {**{k: squad[k] for k in ("questions", "answerable", "pairs", "pair_auroc", "question_auroc",
+                                     "answer_floor") if k in squad}, "by_source": out}
+
+
+def split_sources(cfg: ReaderPretrainConfig, questions: list) -> tuple[list, list, dict[str, list[str]]]:
+    """(train, held out, held-out titles per source): whole articles of SQuAD, whole dialogues of each chat."""
+    from router_train.reading_data import heldout_split
+    from tiermem.errors import DataError
+
+    train, held, titles = [], [], {}
+    for source in sorted({q.source for q in questions}):
+        qs = [q for q in questions if q.source == source]
+        n = cfg.heldout_articles if source == "squad" else cfg.heldout_dialogues
+        try:
+            t, h, names = heldout_split(qs, n, cfg.seed)
+        except DataError as exc:
+            raise DataError(f"{source}: {exc} (heldout_{'articles' if source == 'squad' else 'dialogues'})") from None
+        train, held, titles[source] = train + t, held + h, names
+    return train, held, titles
 
 
 def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[str, Any]) -> None:
@@ -110,38 +166,42 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
     import torch
 
     from router_train.reader_fit import fit_reader
-    from router_train.reading_data import all_pairs, heldout_split
+    from router_train.reading_data import all_pairs
     from tiermem import safe_io
     from tiermem.cross_encoder import CrossEncoder
     from tiermem.models import resolve_model
 
-    train_q, held_q, held_titles = heldout_split(questions, cfg.heldout_articles, cfg.seed)
-    pairs = all_pairs(train_q, cfg.negatives_per_question)
+    train_q, held_q, held_titles = split_sources(cfg, questions)
+    pairs = all_pairs(train_q, cfg.negatives_per_question, cfg.unanswerable_units, cfg.erased_negatives)
     if cfg.max_train_pairs and len(pairs) > cfg.max_train_pairs:
         pairs = random.Random(cfg.seed).sample(pairs, cfg.max_train_pairs)
+    by_source = {s: sum(q.source == s for q in train_q) for s in sorted({q.source for q in train_q})}
     print(f"reader-pretrain: {len(pairs)} pairs ({sum(p[2] > 0.5 for p in pairs)} positive) from "
-          f"{len(train_q)} questions; held out: {len(held_q)} questions of {held_titles}", file=sys.stderr, flush=True)
-    torch.manual_seed(cfg.seed)  # the classification head's initialization
-    reader = CrossEncoder.load(resolve_model(cfg.base), batch_size=cfg.score_batch_size)
+          f"{len(train_q)} questions {by_source}; held out: {len(held_q)} questions of {held_titles}",
+          file=sys.stderr, flush=True)
+    torch.manual_seed(cfg.seed)  # the classification and span heads' initialization
+    reader = CrossEncoder.load(resolve_model(cfg.base), batch_size=cfg.score_batch_size, span_head=cfg.span_head)
+    if not cfg.span_head:
+        reader.span_head = None  # a classifier-only reader, even from a base that has a span head
     started = time.perf_counter()
     losses = fit_reader(reader, pairs, epochs=cfg.epochs, learning_rate=cfg.learning_rate,
                         weight_decay=cfg.weight_decay, batch_size=cfg.batch_size, warmup_share=cfg.warmup_share,
-                        seed=cfg.seed, max_length=cfg.max_length, log_every=cfg.log_every, label="reader-pretrain")
+                        seed=cfg.seed, max_length=cfg.max_length, log_every=cfg.log_every, label="reader-pretrain",
+                        span_weight=cfg.span_weight)
     train_s = time.perf_counter() - started
     heldout = heldout_metrics(reader, held_q)
     meta.update({"train_pairs": len(pairs), "train_positive": int(sum(p[2] > 0.5 for p in pairs)),
-                 "train_questions": len(train_q), "heldout_articles": held_titles, "loss_by_epoch": losses,
-                 "heldout": heldout, "train_seconds": round(train_s, 1),
+                 "train_questions": len(train_q), "train_questions_by_source": by_source,
+                 "heldout_articles": held_titles.get("squad", []), "heldout_by_source": held_titles,
+                 "loss_by_epoch": losses, "heldout": heldout, "train_seconds": round(train_s, 1),
                  "seconds": round(time.perf_counter() - started, 1)})
-    safe_io.save_pretrained(reader.model, target, safe_serialization=True)
-    safe_io.save_pretrained(reader.tokenizer, target)
+    reader.save(target)
     safe_io.write_atomic(target / PRETRAIN_FILE, json.dumps(meta, indent=2))
 
 
 def _add_floor(entry: Path, cfg: ReaderPretrainConfig, questions: list) -> None:
     """A checkpoint cached before the extractive answerer's floor was stored with it gains the floor once (its
     held-out articles scored again: the weights are the cached ones, so nothing else changes)."""
-    from router_train.reading_data import heldout_split
     from tiermem import safe_io
     from tiermem.cross_encoder import CrossEncoder
 
@@ -150,7 +210,7 @@ def _add_floor(entry: Path, cfg: ReaderPretrainConfig, questions: list) -> None:
         return
     print("reader-pretrain: the cached checkpoint has no answer floor yet: scoring its held-out articles once",
           file=sys.stderr, flush=True)
-    held = heldout_split(questions, cfg.heldout_articles, cfg.seed)[1]
+    held = split_sources(cfg, questions)[1]
     meta["heldout"] = heldout_metrics(CrossEncoder.load(entry, batch_size=cfg.score_batch_size), held)
     safe_io.write_atomic(entry / PRETRAIN_FILE, json.dumps(meta, indent=2))
 
@@ -165,12 +225,19 @@ def _copy_into(src: Path, out: Path) -> None:
 
 
 def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
+    from router_train.chat_reading import load_chat_source
     from router_train.reading_data import load_reading_data
     from tiermem.models import cache_root, resolve_model, setup_cpu_threads
     from tiermem.rundir import claim_cache_dir, claimed_output_dir
 
     with claimed_output_dir(cfg.output_dir, "reader-pretrain") as out:
         questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
+        shas = [data_sha]
+        for source in cfg.chat_data:
+            chat, sha = load_chat_source(source)
+            questions, shas = questions + chat, [*shas, f"{source.partition(':')[0]}:{sha}"]
+        if len(shas) > 1:  # every source's bytes in the key
+            data_sha = hashlib.sha256("\n".join(shas).encode()).hexdigest()
         key = cache_key(cfg, data_sha, _weights_digest(resolve_model(cfg.base)))
         cache_dir = claim_cache_dir(cache_root() / "readers", "reader-pretrain") if cfg.cache else None
         entry = cache_dir / key if cache_dir else None

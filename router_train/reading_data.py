@@ -35,17 +35,26 @@ _STOP = frozenset(
 
 @dataclass(frozen=True)
 class ReadingQuestion:
-    """One SQuAD question with its paragraph; `answers` are gold (start, text) spans, empty when unanswerable."""
+    """One question with its passage; `answers` are gold (start, text) spans into `context`, empty when
+    unanswerable. `units` are the (start, end) character spans the reader sees one at a time: a chat's turns
+    (`speaker: text`), or empty for a paragraph's sentences. `article` is what is held out whole (an article, a
+    dialogue); `plausible` spans are what an unanswerable question was written to look answered by."""
 
     article: str
     qid: str
     question: str
     context: str
     answers: tuple[tuple[int, str], ...]
+    units: tuple[tuple[int, int], ...] = ()
+    source: str = "squad"
+    plausible: tuple[tuple[int, str], ...] = ()
 
     @property
     def answerable(self) -> bool:
         return bool(self.answers)
+
+    def unit_spans(self) -> list[tuple[int, int]]:
+        return list(self.units) if self.units else sentence_spans(self.context)
 
 
 def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -131,23 +140,62 @@ def content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
 
 
-def question_pairs(q: ReadingQuestion, negatives: int) -> list[tuple[str, str, float]]:
-    """(question, sentence, target) pairs of one question: for an answerable one every sentence holding a gold span
-    (target 1) and its `negatives` sentences sharing the most content words with the question (target 0); for an
-    unanswerable one every sentence of the paragraph (target 0)."""
-    spans = sentence_spans(q.context)
-    if not q.answerable:
-        return [(q.question, q.context[s:e], 0.0) for s, e in spans]
-    gold = {i for i, (s, e) in enumerate(spans) for a, text in q.answers if a < e and a + len(text) > s}
+Pair = tuple[str, str, float, "tuple[int, int] | None"]  # (question, unit text, target, answer span in the text)
+
+
+def _inside(spans: Sequence[tuple[int, str]], s: int, e: int) -> list[tuple[int, int]]:
+    """The gold spans overlapping unit [s, e), clipped to it, as offsets into the unit's text."""
+    return [(max(a, s) - s, min(a + len(t), e) - s) for a, t in spans if a < e and a + len(t) > s]
+
+
+def erase(text: str, spans: Sequence[tuple[int, int]]) -> str | None:
+    """The unit with its answer spans cut out ("I met Sam at the park yesterday" -> "I met Sam yesterday"): the
+    event without the asked attribute. None when too little is left to read as a turn (< 3 words)."""
+    keep, at = [], 0
+    for a, b in sorted(spans):
+        keep.append(text[at: max(a, at)])
+        at = max(at, b)
+    keep.append(text[at:])
+    out = re.sub(r"\s+([,.!?;:])", r"\1", re.sub(r"\s{2,}", " ", "".join(keep))).strip()
+    return out if len(_WORD.findall(out.lower())) >= 3 and out != text.strip() else None
+
+
+def question_pairs(q: ReadingQuestion, negatives: int, unanswerable_units: int = 0, erased: bool = False
+                   ) -> list[Pair]:
+    """(question, unit, target, span) pairs of one question. Answerable: every unit holding a gold span (target 1,
+    the first gold span inside it as the span target), its `negatives` units sharing the most content words with the
+    question (target 0, no answer), and with `erased` each gold unit with its spans cut out (target 0: the event
+    named, the attribute gone). Unanswerable: every unit (0 = all) or the `unanswerable_units` sharing the most
+    words, the unit of a plausible answer first (written to look answered)."""
+    spans = q.unit_spans()
     words = content_words(q.question)
-    rest = sorted((i for i in range(len(spans)) if i not in gold),
-                  key=lambda i: (-len(words & content_words(q.context[spans[i][0]: spans[i][1]])), i))
-    keep = sorted([*gold, *rest[:negatives]])
-    return [(q.question, q.context[spans[i][0]: spans[i][1]], float(i in gold)) for i in keep]
+
+    def overlap_order(idx: Iterable[int]) -> list[int]:
+        return sorted(idx, key=lambda i: (-len(words & content_words(q.context[spans[i][0]: spans[i][1]])), i))
+
+    text = [q.context[s:e] for s, e in spans]
+    if not q.answerable:
+        plausible = [i for i, (s, e) in enumerate(spans) if _inside(q.plausible, s, e)]
+        order = list(dict.fromkeys([*plausible, *overlap_order(range(len(spans)))]))
+        keep = sorted(order[:unanswerable_units] if unanswerable_units else order)
+        return [(q.question, text[i], 0.0, None) for i in keep]
+    inside = {i: _inside(q.answers, s, e) for i, (s, e) in enumerate(spans)}
+    gold = [i for i in range(len(spans)) if inside[i]]
+    rest = overlap_order(i for i in range(len(spans)) if i not in gold)
+    out = {i: (q.question, text[i], float(i in gold), inside[i][0] if i in gold else None)
+           for i in [*gold, *rest[:negatives]]}
+    pairs = [out[i] for i in sorted(out)]
+    if erased:
+        for i in gold:
+            cut = erase(text[i], inside[i])
+            if cut is not None:
+                pairs.append((q.question, cut, 0.0, None))
+    return pairs
 
 
-def all_pairs(questions: Iterable[ReadingQuestion], negatives: int) -> list[tuple[str, str, float]]:
-    return [p for q in questions for p in question_pairs(q, negatives)]
+def all_pairs(questions: Iterable[ReadingQuestion], negatives: int, unanswerable_units: int = 0,
+              erased: bool = False) -> list[Pair]:
+    return [p for q in questions for p in question_pairs(q, negatives, unanswerable_units, erased)]
 
 
 def heldout_split(questions: Sequence[ReadingQuestion], heldout_articles: int, seed: int

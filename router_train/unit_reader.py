@@ -28,11 +28,13 @@ import numpy as np
 from router_train.reader_fit import FrozenBottom, train_epochs
 from serving.routers.unit_reader import (
     POOLINGS,
+    TEXT_SCORES,
     ZERO_SHOT_HEAD_FILE,
     CrossEncoder,
     UnitReaderRouter,
     head_matrix,
     head_parts,
+    text_features,
     unit_logits,
     unit_text,
 )
@@ -61,6 +63,9 @@ class UnitReaderConfig:
     warmup_share: float = 0.1  # share of steps with a linear learning-rate warmup
     poolings: list[str] = field(default_factory=lambda: list(POOLINGS))  # candidates CV chooses among
     text_weights: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5])  # the text part's weight grid
+    # which reader scores the head reads, CV choosing: classifier logit, span margin (best span - no answer), both;
+    # the span ones only for a base with a span head (reader-pretrain span_head: true)
+    text_scores: list[str] = field(default_factory=lambda: list(TEXT_SCORES))
     l2: float = 1.0  # the head's L2 penalty (standardized features)
     cv_splits: list[str] = field(default_factory=lambda: ["train", "validation"])  # LOCO over their conversations
     train_split: str = "train"  # the final reader and head
@@ -77,6 +82,9 @@ class UnitReaderConfig:
         bad = [p for p in self.poolings if p not in POOLINGS]
         if bad or not self.poolings:
             raise ConfigError(f"poolings must be names from {sorted(POOLINGS)}, got {self.poolings}")
+        bad = [t for t in self.text_scores if t not in TEXT_SCORES]
+        if bad or not self.text_scores:
+            raise ConfigError(f"text_scores must be names from {sorted(TEXT_SCORES)}, got {self.text_scores}")
         if not self.text_weights or any(w < 0 for w in self.text_weights):
             raise ConfigError(f"text_weights must be numbers >= 0, got {self.text_weights}")
         for name in ("deep_negatives", "max_epochs", "batch_size", "score_batch_size"):
@@ -216,6 +224,9 @@ def pretraining_of(base: str) -> dict[str, Any] | None:
     return {"base": meta.get("base"), "data": data if data.startswith("hf:") else Path(data).name,
             "data_sha256": meta.get("data_sha256"),
             "train_pairs": meta.get("train_pairs"), "heldout": meta.get("heldout"),
+            "chat_data": [f"{c.partition(':')[0]}:{Path(c.partition(':')[2]).name}"
+                          for c in (meta.get("config") or {}).get("chat_data") or []],
+            "span_head": bool((meta.get("config") or {}).get("span_head")),
             "epochs": (meta.get("config") or {}).get("epochs"), "cache_key": meta.get("cache_key")}
 
 
@@ -263,7 +274,8 @@ def cross_validate(cfg: UnitReaderConfig, records: list[dict[str, Any]], train_c
                 logits = unit_logits(reader, [r["question"] for r in held], [r["router_summaries"] for r in held])
                 oof[(layers, epoch)].update({_key(r): row for r, row in zip(held, logits, strict=True)})
                 if is_final:
-                    snapshots[(layers, epoch)] = copy.deepcopy(reader.model.state_dict())
+                    snapshots[(layers, epoch)] = copy.deepcopy(
+                        (reader.model.state_dict(), reader.span_head.state_dict() if reader.has_spans else None))
 
             losses = train_epochs(reader, train, cfg, bottom, after_epoch)
             name = f"{layers} layer(s), held out {c}"
@@ -275,16 +287,23 @@ def cross_validate(cfg: UnitReaderConfig, records: list[dict[str, Any]], train_c
     signals = feature_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled])
     table: dict[str, Any] = {"folds": folds, "signals_only": summary(loco_scores(labeled, signals, 0.0, cfg.l2,
                                                                                   False)), "grid": []}
+    spans = any(len(u) > 1 for row in next(iter(oof.values())).values() for u in row)
+    scores = [t for t in cfg.text_scores if spans or 1 not in TEXT_SCORES[t]]
+    if not scores:
+        raise DataError(f"text_scores {cfg.text_scores} all read the span margin, and the base {cfg.base!r} has no "
+                        "span head")
     for (layers, epoch), by_key in oof.items():
         logits = [by_key[_key(r)] for r in labeled]
-        for pooling in cfg.poolings:
-            x = head_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled], logits,
-                            pooling)
-            text_alone = [-v for v in x[:, len(FEATURES)]]  # the pooled reader's first feature: high = answered
-            for w in cfg.text_weights:
-                table["grid"].append({"finetune_layers": layers, "epochs": epoch, "pooling": pooling,
-                                      "text_weight": w, **summary(loco_scores(labeled, x, w, cfg.l2, True)),
-                                      "text_alone_auroc": _auroc(text_alone, (escalate(labeled) > 0.5).tolist())})
+        for text_scores in scores:
+            for pooling in cfg.poolings:
+                x = head_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled], logits,
+                                pooling, text_scores)
+                text_alone = [-v for v in x[:, len(FEATURES)]]  # the first text feature (a max): high = answered
+                for w in cfg.text_weights:
+                    table["grid"].append({"finetune_layers": layers, "epochs": epoch, "text_scores": text_scores,
+                                          "pooling": pooling, "text_weight": w,
+                                          **summary(loco_scores(labeled, x, w, cfg.l2, True)),
+                                          "text_alone_auroc": _auroc(text_alone, (escalate(labeled) > 0.5).tolist())})
     return oof, table, snapshots
 
 
@@ -298,10 +317,11 @@ def choose(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
-    """The best grid point of each (layers, epochs): what each fine-tuning step adds, zero-shot first."""
-    best: dict[tuple[int, int], dict[str, Any]] = {}
+    """The best grid point of each (layers, epochs, text scores): what each fine-tuning step and each of the
+    reader's scores adds, zero-shot first."""
+    best: dict[tuple[int, int, str], dict[str, Any]] = {}
     for g in table["grid"]:
-        k = (g["finetune_layers"], g["epochs"])
+        k = (g["finetune_layers"], g["epochs"], g.get("text_scores", "classifier"))
         if g["mean"] is not None and (k not in best or g["mean"] > best[k]["mean"]):
             best[k] = g
     return [{k: v for k, v in best[key].items() if k != "per_conversation"} for key in sorted(best)]
@@ -335,7 +355,10 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     if chosen in snapshots:
         # the fold that held out every other CV conversation trained on exactly the train split: its weights at
         # the chosen epoch are the model CV measured, so they are the final reader (no second training)
-        reader.model.load_state_dict(snapshots[chosen])
+        model_state, span_state = snapshots[chosen]
+        reader.model.load_state_dict(model_state)
+        if span_state is not None:
+            reader.span_head.load_state_dict(span_state)
         held_out = next(c for c in table["folds"] if c.startswith(f"{chosen[0]} layer")
                         and c.rsplit(" ", 1)[-1] not in train_convs)
         losses = table["folds"][held_out]["loss_by_epoch"]
@@ -345,11 +368,12 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     def fitted_head(point: dict[str, Any]) -> LogisticModel:
         x = head_matrix([r["question"] for r in final_rows], [r["router_summaries"] for r in final_rows],
                         [oof[(point["finetune_layers"], point["epochs"])][_key(r)] for r in final_rows],
-                        point["pooling"])
-        return fit_logistic(x, escalate(final_rows), cfg.l2, feature_names=[*FEATURES, *POOLINGS[point["pooling"]]])
+                        point["pooling"], point["text_scores"])
+        return fit_logistic(x, escalate(final_rows), cfg.l2,
+                            feature_names=[*FEATURES, *text_features(point["pooling"], point["text_scores"])])
 
     head = fitted_head(best)
-    router = UnitReaderRouter(reader, head, best["pooling"], best["text_weight"])
+    router = UnitReaderRouter(reader, head, best["pooling"], best["text_weight"], text_scores=best["text_scores"])
     metrics: dict[str, Any] = {"cv": {k: v for k, v in table.items() if k != "grid"}, "chosen": best,
                                "cv_by_finetuning": candidates(table)}
     for split in cfg.eval_splits:
@@ -370,7 +394,8 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
         # the base reader's own best head, kept beside the chosen one so eval shows what fine-tuning adds
         point = choose({"grid": zero_shot})
         extra["zero_shot"] = {"head": ZERO_SHOT_HEAD_FILE, "pooling": point["pooling"],
-                              "text_weight": point["text_weight"], "cv_mean": point["mean"]}
+                              "text_weight": point["text_weight"], "text_scores": point["text_scores"],
+                              "cv_mean": point["mean"]}
         extra["zero_shot_head"] = fitted_head(point)
     router.save(cfg.output_dir, data=data, metrics=metrics, extra=extra)
     return {"output_dir": cfg.output_dir, "chosen": best, "signals_only_cv": table["signals_only"]["mean"],

@@ -326,10 +326,14 @@ def reader_story(meta: RunMeta) -> str:
     if not pre:
         return f"A cross-encoder (`{meta.extra.get('reader_base')}`), {tuned},"
     held = pre.get("heldout") or {}
+    chat = "".join(f" and `{c}` (turns)" for c in pre.get("chat_data") or [])
+    heads = " with a span head (answer span vs no answer)" if pre.get("span_head") else ""
+    scores = {"span": " (its span margin read)", "both": " (its classifier logit and span margin read)"}.get(
+        str(meta.extra.get("text_scores", "classifier")), "")
     return (f"A cross-encoder pre-trained to read (`{pre.get('base')}` fine-tuned, every layer, as an answerability "
-            f"cross-encoder on {pre.get('train_pairs')} (question, sentence) pairs of `{pre.get('data')}`; held-out "
-            f"articles: AUROC {held.get('pair_auroc')} per sentence, {held.get('question_auroc')} per question), "
-            f"{tuned},")
+            f"cross-encoder{heads} on {pre.get('train_pairs')} (question, sentence) pairs of `{pre.get('data')}`"
+            f"{chat}; held-out articles: AUROC {held.get('pair_auroc')} per sentence, {held.get('question_auroc')} "
+            f"per question), {tuned}{scores},")
 
 
 def unit_reader_section(meta: RunMeta) -> str:

@@ -42,6 +42,11 @@ class DemoConfig:
     # public reading data for the reader's pre-training (SQuAD 2.0 JSON or hf:<name>); absent -> the reader starts
     # from the plain packaged encoder, and the demo says so
     reading_data: str = "../shared/data/squad2_dev_half.json"
+    # chat reading data beside it (reader-pretrain chat_data: molweni:<file> | friendsqa:<file>); an absent file is
+    # left out, and the demo says so
+    chat_reading_data: list[str] = field(default_factory=lambda: [
+        "molweni:../shared/data/molweni_mrc_test.json", "friendsqa:../shared/data/friendsqa_dev.json",
+        "friendsqa:../shared/data/friendsqa_tst.json"])
     reader_pretrain_config: str = "configs/reader_pretrain/default.yaml"
     reader_config: str = "configs/unit_reader/default.yaml"
     sft_config: str = "configs/sft/smollm2_135m_cpu.yaml"
@@ -128,10 +133,14 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
         print(f"demo: no reading data at {cfg.reading_data!r}; the reader starts from the plain packaged encoder "
               "(no pre-training: expect it to read at chance)")
     reader_base = root / "reader_pretrain" if pretrained else "packaged:all-minilm-l6-v2"
+    chat = [c for c in cfg.chat_reading_data if Path(c.partition(":")[2]).is_file()]
+    if pretrained and len(chat) < len(cfg.chat_reading_data):
+        print(f"demo: chat reading data not found, left out of the pre-training: "
+              f"{[c for c in cfg.chat_reading_data if c not in chat]}")
     out: dict[str, list[tuple[str, str, list[str] | None]]] = {
         "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
         "reader_pretrain": [("reader_pretrain", "reader-pretrain", [
-            "--config", cfg.reader_pretrain_config, f"data={cfg.reading_data}",
+            "--config", cfg.reader_pretrain_config, f"data={cfg.reading_data}", f"chat_data=[{','.join(chat)}]",
             f"output_dir={root / 'reader_pretrain'}"])] if pretrained else [],
         "reader": [("reader", "unit-reader", ["--config", cfg.reader_config, f"data={dataset}",
                                               f"base={reader_base}", f"output_dir={root / 'reader'}"])],

@@ -1,8 +1,9 @@
 """The unit reader router: a cross-encoder scores each retrieved unit against the question, the unit scores are
 pooled, and a logistic head joins them with the serve-time signals into one log-odds of ESCALATE.
 
-    reader(question, unit_i) -> s_i           logit that unit i alone states the answer (MiniLM cross-encoder)
-    pool(s_1..s_k)           -> text features  max, second max, soft-OR (POOLINGS)
+    reader(question, unit_i) -> s_i, m_i      classifier logit that unit i alone states the answer, and (a reader
+                                              with a span head) its span margin: best answer span - no answer
+    pool(s_1..s_k), pool(m_1..m_k) -> text features  max, second max, soft-OR (POOLINGS), of the TEXT_SCORES read
     score = bias + signals . w_s + text_weight x (text features . w_t)
 
 The reader is trained on per-unit targets (labeling/unit_targets.py), the head and `text_weight` by
@@ -29,7 +30,7 @@ from serving.routers.base import (
 )
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
 from serving.signals import FEATURE_GROUPS, FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
-from tiermem import contract, safe_io
+from tiermem import contract
 from tiermem.artifacts import SIGNAL_HEAD_FILE
 from tiermem.cross_encoder import CrossEncoder
 from tiermem.errors import RouterLoadError
@@ -41,6 +42,8 @@ POOLINGS: dict[str, tuple[str, ...]] = {
     "softor": ("reader_softor",),
     "all": ("reader_max", "reader_second", "reader_softor", "reader_mean"),
 }
+# which of the reader's scores the head reads: the classifier's logit, the span margin, or both side by side
+TEXT_SCORES: dict[str, tuple[int, ...]] = {"classifier": (0,), "span": (1,), "both": (0, 1)}
 NO_UNIT_LOGIT = -10.0  # a missing unit (fewer than 2 retrieved): "states nothing", well below any trained logit
 ZERO_SHOT_HEAD_FILE = "signal_head_zero_shot.json"  # the base reader's own head, for eval's "what fine-tuning adds"
 
@@ -68,10 +71,20 @@ def pooled(logits: Sequence[float], pooling: str) -> list[float]:
     return [values[name] for name in POOLINGS[pooling]]
 
 
-def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[list[float]]:
-    """Every question's unit logits, all pairs of a call scored in shared batches."""
+def text_features(pooling: str, text_scores: str = "classifier") -> tuple[str, ...]:
+    """The head's text feature names: the pooling's names per score read (span ones prefixed `span_`)."""
+    names = {0: POOLINGS[pooling], 1: tuple(n.replace("reader_", "span_") for n in POOLINGS[pooling])}
+    return tuple(n for col in TEXT_SCORES[text_scores] for n in names[col])
+
+
+def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Sequence[Summaries]
+                ) -> list[list[tuple[float, ...]]]:
+    """Every question's unit scores, (classifier logit,) or (classifier logit, span margin) per unit, all pairs of a
+    call scored in shared batches (one forward pass gives both)."""
     pairs = [(q, unit_text(u)) for q, units in zip(questions, summaries, strict=True) for u in units]
-    flat = reader.logits([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else []
+    got = reader.read([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else None
+    flat = [] if got is None else (list(zip(got.logits, got.span_margins, strict=True)) if got.span_margins
+                                   is not None else [(v,) for v in got.logits])
     out, start = [], 0
     for units in summaries:
         out.append(flat[start: start + len(units)])
@@ -79,12 +92,23 @@ def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Seque
     return out
 
 
-def head_matrix(questions: Sequence[str], summaries: Sequence[Summaries], logits: Sequence[Sequence[float]],
-                pooling: str) -> np.ndarray:
-    """The head's rows: the serve-time signals (FEATURES), then the pooling's text features."""
+def head_matrix(questions: Sequence[str], summaries: Sequence[Summaries], logits: Sequence[Sequence[Any]],
+                pooling: str, text_scores: str = "classifier") -> np.ndarray:
+    """The head's rows: the serve-time signals (FEATURES), then the pooling's text features of each score read
+    (`logits`: per question, per unit a number or a tuple of the reader's scores, as unit_logits gives them)."""
     signals = feature_matrix(questions, summaries)
-    text = np.array([pooled(row, pooling) for row in logits], dtype=np.float64).reshape(len(questions), -1)
-    return np.hstack([signals, text])
+    cols = TEXT_SCORES[text_scores]
+
+    def column(row: Sequence[Any], col: int) -> list[float]:
+        values = [u if isinstance(u, int | float) and col == 0 else u[col] for u in row]
+        return values
+
+    try:
+        text = [[v for col in cols for v in pooled(column(row, col), pooling)] for row in logits]
+    except (IndexError, TypeError):
+        raise RouterLoadError(f"text_scores {text_scores!r} reads the span margin, and this reader has no span "
+                              "head (a classifier-only checkpoint)") from None
+    return np.hstack([signals, np.array(text, dtype=np.float64).reshape(len(questions), -1)])
 
 
 def head_parts(head: LogisticModel, x: np.ndarray, text_weight: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -97,10 +121,12 @@ def head_parts(head: LogisticModel, x: np.ndarray, text_weight: float) -> tuple[
     return head.bias + sum(parts.values()), parts
 
 
-def check_head(head: LogisticModel, pooling: str, where: str) -> LogisticModel:
+def check_head(head: LogisticModel, pooling: str, where: str, text_scores: str = "classifier") -> LogisticModel:
     if pooling not in POOLINGS:
         raise RouterLoadError(f"{where}: pooling {pooling!r} is not one of {sorted(POOLINGS)}")
-    expected = [*FEATURES, *POOLINGS[pooling]]
+    if text_scores not in TEXT_SCORES:
+        raise RouterLoadError(f"{where}: text_scores {text_scores!r} is not one of {sorted(TEXT_SCORES)}")
+    expected = [*FEATURES, *text_features(pooling, text_scores)]
     if list(head.feature_names) != expected:
         raise RouterLoadError(f"{where}: head reads {head.feature_names}, this version computes {expected}: retrain")
     return head
@@ -112,11 +138,14 @@ class UnitReaderRouter(ScoreRouter):
     summary_fields = ("score",)  # the signals read the retrieval scores
 
     def __init__(self, reader: CrossEncoder, head: LogisticModel, pooling: str, text_weight: float,
-                 threshold_logit: float | None = None) -> None:
+                 threshold_logit: float | None = None, text_scores: str = "classifier") -> None:
         if not (isinstance(text_weight, int | float) and math.isfinite(text_weight) and text_weight >= 0):
             raise RouterLoadError(f"unit reader: text_weight must be a finite number >= 0, got {text_weight!r}")
         self.reader, self.pooling, self.text_weight = reader, pooling, float(text_weight)
-        self.head = check_head(head, pooling, "unit reader")
+        self.head = check_head(head, pooling, "unit reader", text_scores)
+        if 1 in TEXT_SCORES[text_scores] and not reader.has_spans:
+            raise RouterLoadError(f"unit reader: text_scores {text_scores!r} needs a reader with a span head")
+        self.text_scores = text_scores
         super().__init__(threshold_logit)
 
     @classmethod
@@ -133,10 +162,11 @@ class UnitReaderRouter(ScoreRouter):
         if not len(questions):
             return [], [], []
         logits = (unit_logits(self.reader, questions, summaries) if self.text_weight
-                  else [[NO_UNIT_LOGIT] * len(s) for s in summaries])
-        x = head_matrix(questions, summaries, logits, self.pooling)
+                  else [[(NO_UNIT_LOGIT, NO_UNIT_LOGIT)] * len(s) for s in summaries])
+        x = head_matrix(questions, summaries, logits, self.pooling, self.text_scores)
         score, parts = head_parts(self.head, x, self.text_weight)
-        clipped = self.head.clipped_features(x, skip=() if self.text_weight else POOLINGS[self.pooling])
+        clipped = self.head.clipped_features(
+            x, skip=() if self.text_weight else text_features(self.pooling, self.text_scores))
         return score.tolist(), [{k: float(v[i]) for k, v in parts.items()} for i in range(len(questions))], clipped
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
@@ -148,14 +178,14 @@ class UnitReaderRouter(ScoreRouter):
         with every weight file's digest."""
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        safe_io.save_pretrained(self.reader.model, run_dir, safe_serialization=True)
-        safe_io.save_pretrained(self.reader.tokenizer, run_dir)
+        self.reader.save(run_dir)
         save_logistic(run_dir / SIGNAL_HEAD_FILE, self.head)
         extra = dict(extra)
         if "zero_shot_head" in extra:
             save_logistic(run_dir / ZERO_SHOT_HEAD_FILE, extra.pop("zero_shot_head"))
         self.meta = score_run_meta(self.kind, data, metrics, {
-            **extra, "head": SIGNAL_HEAD_FILE, "pooling": self.pooling, "text_weight": self.text_weight})
+            **extra, "head": SIGNAL_HEAD_FILE, "pooling": self.pooling, "text_weight": self.text_weight,
+            "text_scores": self.text_scores})
         self.run_dir = write_score_run(run_dir, self.meta)
         return self.run_dir
 
@@ -171,6 +201,7 @@ class UnitReaderRouter(ScoreRouter):
         reader = CrossEncoder.load(run_dir, batch_size=int(pair_batch))
         calibrated = calibrated_threshold_logit(meta)
         router = cls(reader, read_logistic(run_dir / SIGNAL_HEAD_FILE), str(extra.get("pooling")),
-                     extra.get("text_weight"), threshold_logit if threshold_logit is not None else calibrated)
+                     extra.get("text_weight"), threshold_logit if threshold_logit is not None else calibrated,
+                     str(extra.get("text_scores", "classifier")))
         router.run_dir, router.meta, router.name = run_dir, meta, f"{cls.kind}:{path}"
         return router

@@ -47,14 +47,19 @@ def test_sentence_targets_are_exact():
         "Fishing boats leave from the harbour of Tessdal."]
     # answerable: the sentence holding the span is the one positive; the negatives share the most content words
     # with the question (ties: paragraph order)
-    assert question_pairs(q["Where do the fishing boats leave from?"], negatives=1) == [
-        ("Where do the fishing boats leave from?", "Lake Orvik is a glacial lake in the north of the valley.", 0.0),
-        ("Where do the fishing boats leave from?", "Fishing boats leave from the harbour of Tessdal.", 1.0)]
+    # the positive carries its answer span as offsets into the sentence; negatives point at no answer (None)
+    got = question_pairs(q["Where do the fishing boats leave from?"], negatives=1)
+    assert got == [
+        ("Where do the fishing boats leave from?", "Lake Orvik is a glacial lake in the north of the valley.", 0.0,
+         None),
+        ("Where do the fishing boats leave from?", "Fishing boats leave from the harbour of Tessdal.", 1.0, (25, 47))]
+    text, span = got[1][1], got[1][3]
+    assert text[span[0]: span[1]] == q["Where do the fishing boats leave from?"].answers[0][1]
     got = question_pairs(q["What did merchants pay for salt with?"], negatives=1)  # unanswerable: every sentence
-    assert [t for _, _, t in got] == [0.0] * 4 and len({s for _, s, _ in got}) == 4
+    assert [p[2] for p in got] == [0.0] * 4 and len({p[1] for p in got}) == 4 and {p[3] for p in got} == {None}
     # two gold spans in one sentence: one positive pair
     two = question_pairs(q["Why did the night train service end?"], negatives=2)
-    assert [s for _, s, t in two if t == 1.0] == ["The service ended in 1989 when the new line opened."]
+    assert [p[1] for p in two if p[2] == 1.0] == ["The service ended in 1989 when the new line opened."]
     assert len(two) == 3
 
 
