@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from router_train.reading_checks import check_loss
 from tiermem.errors import ConfigError
 
 Pair = tuple[str, str, float]
@@ -75,6 +76,7 @@ def fit_reader(reader: Any, pairs: Sequence[Pair], *, epochs: int, learning_rate
                     token_types[r, :n] = torch.tensor(types[i])
             logits = model(input_ids=input_ids, attention_mask=mask, token_type_ids=token_types).logits[:, 0]
             loss = loss_fn(logits, targets[batch])
+            check_loss(loss.item(), label, epoch, step + 1, learning_rate)  # a diverged run named as it happens
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

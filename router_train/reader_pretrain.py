@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -89,12 +88,14 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
     sentence's logit, every sentence of the paragraph scored; answerable = positive), and the extractive answerer's
     floor calibrated on those best-sentence logits (router_train.answer_floor)."""
     from router_train.answer_floor import calibrated_floor
+    from router_train.reading_checks import check_scores
     from router_train.reading_data import question_pairs
     from tiermem.sentences import sentence_spans
     from tiermem.stats import auroc
 
     flat = [(q.question, q.context[s:e]) for q in questions for s, e in sentence_spans(q.context)]
     logits = dict(zip(flat, reader.logits([p[0] for p in flat], [p[1] for p in flat]), strict=True))
+    check_scores(logits.values(), "reader-pretrain")
     pairs = [p for q in questions for p in question_pairs(q, negatives=3)]
     best = [max(logits[(q.question, q.context[s:e])] for s, e in sentence_spans(q.context)) for q in questions]
     return {"questions": len(questions), "answerable": sum(q.answerable for q in questions), "pairs": len(pairs),
@@ -110,19 +111,21 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
     import torch
 
     from router_train.reader_fit import fit_reader
+    from router_train.reading_checks import check_heldout
     from router_train.reading_data import all_pairs, heldout_split
     from tiermem import safe_io
-    from tiermem.cross_encoder import CrossEncoder
-    from tiermem.models import resolve_model
+    from tiermem.floors import weights_sha256
+    from tiermem.model_dir import load_reader
 
     train_q, held_q, held_titles = heldout_split(questions, cfg.heldout_articles, cfg.seed)
+    check_heldout(held_q, held_titles, cfg.data)  # both classes, before any training
     pairs = all_pairs(train_q, cfg.negatives_per_question)
     if cfg.max_train_pairs and len(pairs) > cfg.max_train_pairs:
         pairs = random.Random(cfg.seed).sample(pairs, cfg.max_train_pairs)
     print(f"reader-pretrain: {len(pairs)} pairs ({sum(p[2] > 0.5 for p in pairs)} positive) from "
           f"{len(train_q)} questions; held out: {len(held_q)} questions of {held_titles}", file=sys.stderr, flush=True)
     torch.manual_seed(cfg.seed)  # the classification head's initialization
-    reader = CrossEncoder.load(resolve_model(cfg.base), batch_size=cfg.score_batch_size)
+    reader = load_reader(cfg.base, "base=", batch_size=cfg.score_batch_size, head_optional=True)
     started = time.perf_counter()
     losses = fit_reader(reader, pairs, epochs=cfg.epochs, learning_rate=cfg.learning_rate,
                         weight_decay=cfg.weight_decay, batch_size=cfg.batch_size, warmup_share=cfg.warmup_share,
@@ -135,24 +138,8 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
                  "seconds": round(time.perf_counter() - started, 1)})
     safe_io.save_pretrained(reader.model, target, safe_serialization=True)
     safe_io.save_pretrained(reader.tokenizer, target)
+    heldout["answer_floor"]["reader_weights_sha256"] = weights_sha256(target)  # the floor bound to these weights
     safe_io.write_atomic(target / PRETRAIN_FILE, json.dumps(meta, indent=2))
-
-
-def _add_floor(entry: Path, cfg: ReaderPretrainConfig, questions: list) -> None:
-    """A checkpoint cached before the extractive answerer's floor was stored with it gains the floor once (its
-    held-out articles scored again: the weights are the cached ones, so nothing else changes)."""
-    from router_train.reading_data import heldout_split
-    from tiermem import safe_io
-    from tiermem.cross_encoder import CrossEncoder
-
-    meta = json.loads((entry / PRETRAIN_FILE).read_text())
-    if "answer_floor" in (meta.get("heldout") or {}):
-        return
-    print("reader-pretrain: the cached checkpoint has no answer floor yet: scoring its held-out articles once",
-          file=sys.stderr, flush=True)
-    held = heldout_split(questions, cfg.heldout_articles, cfg.seed)[1]
-    meta["heldout"] = heldout_metrics(CrossEncoder.load(entry, batch_size=cfg.score_batch_size), held)
-    safe_io.write_atomic(entry / PRETRAIN_FILE, json.dumps(meta, indent=2))
 
 
 def _copy_into(src: Path, out: Path) -> None:
@@ -165,20 +152,26 @@ def _copy_into(src: Path, out: Path) -> None:
 
 
 def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
+    from router_train import reader_cache
+    from router_train.reading_checks import check_reading_questions
     from router_train.reading_data import load_reading_data
-    from tiermem.models import cache_root, resolve_model, setup_cpu_threads
+    from tiermem.floors import read_pretrain_meta
+    from tiermem.model_dir import check_model_dir, refuse_output_over_input
+    from tiermem.models import cache_root, setup_cpu_threads
     from tiermem.rundir import claim_cache_dir, claimed_output_dir
 
+    base = check_model_dir(cfg.base, "base=", head_optional=True)  # its files, tokenizer and config, before the claim
+    refuse_output_over_input(cfg.output_dir, "reader-pretrain", {"base": base, "data": cfg.data}, cache_root())
     with claimed_output_dir(cfg.output_dir, "reader-pretrain") as out:
         questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
-        key = cache_key(cfg, data_sha, _weights_digest(resolve_model(cfg.base)))
+        check_reading_questions(questions, cfg.data)
+        key = cache_key(cfg, data_sha, _weights_digest(base))
         cache_dir = claim_cache_dir(cache_root() / "readers", "reader-pretrain") if cfg.cache else None
         entry = cache_dir / key if cache_dir else None
-        hit = entry is not None and (entry / PRETRAIN_FILE).is_file()
+        hit = reader_cache.lookup(entry)  # verified: every file's digest, no links, the floor bound to the weights
         if hit:
-            print(f"reader-pretrain: cache hit {entry} (data sha256 {data_sha[:12]}, same base and settings): "
-                  "no training", file=sys.stderr, flush=True)
-            _add_floor(entry, cfg, questions)
+            print(f"reader-pretrain: cache hit {entry} (data sha256 {data_sha[:12]}, same base and settings, "
+                  "verified): no training", file=sys.stderr, flush=True)
         else:
             setup_cpu_threads()
             meta = {"stage": "reader-pretrain", "cache_key": key, "data": cfg.data, "data_sha256": data_sha,
@@ -188,14 +181,14 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
             try:
                 _train(cfg, questions, tmp, meta)
                 if entry is not None:
-                    os.replace(tmp, entry)  # atomic: a half-written checkpoint is never taken for a cached one
+                    reader_cache.store(tmp, entry)  # sealed, then atomic; a race lost takes the winner's entry
                 else:
                     _copy_into(tmp, out)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         if entry is not None:
-            _copy_into(entry, out)
-    meta = json.loads((Path(cfg.output_dir) / PRETRAIN_FILE).read_text())
+            reader_cache.copy_out(entry, out)  # each file checked against its digest as it is copied
+    meta = read_pretrain_meta(cfg.output_dir, need=reader_cache.NEEDED)
     return {"output_dir": cfg.output_dir, "cache_hit": hit,
             "cache_key": key, "heldout": meta["heldout"], "train_pairs": meta["train_pairs"],
             "seconds": meta["seconds"]}
