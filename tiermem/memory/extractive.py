@@ -76,10 +76,12 @@ def router_reader(router: Any) -> AnswerReader | None:
 
 
 def _split(cand: _Candidate, timestamp: str | None = None) -> list[_Candidate]:
-    """One candidate per sentence (router_train.reading_data.sentence_spans) of the candidate's quote."""
+    """One candidate per sentence (router_train.reading_data.sentence_spans) of the candidate's quote; a
+    sentence of punctuation only ("...") is no answer and is not read."""
     text = cand.evidence.quote
     return [_Candidate(replace(cand.evidence, quote=text[s:e]), absolutize(text[s:e], timestamp) if timestamp
-                       else text[s:e], frozenset()) for s, e in sentence_spans(text)]
+                       else text[s:e], frozenset()) for s, e in sentence_spans(text)
+            if any(ch.isalnum() for ch in text[s:e])]
 
 
 def page_sentences(pages: Sequence[Page]) -> list[_Candidate]:
