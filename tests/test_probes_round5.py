@@ -4,6 +4,7 @@ reader each. A tiny random BERT stands in for MiniLM (tests/helpers/tiny_bert.py
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -243,3 +244,265 @@ def test_output_dir_over_the_base_or_in_the_cache_is_refused_before_anything_is_
         assert _pretrain(built, out) == 4
         assert "the model cache" in capsys.readouterr().err
     assert sorted(p.name for p in entry.parent.iterdir() if not p.name.startswith(".")) == [built["key"]]
+
+
+# ---- 4, 11: one reader of floors and of the reader's files --------------------------------------------------------
+
+
+def _reader_dir(tmp_path, built) -> Path:
+    reader = tmp_path / "reader"
+    shutil.copytree(built["out"], reader)
+    return reader
+
+
+@pytest.mark.parametrize("floor", ["NaN", "Infinity", "-Infinity", "true", '"1.5"', "null"])
+def test_a_floor_that_is_no_finite_number_is_refused_wherever_it_is_stored(floor, tmp_path, built):
+    from tiermem.floors import ReaderFileError, load_floor, weights_sha256
+
+    reader = _reader_dir(tmp_path, built)
+    digest = weights_sha256(reader)
+    (reader / "answer_floor.json").write_text(f'{{"floor": {floor}, "reader_weights_sha256": "{digest}"}}')
+    with pytest.raises(ReaderFileError, match=r"answer_floor\.json: field 'floor' must be a finite number.*"
+                                              r"python -m router_train\.answer_floor"):
+        load_floor(reader)
+    (reader / "answer_floor.json").unlink()
+    text = (reader / PRETRAIN_FILE).read_text()
+    meta = json.loads(text)
+    bound = json.dumps(meta["heldout"]["answer_floor"]["floor"])
+    (reader / PRETRAIN_FILE).write_text(text.replace(f'"floor": {bound}', f'"floor": {floor}'))
+    with pytest.raises(ReaderFileError, match=r"heldout\.answer_floor\.floor' must be a finite number"):
+        load_floor(reader)
+
+
+def test_a_floor_in_reader_pretrain_json_is_bound_to_the_weights(tmp_path, built):
+    from tiermem.errors import ConfigError
+    from tiermem.floors import load_floor
+
+    reader = _reader_dir(tmp_path, built)
+    meta = json.loads((reader / PRETRAIN_FILE).read_text())
+    assert load_floor(reader) == meta["heldout"]["answer_floor"]["floor"]
+    meta["heldout"]["answer_floor"]["floor"] = -1000
+    del meta["heldout"]["answer_floor"]["reader_weights_sha256"]
+    (reader / PRETRAIN_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="names no weights it was calibrated for"):
+        load_floor(reader)
+    meta["heldout"]["answer_floor"]["reader_weights_sha256"] = "0" * 64
+    (reader / PRETRAIN_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="calibrated for other weights"):
+        load_floor(reader)
+
+
+BAD_FILES = {
+    "invalid JSON": b"{not json", "null": b"null", "a list": b"[1, 2]", "not UTF-8": b'{"floor": "\xff"}',
+}
+BAD_META = {"heldout null": {"heldout": None}, "config null": {"config": None}, "heldout_articles 5":
+            {"heldout_articles": 5}, "train_pairs a string": {"train_pairs": "many"}}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(name, tmp_path, built):
+    from router_train.answer_floor import main as floor_main
+    from tiermem.floors import ReaderFileError, load_floor
+
+    reader = _reader_dir(tmp_path, built)
+    (reader / "answer_floor.json").write_bytes(BAD_FILES[name])
+    with pytest.raises(ReaderFileError, match=r"answer_floor\.json.*calibrate it again"):
+        load_floor(reader)
+    (reader / "answer_floor.json").unlink()
+    (reader / PRETRAIN_FILE).write_bytes(BAD_FILES[name])
+    with pytest.raises(ReaderFileError, match=r"reader_pretrain\.json.*rebuild the checkpoint"):
+        load_floor(reader)
+    assert floor_main([f"reader={reader}"]) == 5
+
+
+@pytest.mark.parametrize("name", list(BAD_META))
+def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_path, built, capsys):
+    from router_train.answer_floor import main as floor_main
+    from router_train.unit_reader import pretraining_of
+    from tiermem.floors import ReaderFileError
+
+    reader = _reader_dir(tmp_path, built)
+    meta = {**json.loads((reader / PRETRAIN_FILE).read_text()), **BAD_META[name]}
+    (reader / PRETRAIN_FILE).write_text(json.dumps(meta))
+    field = next(iter(BAD_META[name]))
+    assert floor_main([f"reader={reader}"]) == 5
+    assert f"field '{field}' must be" in capsys.readouterr().err
+    with pytest.raises(ReaderFileError, match=field):
+        pretraining_of(str(reader))
+
+
+def test_a_cached_pretrain_file_without_train_pairs_is_a_miss(tmp_path, built, monkeypatch, capsys):
+    from router_train.reader_cache import entry_problem
+    from tiermem.model_cache import seal
+
+    entry = _cache(tmp_path, built, monkeypatch)
+    meta = json.loads((entry / PRETRAIN_FILE).read_text())
+    del meta["train_pairs"]
+    (entry / PRETRAIN_FILE).write_text(json.dumps(meta))
+    seal(entry)  # even re-sealed, the file must read
+    assert "missing field 'train_pairs'" in entry_problem(entry)
+
+
+def test_answer_floor_refuses_held_out_articles_its_training_did_not_hold_out(tmp_path, built, capsys):
+    from router_train.answer_floor import main as floor_main
+
+    reader = _reader_dir(tmp_path, built)
+    meta = json.loads((reader / PRETRAIN_FILE).read_text())
+    meta["heldout_articles"] = ["Copper_trade", "Lake_Orvik", "Night_trains"]
+    (reader / PRETRAIN_FILE).write_text(json.dumps(meta))
+    assert floor_main([f"reader={reader}"]) == 5
+    err = capsys.readouterr().err
+    assert "are not the articles its training held out" in err and "were trained on" in err
+    assert not (reader / "answer_floor.json").exists()
+
+
+# ---- 5, 12: a model directory is checked before it is loaded ------------------------------------------------------
+
+
+def _variant(tmp_path, built, how: str) -> Path:
+    path = _reader_dir(tmp_path, built)
+    weights = path / "model.safetensors"
+    if how == "no tokenizer files":
+        for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+            (path / name).unlink(missing_ok=True)
+    elif how == "another model's tokenizer":
+        from transformers import BertTokenizerFast
+
+        (path / "tokenizer.json").unlink()
+        (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+        BertTokenizerFast(vocab_file=str(path / "vocab.txt")).save_pretrained(str(path))
+    elif how == "no config.json":
+        (path / "config.json").unlink()
+    elif how == "garbage weights":
+        weights.write_bytes(b"garbage" * 100)
+    elif how == "truncated weights":
+        weights.write_bytes(weights.read_bytes()[:-5000])
+    elif how == "99 layers":
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 99}))
+    return path
+
+
+@pytest.mark.parametrize("how, message", [
+    ("no tokenizer files", "no tokenizer files"), ("another model's tokenizer", "not the model's own tokenizer"),
+    ("no config.json", "config.json not found"), ("garbage weights", "not a readable safetensors file"),
+    ("truncated weights", "not a readable safetensors file"), ("99 layers", "config.json does not fit")])
+def test_a_model_directory_that_cannot_be_read_as_it_is_is_a_named_error(how, message, tmp_path, built, monkeypatch,
+                                                                         capsys):
+    from router_train.unit_reader import main as unit_reader_main
+    from tiermem.memory.extractive import load_answer_reader
+    from tiermem.model_dir import ModelDirError
+
+    path = _variant(tmp_path, built, how)
+    with pytest.raises(ModelDirError, match=message):
+        load_answer_reader(path)
+    monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
+    assert _pretrain({"base": path}, tmp_path / "pre") == 2 and message in capsys.readouterr().err
+    assert unit_reader_main([f"base={path}", f"output_dir={tmp_path / 'unit'}"]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "unit").exists() and not (tmp_path / "pre").exists()
+
+
+def test_an_empty_base_and_a_bin_reader(tmp_path, built, capsys):
+    from tiermem.floors import weights_sha256
+    from tiermem.model_dir import ModelDirError, check_model_dir
+
+    with pytest.raises(ModelDirError, match="base= is empty"):
+        check_model_dir("", "base=")
+    assert _pretrain({"base": ""}, tmp_path / "pre") == 2
+    reader = _reader_dir(tmp_path, built)
+    (reader / "model.safetensors").rename(reader / "pytorch_model.bin")  # hashed by the file that holds them
+    assert weights_sha256(reader) == hashlib.sha256((reader / "pytorch_model.bin").read_bytes()).hexdigest()
+
+
+# ---- 9, 13: reading data and settings checked before any training ------------------------------------------------
+
+
+def _data(tmp_path, change) -> Path:
+    doc = json.loads(FIXTURE.read_text())
+    change(doc)
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _set_context(text):
+    def change(doc):
+        para = doc["data"][2]["paragraphs"][0]
+        para["context"], para["qas"] = text, [{**q, "is_impossible": True, "answers": []} for q in para["qas"]]
+    return change
+
+
+def _all_answerable(doc):
+    for article in doc["data"]:
+        for para in article["paragraphs"]:
+            para["qas"] = [q for q in para["qas"] if not q.get("is_impossible")]
+
+
+def _surrogate(doc):
+    doc["data"][0]["paragraphs"][0]["qas"][0]["question"] = "Who \ud800 mapped it?"
+
+
+@pytest.mark.parametrize("change, message", [
+    (_set_context(""), "is empty or white space"), (_set_context("  \n\t "), "is empty or white space"),
+    (_surrogate, "lone surrogate"), (_all_answerable, "both are needed")])
+def test_reading_data_a_run_could_not_finish_on_is_named_before_training(change, message, tmp_path, built,
+                                                                         monkeypatch, capsys):
+    monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
+    assert _pretrain(built, tmp_path / "out", data=_data(tmp_path, change)) == 3
+    err = capsys.readouterr().err
+    assert message in err and "DataError" in err and "epoch" not in err
+
+
+def test_a_diverged_run_is_named_as_it_happens(tmp_path, built, monkeypatch, capsys):
+    monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
+    assert _pretrain(built, tmp_path / "out", "learning_rate=1e6", "epochs=3") == 6
+    assert "the training diverged" in capsys.readouterr().err
+
+
+def test_settings_of_another_shape_are_named(tmp_path, monkeypatch, capsys):
+    import sys
+    import types
+
+    from router_train.reading_data import load_squad_hub
+    from router_train.unit_reader import UnitReaderConfig
+    from tiermem.config import parse_config
+    from tiermem.errors import ConfigError, DataError
+
+    with pytest.raises(ConfigError, match="finetune_layers"):
+        parse_config(UnitReaderConfig, None, ["finetune_layers=[1.5]"])
+    for answers in ([{"text": "Ada", "answer_start": 0}], {"text": ["Ada", "b"], "answer_start": [0]}):
+        row = {"id": "a", "title": "T", "context": "Ada built a boat.", "question": "Who?", "answers": answers}
+        fake = types.SimpleNamespace(load_dataset=lambda n, split, row=row: [row])
+        monkeypatch.setitem(sys.modules, "datasets", fake)
+        with pytest.raises(DataError, match=r"row 0: field 'answers' must"):
+            load_squad_hub("org/x", "validation")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "file"))
+    assert _pretrain({"base": "packaged:all-minilm-l6-v2"}, tmp_path / "out") == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+# ---- also worth fixing ---------------------------------------------------------------------------------------------
+
+
+def test_a_missing_router_directory_is_named_as_one(tmp_path, monkeypatch):
+    from serving.routers.spec import build
+    from tiermem.errors import HubError
+
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match=r"no directory 'runs/nope' here \(runs/ exists"):
+        build("runs/nope")
+
+
+def test_a_sentence_of_punctuation_only_is_no_answer():
+    from tiermem.memory.extractive import _split
+    from tiermem.memory.grounding import Evidence, _Candidate
+
+    def quotes(text):
+        return [c.evidence.quote for c in _split(_Candidate(Evidence(text, "Tomas", None, "t1", "p1", "page"), text,
+                                                            frozenset()))]
+
+    assert quotes("...") == [] and quotes("?!") == []  # a turn of punctuation only: nothing to read
+    assert quotes("Well... I adopted Pepper.") == ["Well...", "I adopted Pepper."]

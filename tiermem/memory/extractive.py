@@ -63,8 +63,8 @@ def load_answer_reader(path: str | Path) -> AnswerReader:
     if not (path / "model.safetensors").is_file():
         raise MissingFileError(f"memory.reader={str(path)!r}: no reader there; the extractive answerer reads with the "
                                "answerability reader `make reader-pretrain` trains (or set memory.answerer=llm)")
-    floor = load_floor(path)  # the files first: a bad floor is named before the model loads
-    return AnswerReader(load_reader(path, "memory.reader="), floor, str(path))
+    reader = load_reader(path, "memory.reader=")  # its files checked first: tokenizer, config, weights
+    return AnswerReader(reader, load_floor(path), str(path))
 
 
 def router_reader(router: Any) -> AnswerReader | None:
