@@ -158,10 +158,12 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
     from tiermem.floors import read_pretrain_meta
     from tiermem.model_dir import check_model_dir, refuse_output_over_input
     from tiermem.models import cache_root, setup_cpu_threads
-    from tiermem.rundir import claim_cache_dir, claimed_output_dir
+    from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir
 
+    refuse_output_over_input(cfg.output_dir, "reader-pretrain", {"base": cfg.base, "data": cfg.data},
+                             cache_root() / "readers")
+    check_output_dir(cfg.output_dir, "reader-pretrain")  # first: nothing is read for an output it may not write
     base = check_model_dir(cfg.base, "base=", head_optional=True)  # its files, tokenizer and config, before the claim
-    refuse_output_over_input(cfg.output_dir, "reader-pretrain", {"base": base, "data": cfg.data}, cache_root())
     with claimed_output_dir(cfg.output_dir, "reader-pretrain") as out:
         questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
         check_reading_questions(questions, cfg.data)

@@ -314,12 +314,13 @@ def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def train(cfg: UnitReaderConfig) -> dict[str, Any]:
-    from tiermem.model_dir import check_model_dir, refuse_output_over_input
+    from tiermem.model_dir import refuse_output_over_input
     from tiermem.models import cache_root, setup_cpu_threads
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.rundir import check_output_dir, claimed_output_dir
 
-    base = check_model_dir(cfg.base, "base=", head_optional=True)  # before the claim: nothing written for a bad base
-    refuse_output_over_input(cfg.output_dir, "unit-reader", {"base": base, "data": cfg.data}, cache_root() / "readers")
+    refuse_output_over_input(cfg.output_dir, "unit-reader", {"base": cfg.base, "data": cfg.data},
+                             cache_root() / "readers")
+    check_output_dir(cfg.output_dir, "unit-reader")  # first: nothing is read for an output it may not write
     with claimed_output_dir(cfg.output_dir, "unit-reader"):
         setup_cpu_threads()
         return _train(cfg)

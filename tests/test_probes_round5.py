@@ -278,17 +278,18 @@ def _variant(tmp_path, built, how: str) -> Path:
     ("truncated weights", "not a readable safetensors file"), ("99 layers", "config.json does not fit")])
 def test_a_model_directory_that_cannot_be_read_as_it_is_is_a_named_error(how, message, tmp_path, built, monkeypatch,
                                                                          capsys):
-    from router_train.unit_reader import main as unit_reader_main
+    from router_train.unit_reader import UnitReaderConfig, fresh_reader
     from tiermem.memory.extractive import load_answer_reader
     from tiermem.model_dir import ModelDirError
 
     path = _variant(tmp_path, built, how)
     with pytest.raises(ModelDirError, match=message):
         load_answer_reader(path)
+    with pytest.raises(ModelDirError, match=message):  # unit-reader's base, after its records are read
+        fresh_reader(UnitReaderConfig(base=str(path)))
     monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
     assert _pretrain({"base": path}, tmp_path / "pre") == 2 and message in capsys.readouterr().err
-    assert unit_reader_main([f"base={path}", f"output_dir={tmp_path / 'unit'}"]) == 2
-    assert message in capsys.readouterr().err and not (tmp_path / "unit").exists() and not (tmp_path / "pre").exists()
+    assert not (tmp_path / "pre").exists()  # checked before the claim: nothing written
 
 
 def test_an_empty_base_and_a_bin_reader(tmp_path, built, capsys):
