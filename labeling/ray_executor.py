@@ -23,10 +23,11 @@ from typing import Any
 
 from labeling.config import LabelConfig
 from labeling.shards import found_shards
-from tiermem.errors import MissingExtraError, RunError, UsageError
+from tiermem.errors import MissingExtraError, RunError, UnreachableError, UsageError
 from tiermem.rundir import check_output_dir
 
 RAY_EXTRA = "pip install -e '.[ray]'"
+CONNECT_TIMEOUT_S = 10.0  # how long the cluster's address may take to accept a connection
 
 
 def import_ray() -> Any:
@@ -77,12 +78,36 @@ def _check_before_start(cfg: LabelConfig) -> None:
     selected_conversations(cfg)  # an unreadable data file or an empty selection, named once here
 
 
+def _probe(address: str) -> None:
+    """Ray retries an address that does not answer for minutes; one that refuses or times out is named at once."""
+    import socket
+
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return  # "auto" (a cluster started on this machine) and forms Ray parses itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UnreachableError(f"ray_address={address}: the Ray cluster cannot be reached ({exc}); start it (ray start "
+                               "--head) or fix ray_address, or leave it empty for a local cluster") from None
+
+
+def _check_resources(ray: Any, cfg: LabelConfig) -> None:
+    """A task asking for more CPUs than the cluster has would wait for them forever: named before submitting."""
+    cpus = float(ray.cluster_resources().get("CPU", 0))
+    if cfg.ray_cpus_per_task > cpus:
+        raise UsageError(f"ray_cpus_per_task={cfg.ray_cpus_per_task:g}, but the Ray cluster has {cpus:g} CPU(s) in "
+                         "all: no shard could ever start; ask for at most that many")
+
+
 def _connect(ray: Any, cfg: LabelConfig) -> bool:
     """Join the cluster the config names, or start a local one; True when this call started Ray (and so shuts it
     down). A Ray already initialized in this process (a notebook, the tests) is used as it is."""
     if ray.is_initialized():
         return False
     if cfg.ray_address:
+        _probe(cfg.ray_address)
         ray.init(address=cfg.ray_address)
     else:
         ray.init(include_dashboard=False)  # a local cluster for this run only; nobody looks at its dashboard
@@ -101,6 +126,7 @@ def label_on_ray(cfg: LabelConfig) -> dict[str, Any]:
     owned = _connect(ray, cfg)
     failed: dict[int, str] = {}
     try:
+        _check_resources(ray, cfg)
         task = ray.remote(label_shard).options(
             num_cpus=cfg.ray_cpus_per_task, max_retries=cfg.ray_max_retries, retry_exceptions=True,
             # one line per shard from here; a per-question bar from every worker would interleave

@@ -14,7 +14,6 @@ into an existing reader directory (a checkpoint from before, or a unit-reader ru
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections.abc import Sequence
@@ -61,23 +60,43 @@ def best_sentence_logits(reader: Any, questions: Sequence[Any]) -> list[float]:
 
 def _pretrain_meta(pretrain: Path) -> dict[str, Any]:
     from tiermem.cross_encoder import PRETRAIN_FILE
+    from tiermem.floors import read_pretrain_meta
 
     path = pretrain / PRETRAIN_FILE
     if not path.is_file():
         raise MissingFileError(f"{path} not found: the floor is calibrated on a reader-pretrain checkpoint's held-out "
                                "articles (make reader-pretrain)")
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    for key in ("data", "data_sha256", "heldout_articles"):
-        if key not in meta:
-            raise DataError(f"{path}: missing field {key!r}")
-    return meta
+    return read_pretrain_meta(pretrain, need=("data", "data_sha256", "heldout_articles"))  # one reader (issue 41)
+
+
+def check_heldout_articles(questions: Sequence[Any], meta: dict[str, Any], pretrain: Any) -> None:
+    """The articles a checkpoint's metadata calls held out are the ones its training held out: the split its
+    config gives (router_train.reading_data.heldout_split) on the data it was trained on. A list holding a training
+    article would calibrate the floor on text the reader was trained on and call it held out."""
+    from router_train.reading_data import heldout_split
+    from tiermem.floors import ReaderFileError
+
+    config = meta.get("config")
+    count, seed = (config or {}).get("heldout_articles"), (config or {}).get("seed")
+    if not isinstance(count, int) or isinstance(count, bool) or not isinstance(seed, int) or isinstance(seed, bool):
+        raise ReaderFileError(f"{pretrain}/reader_pretrain.json: config.heldout_articles and config.seed (whole "
+                              "numbers) are needed to check which articles its training held out; rebuild the "
+                              "checkpoint (tiermem-router reader-pretrain)")
+    held = heldout_split(questions, count, seed)[2]
+    listed = sorted(meta["heldout_articles"])
+    if listed != sorted(held):
+        trained = sorted(set(listed) - set(held))
+        raise ReaderFileError(f"{pretrain}/reader_pretrain.json: heldout_articles {listed} are not the articles its "
+                              f"training held out ({held})" + (f"; {trained} were trained on" if trained else "")
+                              + ": rebuild the checkpoint (tiermem-router reader-pretrain)")
 
 
 def calibrate(reader_dir: str | Path, pretrain: str | Path | None = None, data: str = "") -> dict[str, Any]:
     """Score the held-out articles of `pretrain` (default: `reader_dir` itself) with the reader in `reader_dir`
     and write its floor to `reader_dir/answer_floor.json`."""
     from router_train.reading_data import load_reading_data
-    from tiermem.cross_encoder import CrossEncoder
+    from tiermem.floors import weights_sha256
+    from tiermem.model_dir import load_reader
     from tiermem.models import setup_cpu_threads
     from tiermem.rundir import updating_run
     from tiermem.safe_io import write_atomic
@@ -90,15 +109,16 @@ def calibrate(reader_dir: str | Path, pretrain: str | Path | None = None, data: 
         raise DataError(f"reading data {source}: sha256 {sha[:12]} is not the data {pretrain} was trained on "
                         f"({meta['data_sha256'][:12]}); its held-out articles would not be held out")
     held = set(meta["heldout_articles"])
+    check_heldout_articles(questions, meta, pretrain)  # the articles its training held out, not others
     heldout = [q for q in questions if q.article in held]
     if not heldout:
         raise DataError(f"reading data {source}: none of the held-out articles {sorted(held)}")
     setup_cpu_threads()
     with updating_run(reader_dir, "answer-floor", kinds=("reader-pretrain", "unit-reader")):
-        reader = CrossEncoder.load(reader_dir)
+        reader = load_reader(reader_dir, "reader=")
         floor = {**calibrated_floor(best_sentence_logits(reader, heldout), [q.answerable for q in heldout]),
                  "heldout_from": str(pretrain), "heldout_articles": sorted(held),
-                 "reader_weights_sha256": hashlib.sha256((reader_dir / "model.safetensors").read_bytes()).hexdigest()}
+                 "reader_weights_sha256": weights_sha256(reader_dir)}
         write_atomic(reader_dir / FLOOR_FILE, json.dumps(floor, indent=2) + "\n")
     return floor
 

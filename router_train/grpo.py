@@ -20,6 +20,7 @@ from tiermem import contract
 from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
 from tiermem.errors import MissingFileError, stage_main
+from tiermem.model_dir import refuse_output_over_input
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import launch_run_dir
 
@@ -144,6 +145,7 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     args = build_grpo_config(cfg)
     if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
+    refuse_output_over_input(cfg.output_dir, "grpo", {"router": cfg.router, "model": cfg.model})
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
     with launch_run_dir(cfg.output_dir, "grpo", leader=is_launch_leader()):
         return _train(cfg, args)

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tiermem.errors import ConfigError, RunError
+from router_train.reading_checks import check_loss
+from tiermem.errors import ConfigError
 
 Pair = tuple[str, str, float]
 
@@ -125,9 +126,7 @@ def fit_reader(reader: Any, pairs: Sequence[Sequence[Any]], *, epochs: int, lear
                                               "token_type_ids": token_types})
             loss = reader_loss(reader, cls, start, end, text_mask, targets[batch],
                                span_y[batch] if span_y is not None else None, span_weight)
-            if not torch.isfinite(loss):
-                raise RunError(f"{label}: the loss is {loss.item()} at step {step + 1} (epoch {epoch}): "
-                                         f"training diverged; lower learning_rate (now {learning_rate})")
+            check_loss(loss.item(), label, epoch, step + 1, learning_rate)  # a diverged run named as it happens
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

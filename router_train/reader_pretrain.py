@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -112,6 +111,7 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
     for the classifier and, with a span head, the span margin. SQuAD's best-sentence logits also calibrate the
     extractive answerer's floor (router_train.answer_floor)."""
     from router_train.answer_floor import calibrated_floor
+    from router_train.reading_checks import check_scores
     from router_train.reading_data import question_pairs
 
     out: dict[str, Any] = {}
@@ -121,6 +121,7 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
         units = [(q.question, q.context[s:e]) for q in qs for s, e in q.unit_spans()]
         flat = list(dict.fromkeys([*units, *((p[0], p[1]) for p in pairs)]))
         got = reader.read([p[0] for p in flat], [p[1] for p in flat])
+        check_scores([*got.logits, *(got.span_margins or [])], "reader-pretrain")
         heads = {"classifier": got.logits, **({"span": got.span_margins} if got.span_margins is not None else {})}
         row: dict[str, Any] = {"questions": len(qs), "answerable": sum(q.answerable for q in qs), "pairs": len(pairs)}
         for head, values in heads.items():
@@ -166,12 +167,14 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
     import torch
 
     from router_train.reader_fit import fit_reader
+    from router_train.reading_checks import check_heldout
     from router_train.reading_data import all_pairs
     from tiermem import safe_io
-    from tiermem.cross_encoder import CrossEncoder
-    from tiermem.models import resolve_model
+    from tiermem.floors import weights_sha256
+    from tiermem.model_dir import load_reader
 
     train_q, held_q, held_titles = split_sources(cfg, questions)
+    check_heldout([q for q in held_q if q.source == "squad"], held_titles["squad"], cfg.data)  # before training
     pairs = all_pairs(train_q, cfg.negatives_per_question, cfg.unanswerable_units, cfg.erased_negatives)
     if cfg.max_train_pairs and len(pairs) > cfg.max_train_pairs:
         pairs = random.Random(cfg.seed).sample(pairs, cfg.max_train_pairs)
@@ -180,7 +183,8 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
           f"{len(train_q)} questions {by_source}; held out: {len(held_q)} questions of {held_titles}",
           file=sys.stderr, flush=True)
     torch.manual_seed(cfg.seed)  # the classification and span heads' initialization
-    reader = CrossEncoder.load(resolve_model(cfg.base), batch_size=cfg.score_batch_size, span_head=cfg.span_head)
+    reader = load_reader(cfg.base, "base=", batch_size=cfg.score_batch_size, head_optional=True,
+                         span_head=cfg.span_head)
     if not cfg.span_head:
         reader.span_head = None  # a classifier-only reader, even from a base that has a span head
     started = time.perf_counter()
@@ -196,23 +200,9 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
                  "loss_by_epoch": losses, "heldout": heldout, "train_seconds": round(train_s, 1),
                  "seconds": round(time.perf_counter() - started, 1)})
     reader.save(target)
+    if "answer_floor" in heldout:
+        heldout["answer_floor"]["reader_weights_sha256"] = weights_sha256(target)  # the floor bound to these weights
     safe_io.write_atomic(target / PRETRAIN_FILE, json.dumps(meta, indent=2))
-
-
-def _add_floor(entry: Path, cfg: ReaderPretrainConfig, questions: list) -> None:
-    """A checkpoint cached before the extractive answerer's floor was stored with it gains the floor once (its
-    held-out articles scored again: the weights are the cached ones, so nothing else changes)."""
-    from tiermem import safe_io
-    from tiermem.cross_encoder import CrossEncoder
-
-    meta = json.loads((entry / PRETRAIN_FILE).read_text())
-    if "answer_floor" in (meta.get("heldout") or {}):
-        return
-    print("reader-pretrain: the cached checkpoint has no answer floor yet: scoring its held-out articles once",
-          file=sys.stderr, flush=True)
-    held = split_sources(cfg, questions)[1]
-    meta["heldout"] = heldout_metrics(CrossEncoder.load(entry, batch_size=cfg.score_batch_size), held)
-    safe_io.write_atomic(entry / PRETRAIN_FILE, json.dumps(meta, indent=2))
 
 
 def _copy_into(src: Path, out: Path) -> None:
@@ -225,27 +215,35 @@ def _copy_into(src: Path, out: Path) -> None:
 
 
 def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
+    from router_train import reader_cache
     from router_train.chat_reading import load_chat_source
+    from router_train.reading_checks import check_reading_questions
     from router_train.reading_data import load_reading_data
-    from tiermem.models import cache_root, resolve_model, setup_cpu_threads
-    from tiermem.rundir import claim_cache_dir, claimed_output_dir
+    from tiermem.floors import read_pretrain_meta
+    from tiermem.model_dir import check_model_dir, refuse_output_over_input
+    from tiermem.models import cache_root, setup_cpu_threads
+    from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir
 
+    refuse_output_over_input(cfg.output_dir, "reader-pretrain", {"base": cfg.base, "data": cfg.data},
+                             cache_root() / "readers")
+    check_output_dir(cfg.output_dir, "reader-pretrain")  # first: nothing is read for an output it may not write
+    base = check_model_dir(cfg.base, "base=", head_optional=True)  # its files, tokenizer and config, before the claim
     with claimed_output_dir(cfg.output_dir, "reader-pretrain") as out:
         questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
+        check_reading_questions(questions, cfg.data)
         shas = [data_sha]
         for source in cfg.chat_data:
             chat, sha = load_chat_source(source)
             questions, shas = questions + chat, [*shas, f"{source.partition(':')[0]}:{sha}"]
         if len(shas) > 1:  # every source's bytes in the key
             data_sha = hashlib.sha256("\n".join(shas).encode()).hexdigest()
-        key = cache_key(cfg, data_sha, _weights_digest(resolve_model(cfg.base)))
+        key = cache_key(cfg, data_sha, _weights_digest(base))
         cache_dir = claim_cache_dir(cache_root() / "readers", "reader-pretrain") if cfg.cache else None
         entry = cache_dir / key if cache_dir else None
-        hit = entry is not None and (entry / PRETRAIN_FILE).is_file()
+        hit = reader_cache.lookup(entry)  # verified: every file's digest, no links, the floor bound to the weights
         if hit:
-            print(f"reader-pretrain: cache hit {entry} (data sha256 {data_sha[:12]}, same base and settings): "
-                  "no training", file=sys.stderr, flush=True)
-            _add_floor(entry, cfg, questions)
+            print(f"reader-pretrain: cache hit {entry} (data sha256 {data_sha[:12]}, same base and settings, "
+                  "verified): no training", file=sys.stderr, flush=True)
         else:
             setup_cpu_threads()
             meta = {"stage": "reader-pretrain", "cache_key": key, "data": cfg.data, "data_sha256": data_sha,
@@ -255,14 +253,14 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
             try:
                 _train(cfg, questions, tmp, meta)
                 if entry is not None:
-                    os.replace(tmp, entry)  # atomic: a half-written checkpoint is never taken for a cached one
+                    reader_cache.store(tmp, entry)  # sealed, then atomic; a race lost takes the winner's entry
                 else:
                     _copy_into(tmp, out)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         if entry is not None:
-            _copy_into(entry, out)
-    meta = json.loads((Path(cfg.output_dir) / PRETRAIN_FILE).read_text())
+            reader_cache.copy_out(entry, out)  # each file checked against its digest as it is copied
+    meta = read_pretrain_meta(cfg.output_dir, need=reader_cache.NEEDED)
     return {"output_dir": cfg.output_dir, "cache_hit": hit,
             "cache_key": key, "heldout": meta["heldout"], "train_pairs": meta["train_pairs"],
             "seconds": meta["seconds"]}

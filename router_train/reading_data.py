@@ -113,12 +113,13 @@ def load_squad_hub(name: str, split: str) -> list[ReadingQuestion]:
         rows = datasets.load_dataset(name, split=split)
     except Exception as exc:  # offline hub, unknown name or split: say which data set and why
         raise DataError(f"reading data {HUB_PREFIX}{name} (split {split!r}) could not be loaded: {exc}") from None
+    from router_train.reading_checks import hub_answers
+
     out = []
     for i, row in enumerate(rows):
-        answers = row.get("answers") or {}
-        qa = {"question": row.get("question"), "id": row.get("id"), "is_impossible": not answers.get("text"),
-              "answers": [{"text": t, "answer_start": s}
-                          for t, s in zip(answers.get("text", []), answers.get("answer_start", []), strict=True)]}
+        answers = hub_answers(row, f"{HUB_PREFIX}{name} [{split}] row {i}")  # rows of another shape: named
+        qa = {"question": row.get("question"), "id": row.get("id"), "is_impossible": not answers,
+              "answers": answers}
         out.append(_question(str(row.get("title", "")), str(row.get("context", "")), qa,
                              f"{HUB_PREFIX}{name} [{split}] row {i}"))
     return out

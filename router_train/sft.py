@@ -24,6 +24,7 @@ from tiermem import contract
 from tiermem.artifacts import RunMeta
 from tiermem.config import parse_cli
 from tiermem.errors import stage_main
+from tiermem.model_dir import refuse_output_over_input
 from tiermem.models import DEFAULT_LM
 from tiermem.rundir import launch_run_dir
 
@@ -168,6 +169,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
 
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
     set_seed(cfg.seed)
+    refuse_output_over_input(cfg.output_dir, "sft", {"model": cfg.model, "router": cfg.router, "data": cfg.data})
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
     with launch_run_dir(cfg.output_dir, "sft", leader=is_launch_leader()):
         return _train(cfg, args)

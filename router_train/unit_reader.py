@@ -90,7 +90,8 @@ class UnitReaderConfig:
         for name in ("deep_negatives", "max_epochs", "batch_size", "score_batch_size"):
             if getattr(self, name) < (0 if name == "deep_negatives" else 1):
                 raise ConfigError(f"{name} must be >= {0 if name == 'deep_negatives' else 1}")
-        if not self.finetune_layers or any(not 0 <= k <= 24 for k in self.finetune_layers):
+        if not self.finetune_layers or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 24
+                                           for k in self.finetune_layers):
             raise ConfigError(f"finetune_layers must be a non-empty list of 0 (zero-shot) .. the encoder's layers, "
                               f"got {self.finetune_layers}")
         if self.learning_rate <= 0 or self.weight_decay < 0 or not 0 <= self.warmup_share < 1 or self.l2 < 0:
@@ -165,10 +166,11 @@ def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int) -
 def fresh_reader(cfg: UnitReaderConfig) -> CrossEncoder:
     import torch
 
-    from tiermem.models import resolve_model
+    from tiermem.model_dir import load_reader
 
     torch.manual_seed(cfg.seed)  # the classification head's initialization
-    return CrossEncoder.load(resolve_model(cfg.base), batch_size=cfg.score_batch_size)
+    # its own tokenizer, a config that fits its weights, readable files (issue 41): else a named error
+    return load_reader(cfg.base, "base=", batch_size=cfg.score_batch_size, head_optional=True)
 
 
 # ---- selection -----------------------------------------------------------------------------------
@@ -215,11 +217,12 @@ def pretraining_of(base: str) -> dict[str, Any] | None:
     from pathlib import Path
 
     from tiermem.cross_encoder import PRETRAIN_FILE
+    from tiermem.floors import read_pretrain_meta
 
     path = Path(base) / PRETRAIN_FILE
     if not path.is_file():
         return None
-    meta = json.loads(path.read_text())
+    meta = read_pretrain_meta(base)  # the one reader of the file: a malformed one is named (issue 41)
     data = str(meta.get("data"))
     return {"base": meta.get("base"), "data": data if data.startswith("hf:") else Path(data).name,
             "data_sha256": meta.get("data_sha256"),
@@ -331,9 +334,13 @@ def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def train(cfg: UnitReaderConfig) -> dict[str, Any]:
-    from tiermem.models import setup_cpu_threads
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.model_dir import refuse_output_over_input
+    from tiermem.models import cache_root, setup_cpu_threads
+    from tiermem.rundir import check_output_dir, claimed_output_dir
 
+    refuse_output_over_input(cfg.output_dir, "unit-reader", {"base": cfg.base, "data": cfg.data},
+                             cache_root() / "readers")
+    check_output_dir(cfg.output_dir, "unit-reader")  # first: nothing is read for an output it may not write
     with claimed_output_dir(cfg.output_dir, "unit-reader"):
         setup_cpu_threads()
         return _train(cfg)

@@ -145,8 +145,12 @@ def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None
         with hub_errors(f"router {repo_id!r} (revision {revision or 'main'})"):
             path = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir))
     except LocalEntryNotFoundError:
-        raise HubError(f"router {repo_id!r} (revision {revision or 'main'}) is not in the hub cache and the hub "
-                       "cannot be reached (HF_HUB_OFFLINE or no network)") from None
+        local = Path(repo_id).parts[0]
+        # `runs/nope` reads as org/name too: say first that no such directory is here (the likelier meaning)
+        where = (f"no directory {repo_id!r} here ({local}/ exists, {repo_id} does not), and as a hub id it"
+                 if Path(local).is_dir() else "it")
+        raise HubError(f"router {repo_id!r}: {where} is not in the hub cache (revision {revision or 'main'}) and the "
+                       "hub cannot be reached (HF_HUB_OFFLINE or no network)") from None
     if verify:
         verify_files(path, read_run_meta(path))
     return path

@@ -73,12 +73,14 @@ class CrossEncoder:
         `span_head` (the reading pre-training adds it to any encoder)."""
         import torch
         import transformers
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
+        config = AutoConfig.from_pretrained(str(path))
+        config.num_labels = 1  # the classifier's one logit (a span-head checkpoint's config says 2: start, end)
         verbosity = transformers.logging.get_verbosity()
         transformers.logging.set_verbosity_error()  # the span head's keys are "unused" by the classifier model
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1)
+            model = AutoModelForSequenceClassification.from_pretrained(str(path), config=config)
         finally:
             transformers.logging.set_verbosity(verbosity)
         head = None

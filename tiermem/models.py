@@ -43,7 +43,11 @@ class ModelSpecError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("TIERMEM_CACHE", Path.home() / ".cache" / "tiermem"))
+    """$TIERMEM_CACHE (default ~/.cache/tiermem): a directory, or not there yet; a file there is named."""
+    root = Path(os.environ.get("TIERMEM_CACHE", Path.home() / ".cache" / "tiermem"))
+    if root.exists() and not root.is_dir():
+        raise ModelSpecError(f"TIERMEM_CACHE={root} is not a directory (the model cache); point it at a directory")
+    return root
 
 
 def _package_dir(dist_module: str, pip_name: str) -> Path:

@@ -11,6 +11,13 @@ ways ('Bob' = 'Robert'), and spelling variants of names of 5+ letters (doubled l
 distance of 1, or 2 for names of 8+ letters: 'Muhhamed' = 'Muhammad', 'Kate' != 'Kane'). A name that matches no
 speaker and no mentioned name (a place, a title, a typo beyond repair) does not narrow the units: the guard says so
 in its reason instead of dropping every unit. Abbreviated months and days ('Jan', 'Sept', 'Tue') are dates.
+
+The cast is data and wins over those rules (issue 41): a speaker named May, June, Will or Sun is a person (the
+calendar and modal words are names only for words no speaker bears); a name that is exactly one speaker's does not
+take in another speaker by the spelling rules (Dan is not Danielle, Maria not Mario, when both speak); a name in
+lower case counts unless a determiner makes it a noun ('the bill', 'my will'); a question that opens by addressing
+someone ('Melanie, what did you paint?') is about them; and a speaker's name in a script written without spaces
+(Chinese, Japanese) is found inside the words of a question or a unit.
 """
 
 from __future__ import annotations
@@ -54,6 +61,10 @@ for _full, _shorts in _NICKNAMES.items():
         _NICKS.setdefault(_short, set()).add(_full)
 
 _CAPITALIZED = re.compile(r"\b[A-Z][A-Za-z'\u2019\-]*")
+_DETERMINERS = frozenset("the a an my your his her its our their this that these those every each no any some".split())
+_UNSEGMENTED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")  # kana, CJK ideographs
+_VOCATIVE = re.compile(r"\s*([^\W\d_][\w'\u2019\-]*)\s*,")  # 'Melanie, what did you paint?'
+
 _WORD = re.compile(r"[^\W\d_][\w'\u2019\-]*")
 _SECOND_PERSON = re.compile(r"\b(you|your|yours|yourself)\b", re.IGNORECASE)
 _ROLES = frozenset({"assistant", "user", "bot", "ai", "system"})  # a chat with an assistant: it serves one person
@@ -70,6 +81,19 @@ def _names(text: str) -> list[str]:
     """The capitalized words of `text` that may be names (not question words, months, days or acronyms)."""
     words = (fold(w) for w in _CAPITALIZED.findall(text) if not w.isupper() or len(w) == 1)
     return [w for w in words if len(w) > 1 and w not in _NOT_NAMES]
+
+
+def _lower_names(text: str, names: set[str]) -> set[str]:
+    """The words of `text` that are one of `names` as written in any case, unless a determiner makes the word a
+    noun ('I paid the bill', 'my will') or it is a question word, month or day."""
+    words = _WORD.findall(text)
+    return {w for i, w in enumerate(map(fold, words)) if w in names and w not in _NOT_NAMES
+            and (i == 0 or fold(words[i - 1]) not in _DETERMINERS)}
+
+
+def _inside(text: str, names: Iterable[str]) -> set[str]:
+    """The names of a script written without spaces (Chinese, Japanese) that appear anywhere in `text`."""
+    return {fold(n) for n in names if _UNSEGMENTED.search(n) and fold(n) in text.casefold()}
 
 
 def _collapse(name: str) -> str:
@@ -125,8 +149,12 @@ class Cast:
         return cls(tuple(speakers), tuple(m for m in mentioned if m not in folded))
 
     def resolve(self, name: str) -> tuple[str, ...]:
-        """The known names `name` can be (speakers first); empty when it matches none."""
-        return tuple(k for k in (*self.speakers, *self.mentioned) if same_person(name, k))
+        """The known names `name` can be (speakers first); empty when it matches none. A name that is exactly a
+        speaker's takes in no other speaker by the spelling rules (Dan and Danielle both speaking: Dan is Dan)."""
+        found = tuple(k for k in (*self.speakers, *self.mentioned) if same_person(name, k))
+        if any(fold(k) == fold(name) for k in self.speakers):
+            found = tuple(k for k in found if fold(k) == fold(name) or k not in self.speakers)
+        return found
 
 
 def question_persons(question: str, cast: Cast | None = None) -> tuple[str, ...]:
@@ -137,7 +165,14 @@ def question_persons(question: str, cast: Cast | None = None) -> tuple[str, ...]
     found = _names(question[first.end():] if first else question)
     if cast is not None:
         speakers = {fold(s) for s in cast.speakers}
-        found += [w for w in map(fold, _WORD.findall(question)) if w in speakers and w not in _NOT_NAMES]
+        known = speakers | {fold(m) for m in cast.mentioned}
+        vocative = _VOCATIVE.match(question)
+        if vocative and fold(vocative.group(1)) in known:  # 'Melanie, what did you paint?': asked of Melanie
+            found.insert(0, fold(vocative.group(1)))
+        # a capitalized word a speaker bears is a person, months and modal verbs included ('What did May buy?')
+        found += [w for w in map(fold, _CAPITALIZED.findall(question[first.end():] if first else question))
+                  if w in speakers]
+        found += sorted(_lower_names(question, speakers)) + sorted(_inside(question, cast.speakers))
     return tuple(dict.fromkeys(found))
 
 
@@ -148,6 +183,7 @@ class PersonGuard:
     persons: tuple[str, ...]  # the question's names (folded)
     known: tuple[tuple[str, tuple[str, ...]], ...]  # each resolved name with the known names it matched
     unmatched: tuple[str, ...]  # names no speaker or mentioned name matches: they do not narrow the units
+    others: tuple[str, ...] = ()  # the other speakers (folded): a unit naming one exactly is not about a near name
 
     @property
     def narrows(self) -> bool:
@@ -174,10 +210,11 @@ class PersonGuard:
         if _SECOND_PERSON.search(text) or _ROLE_SPEAKER.match(text) or any(
                 fold(s) in _ROLES for s in speakers or ()):
             return True
-        targets = {m for name, matches in self.known for m in (name, *matches)}
+        targets = {fold(m) for name, matches in self.known for m in (name, *matches)}
         said = set(_names(text)) | {fold(s) for s in speakers or ()}
-        said |= {w for w in map(fold, _WORD.findall(text)) if w in {fold(t) for t in targets}}
-        return any(same_person(w, t) for w in said for t in targets)
+        said |= {w for w in map(fold, _CAPITALIZED.findall(text)) if w in targets}  # 'May: ...', 'I met June'
+        said |= _lower_names(text, targets) | _inside(text, targets)
+        return any(w in targets or w not in self.others and same_person(w, t) for w in said for t in targets)
 
 
 def person_guard(question: str | None, cast: Cast | None = None) -> PersonGuard:
@@ -187,7 +224,10 @@ def person_guard(question: str | None, cast: Cast | None = None) -> PersonGuard:
     if cast is None:
         return PersonGuard(persons, tuple((p, ()) for p in persons), ())
     resolved = [(p, cast.resolve(p)) for p in persons]
-    return PersonGuard(persons, tuple((p, m) for p, m in resolved if m), tuple(p for p, m in resolved if not m))
+    known = tuple((p, m) for p, m in resolved if m)
+    targets = {fold(x) for p, m in known for x in (p, *m)}
+    others = tuple(dict.fromkeys(fold(s) for s in cast.speakers if fold(s) not in targets))
+    return PersonGuard(persons, known, tuple(p for p, m in resolved if not m), others)
 
 
 def names_person(text: str, persons: Iterable[str], speakers: Sequence[str] | None = None) -> bool:

@@ -95,6 +95,9 @@ def save_into(directory: str | Path, write: Callable[[Path], object]) -> list[Pa
     staging = Path(tempfile.mkdtemp(dir=directory, prefix=".saving."))
     try:
         write(staging)
+        for path in staging.rglob("*"):  # a library's 0600 (safetensors) would hide the weights from a service
+            if not path.is_symlink():
+                path.chmod(0o755 if path.is_dir() else 0o644)
         return move_into(staging, directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -34,6 +34,7 @@ from tiermem import contract
 from tiermem.artifacts import SIGNAL_HEAD_FILE
 from tiermem.cross_encoder import CrossEncoder
 from tiermem.errors import RouterLoadError
+from tiermem.model_dir import load_reader
 
 # pooling name -> the text features it gives the head, computed from a question's unit logits in rank order
 POOLINGS: dict[str, tuple[str, ...]] = {
@@ -198,7 +199,7 @@ class UnitReaderRouter(ScoreRouter):
         extra = meta.extra or {}
         # pairs per forward pass as the stage scored them, so its metrics and a loaded router batch alike
         pair_batch = (extra.get("config") or {}).get("score_batch_size", 64)
-        reader = CrossEncoder.load(run_dir, batch_size=int(pair_batch))
+        reader = load_reader(run_dir, "router=", batch_size=int(pair_batch))  # files checked, load errors named
         calibrated = calibrated_threshold_logit(meta)
         router = cls(reader, read_logistic(run_dir / SIGNAL_HEAD_FILE), str(extra.get("pooling")),
                      extra.get("text_weight"), threshold_logit if threshold_logit is not None else calibrated,

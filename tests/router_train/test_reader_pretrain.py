@@ -139,13 +139,14 @@ def test_a_second_run_is_a_cache_hit_that_says_so(tmp_path, monkeypatch, capsys)
     weights = "model.safetensors"
     assert (tmp_path / "a" / weights).read_bytes() == (tmp_path / "b" / weights).read_bytes()
 
-    # a checkpoint cached before the floor was stored with it gains it on its next hit, the weights untouched
+    # an entry changed after it was built (its floor deleted) fails its digest check: a miss that rebuilds it
+    # (issue 41), the same seeded weights and floor
     entry = next(p for p in (tmp_path / "cache" / "readers").iterdir() if (p / PRETRAIN_FILE).is_file())
     old = json.loads((entry / PRETRAIN_FILE).read_text())
     del old["heldout"]["answer_floor"]
     (entry / PRETRAIN_FILE).write_text(json.dumps(old))
     assert main([*args, f"output_dir={tmp_path / 'd'}"]) == 0
-    assert "has no answer floor yet" in capsys.readouterr().err
+    assert "failed its check" in capsys.readouterr().err
     gained = json.loads((tmp_path / "d" / PRETRAIN_FILE).read_text())["heldout"]["answer_floor"]
     assert gained["floor"] == pytest.approx(floor["floor"], abs=1e-3)
     assert (tmp_path / "d" / weights).read_bytes() == (tmp_path / "a" / weights).read_bytes()

@@ -18,17 +18,14 @@ directory `memory.reader` names (a `make reader-pretrain` checkpoint).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tiermem.cross_encoder import PRETRAIN_FILE
 from tiermem.errors import ConfigError, MissingFileError
+from tiermem.floors import CALIBRATE, FLOOR_FILE, load_floor
 from tiermem.memory.grounding import Evidence, _Candidate, extractive_answer, summary_candidates
 from tiermem.memory.policies import PathCost, ResearchResult, SummaryResult, first_round_pages, question_text
 from tiermem.memory.raw_store import Page
@@ -36,8 +33,7 @@ from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
 from tiermem.sentences import sentence_spans
 
 ANSWERERS = ("extractive", "llm", "auto")
-FLOOR_FILE = "answer_floor.json"  # router_train.answer_floor writes it
-CALIBRATE = "python -m router_train.answer_floor reader={path}"
+__all__ = ["CALIBRATE", "FLOOR_FILE", "load_floor"]  # the one reader of floors is tiermem.floors (issue 41)
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:
@@ -60,50 +56,15 @@ class AnswerReader:
     source: str  # the directory both came from
 
 
-def _weights_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path / "model.safetensors", "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def load_floor(path: str | Path) -> float:
-    """The calibrated floor of the reader in `path`: `answer_floor.json` (checked against the weights it was
-    calibrated for), else the checkpoint's own `reader_pretrain.json` (`heldout.answer_floor`). Read once per
-    state of the directory's files: a router's reader is looked up on every question."""
-    path = Path(path)
-    state = tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.is_file() else None
-                  for f in (path / FLOOR_FILE, path / PRETRAIN_FILE, path / "model.safetensors"))
-    return _load_floor(path, state)
-
-
-@functools.lru_cache(maxsize=8)
-def _load_floor(path: Path, state: tuple[Any, ...]) -> float:
-    floor_file, pretrain = path / FLOOR_FILE, path / PRETRAIN_FILE
-    if floor_file.is_file():
-        stored = json.loads(floor_file.read_text(encoding="utf-8"))
-        if stored.get("reader_weights_sha256") != _weights_sha256(path):
-            raise ConfigError(f"{floor_file}: calibrated for other weights than {path / 'model.safetensors'}; "
-                              f"calibrate again: {CALIBRATE.format(path=path)}")
-        return float(stored["floor"])
-    if pretrain.is_file():
-        stored = json.loads(pretrain.read_text(encoding="utf-8")).get("heldout", {}).get("answer_floor")
-        if stored is not None:
-            return float(stored["floor"])
-    raise ConfigError(f"{path}: the reader has no calibrated answer floor (no {FLOOR_FILE}, no heldout.answer_floor "
-                      f"in {PRETRAIN_FILE}); calibrate it: {CALIBRATE.format(path=path)}"
-                      + ("" if pretrain.is_file() else " pretrain=runs/reader_pretrain"))
-
-
 def load_answer_reader(path: str | Path) -> AnswerReader:
-    from tiermem.cross_encoder import CrossEncoder
+    from tiermem.model_dir import load_reader
 
     path = Path(path)
     if not (path / "model.safetensors").is_file():
         raise MissingFileError(f"memory.reader={str(path)!r}: no reader there; the extractive answerer reads with the "
                                "answerability reader `make reader-pretrain` trains (or set memory.answerer=llm)")
-    return AnswerReader(CrossEncoder.load(path), load_floor(path), str(path))
+    reader = load_reader(path, "memory.reader=")  # its files checked first: tokenizer, config, weights
+    return AnswerReader(reader, load_floor(path), str(path))
 
 
 def router_reader(router: Any) -> AnswerReader | None:
@@ -115,10 +76,12 @@ def router_reader(router: Any) -> AnswerReader | None:
 
 
 def _split(cand: _Candidate, timestamp: str | None = None) -> list[_Candidate]:
-    """One candidate per sentence (router_train.reading_data.sentence_spans) of the candidate's quote."""
+    """One candidate per sentence (router_train.reading_data.sentence_spans) of the candidate's quote; a
+    sentence of punctuation only ("...") is no answer and is not read."""
     text = cand.evidence.quote
     return [_Candidate(replace(cand.evidence, quote=text[s:e]), absolutize(text[s:e], timestamp) if timestamp
-                       else text[s:e], frozenset()) for s, e in sentence_spans(text)]
+                       else text[s:e], frozenset()) for s, e in sentence_spans(text)
+            if any(ch.isalnum() for ch in text[s:e])]
 
 
 def page_sentences(pages: Sequence[Page]) -> list[_Candidate]:

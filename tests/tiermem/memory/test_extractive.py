@@ -132,7 +132,12 @@ def test_floor_is_read_with_the_reader_and_its_absence_is_a_named_error(tmp_path
     (tmp_path / "model.safetensors").write_bytes(weights)
     with pytest.raises(ConfigError, match=r"no calibrated answer floor.*python -m router_train.answer_floor"):
         load_floor(tmp_path)
-    (tmp_path / "reader_pretrain.json").write_text(json.dumps({"heldout": {"answer_floor": {"floor": 1.25}}}))
+    unbound = {"heldout": {"answer_floor": {"floor": 1.25}}}  # bound to no weights: not used (issue 41)
+    (tmp_path / "reader_pretrain.json").write_text(json.dumps(unbound))
+    with pytest.raises(ConfigError, match="names no weights it was calibrated for"):
+        load_floor(tmp_path)
+    unbound["heldout"]["answer_floor"]["reader_weights_sha256"] = hashlib.sha256(weights).hexdigest()
+    (tmp_path / "reader_pretrain.json").write_text(json.dumps(unbound))
     assert load_floor(tmp_path) == 1.25
     floor_file = tmp_path / "answer_floor.json"
     floor_file.write_text(json.dumps({"floor": -0.5, "reader_weights_sha256": hashlib.sha256(weights).hexdigest()}))

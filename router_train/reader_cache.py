@@ -1,0 +1,54 @@
+"""reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>` (issue 41): a hit only for an entry that proves
+itself, a bad entry rebuilt (and said so), a race lost to another run settled by taking its entry.
+
+An entry is a hit when its files are exactly the ones sealed when it was built, each with its stored sha256
+(tiermem.model_cache), its `reader_pretrain.json` reads (tiermem.floors.read_pretrain_meta) and its answer floor is
+a finite number bound to its weights (tiermem.floors.load_floor). Anything else is a miss that rebuilds it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tiermem.errors import ConfigError
+from tiermem.floors import ReaderFileError, load_floor, read_pretrain_meta
+from tiermem.model_cache import check_entry, copy_verified, publish, seal
+
+NEEDED = ("data", "data_sha256", "config", "heldout", "heldout_articles", "train_pairs", "seconds")
+
+
+def _say(text: str) -> None:
+    print(f"reader-pretrain: {text}", file=sys.stderr, flush=True)
+
+
+def entry_problem(entry: Path) -> str | None:
+    """None for an entry that is a hit; else why it is not, in words."""
+    why = check_entry(entry, deep=True)
+    if why is None:
+        try:
+            read_pretrain_meta(entry, need=NEEDED)
+            load_floor(entry)
+        except (ReaderFileError, ConfigError) as exc:
+            why = str(exc)
+    return why
+
+
+def lookup(entry: Path | None) -> bool:
+    """True for a verified hit; a present entry that fails its check is said to be rebuilt."""
+    if entry is None:
+        return False
+    why = entry_problem(entry)
+    if why is not None and (entry.exists() or entry.is_symlink()):
+        _say(f"cache entry {entry} failed its check ({why}): a miss, rebuilding it")
+    return why is None
+
+
+def store(tmp: Path, entry: Path) -> None:
+    """Seal a fresh build and publish it as `entry`; another run's complete entry published first is taken."""
+    seal(tmp)
+    if not publish(tmp, entry):
+        _say(f"another run stored {entry} first (verified): using its entry")
+
+
+def copy_out(entry: Path, out: Path) -> None:
+    copy_verified(entry, out)
