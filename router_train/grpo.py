@@ -81,6 +81,7 @@ class GRPORecipeConfig(RecipeConfig):
     # weight): null = when the router run has a head; true needs one; false leaves the head out
     signal_head: bool | None = None
     signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
+    minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
 
     def __post_init__(self) -> None:
         if self.completion not in COMPLETIONS:
@@ -134,7 +135,9 @@ def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any, eval_rewards: bool,
     dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows with known path outcomes in "
                                           f"{cfg.train_split!r}", train_rewards=True, eval_rewards=eval_rewards,
                                           signals=signals)
-    balanced, info = balance_rows(cfg, dataset, train, val)
+    if not cfg.minimal_pairs:
+        train = train.select([i for i, aug in enumerate(train["augmented"]) if not aug])
+    balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
     return balanced, train, val, info
 
 
