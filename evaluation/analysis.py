@@ -74,13 +74,16 @@ def _diff(a: str, b: str, metric: str, point: float, reps: np.ndarray, level: fl
 def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[RouterOutput],
             baselines: Mapping[str, Sequence[float]], *, main: str | None = "routed", n_boot: int = 1000,
             seed: int = 0, level: float = 0.95, bins: int = 10, ranked_only: Sequence[Case] = (),
-            ranked_only_clusters: Sequence[str] = ()) -> dict[str, Any]:
+            ranked_only_clusters: Sequence[str] = (), pairs: Sequence[Sequence[str]] = ()) -> dict[str, Any]:
     """Intervals for every policy's rates, ranking quality per router and paired comparisons.
 
     `baselines`: row key -> escalation weights over `cases` (constant r for the random router: its exact expected
     value). `ranked_only`: labeled cases whose path outcome is unknown (not replayable): the outputs cover them
     after `cases`, and they count in the metrics that read only the label (AUROC, AUPRC, ECE, reliability), never
     in the replayed rates or APGR. One bootstrap draws over both, so every interval stays paired.
+    `pairs`: more (a, b) row keys compared head to head (accuracy, AUROC, APGR and mean input tokens, each at its
+    row's threshold), e.g. a refined router against the one it started from; a pair with the main router replaces
+    that row's comparison with the main router.
     """
     n, m = len(cases), len(ranked_only)
     if len(ranked_only_clusters) != m:
@@ -110,6 +113,7 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
 
     ranking: dict[str, Any] = {}
     comparisons: list[dict[str, Any]] = []
+    pair_keys = {(a, b) for a, b in pairs}
     ranked = [*cases, *ranked_only]
     lab = np.array([c.label in ("ANSWER", "ESCALATE") for c in ranked], dtype=bool)
     y = np.array([c.label == "ESCALATE" for c in ranked], dtype=float)[lab]
@@ -159,7 +163,7 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
                 for metric, label in (("accuracy", "accuracy"), ("mean_input_tokens", "mean input tokens")):
                     comparisons.append(_diff(o.key, base, label, float(rp[metric][0] - rate_points[base][metric][0]),
                                              rr[metric] - rate_reps[base][metric], level))
-        if main is not None and o.key != main and main in rate_points:
+        if main is not None and o.key != main and main in rate_points and (o.key, main) not in pair_keys:
             comparisons.append(_diff(o.key, main, "accuracy",
                                      float(rp["accuracy"][0] - rate_points[main]["accuracy"][0]),
                                      rr["accuracy"] - rate_reps[main]["accuracy"], level))
@@ -168,6 +172,20 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
                 if pts.get(metric) is not None and mp is not None:
                     comparisons.append(_diff(o.key, main, metric.upper(), pts[metric] - mp,
                                              rps[metric] - score_reps[main][metric], level))
+
+    for a_key, b_key in pairs:
+        if a_key not in rate_points or b_key not in rate_points:
+            continue
+        for metric, label in (("accuracy", "accuracy"), ("mean_input_tokens", "mean input tokens")):
+            comparisons.append({**_diff(a_key, b_key, label, float(rate_points[a_key][metric][0]
+                                                                   - rate_points[b_key][metric][0]),
+                                        rate_reps[a_key][metric] - rate_reps[b_key][metric], level), "pair": True})
+        for metric in ("auroc", "apgr"):
+            pa, pb = score_points.get(a_key, {}).get(metric), score_points.get(b_key, {}).get(metric)
+            if pa is not None and pb is not None:
+                comparisons.append({**_diff(a_key, b_key, metric.upper(), pa - pb,
+                                            score_reps[a_key][metric] - score_reps[b_key][metric], level),
+                                    "pair": True})
 
     notes = []
     if n < SMALL_N:

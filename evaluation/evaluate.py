@@ -80,6 +80,9 @@ class EvalConfig:
     max_records: int | None = None
     router: RouterSpec = field(default_factory=RouterSpec)
     compare: list[Any] = field(default_factory=list)  # more routers on the same records: RouterSpec mappings
+    # paired differences a - b between two rows (routed or compare names): accuracy, AUROC, APGR and mean input
+    # tokens, each at its row's calibrated threshold; e.g. [[grpo, sft]]
+    pairs: list[list[str]] = field(default_factory=list)
     sweep: bool = True
     recover_shares: list[float] = field(default_factory=lambda: [0.8, 0.95])
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
@@ -110,6 +113,11 @@ class EvalConfig:
         if clash:
             raise ConfigError(f"compare: router names {clash} are repeated or reserved {RESERVED_NAMES}")
         self.compare = specs
+        rows = {"routed", *names}
+        for i, pair in enumerate(self.pairs):
+            if not (isinstance(pair, list | tuple) and len(pair) == 2 and pair[0] != pair[1]
+                    and all(isinstance(k, str) and k in rows for k in pair)):
+                raise ConfigError(f"pairs[{i}]: a pair is two different rows among {sorted(rows)}, got {pair!r}")
 
 
 # ---- routers ---------------------------------------------------------------------------------
@@ -308,7 +316,8 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
         cases, clusters, [r["output"] for r in runs.values()] + [p["output"] for p in points.values()], weights,
         main="routed" if "routed" in runs else None,
         n_boot=cfg.bootstrap.n_boot, seed=cfg.bootstrap.seed, level=cfg.bootstrap.level,
-        bins=cfg.reliability_bins, ranked_only=case_set.unreplayable, ranked_only_clusters=held_clusters))
+        bins=cfg.reliability_bins, ranked_only=case_set.unreplayable, ranked_only_clusters=held_clusters,
+        pairs=[tuple(p) for p in cfg.pairs]))
     for key in points:  # the same scores as their router's row: one ranking entry is enough
         report["ranking"].pop(key, None)
     report["score_parts"] = {k: r["score_parts"] for k, r in runs.items() if r["score_parts"]}

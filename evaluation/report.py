@@ -219,7 +219,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         out += ["Rows `name@point` are the same router at another calibrated threshold (calibrate's "
                 "operating_points): " + ", ".join(f"`{k}` ({p['criterion']}, log-odds {_fmt(p['threshold_logit'])})"
                                                    for k, p in points.items()), ""]
-    verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random")]
+    verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random") or c.get("pair")]
     if verdicts:
         out += ["### In words", ""]
         out += [f"- {c['reading']} (difference {_fmt(c['estimate'])} [{_fmt(c['lo'])}, {_fmt(c['hi'])}])"

@@ -1,8 +1,12 @@
 """`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost.
 
-Starts from the SFT adapter: from the base model the strict reward tends to give every sample the same (negative)
-reward, i.e. zero variance and zero gradient. A run whose reward variance stays zero is
-reported loudly and recorded in the run's metadata. Saves like SFT plus `reward_curves.json`.
+Continues the SFT run's adapter (`router`): from the base model the strict reward tends to give every sample the
+same (negative) reward, i.e. zero variance and zero gradient. A run whose reward variance stays zero is reported
+loudly and recorded in the run's metadata. With `completion: action_token` (the default) the policy is the decision
+token itself (router_train.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a completion is one token.
+The signal head stays out of the sampled policy; when the SFT run has one, it is refit after training on the GRPO
+adapter's margins (`signal_head`), so the GRPO router scores like SFT's: margin x text_weight + head(signals).
+Saves like SFT plus `reward_curves.json`.
 
 Multi-GPU (vLLM colocated generation): accelerate launch --config_file configs/accelerate/multi_gpu.yaml \
     -m router_train.grpo --config configs/grpo/qwen3_0.6b_gpu.yaml
@@ -16,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from serving.routers.lm_head import action_token_ids
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
 from tiermem.artifacts import RUN_META_FILE, RunMeta
 from tiermem.config import ConfigError, parse_cli
@@ -43,12 +49,13 @@ from .rewards import build_reward_funcs
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
 CURVES_FILE = "reward_curves.json"
+COMPLETIONS = ("action_token", "text")
 _CURVE_PREFIXES = ("reward", "rewards/", "reward_parts/", "case/", "decision/", "format/", "frac_reward_zero_std",
                    "loss", "kl", "entropy", "completions/mean_length", "learning_rate")
 
 RECIPE_DEFAULTS: dict[str, Any] = {
     "num_generations": 4,
-    "max_completion_length": 24,  # the action comes first; the reason needs not finish for the decision reward
+    "max_completion_length": 1,  # completion action_token: the action's first token (text: the action prefix)
     "per_device_train_batch_size": 8,  # completions per step: 2 prompts x 4 generations
     "learning_rate": 2e-5,
     "beta": 0.0,
@@ -67,13 +74,34 @@ class GRPORecipeConfig(RecipeConfig):
     allow_no_sft: bool = False  # start from the bare base model with a fresh adapter (not recommended)
     model: str = DEFAULT_LM  # base spec, used only with allow_no_sft and no router; lora then sets the new adapter
     output_dir: str = "runs/grpo"
+    # action_token: the prompt ends with the contract's output prefix and a completion is the action's first token
+    # (max_completion_length 1); text: the completion is generated JSON, parsed by the contract (rewards.format_scope)
+    completion: str = "action_token"
+    frozen_trunk: bool = True  # action_token: bottom layers once per prompt when the adapter trains the top ones only
+    # refit the signal head on the GRPO adapter's margins (SFT's logistic fit + its validation choice of the margin's
+    # weight): null = when the router run has a head; true needs one; false leaves the head out
+    signal_head: bool | None = None
+    signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
+    minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
+
+    def __post_init__(self) -> None:
+        if self.completion not in COMPLETIONS:
+            raise ConfigError(f"completion must be one of {COMPLETIONS}, got {self.completion!r}")
+        if self.signal_head_l2 < 0:
+            raise ConfigError(f"signal_head_l2 must be >= 0, got {self.signal_head_l2}")
 
 
 def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
     from trl import GRPOConfig
 
     defaults = {**RECIPE_DEFAULTS, "output_dir": cfg.output_dir, "seed": cfg.seed, "data_seed": cfg.seed}
-    return build_trl_config(GRPOConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+    if cfg.completion == "text":
+        defaults["max_completion_length"] = 24  # the action comes first; the reason need not finish
+    args = build_trl_config(GRPOConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+    if cfg.completion == "action_token" and args.max_completion_length != 1:
+        raise ConfigError(f"completion action_token samples the action's first token: trainer.max_completion_length "
+                          f"must be 1, got {args.max_completion_length} (completion=text generates the JSON)")
+    return args
 
 
 def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
@@ -87,7 +115,8 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
                 "router= at an SFT output directory"
             )
         model, tokenizer, meta = load_adapter_run(cfg.router, trainable=True)
-        sft_info = {"sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation")}
+        sft_info = {"sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation"),
+                    "signal_head": bool((meta.data.get("signal_head") or {}).get("file"))}
         return model, tokenizer, meta.base_model, sft_info, None
     if not cfg.allow_no_sft:
         raise ConfigError(
@@ -100,11 +129,58 @@ def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | 
     return model, tokenizer, cfg.model, None, cfg.lora.to_peft()
 
 
-def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
+def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any, eval_rewards: bool,
+                     signals: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(balanced train rows, natural train rows, validation rows, data info). Validation keeps every labeled row
+    (as SFT's) unless the trainer evaluates rewards on it."""
     dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows with known path outcomes in "
-                                          f"{cfg.train_split!r}", train_rewards=True, eval_rewards=True)
-    balanced, info = balance_rows(cfg, dataset, train, val)
-    return balanced, val, info
+                                          f"{cfg.train_split!r}", train_rewards=True, eval_rewards=eval_rewards,
+                                          signals=signals)
+    if not cfg.minimal_pairs:
+        train = train.select([i for i, aug in enumerate(train["augmented"]) if not aug])
+    balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
+    return balanced, train, val, info
+
+
+def wants_signal_head(cfg: GRPORecipeConfig, sft_info: dict[str, Any] | None) -> bool:
+    has = bool(sft_info and sft_info.get("signal_head"))
+    if cfg.signal_head and not has:
+        raise ConfigError(f"signal_head=true but the router run {cfg.router} has no signal head to refit (an SFT "
+                          "run with loss.signal_head: true has one); set signal_head=null or false")
+    return has if cfg.signal_head is None else bool(cfg.signal_head)
+
+
+def policy_rows(cfg: GRPORecipeConfig, rows: Any) -> Any:
+    """The trainer's prompts: with completion action_token each ends with the contract's output prefix."""
+    columns = ["prompt", "label", "s_ok", "r_ok", "cost_research_input_tokens"]
+    rows = rows.select_columns(columns)
+    if cfg.completion == "action_token":
+        rows = rows.map(lambda row: {"prompt": row["prompt"] + contract.OUTPUT_PREFIX})
+    return rows
+
+
+def refit_head(cfg: GRPORecipeConfig, trainer: Any, tokenizer: Any, natural: Any,
+               val_rows: Any) -> tuple[Any, float, dict[str, Any]]:
+    """The signal head refit on the trained adapter's margins (grpo_policy.refit_signal_head on the natural train
+    rows), the margin's weight beside it chosen on validation as SFT chooses it (sft.choose_text_weight)."""
+    import numpy as np
+
+    from .grpo_policy import margins, refit_signal_head
+    from .sft import SFTRecipeConfig, choose_text_weight
+
+    rows = natural.select([i for i, aug in enumerate(natural["augmented"]) if not aug])
+    margin = margins(trainer, trainer.model, tokenizer, rows["prompt"], cfg.eval_batch_size)
+    escalate = np.array([label == "ESCALATE" for label in rows["label"]], dtype=np.float64)
+    head, fitted = refit_signal_head(np.array(rows["signals"], dtype=np.float64), margin, escalate,
+                                     cfg.signal_head_l2)
+    fit_bias = head.bias
+    choose = SFTRecipeConfig(eval_batch_size=cfg.eval_batch_size)  # loss.text_weight None: chosen on validation
+    text_weight, grid, head = choose_text_weight(choose, trainer.model, tokenizer, head, val_rows)
+    info = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES), "init": "refit on the GRPO adapter's margins",
+            "refit_rows": len(rows), "refit_margin_weight": fitted,
+            "weights": dict(zip(FEATURES, head.weights, strict=True)), "text_weight": text_weight,
+            "text_weight_validation_auroc": grid, "bias_shift": head.bias - fit_bias}
+    return head, text_weight, info
 
 
 def completion_tokens_needed(cfg: GRPORecipeConfig, tokenizer: Any, rows: Any) -> dict[str, int]:
@@ -153,37 +229,48 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
 
 def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     from transformers import set_seed
-    from trl import GRPOTrainer
+
+    from .grpo_policy import DecisionGRPOTrainer
 
     set_seed(cfg.seed)
     model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
-    train_rows, val_rows, data_info = load_reward_rows(cfg, tokenizer)
+    refit = wants_signal_head(cfg, sft_info)
+    train_rows, natural, val_rows, data_info = load_reward_rows(cfg, tokenizer, args.eval_strategy != "no", refit)
+    action_ids = action_token_ids(tokenizer, train_rows["prompt"][0]) if cfg.completion == "action_token" else None
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
-                                      args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows))
+                                      args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows),
+                                      action_ids)
     data_info["cost_scale_tokens"] = reward_funcs[0].cost_scale
-    columns = ["prompt", "label", "s_ok", "r_ok", "cost_research_input_tokens"]
-    trainer = GRPOTrainer(
+    trainer = DecisionGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=args,
-        train_dataset=train_rows.select_columns(columns),
-        eval_dataset=(val_rows.select_columns(columns)
+        train_dataset=policy_rows(cfg, train_rows),
+        eval_dataset=(policy_rows(cfg, val_rows)
                       if val_rows is not None and len(val_rows) and args.eval_strategy != "no" else None),
         processing_class=tokenizer,
         peft_config=peft_config,
+        action_token=cfg.completion == "action_token",
+        frozen_trunk=cfg.frozen_trunk,
     )
-    log.info("GRPO on %d prompts x %d generations, max_completion_length=%d", len(train_rows),
-             args.num_generations, args.max_completion_length)
+    data_info["frozen_trunk"] = trainer.trunk is not None
+    log.info("GRPO on %d prompts x %d generations, max_completion_length=%d (%s), %s", len(train_rows),
+             args.num_generations, args.max_completion_length, cfg.completion,
+             "frozen trunk" if trainer.trunk is not None else "full forwards")
     train_metrics = train_and_save_weights(trainer, cfg.output_dir)
     if train_metrics is None:  # another rank: the main process reports and writes the metadata
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
+    head, text_weight = None, 1.0
+    if refit:
+        head, text_weight, data_info["signal_head"] = refit_head(cfg, trainer, tokenizer, natural, val_rows)
+        save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
     curves = reward_curves(trainer.state.log_history)
     warning = zero_variance_warning(curves)
     if warning:
         log.warning("\n%s\n!!! %s\n%s", "!" * 70, warning, "!" * 70)
     metrics = {
         "train": train_metrics,
-        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg),
+        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight),
         "warnings": [warning] if warning else [],
         # the curves' headline columns, for the run card (reward_curves.json keeps every logged key)
         "reward_curve": [{k: p.get(k) for k in ("step", "reward", "reward_std", "frac_reward_zero_std")}

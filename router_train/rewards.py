@@ -110,6 +110,18 @@ def completion_text(completion: Any) -> str:
     raise TypeError(f"unexpected completion type {type(completion).__name__}")
 
 
+def read_action(completion: Any, token_ids: Sequence[int] | None,
+                action_ids: tuple[int, int] | None) -> str | None:
+    """The sampled action, or None when none can be read. With `action_ids` (ANSWER's and ESCALATE's first token:
+    the prompt already ends with contract.OUTPUT_PREFIX, so the completion is the action's first token), the first
+    completion token decides; otherwise the completion text is parsed by the contract."""
+    if action_ids is not None:
+        first = token_ids[0] if token_ids else None
+        return dict(zip(action_ids, contract.ACTIONS, strict=True)).get(first)
+    parsed = contract.parse(completion_text(completion))
+    return parsed.action if parsed.parsed_ok else None
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -117,9 +129,11 @@ def _mean(values: Sequence[float]) -> float:
 class DecisionReward:
     """Reward for the routing decision (the table above); logs every component through TRL's log_metric."""
 
-    def __init__(self, cfg: RewardConfig, cost_scale: float | None) -> None:
+    def __init__(self, cfg: RewardConfig, cost_scale: float | None,
+                 action_ids: tuple[int, int] | None = None) -> None:
         self.cfg = cfg
         self.cost_scale = cost_scale
+        self.action_ids = action_ids  # set: the completion is the action's first token (read_action)
         self.__name__ = "decision"
 
     def __call__(
@@ -129,13 +143,15 @@ class DecisionReward:
         s_ok: list[bool],
         r_ok: list[bool],
         cost_research_input_tokens: list[float],
+        completion_ids: list[list[int]] | None = None,
         log_metric: Any = None,
         **_: Any,
     ) -> list[float]:
         scores = []
-        for completion, s, r, tokens in zip(completions, s_ok, r_ok, cost_research_input_tokens, strict=True):
-            parsed = contract.parse(completion_text(completion))
-            action = parsed.action if parsed.parsed_ok else None
+        ids = completion_ids if completion_ids is not None else [None] * len(completions)
+        for completion, token_ids, s, r, tokens in zip(completions, ids, s_ok, r_ok, cost_research_input_tokens,
+                                                        strict=True):
+            action = read_action(completion, token_ids, self.action_ids)
             scores.append(score_decision(action, bool(s), bool(r), tokens, self.cfg, self.cost_scale))
         if log_metric is not None:
             for name, value in decision_log(scores).items():
@@ -157,11 +173,14 @@ def decision_log(scores: Sequence[DecisionScore]) -> dict[str, float]:
 
 
 class FormatReward:
-    """1 for the contract JSON; partial credit when the action parsed but generation hit the length limit."""
+    """1 for the contract JSON; partial credit when the action parsed but generation hit the length limit. With
+    `action_ids` (the completion is the action's first token) valid means that token is an action's."""
 
-    def __init__(self, cfg: RewardConfig, max_completion_length: int | None) -> None:
+    def __init__(self, cfg: RewardConfig, max_completion_length: int | None,
+                 action_ids: tuple[int, int] | None = None) -> None:
         self.cfg = cfg
         self.max_completion_length = max_completion_length
+        self.action_ids = action_ids
         self.__name__ = "format"
 
     def __call__(
@@ -175,6 +194,12 @@ class FormatReward:
         rewards, kinds = [], Counter()
         ids = completion_ids if completion_ids is not None else [None] * len(completions)
         for completion, token_ids in zip(completions, ids, strict=True):
+            if self.action_ids is not None:
+                ok = read_action(completion, token_ids, self.action_ids) is not None
+                kind, value = ("valid_action", self.cfg.format_valid) if ok else ("invalid", self.cfg.format_invalid)
+                kinds[kind] += 1
+                rewards.append(value)
+                continue
             parsed = contract.parse(completion_text(completion))
             truncated = (
                 token_ids is not None
@@ -193,8 +218,8 @@ class FormatReward:
             kinds[kind] += 1
             rewards.append(value)
         if log_metric is not None:
-            kinds_logged = ("valid_action", "invalid") if self.cfg.format_scope == "action" else (
-                "valid_json", "truncated", "invalid")
+            action_only = self.cfg.format_scope == "action" or self.action_ids is not None
+            kinds_logged = ("valid_action", "invalid") if action_only else ("valid_json", "truncated", "invalid")
             for kind in kinds_logged:
                 log_metric(f"format/{kind}_rate", kinds[kind] / max(len(rewards), 1))
         return rewards
@@ -226,7 +251,11 @@ def check_completion_length(cfg: RewardConfig, max_completion_length: int | None
 
 def build_reward_funcs(
     cfg: RewardConfig, train_tokens: Sequence[float], max_completion_length: int | None,
-    needed_tokens: dict[str, int] | None = None,
+    needed_tokens: dict[str, int] | None = None, action_ids: tuple[int, int] | None = None,
 ) -> list[Any]:
-    check_completion_length(cfg, max_completion_length, needed_tokens)
-    return [DecisionReward(cfg, resolve_cost_scale(cfg, train_tokens)), FormatReward(cfg, max_completion_length)]
+    """The decision and format rewards. `action_ids`: the prompts end with contract.OUTPUT_PREFIX and each completion
+    is one token, the action's first (no length check: one token is all either action needs)."""
+    if action_ids is None:
+        check_completion_length(cfg, max_completion_length, needed_tokens)
+    return [DecisionReward(cfg, resolve_cost_scale(cfg, train_tokens), action_ids),
+            FormatReward(cfg, max_completion_length, action_ids)]

@@ -133,24 +133,31 @@ class FrozenTrunk:
         self.misses += len(rows)
 
     def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Trunk output [B, T, D] for a right-padded batch (zeros at pads)."""
-        rows = [tuple(input_ids[b, : int(attention_mask[b].sum())].tolist()) for b in range(input_ids.size(0))]
+        """Trunk output [B, T, D] for a padded batch (zeros at pads). A row's tokens are its unmasked positions, so
+        right and left padding both work (the states are computed unpadded, from position 0)."""
+        keep = attention_mask.bool()
+        rows = [tuple(input_ids[b][keep[b]].tolist()) for b in range(input_ids.size(0))]
         todo = list(dict.fromkeys(r for r in rows if r not in self.cache))
         if todo:
             self._compute(todo)
         first = self.cache[rows[0]]
         out = torch.zeros(len(rows), input_ids.size(1), first.size(-1), dtype=first.dtype, device=first.device)
         for b, r in enumerate(rows):
-            out[b, : len(r)] = self.cache[r]
+            out[b, keep[b]] = self.cache[r]
         return out
 
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                logits_to_keep: int | torch.Tensor = 0) -> torch.Tensor:
-        """The full model's logits, running only the top layers (with grad, through the adapter) on cached input."""
+        """The full model's logits, running only the top layers (with grad, through the adapter) on cached input.
+        A left-padded batch gets each row's true positions (as generation gives them), since its trunk states were
+        computed from position 0."""
         hidden = self.hidden(input_ids, attention_mask)
+        extra = {}
+        if bool((attention_mask[:, 0] == 0).any()):
+            extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         with _layers(self.inner, slice(self.split, None)):
             return model(inputs_embeds=hidden, attention_mask=attention_mask, logits_to_keep=logits_to_keep,
-                         use_cache=False).logits
+                         use_cache=False, **extra).logits
 
 
 class TrunkCacheError(StoreError):

@@ -1,12 +1,13 @@
 """`make demo`: the main job on the embedded default, one real stage command after another.
 
-    label -> reader_pretrain -> reader -> sft -> lm -> grpo -> features -> calibrate (every router) -> eval (one table)
+    label -> reader_pretrain -> reader -> sft -> grpo -> features -> calibrate (every router) -> eval (one table)
 
 Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
 proves the real commands work together. The routers compared on the held-out test conversations:
-SFT with the signal head (the LM's decision margin plus a learned head over the serve-time signals), the plain LM
-router (same recipe, no head), GRPO from the plain LM router (GRPO samples actions from the LM alone, so it cannot
-train the head), optionally the exact expected-reward loss (`stages` with `expected_reward`), and the
+SFT with the signal head (the LM's decision margin plus a learned head over the serve-time signals), GRPO from the
+SFT router (GRPO refines the SFT adapter on the decision token; the head, which the sampled policy leaves out, is
+refit on the new margins), with their paired difference (`grpo (from sft)` - `sft`); optionally the plain LM router
+(`lm`: the SFT recipe without the head) and the exact expected-reward loss (`expected_reward`), and the
 serve-time baselines (feature logistic regression, top-1 score), and the unit reader (`reader`: a cross-encoder
 scores each retrieved unit, pooled and joined with the signals by a head, chosen by cross-validation over
 conversations). The main row is the trained router (unit reader or LM router) with the best validation AUROC
@@ -29,6 +30,7 @@ from tiermem.safe_io import write_atomic
 from tiermem_cli.steps import DEFAULT_STEPS, STEPS
 
 LM_ROUTERS = ("sft", "lm", "expected_reward", "grpo")
+TIMINGS_FILE = "demo_timings.json"  # stage seconds, the total and the printed table
 # the routers the main row is chosen among (step name -> router kind), in step order
 MAIN_CANDIDATES = {"reader": "unit-reader", **{n: "local" for n in LM_ROUTERS}}
 
@@ -107,9 +109,12 @@ def eval_args(cfg: DemoConfig) -> list[str]:
     root = Path(cfg.root)
     main_name = pick_main_router(cfg)
     others = [n for n in (trained_routers(cfg) or list(MAIN_CANDIDATES)) if n != main_name and (root / n).is_dir()]
+    row = {n: "routed" if n == main_name else n for n in MAIN_CANDIDATES}
+    pairs = [[row["grpo"], row["sft"]]] if all((root / n).is_dir() for n in ("grpo", "sft")) and {
+        "grpo", "sft"} <= set(trained_routers(cfg) or MAIN_CANDIDATES) else []
     return ["--config", cfg.eval_config, f"data={root / 'label' / 'dataset'}",
             f"router.kind={MAIN_CANDIDATES[main_name]}", f"router.path={root / main_name}", f"router.name={main_name}",
-            f"output_dir={root / 'eval'}", "compare=" + json.dumps(
+            f"output_dir={root / 'eval'}", "pairs=" + json.dumps(pairs), "compare=" + json.dumps(
                 [{"name": n, "kind": MAIN_CANDIDATES[n], "path": str(root / n)} for n in others]
                 + [{"name": "features", "kind": "features", "path": str(root / "features")},
                    {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}])]
@@ -126,7 +131,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     else:
         print(f"demo: no data at {cfg.data_path!r}; labeling the shipped sample conversations instead")
         label_args = ["--config", cfg.sample_label_config]
-    grpo_from = root / ("lm" if "lm" in cfg.stages else "sft")
+    grpo_from = root / "sft"  # GRPO refines the SFT router (configs/grpo: router runs/sft)
     pretrained = "reader_pretrain" in cfg.stages and (cfg.reading_data.startswith("hf:")
                                                       or Path(cfg.reading_data).is_file())
     if "reader_pretrain" in cfg.stages and not pretrained:
@@ -169,15 +174,32 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
 
 def main(argv: list[str]) -> int:
     cfg = parse_cli(DemoConfig, argv, default_config="configs/demo/default.yaml")
-    # The root holds each step's run directory (claimed by that step) and demo_timings.json; locking it keeps a
+    # The root holds each step's run directory (claimed by that step) and TIMINGS_FILE; locking it keeps a
     # second demo from training into the same runs at the same time.
     with claimed_output_dir(cfg.root, "demo"):
         return _run(cfg)
 
 
+def stage_table(timings: dict[str, float]) -> str:
+    """The demo's seconds per step as a markdown table, with the total (what docs/results.md keeps)."""
+    total = sum(timings.values())
+    lines = ["| step | seconds | share |", "|---|---|---|"]
+    lines += [f"| {name} | {sec:,.1f} | {sec / total if total else 0:.0%} |" for name, sec in timings.items()]
+    lines.append(f"| total | {total:,.1f} ({int(total // 60)} min {total % 60:.0f} s) | |")
+    return "\n".join(lines)
+
+
+def write_timings(root: Path, timings: dict[str, float], failed: str | None = None) -> dict[str, object]:
+    summary: dict[str, object] = {"stage_seconds": timings, "total_seconds": round(sum(timings.values()), 1),
+                                  "failed_step": failed, "table": stage_table(timings)}
+    write_atomic(root / TIMINGS_FILE, json.dumps(summary, indent=2))
+    return summary
+
+
 def _run(cfg: DemoConfig) -> int:
     from tiermem_cli.cli import STAGES
 
+    root = Path(cfg.root)
     timings: dict[str, float] = {}
     for name, stage, args in steps(cfg):
         if args is None:
@@ -188,19 +210,19 @@ def _run(cfg: DemoConfig) -> int:
         rc = int(getattr(importlib.import_module(module), func)(args) or 0)
         timings[name] = round(time.perf_counter() - started, 1)
         if rc != 0:
+            write_timings(root, timings, failed=name)
+            print(f"\n=== demo: stage seconds (up to the failed step)\n{stage_table(timings)}", file=sys.stderr)
             print(f"demo: step {name} failed with exit code {rc}; later steps not run", file=sys.stderr)
             return rc
-    root = Path(cfg.root)
-    summary = {"stage_seconds": timings, "total_seconds": round(sum(timings.values()), 1)}
-    write_atomic(root / "demo_timings.json", json.dumps(summary, indent=2))
+    write_timings(root, timings)
     print("\n=== demo: artefacts")
     for name, path in [("labeled dataset", root / "label" / "dataset"), ("label report", root / "label" / "report.md"),
                        *[(f"{n} router (calibrated)", root / n) for n in (*trained_routers(cfg), "features", "top1")],
                        ("eval table", root / "eval" / "eval.md"), ("eval JSON", root / "eval" / "eval.json"),
-                       ("trade-off plot", root / "eval" / "eval.png")]:
+                       ("trade-off plot", root / "eval" / "eval.png"), ("stage seconds", root / TIMINGS_FILE)]:
         print(f"  {name:<30} {path}{'' if path.exists() else '  (missing)'}")
     table = root / "eval" / "eval.md"
     if table.is_file():
         print("\n" + table.read_text())
-    print(f"stage seconds: {timings}  total: {summary['total_seconds']} s")
+    print(f"=== demo: stage seconds ({root / TIMINGS_FILE})\n{stage_table(timings)}")
     return 0

@@ -356,3 +356,28 @@ def test_old_router_kind_names_are_unknown_kinds():
     for old in ("trained", "llm"):
         with pytest.raises(E.ConfigError, match=f"unknown router kind '{old}'"):
             E.parse_cli(E.EvalConfig, [f"router.kind={old}"], default_config=None)
+
+
+def test_pairs_add_head_to_head_differences_with_tokens(tmp_path):
+    """`pairs`: a refined router against the one it started from (the demo's grpo vs sft), in accuracy, AUROC and
+    mean input tokens at each row's threshold; a pair with the main router replaces that row's main comparison."""
+    records = _many()
+    cfg = E.EvalConfig(data=str(tmp_path / "none"), output_dir=str(tmp_path / "eval"),
+                       compare=[{"name": "noise", "kind": "always-answer"}], pairs=[["noise", "routed"]])
+    cfg.bootstrap.n_boot = 200
+    report, _ = E.evaluate_records(records, cfg, KeywordRouter(), "keyword",
+                                   compare=[("noise", NoiseRouter(), "noise router")])
+    pairs = [c for c in report["comparisons"] if c.get("pair")]
+    assert {c["metric"] for c in pairs} == {"accuracy", "mean input tokens", "AUROC", "APGR"}
+    assert all((c["a"], c["b"]) == ("noise", "routed") for c in pairs)
+    auroc = next(c for c in pairs if c["metric"] == "AUROC")
+    assert auroc["hi"] < 0 and "worse" in auroc["reading"]
+    # no second copy of the main-router comparison for the same row
+    assert len([c for c in report["comparisons"] if (c["a"], c["b"], c["metric"]) == ("noise", "routed", "AUROC")]) == 1
+    tokens = next(c for c in pairs if c["metric"] == "mean input tokens")
+    policies = report["policies"]
+    assert tokens["estimate"] == pytest.approx(policies["noise"]["mean_input_tokens"]
+                                               - policies["routed"]["mean_input_tokens"])
+    assert "noise is worse than routed on AUROC" in E.eval_report.render_markdown(report)
+    with pytest.raises(E.ConfigError, match="pairs"):
+        E.EvalConfig(compare=[{"name": "noise", "kind": "always-answer"}], pairs=[["noise", "sft"]])

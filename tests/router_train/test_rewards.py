@@ -146,3 +146,14 @@ def test_a_length_limit_that_cuts_one_action_more_than_the_other_is_refused():
         build_reward_funcs(RewardConfig(format_scope="full"), [10], 24, {"ANSWER": 20, "ESCALATE": 29})
     with pytest.raises(ValueError, match="ESCALATE"):
         build_reward_funcs(RewardConfig(), [10], 6, {"ANSWER": 6, "ESCALATE": 7})
+
+
+def test_action_token_completions_are_read_from_their_first_token():
+    # completion action_token: the prompt ends with the output prefix, a completion is one token (ANSWER's 11,
+    # ESCALATE's 12 here); any other token is unparseable, whatever its text
+    cfg = RewardConfig()
+    decision, fmt = build_reward_funcs(cfg, [100.0], 1, None, action_ids=(11, 12))
+    kwargs = {"prompts": ["p"] * 3, "completions": ["ANS", "ESC", "x"], "completion_ids": [[11], [12], [7]],
+              "s_ok": [True, False, True], "r_ok": [True, True, True], "cost_research_input_tokens": [1.0] * 3}
+    assert decision(**kwargs) == [cfg.answer_correct, cfg.escalate_needed, cfg.unparseable]
+    assert fmt(**kwargs) == [cfg.format_valid, cfg.format_valid, cfg.format_invalid]

@@ -16,9 +16,11 @@ from safetensors.torch import load_file
 
 from router_train import grpo, sft
 from router_train.common import LoraSettings, load_adapter_run
+from router_train.objectives import LossConfig
 from tests.helpers.router_fixtures import build_contract_base, build_label_dataset, build_tiny_model_dir
 from tiermem import contract
 from tiermem.artifacts import RUN_META_FILE, read_run_meta
+from tiermem.errors import ConfigError
 
 ADAPTER = "adapter_model.safetensors"
 SMALL_LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
@@ -114,6 +116,7 @@ def test_grpo_changes_adapter_and_logs_reward_curves(workdir):
     cfg = grpo.GRPORecipeConfig(
         router=str(sft_run.output_dir), data=str(workdir / "dataset"), output_dir=str(workdir / "grpo"),
         eval_generate_limit=2, metrics_train_rows=4,
+        completion="text",
         trainer={"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4,
                  "max_completion_length": 12, "learning_rate": 5e-3},
     )
@@ -133,6 +136,49 @@ def test_grpo_changes_adapter_and_logs_reward_curves(workdir):
     assert meta.training["sft"]["sft_dir"] == str(sft_run.output_dir)
     assert meta.metrics["warnings"] == [] and meta.metrics["validation"]["n"] == 3
     assert meta.data["cost_scale_tokens"] == 2000  # the train split's largest research input
+
+
+@pytest.mark.slow
+def test_grpo_from_sft_samples_the_action_token_through_the_trunk_and_refits_the_head(workdir):
+    """The demo's recipe: GRPO continues an SFT run with a signal head on one-token completions (the action's first
+    token after the output prefix), the bottom layer as a frozen trunk, and the head refit on the new margins."""
+    from serving.routers.local import LocalRouter
+    from serving.signals import SIGNAL_HEAD_FILE
+
+    build_contract_base(workdir / "contract_base", workdir / "dataset")
+    base = workdir / "contract_base"
+    sft_cfg = _sft_config(workdir, base)
+    sft_cfg.output_dir = str(workdir / "sft_head")
+    sft_cfg.lora = LoraSettings(r=4, alpha=8, dropout=0.0, top_layers=1, target_modules=["q_proj", "v_proj"])
+    sft_cfg.loss = LossConfig(kind="decision", signal_head=True)
+    sft_run = sft.train(sft_cfg)
+    cfg = grpo.GRPORecipeConfig(
+        router=str(sft_run.output_dir), data=str(workdir / "dataset"), output_dir=str(workdir / "grpo_token"),
+        eval_generate_limit=2, metrics_train_rows=4,
+        trainer={"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4, "learning_rate": 5e-2},
+    )
+    result = grpo.train(cfg)
+    before, after = load_file(sft_run.output_dir / ADAPTER), load_file(result.output_dir / ADAPTER)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    meta = read_run_meta(result.output_dir)
+    assert meta.data["frozen_trunk"] is True and meta.training["completion"] == "action_token"
+    assert meta.training["resolved_trainer_args"]["max_completion_length"] == 1
+    curves = json.loads((result.output_dir / grpo.CURVES_FILE).read_text())
+    assert curves[0]["completions/mean_length"] == 1.0 and "format/valid_action_rate" in curves[0]
+    head = meta.data["signal_head"]
+    assert head["file"] == SIGNAL_HEAD_FILE and (result.output_dir / SIGNAL_HEAD_FILE).is_file()
+    assert head["init"].startswith("refit") and head["refit_rows"] > 0 and head["text_weight"] >= 0
+    router = LocalRouter.load(result.output_dir)  # a whole router, as SFT's: margin x text_weight + head
+    assert router.signal_head is not None and router.text_weight == head["text_weight"]
+    assert meta.metrics["validation"]["n"] == 3 and meta.metrics["validation"]["auroc"] is not None
+
+
+def test_grpo_action_token_mode_refuses_a_longer_completion(workdir):
+    cfg = grpo.GRPORecipeConfig(output_dir=str(workdir / "never"), trainer={"max_completion_length": 8})
+    with pytest.raises(ConfigError, match="max_completion_length"):
+        grpo.build_grpo_config(cfg)
+    with pytest.raises(ConfigError, match="completion"):
+        grpo.GRPORecipeConfig(completion="json")
 
 
 def test_zero_variance_warning():

@@ -34,6 +34,23 @@ def test_trunk_plus_top_equals_full_model_with_a_top_layer_adapter():
     assert len(model.get_base_model().model.layers) == 3  # layers restored after each pass
 
 
+def test_a_left_padded_batch_reads_each_rows_last_position_as_the_unpadded_row():
+    # GRPO's decision token (router_train.grpo_policy) reads left-padded prompts at their last position
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], layers_to_transform=[2]))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)
+    rows = [[5, 6, 7, 8, 9], [3, 4, 5]]
+    ids = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 3, 4, 5]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    via_trunk = FrozenTrunk(model, top_layers=1).logits(model, ids, mask, logits_to_keep=1)[:, -1]
+    for b, row in enumerate(rows):
+        alone = model(input_ids=torch.tensor([row])).logits[0, -1]
+        assert torch.allclose(alone, via_trunk[b], atol=1e-5)
+
+
 def test_gradients_flow_only_through_the_top_layers():
     from peft import LoraConfig, get_peft_model
 

@@ -28,3 +28,41 @@ def test_the_best_validation_auroc_is_the_main_row_and_every_other_router_is_com
 def test_the_reader_step_trains_before_the_lm_routers_and_is_calibrated(tmp_path):
     names = [name for name, _, _ in steps(DemoConfig(root=str(tmp_path)))]
     assert names.index("reader") < names.index("sft") and "calibrate reader" in names
+
+
+def _step_args(cfg, name):
+    return next(args for step, _, args in steps(cfg) if step == name)
+
+
+def test_grpo_refines_the_sft_router_and_the_plain_lm_router_is_opt_in(tmp_path):
+    cfg = DemoConfig(root=str(tmp_path))
+    names = [name for name, _, _ in steps(cfg)]
+    assert "lm" not in names and names.index("sft") < names.index("grpo")
+    assert f"router={tmp_path / 'sft'}" in _step_args(cfg, "grpo")
+    with_lm = DemoConfig(root=str(tmp_path), stages=["label", "sft", "lm", "grpo", "eval"])
+    assert "loss.signal_head=false" in _step_args(with_lm, "lm")  # still a stage, for whoever wants it
+    assert f"router={tmp_path / 'sft'}" in _step_args(with_lm, "grpo")  # GRPO still starts from SFT
+
+
+def test_eval_pairs_grpo_with_sft_whichever_is_the_main_row(tmp_path):
+    cfg = DemoConfig(root=str(tmp_path))
+    for name, auc in (("reader", 0.79), ("sft", 0.70), ("grpo", 0.71)):
+        _run(tmp_path, name, "unit-reader" if name == "reader" else "local", auc)
+
+    def pairs():
+        return json.loads(next(a for a in eval_args(cfg) if a.startswith("pairs="))[len("pairs="):])
+
+    assert pairs() == [["grpo", "sft"]]
+    _run(tmp_path, "sft", "local", 0.80)  # sft becomes the main row: its row is `routed`
+    assert pairs() == [["grpo", "routed"]]
+
+
+def test_the_stage_table_is_printed_and_kept(tmp_path):
+    from tiermem_cli.demo import TIMINGS_FILE, stage_table, write_timings
+
+    timings = {"label": 60.0, "sft": 540.0, "grpo": 300.0}
+    table = stage_table(timings)
+    assert "| sft | 540.0 | 60% |" in table and "| total | 900.0 (15 min 0 s) | |" in table
+    summary = write_timings(tmp_path, timings, failed="grpo")
+    saved = json.loads((tmp_path / TIMINGS_FILE).read_text())
+    assert saved == summary and saved["failed_step"] == "grpo" and saved["total_seconds"] == 900.0

@@ -1,0 +1,149 @@
+"""GRPO on the decision token, and the signal head refit on the refined adapter's margins.
+
+The router's action is decided by ONE token: the first token after contract.OUTPUT_PREFIX (serving reads the same
+two logits there, serving.routers.local). With `completion: action_token` the GRPO prompt ends with OUTPUT_PREFIX
+and each sampled completion is that one token, so:
+
+- generation is one next-token distribution per distinct prompt (the `num_generations` samples of a prompt share
+  it), read through the frozen trunk when the adapter trains only the top layers (tiermem.trunk.FrozenTrunk): the
+  bottom layers run once per prompt, without grad;
+- the policy's log-probability of a sampled token is read at the prompt's last position, which does not depend on
+  the token, so the training forward runs once per distinct prompt too, through the top layers only;
+- prompts are tokenized as serving tokenizes them (no special tokens added: the chat template holds them), so the
+  policy GRPO moves is the serving margin, token for token.
+
+Anything else the trainer is asked (vLLM, several completion tokens, top-k/top-p sampling, images) takes TRL's own
+path. The signal head stays out of the sampled policy: after training it is refit on the adapter's margins
+(`refit_signal_head`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from trl import GRPOTrainer
+
+from serving.signals import FEATURES, LogisticModel, fit_logistic
+from tiermem import contract
+from tiermem.trunk import FrozenTrunk, supports_trunk, top_layers_holding
+
+log = logging.getLogger(__name__)
+MARGIN_FEATURE = "lm_margin"  # the adapter's margin, a column of the refit beside the serve-time signals
+
+
+class DecisionGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose one-token completions are sampled and scored at the prompt's last position."""
+
+    def __init__(self, *args: Any, action_token: bool, frozen_trunk: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.action_token = action_token
+        self.trunk = None
+        if action_token and self.args.max_completion_length != 1:
+            raise ValueError("completion action_token reads one completion token: max_completion_length must be 1")
+        if action_token and self.args.mask_truncated_completions:
+            raise ValueError("completion action_token: every one-token completion is cut by the length limit, so "
+                             "mask_truncated_completions would mask them all")
+        top = top_layers_holding(self.model, "trainable")
+        if action_token and frozen_trunk and top is not None and supports_trunk(self.model):
+            self.trunk = FrozenTrunk(self.model, top)
+
+    def _fast(self) -> bool:
+        args = self.args
+        plain_sampling = (not args.top_k and args.top_p == 1.0 and args.min_p is None
+                          and args.repetition_penalty == 1.0 and not args.generation_kwargs)
+        return (self.trunk is not None and not self.use_vllm and not self.use_transformers_continuous_batching
+                and plain_sampling)
+
+    def _tokenize_prompts(self, prompts: list):
+        if self.action_token and prompts and isinstance(prompts[0], str):  # as serving: no special tokens added
+            return self.processing_class(text=prompts, add_special_tokens=False)["input_ids"], None, {}
+        return super()._tokenize_prompts(prompts)
+
+    def prompt_logits(self, model: Any, prompts: Sequence[tuple[int, ...]]) -> torch.Tensor:
+        """[len(prompts), vocab] next-token logits at each prompt's end, through the trunk (left-padded, true
+        positions). Grad flows when enabled."""
+        pad = self.processing_class.pad_token_id
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), 0 if pad is None else pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left-padded: logits_to_keep=1 reads every row's last real position
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        device = self.accelerator.device
+        return self.trunk.logits(model, ids.to(device), mask.to(device), logits_to_keep=1)[:, -1].float()
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if not (self._fast() and not images and not multimodal_fields):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        rows = [tuple(p) for p in prompt_ids]
+        unique = list(dict.fromkeys(rows))
+        with torch.no_grad():
+            probs = torch.softmax(self.prompt_logits(self.model, unique) / self.temperature, dim=-1)
+        index = torch.tensor([unique.index(r) for r in rows])
+        tokens = torch.multinomial(probs[index.to(probs.device)], 1).squeeze(-1)
+        return [[int(t)] for t in tokens.tolist()], None
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **forward):
+        if not (self._fast() and logits_to_keep == 1 and not compute_aux_loss
+                and all(v is None for v in forward.values())):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **forward)
+        keep = attention_mask[:, :-1].bool()
+        rows = [tuple(input_ids[b, :-1][keep[b]].tolist()) for b in range(input_ids.size(0))]
+        unique = list(dict.fromkeys(rows))
+        logp = torch.log_softmax(self.prompt_logits(model, unique) / self.temperature, dim=-1)
+        logp = logp[torch.tensor([unique.index(r) for r in rows], device=logp.device)]
+        token_logp = logp.gather(-1, input_ids[:, -1:].to(logp.device))
+        entropy = -(logp.exp() * logp).sum(dim=-1, keepdim=True) if compute_entropy else None
+        return token_logp, entropy, None
+
+
+def margins(trainer: Any, model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int) -> np.ndarray:
+    """The adapter's ESCALATE - ANSWER margin per rendered prompt, as serving reads it: through the trainer's trunk
+    when it has one (prompts it trained on are cached), else serving's own scorer."""
+    from serving.routers.lm_head import action_token_ids
+
+    from .decisions import escalation_scores
+
+    if getattr(trainer, "trunk", None) is None or not len(prompts):
+        return np.array(escalation_scores(model, tokenizer, list(prompts), batch_size), dtype=np.float64)
+    answer_id, escalate_id = action_token_ids(tokenizer, prompts[0])
+    out: list[float] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(prompts), batch_size):
+                chunk = [tuple(tokenizer(p + contract.OUTPUT_PREFIX, add_special_tokens=False).input_ids)
+                         for p in prompts[start:start + batch_size]]
+                logits = trainer.prompt_logits(model, chunk)
+                out += (logits[:, escalate_id] - logits[:, answer_id]).tolist()
+    finally:
+        model.train(was_training)
+    return np.array(out, dtype=np.float64)
+
+
+def refit_signal_head(signals: np.ndarray, margin: np.ndarray, escalate: np.ndarray,
+                      l2: float) -> tuple[LogisticModel, float]:
+    """(the head over the serve-time signals, the margin's fitted weight): the logistic regression SFT starts its
+    head from (serving.signals.fit_logistic, balanced classes), with the adapter's margin as one more column, so the
+    head weighs what the margin misses. The margin's column is folded out: its weight is returned and its mean moved
+    into the bias, so `head(signals) + weight x margin` is the fitted log-odds."""
+    x = np.hstack([np.asarray(signals, dtype=np.float64), np.asarray(margin, dtype=np.float64)[:, None]])
+    full = fit_logistic(x, escalate, l2, feature_names=(*FEATURES, MARGIN_FEATURE))
+    n = len(FEATURES)
+    weight = full.weights[n] / full.scale[n]
+    head = dataclasses.replace(
+        full, feature_names=list(FEATURES), mean=full.mean[:n], scale=full.scale[:n], weights=full.weights[:n],
+        bias=float(full.bias - weight * full.mean[n]),
+        train_min=full.train_min[:n] if full.train_min else None,
+        train_max=full.train_max[:n] if full.train_max else None)
+    return head, float(weight)
