@@ -221,6 +221,9 @@ def calibration_section(meta: RunMeta, local: bool = True) -> str:
              + f", chosen by criterion {criterion or '(not recorded)'}"
              + (f" = {fmt(goal)}" if goal is not None else "")
              + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
+    if cal.get("scores_from") == "out_of_fold":
+        parts[0] += (f" Scores: the {cal.get('scored_on')} (each conversation scored by a router fitted on the "
+                     "others), not one validation split.")
     for warning in cal.get("warnings") or []:
         parts += ["", f"**Warning: {warning}.**"]
     if isinstance(cal.get("achieved"), dict):
