@@ -2,6 +2,10 @@
 
 Every record eval replays is scored (labeled ones, and dropped ones whose path correctness is known: what the
 router will meet), with the router's log-odds `score()`; the decision rule is `score >= threshold_logit`.
+A router whose stage cross-validated over conversations (the unit reader) keeps out-of-fold scores over every train
++ validation conversation (oof_scores.json, router_train.oof_scores: each conversation scored by a head fitted on
+the others); `scores_from: auto` calibrates on those when they are of `data`, else on `split` (the result's
+`scores_from` and `scored_on` say which, and so does the card).
 Records whose path correctness is unknown under the rule (e.g. the evidence rule's research verdict for a question
 without gold evidence turns) cannot be replayed: every criterion below is computed without them, and the result
 counts them (`n_unreplayable`).
@@ -59,6 +63,7 @@ from tiermem.errors import ConfigError, MissingFileError, stage_main
 from tiermem.rundir import ROUTER_STAGES, updating_run
 
 CRITERIA = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
+SCORES_FROM = ("auto", "out_of_fold", "split")
 
 
 def _check_criterion(criterion: str, value: float | None, budget_share: float | None) -> None:
@@ -104,6 +109,10 @@ class CalibrateConfig:
     router: RouterSpec = field(default_factory=RouterSpec)  # the router to calibrate (a run directory as shorthand)
     data: str = "runs/label/dataset"  # DatasetDict saved by `make label`, or a .jsonl of label records
     split: str = "validation"
+    # auto: the router's out-of-fold CV scores over every train + validation conversation when its stage wrote them
+    # for this `data` (unit reader: oof_scores.json), else the router scores `split`; out_of_fold: require them;
+    # split: always score `split`
+    scores_from: str = "auto"
     criterion: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
     value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
     budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
@@ -123,6 +132,8 @@ class CalibrateConfig:
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
+        if self.scores_from not in SCORES_FROM:
+            raise ConfigError(f"scores_from must be one of {SCORES_FROM}, got {self.scores_from!r}")
         points = [p if isinstance(p, OperatingPoint) else OperatingPoint(**p) for p in self.operating_points]
         names = [p.name for p in points]
         if len(set(names)) != len(names):
@@ -253,6 +264,53 @@ def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: in
     return scores
 
 
+def _same_data(a: Any, b: str) -> bool:
+    try:
+        return str(a) == b or Path(str(a)).expanduser().resolve() == Path(b).expanduser().resolve()
+    except OSError:
+        return False
+
+
+def out_of_fold(cfg: CalibrateConfig, notes: list[str]
+                ) -> tuple[list[dict[str, Any]], list[float], dict[str, int], dict[str, Any]] | None:
+    """(records, scores, counts, source) from the router's out-of-fold CV scores (router_train.oof_scores) when
+    cfg.scores_from allows and the router's stage wrote them for cfg.data; None: score cfg.split instead."""
+    from evaluation.metrics import replayable_records
+    from router_train.oof_scores import read_oof_scores
+    from tiermem.artifacts import read_run_meta
+
+    if cfg.scores_from == "split":
+        return None
+    path = cfg.router.path
+    recorded = None
+    if path and (Path(path) / "tiermem_router.json").is_file():
+        recorded = (read_run_meta(path).extra or {}).get("oof_scores")
+    if not recorded:
+        if cfg.scores_from == "out_of_fold":
+            raise ConfigError(f"{path}: the router keeps no out-of-fold scores (a unit-reader run writes them); "
+                              "calibrate with scores_from=auto or split")
+        return None
+    data = read_oof_scores(path, recorded)
+    if not _same_data(data.get("dataset"), cfg.data):
+        if cfg.scores_from == "out_of_fold":
+            raise ConfigError(f"{path}: its out-of-fold scores are of {data.get('dataset')}, not data={cfg.data}")
+        notes.append(f"the router's out-of-fold scores are of {data.get('dataset')}, not {cfg.data}: calibrated on "
+                     f"split {cfg.split} instead")
+        return None
+    kept, case_set = replayable_records(data["records"], cfg.correctness, cfg.include_unlabeled)
+    kept = list(kept[:cfg.limit] if cfg.limit else kept)
+    if not kept:
+        raise ConfigError(f"{path}: no replayable records among its out-of-fold scores (rule {cfg.correctness!r})")
+    splits = ", ".join(data.get("splits") or [])
+    n_conv = len({str(r["conv_id"]) for r in kept})
+    source = {"scores_from": "out_of_fold", "split": f"{splits} (out-of-fold)",
+              "scored_on": f"out-of-fold CV scores over {n_conv} conversation(s) of {splits}",
+              "scored_by": f"out-of-fold router scores ({data.get('method')}; settings {data.get('settings')})"}
+    counts = {"n_records": len(data["records"]), "n_error": case_set.n_error,
+              "n_unreplayable": case_set.n_unreplayable}
+    return kept, [float(r["score"]) for r in kept], counts, source
+
+
 def run(cfg: CalibrateConfig) -> dict[str, Any]:
     path = cfg.router.path
     if not cfg.write or not path or not Path(path).is_dir():
@@ -263,17 +321,27 @@ def run(cfg: CalibrateConfig) -> dict[str, Any]:
 
 
 def _run(cfg: CalibrateConfig) -> dict[str, Any]:
-    records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled,
-                                               cfg.limit)
+    notes: list[str] = []
     spec = dataclasses.replace(cfg.router, mode="fast", batch_size=cfg.batch_size)  # calibration needs a score
-    router = build(spec, trunk_cache={})
-    scores = score_records(router, records, cfg.batch_size)
+    oof = out_of_fold(cfg, notes)
+    if oof is not None:
+        records, scores, counts, source = oof
+    else:
+        records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled,
+                                                   cfg.limit)
+        router = build(spec, trunk_cache={})
+        scores = score_records(router, records, cfg.batch_size)
+        source = {"scores_from": "split", "split": cfg.split, "scored_on": f"split {cfg.split}",
+                  "scored_by": f"{router.kind} score (log-odds of ESCALATE)"}
     result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)
-    result.update({"data": cfg.data, "split": cfg.split, "correctness": cfg.correctness,
-                   "scored_by": f"{router.kind} score (log-odds of ESCALATE)", **counts})
+    result.update({"data": cfg.data, "correctness": cfg.correctness, **source, **counts})
     if counts["n_unreplayable"]:
-        result["notes"] = [f"{counts['n_unreplayable']} record(s) not replayable (a path's correctness is unknown "
-                           f"under rule {cfg.correctness!r}): left out of the calibration set"]
+        notes.append(f"{counts['n_unreplayable']} record(s) not replayable (a path's correctness is unknown "
+                     f"under rule {cfg.correctness!r}): left out of the calibration set")
+    if notes:
+        result["notes"] = notes
+    print(f"tiermem-router calibrate: threshold picked on {source['scored_on']} ({len(scores)} records)",
+          file=sys.stderr)
     for warning in result["warnings"]:
         print(f"tiermem-router calibrate: warning: {warning}", file=sys.stderr)
     if cfg.write:

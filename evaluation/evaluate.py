@@ -28,6 +28,7 @@ from typing import Any
 from evaluation import analysis as eval_analysis
 from evaluation import metrics
 from evaluation import report as eval_report
+from evaluation.ceiling import calibrated_by, ceiling_report, router_ceiling
 from evaluation.provenance import data_name, dataset_provenance, machine_info
 from evaluation.reading import reading_steps
 from evaluation.sweep import sweep as sweep_of
@@ -189,6 +190,9 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
               "clipped": getattr(d, "clipped", None)}
              for i, (rec, d) in enumerate(zip(routed, decisions, strict=True))]
     threshold_used = threshold_logit if threshold_logit is not None else getattr(router, "threshold_logit", None)
+    ceiling = None if scores is None else router_ceiling(  # the ranking's ceiling: a threshold chosen on these data
+        cases, scores[:n], policy, threshold_used, calibrated_by(router, threshold_logit), rtok[:n],
+        sweep.points if sweep is not None else None)
     output = eval_analysis.RouterOutput(key, escalate, scores, probs, rtok)
     points = {}
     # The router's other calibrated operating points (calibrate's operating_points), each a row of its own; an
@@ -204,7 +208,7 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
                            "output": eval_analysis.RouterOutput(sub, esc, None, None, rtok), "threshold_logit": t,
                            "criterion": point.get("criterion")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
-            "errors": errors, "threshold_logit": threshold_used, "operating_points": points,
+            "errors": errors, "threshold_logit": threshold_used, "operating_points": points, "ceiling": ceiling,
             "score_parts": score_part_auroc(routed, decisions), "clipped": clipped,
             "reading": reading_steps(router, routed, n_boot=cfg.bootstrap.n_boot, seed=cfg.bootstrap.seed)}
 
@@ -320,6 +324,9 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
         pairs=[tuple(p) for p in cfg.pairs]))
     for key in points:  # the same scores as their router's row: one ranking entry is enough
         report["ranking"].pop(key, None)
+    ceilings = {k: r["ceiling"] for k, r in runs.items() if r["ceiling"]}
+    if ceilings:
+        report["ceiling"] = ceiling_report(cases, base["oracle"], ceilings)
     report["score_parts"] = {k: r["score_parts"] for k, r in runs.items() if r["score_parts"]}
     report["reading"] = {k: r["reading"] for k, r in runs.items() if r.get("reading")}
     report["clipped_signals"] = {k: r["clipped"] for k, r in runs.items() if r["clipped"]}

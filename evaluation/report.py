@@ -14,7 +14,7 @@ from typing import Any
 
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
-from tiermem.eval_summary import POLICY_METRICS, RANKING_METRICS, EvalSummary
+from tiermem.eval_summary import CEILING_METRICS, POLICY_METRICS, RANKING_METRICS, EvalSummary, ceiling_table
 from tiermem.safe_io import write_atomic, write_stream
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
@@ -73,7 +73,9 @@ def eval_summary(report: Mapping[str, Any], path: str | Path | None = None, date
         "level": uncertainty.get("level") if n_boot else None, "n_boot": n_boot,
         "policies": policies, "ranking": ranking,
         "gap": sweep.get("gap"), "auc_accuracy_tokens": sweep.get("auc_accuracy_tokens"),
-        "reading": ((report.get("reading") or {}).get("routed") or {}).get("rows") or {}})
+        "reading": ((report.get("reading") or {}).get("routed") or {}).get("rows") or {},
+        "ceiling": {name: {m: row.get(m) for m in CEILING_METRICS}
+                    for name, row in ((report.get("ceiling") or {}).get("routers") or {}).items()}})
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -159,6 +161,22 @@ def reading_section(reading: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def ceiling_section(ceiling: Mapping[str, Any] | None) -> list[str]:
+    """eval.md's ceiling table (evaluation.ceiling): raw-only and the oracle for reference, then each router."""
+    if not ceiling:
+        return []
+    raw, oracle = ceiling["raw_only"], ceiling["oracle"]
+    return ["### The ranking's ceiling (threshold chosen on these data: a CEILING, not an operating point)", "",
+            f"{ceiling['note']}. Reference: raw-only accuracy {_fmt(raw['accuracy'])} at "
+            f"{_fmt(raw['mean_input_tokens'], 1)} mean input tokens; the oracle {_fmt(oracle['mean_input_tokens'], 1)} "
+            f"({_fmt(100 * oracle['tokens_fewer_share'], 1) if oracle['tokens_fewer_share'] is not None else 'n/a'}% "
+            "fewer). False cache hits: ANSWER where only the research path is right (the replay's outcomes), among "
+            "the questions with the lowest escalation scores.", "",
+            *ceiling_table(ceiling["routers"], POLICY_TITLES), "",
+            *[f"- {POLICY_TITLES.get(k, k)}'s point: threshold_logit {_fmt(r.get('calibrated_threshold_logit'))} "
+              f"({r.get('calibrated_by')})" for k, r in ceiling["routers"].items()], ""]
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     meta, policies, sweep = report["meta"], report["policies"], report.get("sweep")
     out = [f"# Routing evaluation: {meta.get('router', 'router')} on `{meta.get('split', '?')}`", ""]
@@ -189,6 +207,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if report.get("ranking"):
         out += ["### Ranking quality (score vs label, ESCALATE positive; labeled records; random AUROC = 0.5, "
                 "APGR = 0.5)", "", ranking_table(report), ""]
+    out += ceiling_section(report.get("ceiling"))
     per_conv = report.get("per_conversation") or {}
     if per_conv:
         keys = list(next(iter(per_conv.values()))["auroc"])

@@ -330,6 +330,28 @@ def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: v for k, v in best[key].items() if k != "per_conversation"} for key in sorted(best)]
 
 
+def out_of_fold_scores(cfg: UnitReaderConfig, records: list[dict[str, Any]], oof: dict,
+                       best: dict[str, Any]) -> dict[str, Any]:
+    """The chosen settings' out-of-fold router scores over every CV record (each conversation scored by a head
+    fitted on the other conversations' labeled records, from their out-of-fold unit logits), written for calibrate
+    (router_train/oof_scores.py); returns what the run's metadata keeps of them."""
+    from router_train.oof_scores import loco, write_oof_scores
+
+    logits = [oof[(best["finetune_layers"], best["epochs"])][_key(r)] for r in records]
+    x = head_matrix([r["question"] for r in records], [r["router_summaries"] for r in records], logits,
+                    best["pooling"], best["text_scores"])
+    y, names = escalate(records), [*FEATURES, *text_features(best["pooling"], best["text_scores"])]
+
+    def score_held(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
+        head = fit_logistic(x[fit], y[fit], cfg.l2, feature_names=names)
+        return head_parts(head, x[held], best["text_weight"])[0]
+
+    settings = {k: best[k] for k in ("finetune_layers", "epochs", "text_scores", "pooling", "text_weight")}
+    return write_oof_scores(cfg.output_dir, records, loco(records, score_held), {
+        "dataset": cfg.data, "splits": list(cfg.cv_splits), "settings": settings,
+        "method": "leave-one-conversation-out: out-of-fold unit logits, head fitted on the other conversations"})
+
+
 # ---- the stage -----------------------------------------------------------------------------------
 
 
@@ -404,6 +426,7 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
                               "text_weight": point["text_weight"], "text_scores": point["text_scores"],
                               "cv_mean": point["mean"]}
         extra["zero_shot_head"] = fitted_head(point)
+    extra["oof_scores"] = out_of_fold_scores(cfg, cv_records, oof, best)  # what calibrate picks the threshold on
     router.save(cfg.output_dir, data=data, metrics=metrics, extra=extra)
     return {"output_dir": cfg.output_dir, "chosen": best, "signals_only_cv": table["signals_only"]["mean"],
             "metrics": {k: v for k, v in metrics.items() if k != "cv"}, "wall_s": extra["wall_s"]}

@@ -13,7 +13,7 @@ from labeling.rules import LABEL_RULE_TEXT
 from serving.portable import local_path_name, without_local_paths
 from tiermem import contract
 from tiermem.artifacts import RunMeta
-from tiermem.eval_summary import Interval
+from tiermem.eval_summary import Interval, ceiling_table
 from tiermem.models import hub_id
 
 # The eval table's columns: EvalSummary's point metrics, each with its interval where eval.json has one.
@@ -158,6 +158,10 @@ def eval_section(meta: RunMeta, local: bool = True) -> str:
     if ev.gap is not None or ev.auc_accuracy_tokens is not None:
         lines += ["", f"Threshold sweep: gap (raw-only - summary-only accuracy) {fmt(ev.gap)}, AUC of accuracy vs "
                       f"mean input tokens {fmt(ev.auc_accuracy_tokens)}."]
+    if ev.ceiling:
+        lines += ["", "The ranking's ceiling: a threshold chosen on the evaluated data itself, after seeing the "
+                      "answers (a CEILING, not an operating point), beside the router's own point:", "",
+                  *ceiling_table(ev.ceiling)]
     if ev.reading:
         lines += ["", "What reading adds (AUROC on the labeled records): the reader as pre-trained beside the one "
                       "fine-tuned on the conversations, when cross-validation fine-tuned it.", "",
@@ -217,6 +221,9 @@ def calibration_section(meta: RunMeta, local: bool = True) -> str:
              + f", chosen by criterion {criterion or '(not recorded)'}"
              + (f" = {fmt(goal)}" if goal is not None else "")
              + (f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else "") + "."]
+    if cal.get("scores_from") == "out_of_fold":
+        parts[0] += (f" Scores: the {cal.get('scored_on')} (each conversation scored by a router fitted on the "
+                     "others), not one validation split.")
     for warning in cal.get("warnings") or []:
         parts += ["", f"**Warning: {warning}.**"]
     if isinstance(cal.get("achieved"), dict):

@@ -20,6 +20,14 @@ from typing import Any
 POLICY_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
                   "false_cache_hits", "false_cache_misses", "repair_rate", "regress_rate")
 RANKING_METRICS = ("auroc", "auprc", "apgr", "ece")
+# The ranking's ceiling kept per router (eval.json ceiling.routers[name], evaluation.ceiling): the fewest tokens
+# within 1 and 2 accuracy points of raw-only at a threshold chosen on the evaluated data, the false-cache-hit share
+# among the 10% / 20% most ANSWER-confident decisions, and the router's own (calibrated) point beside them.
+CEILING_METRICS = tuple(f"{m}_within_{w}pt" for w in (1, 2) for m in ("mean_input_tokens", "tokens_fewer_share",
+                                                                      "accuracy")) + tuple(
+    f"{m}_top{k}" for k in (10, 20) for m in ("false_cache_hit_share", "false_cache_hits", "n")) + (
+    "calibrated_accuracy", "calibrated_mean_input_tokens", "calibrated_tokens_fewer_share",
+    "calibrated_accuracy_minus_raw_only")
 
 
 @dataclass
@@ -71,6 +79,9 @@ class EvalSummary:
     # a unit reader's "what reading adds" (eval.json reading[routed].rows): reader variant -> {text_alone,
     # without_text, full} AUROC intervals
     reading: dict[str, dict[str, Interval | None]] = field(default_factory=dict)
+    # the ranking's ceiling per router (CEILING_METRICS; a threshold chosen on the evaluated data: not an operating
+    # point)
+    ceiling: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: Any) -> EvalSummary:
@@ -132,6 +143,8 @@ _READERS: dict[str, Any] = {
     "ranking": lambda v, w: {k: _build(RankingEval, x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
     "reading": lambda v, w: {k: {p: _interval(iv, f"{w}.{k}.{p}") for p, iv in _mapping(row, f"{w}.{k}").items()}
                              for k, row in _mapping(v, w).items()},
+    "ceiling": lambda v, w: {k: {m: _number(x, f"{w}.{k}.{m}") for m, x in _mapping(row, f"{w}.{k}").items()}
+                             for k, row in _mapping(v, w).items()},
 }
 
 
@@ -146,3 +159,33 @@ def _build(cls: type, raw: Any, where: str) -> Any:
         return cls(**{k: _READERS[k](v, f"{where}.{k}") for k, v in raw.items()})
     except TypeError as exc:  # a required key missing
         raise ValueError(f"field {where!r}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------- the ceiling table
+
+
+def _tokens_cell(tokens: float | None, fewer: float | None, accuracy: float | None, extra: str = "") -> str:
+    if tokens is None:
+        return "n/a"
+    less = "n/a" if fewer is None else (f"{100 * fewer:.1f}% fewer" if fewer >= 0 else f"{-100 * fewer:.1f}% more")
+    return f"{tokens:,.0f} ({less}; accuracy {accuracy:.3f}{extra})"
+
+
+def ceiling_table(rows: dict[str, Any], titles: dict[str, str] | None = None) -> list[str]:
+    """The ceiling as markdown lines, from rows of CEILING_METRICS (eval.json ceiling.routers, or EvalSummary's
+    ceiling): the same table in eval.md and on the model card."""
+    lines = ["| router | CEILING: fewest tokens within 1 pt of raw-only (vs raw-only) | CEILING: within 2 pts "
+             "| false cache hits among the 10% most ANSWER-confident | among the 20% | calibrated point (its "
+             "threshold) |", "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        cells = [_tokens_cell(r.get(f"mean_input_tokens_within_{w}pt"), r.get(f"tokens_fewer_share_within_{w}pt"),
+                              r.get(f"accuracy_within_{w}pt")) for w in (1, 2)]
+        for k in (10, 20):
+            share, hits, n = (r.get(f"false_cache_hit_share_top{k}"), r.get(f"false_cache_hits_top{k}"),
+                              r.get(f"n_top{k}"))
+            cells.append("n/a" if share is None else f"{share:.3f}" + (f" ({hits:.4g} of {n:g})" if n else ""))
+        diff = r.get("calibrated_accuracy_minus_raw_only")
+        cells.append(_tokens_cell(r.get("calibrated_mean_input_tokens"), r.get("calibrated_tokens_fewer_share"),
+                                  r.get("calibrated_accuracy"), "" if diff is None else f", {diff:+.3f} vs raw-only"))
+        lines.append("| " + " | ".join([(titles or {}).get(name, name), *cells]) + " |")
+    return lines

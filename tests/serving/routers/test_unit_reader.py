@@ -178,3 +178,22 @@ def test_reading_says_why_a_row_is_missing(trained):
     else:  # CV chose the base as it is: the one row is the router itself
         assert list(got["rows"]) == [ZERO_SHOT] and "chose the pre-trained reader" in got["note"]
     assert got["rows"][next(iter(got["rows"]))]["full"]["lo"] is None  # n_boot 0: no interval
+
+
+def test_the_stage_keeps_out_of_fold_scores_that_calibrate_uses(trained, capsys):
+    from evaluation.calibrate import main as calibrate_main
+    from router_train.oof_scores import read_oof_scores
+
+    data, out, splits = trained
+    meta = json.loads((out / "tiermem_router.json").read_text())
+    kept = read_oof_scores(out, meta["oof_scores"])
+    cv = splits["train"] + splits["validation"]  # every CV record, each scored by a head fitted on the others
+    assert [(r["conv_id"], r["qid"]) for r in kept["records"]] == [(r["conv_id"], r["qid"]) for r in cv]
+    chosen = meta["metrics"]["chosen"]
+    assert kept["settings"] == {k: chosen[k] for k in ("finetune_layers", "epochs", "text_scores", "pooling",
+                                                        "text_weight")}
+    assert meta["oof_scores"]["n_conversations"] == 6 and kept["splits"] == ["train", "validation"]
+    capsys.readouterr()
+    assert calibrate_main([f"router={out}", f"data={data}", "write=false"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["scores_from"] == "out_of_fold" and result["n_calibration"] == len(cv)
