@@ -4,9 +4,10 @@ The packaged 135M LM costs most of `ask`'s seconds and adds little: the quote gr
 the answer. So on the embedded default (`memory.answerer: auto` with the packaged local model) no LM is called:
 
 - ANSWER: the sentences of the top-k summary units; ESCALATE: the sentences of the pages the raw index gives
-  (tiermem.memory.policies.first_round_pages: time range, provenance links of the retrieved units, BM25; at most
-  max_rounds x pages_per_round pages), all scored against the question by the answerability cross-encoder in one
-  batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
+  (tiermem.memory.policies.first_round_pages: first the pages of the turns the reader scores best among the few
+  dozen that BM25 and the turn embeddings rank first (issue 40), then time range, provenance links of the retrieved
+  units, BM25; at most max_rounds x pages_per_round pages), all scored against the question by the answerability
+  cross-encoder in one batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
 - The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute).
 - Under the reader's calibrated floor (router_train.answer_floor) nothing read states the answer: the ANSWER path
   escalates once (the router's false cache hit is caught here), and the memory is said not to state it when the
@@ -183,10 +184,12 @@ def _speakers(memory: Any, units: Sequence[RetrievedUnit]) -> dict[str, str]:
 
 
 def research_pages(memory: Any, question: str, date: str | None, retrieved: Sequence[RetrievedUnit],
-                   cfg: Any) -> list[str]:
-    """The pages the raw index gives the question (no LM plans searches): at most max_rounds x pages_per_round."""
+                   cfg: Any, reader: Any = None) -> list[str]:
+    """The pages the raw index gives the question (no LM plans searches), the pages of the turns `reader` scores
+    best first: at most max_rounds x pages_per_round."""
     return first_round_pages(memory, question, retrieved, pages_per_round=cfg.pages_per_round,
-                             keyword_k=cfg.keyword_k, question_date=date)[: cfg.max_rounds * cfg.pages_per_round]
+                             keyword_k=cfg.keyword_k, question_date=date, reader=reader,
+                             turn_k=cfg.turn_k)[: cfg.max_rounds * cfg.pages_per_round]
 
 
 def answer_extractively(memory: Any, question: Any, action: str, retrieved: list[RetrievedUnit],
@@ -204,7 +207,7 @@ def answer_extractively(memory: Any, question: Any, action: str, retrieved: list
         escalated = not reading.stated
     if action != "ANSWER" or escalated:
         start = time.perf_counter()
-        pages = research_pages(memory, q, date, retrieved, cfg)
+        pages = research_pages(memory, q, date, retrieved, cfg, reader.reader)
         reading = read(reader, q, page_sentences(memory.raw.get_many(pages)))
         path_cost = PathCost(wall_s=round(time.perf_counter() - start, 6), pages_read=len(pages), rounds=1)
         research = ResearchResult(reading.answer, pages, 1, [], path_cost, 0, stop_reason="extractive")
