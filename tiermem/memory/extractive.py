@@ -8,7 +8,8 @@ the answer. So on the embedded default (`memory.answerer: auto` with the package
   dozen that BM25 and the turn embeddings rank first (issue 40), then time range, provenance links of the retrieved
   units, BM25; at most max_rounds x pages_per_round pages), all scored against the question by the answerability
   cross-encoder in one batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
-- The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute).
+- The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute); a
+  reader that predicts spans (`best_spans`) answers with its span of that sentence, the sentence kept as the quote.
 - Under the reader's calibrated floor (router_train.answer_floor) nothing read states the answer: the ANSWER path
   escalates once (the router's false cache hit is caught here), and the memory is said not to state it when the
   pages do not either.
@@ -160,8 +161,23 @@ def read(reader: AnswerReader, question: str, candidates: Sequence[_Candidate]) 
     best = candidates[i] if i is not None else None
     logit = float(logits[i]) if i is not None else None
     stated = logit is not None and logit >= reader.floor
-    return Reading(best.evidence if best else None, extractive_answer(best) if best and stated else None, logit,
-                   reader.floor, len(texts), time.perf_counter() - start, reader.source)
+    answer = None
+    if best is not None and i is not None and stated:
+        answer = span_answer(reader.reader, question, texts[i]) or extractive_answer(best)
+    return Reading(best.evidence if best else None, answer, logit, reader.floor, len(texts),
+                   time.perf_counter() - start, reader.source)
+
+
+def span_answer(model: Any, question: str, text: str) -> str | None:
+    """The reader's span of `text` (the chosen sentence as the reader saw it: `date: speaker: sentence`) when the
+    reader predicts spans (`best_spans(questions, texts) -> [(start_char, end_char, score)]`), else None: the
+    sentence is the answer. The quote stays the whole sentence either way."""
+    best_spans = getattr(model, "best_spans", None)
+    if not callable(best_spans):
+        return None
+    start, end, _ = best_spans([question], [text])[0]
+    span = text[int(start):int(end)].strip() if 0 <= int(start) < int(end) <= len(text) else ""
+    return span or None
 
 
 @dataclass

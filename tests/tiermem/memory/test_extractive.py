@@ -162,3 +162,35 @@ def test_a_unit_reader_router_answers_with_its_own_reader(tmp_path, conv):
     rt, configured = _runtime(tmp_path, conv, {"riverside": 9.0}, floor=5.0)
     out = rt.answer("Where does Tomas volunteer?", Router())
     assert out.reading.reader == str(tmp_path / "run") and out.reading.logit == 2.0 and not configured.batches
+
+
+class SpanReader(KeywordReader):
+    """A reader that also predicts spans (issue 40's seam for the span reader): the span is the phrase it scores."""
+
+    def best_spans(self, questions, texts):
+        out = []
+        for t in texts:
+            phrase = max(self.scores, key=lambda k: (k.lower() in t.lower(), self.scores[k]))
+            start = t.lower().find(phrase.lower())
+            out.append((start, start + len(phrase), self.scores[phrase]) if start >= 0 else (0, 0, -5.0))
+        return out
+
+
+def test_a_reader_that_predicts_spans_answers_with_the_span_and_quotes_the_sentence(tmp_path, conv):
+    reader = SpanReader({"border collie": 4.0})
+    rt = build(tmp_path, conv, dataclasses.replace(EXTRACTIVE, fixed_policy="research"),
+               answer_reader=AnswerReader(reader, 0.0, "span-reader"))
+    out = rt.answer("What breed is Pepper?")
+    assert out.answer == "border collie"
+    assert out.evidence.quote == "A three-year-old border collie called Pepper." and out.evidence.turn_id == "s2-1"
+
+
+def test_an_empty_span_falls_back_to_the_sentence(tmp_path, conv):
+    from tiermem.memory.extractive import span_answer
+
+    class Empty:
+        def best_spans(self, questions, texts):
+            return [(3, 3, 0.0)]
+
+    assert span_answer(Empty(), "q", "some text") is None
+    assert span_answer(object(), "q", "some text") is None
