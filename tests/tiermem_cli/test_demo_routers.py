@@ -28,3 +28,17 @@ def test_the_best_validation_auroc_is_the_main_row_and_every_other_router_is_com
 def test_the_reader_step_trains_before_the_lm_routers_and_is_calibrated(tmp_path):
     names = [name for name, _, _ in steps(DemoConfig(root=str(tmp_path)))]
     assert names.index("reader") < names.index("sft") and "calibrate reader" in names
+
+
+def test_every_reader_the_demo_trains_gets_its_chat_floor(tmp_path):
+    """Issue 40: `ask router=runs/reader` right after `make demo` needs no manual calibration step."""
+    plan = steps(DemoConfig(root=str(tmp_path), data_path=str(tmp_path / "absent.json"),
+                            reading_data=str(tmp_path / "squad.json")))
+    floors = {name: args for name, stage, args in plan if stage == "answer-floor"}
+    assert list(floors) == ["floor reader"]  # no reading data: no pre-trained reader to calibrate
+    assert f"reader={tmp_path / 'reader'}" in floors["floor reader"] and "data=" in floors["floor reader"]
+    names = [name for name, _, _ in plan]
+    assert names.index("reader") < names.index("floor reader") < names.index("sft")
+    (tmp_path / "squad.json").write_text("{}")
+    plan = steps(DemoConfig(root=str(tmp_path), reading_data=str(tmp_path / "squad.json")))
+    assert [n for n, stage, _ in plan if stage == "answer-floor"] == ["floor reader_pretrain", "floor reader"]

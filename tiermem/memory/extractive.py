@@ -39,7 +39,7 @@ from tiermem.sentences import sentence_spans
 
 ANSWERERS = ("extractive", "llm", "auto")
 FLOOR_FILE = "answer_floor.json"  # router_train.answer_floor writes it
-CALIBRATE = "python -m router_train.answer_floor reader={path}"
+CALIBRATE = "tiermem-router answer-floor reader={path}"  # router_train.chat_floor: calibrated on conversations
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:
@@ -62,9 +62,10 @@ class AnswerReader:
     source: str  # the directory both came from
 
 
-def _weights_sha256(path: Path) -> str:
+def weights_sha256(path: str | Path) -> str:
+    """sha256 of a reader directory's weights (`model.safetensors`): what a stored floor is bound to."""
     h = hashlib.sha256()
-    with open(path / "model.safetensors", "rb") as fh:
+    with open(Path(path) / "model.safetensors", "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -85,7 +86,7 @@ def _load_floor(path: Path, state: tuple[Any, ...]) -> float:
     floor_file, pretrain = path / FLOOR_FILE, path / PRETRAIN_FILE
     if floor_file.is_file():
         stored = json.loads(floor_file.read_text(encoding="utf-8"))
-        if stored.get("reader_weights_sha256") != _weights_sha256(path):
+        if stored.get("reader_weights_sha256") != weights_sha256(path):
             raise ConfigError(f"{floor_file}: calibrated for other weights than {path / 'model.safetensors'}; "
                               f"calibrate again: {CALIBRATE.format(path=path)}")
         return float(stored["floor"])
@@ -94,8 +95,7 @@ def _load_floor(path: Path, state: tuple[Any, ...]) -> float:
         if stored is not None:
             return float(stored["floor"])
     raise ConfigError(f"{path}: the reader has no calibrated answer floor (no {FLOOR_FILE}, no heldout.answer_floor "
-                      f"in {PRETRAIN_FILE}); calibrate it: {CALIBRATE.format(path=path)}"
-                      + ("" if pretrain.is_file() else " pretrain=runs/reader_pretrain"))
+                      f"in {PRETRAIN_FILE}); calibrate it: {CALIBRATE.format(path=path)}")
 
 
 def load_answer_reader(path: str | Path) -> AnswerReader:

@@ -130,7 +130,7 @@ def test_calibrated_floor_separates_answerable_from_unanswerable():
 def test_floor_is_read_with_the_reader_and_its_absence_is_a_named_error(tmp_path):
     weights = b"not really weights"
     (tmp_path / "model.safetensors").write_bytes(weights)
-    with pytest.raises(ConfigError, match=r"no calibrated answer floor.*python -m router_train.answer_floor"):
+    with pytest.raises(ConfigError, match=r"no calibrated answer floor.*tiermem-router answer-floor reader="):
         load_floor(tmp_path)
     (tmp_path / "reader_pretrain.json").write_text(json.dumps({"heldout": {"answer_floor": {"floor": 1.25}}}))
     assert load_floor(tmp_path) == 1.25
