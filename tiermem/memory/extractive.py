@@ -202,10 +202,14 @@ def _speakers(memory: Any, units: Sequence[RetrievedUnit]) -> dict[str, str]:
 def research_pages(memory: Any, question: str, date: str | None, retrieved: Sequence[RetrievedUnit],
                    cfg: Any, reader: Any = None) -> list[str]:
     """The pages the raw index gives the question (no LM plans searches), the pages of the turns `reader` scores
-    best first: at most max_rounds x pages_per_round."""
+    best first: at most max_rounds x pages_per_round. A conversation of no more pages than that is read whole, so
+    the reader is not asked to order it."""
+    budget = cfg.max_rounds * cfg.pages_per_round
+    if reader is not None and memory.turns is not None and len({p for p, _ in memory.turns.rows}) <= budget:
+        reader = None
     return first_round_pages(memory, question, retrieved, pages_per_round=cfg.pages_per_round,
                              keyword_k=cfg.keyword_k, question_date=date, reader=reader,
-                             turn_k=cfg.turn_k)[: cfg.max_rounds * cfg.pages_per_round]
+                             turn_k=cfg.turn_k)[:budget]
 
 
 def answer_extractively(memory: Any, question: Any, action: str, retrieved: list[RetrievedUnit],

@@ -50,7 +50,8 @@ def test_the_best_sentence_is_the_answer_and_its_quote_is_a_sentence_of_what_was
     rt.cfg = dataclasses.replace(rt.cfg, fixed_policy="research")
     out = rt.answer("What breed is Pepper?")
     assert out.answer_source == "reader" and out.research.stop_reason == "extractive" and out.cost.llm_calls == 0
-    assert len(reader.batches) == 2  # the candidate turns (research, issue 40), then every sentence read, one batch
+    # every sentence read, one batch (the conversation fits the page bound: research reads it whole, no turn ranking)
+    assert len(reader.batches) == 1
     ev = out.evidence
     assert ev.quote == "A three-year-old border collie called Pepper." and ev.turn_id == "s2-1"
     assert (ev.turn_id, ev.quote) in _read_sentences(rt, out.research.pages_read)
@@ -80,7 +81,7 @@ def test_answer_under_the_floor_escalates_once_to_the_pages(tmp_path, conv):
     assert not any("Priya loved Pepper" in u.text for u in rt.memory.summaries.units)
     out = rt.answer("Who loved Pepper?")
     assert out.action == "ANSWER" and out.escalated_once and out.summary is not None and out.research is not None
-    assert len(reader.batches) == 3  # the summaries, then the candidate turns and the pages: once, never again
+    assert len(reader.batches) == 2  # the summaries, then the pages: once, never again
     assert out.summary.answer is None and out.reading.stated and "Priya loved Pepper" in out.answer
     assert out.evidence.turn_id == "s3-3" and out.evidence.source == "page"
     assert (out.evidence.turn_id, out.evidence.quote) in _read_sentences(rt, out.research.pages_read)
@@ -89,7 +90,7 @@ def test_answer_under_the_floor_escalates_once_to_the_pages(tmp_path, conv):
     # nothing anywhere above the floor: one escalation, then "not stated"
     reader.scores, reader.batches = {}, []
     out = rt.answer("What is Tomas's favourite film?")
-    assert out.escalated_once and len(reader.batches) == 3 and out.answer is None and not out.reading.stated
+    assert out.escalated_once and len(reader.batches) == 2 and out.answer is None and not out.reading.stated
 
 
 def test_answer_above_the_floor_stays_on_the_summaries(tmp_path, conv):

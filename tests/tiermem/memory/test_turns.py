@@ -112,3 +112,14 @@ def test_turn_k_is_a_checked_setting():
 
     with pytest.raises(ConfigError, match="turn_k"):
         MemoryConfig(turn_k=-1)
+
+
+def test_a_conversation_within_the_bound_is_read_whole_without_asking_the_reader(tmp_path):
+    stub = ReaderStub()
+    cfg = dataclasses.replace(CFG1, max_rounds=3, pages_per_round=3, page_tokens=400)
+    rt = build(tmp_path, _conversation(), cfg, answer_reader=AnswerReader(stub, 0.0, "stub"))
+    pages = {p.page_id for p in rt.memory.raw.pages(rt.memory.conv_id)}
+    assert len(pages) <= 9
+    out = rt.answer(Q)
+    assert set(out.research.pages_read) == pages and len(stub.batches) == 1  # the sentences only
+    rt.close()
