@@ -20,6 +20,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script (`python benchmarks/run.py`): make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.ask_bench import AskBenchConfig  # noqa: E402
 from benchmarks.common import machine_label, machine_line  # noqa: E402
 from benchmarks.labeling_bench import LabelingBenchConfig, RayBenchConfig, ThroughputBenchConfig  # noqa: E402
 from benchmarks.reader_bench import ReaderBenchConfig  # noqa: E402
@@ -41,6 +42,7 @@ class BenchConfig:
     router: RouterBenchConfig = field(default_factory=RouterBenchConfig)
     reader: ReaderBenchConfig = field(default_factory=ReaderBenchConfig)
     server: ServerBenchConfig = field(default_factory=ServerBenchConfig)
+    ask: AskBenchConfig = field(default_factory=AskBenchConfig)
     labeling: LabelingBenchConfig = field(default_factory=LabelingBenchConfig)
     labeling_throughput: ThroughputBenchConfig = field(default_factory=ThroughputBenchConfig)
     labeling_ray: RayBenchConfig = field(default_factory=RayBenchConfig)
@@ -69,7 +71,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
 
 
 def _run(cfg: BenchConfig) -> dict[str, Any]:
-    from benchmarks import labeling_bench, reader_bench, router_bench, server_bench, training_bench
+    from benchmarks import ask_bench, labeling_bench, reader_bench, router_bench, server_bench, training_bench
     from tiermem.models import setup_cpu_threads
 
     setup_cpu_threads(cfg.threads)
@@ -79,6 +81,7 @@ def _run(cfg: BenchConfig) -> dict[str, Any]:
     sections = (("router decision", router_bench.run, cfg.router),
                 ("unit reader vs one forward pass of the sequence router", reader_bench.run, cfg.reader),
                 ("server: /route latency, 1 and N clients, and during a chat request", server_bench.run, cfg.server),
+                ("server: /ask warm (the memory runtime), p50 / p95", ask_bench.run, cfg.ask),
                 ("labeling: first run vs cached rerun", labeling_bench.run, cfg.labeling),
                 ("labeling throughput: generator-free, 1 process vs 2 shards", labeling_bench.throughput,
                  cfg.labeling_throughput),

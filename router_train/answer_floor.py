@@ -58,6 +58,28 @@ def best_sentence_logits(reader: Any, questions: Sequence[Any]) -> list[float]:
     return best
 
 
+def stored_floor(reader_dir: str | Path) -> dict[str, Any] | None:
+    """The reader directory's `answer_floor.json` as stored (None when absent or unreadable)."""
+    path = Path(reader_dir) / FLOOR_FILE
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return stored if isinstance(stored, dict) else None
+
+
+def write_floor(reader_dir: str | Path, floor: dict[str, Any]) -> dict[str, Any]:
+    """Write `floor` (its `floor` field the threshold) to `<reader_dir>/answer_floor.json`, bound to the sha256 of the
+    reader's weights (`reader_weights_sha256`): the one place a floor file is written."""
+    from tiermem.floors import weights_sha256
+    from tiermem.safe_io import write_atomic
+
+    reader_dir = Path(reader_dir)
+    out = {**floor, "reader_weights_sha256": weights_sha256(reader_dir)}
+    write_atomic(reader_dir / FLOOR_FILE, json.dumps(out, indent=2) + "\n")
+    return out
+
+
 def _pretrain_meta(pretrain: Path) -> dict[str, Any]:
     from tiermem.cross_encoder import PRETRAIN_FILE
     from tiermem.floors import read_pretrain_meta
@@ -95,11 +117,9 @@ def calibrate(reader_dir: str | Path, pretrain: str | Path | None = None, data: 
     """Score the held-out articles of `pretrain` (default: `reader_dir` itself) with the reader in `reader_dir`
     and write its floor to `reader_dir/answer_floor.json`."""
     from router_train.reading_data import load_reading_data
-    from tiermem.floors import weights_sha256
     from tiermem.model_dir import load_reader
     from tiermem.models import setup_cpu_threads
     from tiermem.rundir import updating_run
-    from tiermem.safe_io import write_atomic
 
     reader_dir, pretrain = Path(reader_dir), Path(pretrain or reader_dir)
     meta = _pretrain_meta(pretrain)
@@ -116,10 +136,9 @@ def calibrate(reader_dir: str | Path, pretrain: str | Path | None = None, data: 
     setup_cpu_threads()
     with updating_run(reader_dir, "answer-floor", kinds=("reader-pretrain", "unit-reader")):
         reader = load_reader(reader_dir, "reader=")
-        floor = {**calibrated_floor(best_sentence_logits(reader, heldout), [q.answerable for q in heldout]),
-                 "heldout_from": str(pretrain), "heldout_articles": sorted(held),
-                 "reader_weights_sha256": weights_sha256(reader_dir)}
-        write_atomic(reader_dir / FLOOR_FILE, json.dumps(floor, indent=2) + "\n")
+        floor = write_floor(reader_dir, {
+            **calibrated_floor(best_sentence_logits(reader, heldout), [q.answerable for q in heldout]),
+            "heldout_from": str(pretrain), "heldout_articles": sorted(held)})
     return floor
 
 

@@ -3,6 +3,9 @@
 POST /route {question, summaries: [{text, date, score?}], threshold_prob? | threshold_logit?} -> the Decision as JSON
      (`threshold_prob` is a probability, `threshold_logit` log-odds; the router decides score >= threshold_logit;
      `score` is the retrieval score the top1-score and features routers read)
+POST /ask {question, conv_id | conversation, policy?}          -> the memory runtime's answer: route, answer, quote,
+                                                                  pages read and cost (serving.ask_api), the
+                                                                  models loaded once per process
 GET  /health                                                   -> router kind, contract version, threshold, and
                                                                   how many decisions clipped a signal to the
                                                                   router's training range
@@ -41,6 +44,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from serving.ask_api import AskServeConfig, AskService, validate_ask_request
+from serving.request_error import RequestError
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
 from tiermem import contract, ranges
@@ -64,6 +69,7 @@ class ServeConfig:
     max_queue: int = 32  # per lane (route / chat): running + waiting requests; 503 beyond
     queue_timeout_s: float = 10.0  # a request that cannot start within this gets 503
     route_batch_size: int = 16  # /route requests scored together when they queue up
+    ask: AskServeConfig = field(default_factory=AskServeConfig)  # POST /ask: the memory runtime, warm (issue 40)
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
@@ -75,12 +81,6 @@ class ServeConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.queue_timeout_s > 0:
             raise ConfigError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
-
-
-class RequestError(ValueError):
-    def __init__(self, status: int, message: str, error_id: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.error_id = status, error_id
 
 
 def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
@@ -322,7 +322,10 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     route_lane = Lane(functools.partial(_route_many, router), cfg.max_queue, cfg.route_batch_size,
                       cfg.queue_timeout_s)
     chat_lane = Lane(lambda jobs: [job() for job in jobs], cfg.max_queue, 1, cfg.queue_timeout_s)
-    app.state.lanes = {"route": route_lane, "chat": chat_lane}
+    ask_lane = Lane(lambda jobs: [job() for job in jobs], cfg.max_queue, 1, cfg.queue_timeout_s)
+    app.state.lanes = {"route": route_lane, "chat": chat_lane, "ask": ask_lane}
+    asker = AskService(cfg.ask, router) if cfg.ask.enabled else None
+    app.state.ask = asker
 
     async def read_json(request: Request) -> Any:
         limit = cfg.max_body_bytes
@@ -357,7 +360,8 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
                 "contract_version": contract.CONTRACT_VERSION, "threshold_logit": router.threshold_logit,
                 "threshold_prob": sigmoid(router.threshold_logit),
                 "base_model": meta.base_model if meta else None, "chat_passthrough": _chat_enabled(),
-                "route_decisions": served["decisions"], "route_decisions_clipped": served["clipped"]}
+                "route_decisions": served["decisions"], "route_decisions_clipped": served["clipped"],
+                "ask": asker.health() if asker is not None else None}
 
     def _chat_enabled() -> bool:
         return cfg.chat_passthrough and hasattr(router, "generate")
@@ -371,6 +375,13 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
         served["decisions"] += 1  # counted on the event loop: one coroutine at a time, no lock needed
         served["clipped"] += bool(decision.clipped)
         return asdict(decision)
+
+    @app.post("/ask")
+    async def ask(request: Request) -> dict[str, Any]:
+        if asker is None:
+            raise RequestError(404, "POST /ask is off (ask.enabled=false)")
+        item = validate_ask_request(await read_json(request), cfg.max_question_chars)
+        return await run_in_threadpool(_submit, ask_lane, functools.partial(asker.answer, item))
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict[str, Any]:

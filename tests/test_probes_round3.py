@@ -332,7 +332,8 @@ def test_a_lone_surrogate_is_a_422_naming_the_field_on_the_lm_router(tiny_router
 
 # the config class of each stage: CONFIG_CLASSES names them by config folder; these stages share another's
 STAGE_CONFIG_FOLDER = {"label-merge": "label", "fit-features": "features", "ask": "ingest",
-                       "unit-reader": "unit_reader", "reader-pretrain": "reader_pretrain"}
+                       "unit-reader": "unit_reader", "reader-pretrain": "reader_pretrain",
+                       "answer-floor": "answer_floor"}
 
 
 def _leaf_keys(cls: type, prefix: str = "") -> list[str]:

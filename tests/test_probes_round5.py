@@ -152,7 +152,7 @@ def test_a_floor_that_is_no_finite_number_is_refused_wherever_it_is_stored(floor
     digest = weights_sha256(reader)
     (reader / "answer_floor.json").write_text(f'{{"floor": {floor}, "reader_weights_sha256": "{digest}"}}')
     with pytest.raises(ReaderFileError, match=r"answer_floor\.json: field 'floor' must be a finite number.*"
-                                              r"python -m router_train\.answer_floor"):
+                                              r"tiermem-router answer-floor"):
         load_floor(reader)
     (reader / "answer_floor.json").unlink()
     text = (reader / PRETRAIN_FILE).read_text()

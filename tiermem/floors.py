@@ -24,7 +24,7 @@ from tiermem.errors import ConfigError, StoreError
 
 FLOOR_FILE = "answer_floor.json"  # router_train.answer_floor writes it
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # a reader's weights, in the order transformers loads them
-CALIBRATE = "python -m router_train.answer_floor reader={path}"
+CALIBRATE = "tiermem-router answer-floor reader={path}"  # router_train.chat_floor: calibrated on conversations
 REBUILD_PRETRAIN = "rebuild the checkpoint: tiermem-router reader-pretrain output_dir={path} (or a new output_dir)"
 
 

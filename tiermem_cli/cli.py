@@ -31,6 +31,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "eval": ("evaluation.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
     "reader-pretrain": ("router_train.reader_pretrain:main", "pre-train the unit reader's base on public answerability "
                         "data (SQuAD 2.0), cached by data and settings"),
+    "answer-floor": ("router_train.chat_floor:main", "calibrate a reader's \"not stated\" floor for ask on chat "
+                     "questions (LoCoMo train split, Molweni's unanswerable ones), bound to its weights"),
     "unit-reader": ("router_train.unit_reader:main", "train the unit reader router (cross-encoder per unit + signal "
                     "head, chosen by leave-one-conversation-out CV)"),
     "fit-features": ("router_train.fit_features:main", "fit the serve-time feature router (or make a top1-score one)"),
@@ -54,6 +56,7 @@ CONFIG_CLASSES: dict[str, str] = {
     "features": "router_train.fit_features:FitFeaturesConfig",
     "unit_reader": "router_train.unit_reader:UnitReaderConfig",
     "reader_pretrain": "router_train.reader_pretrain:ReaderPretrainConfig",
+    "answer_floor": "router_train.chat_floor:ChatFloorConfig",
     "push": "serving.hub:PushConfig",
     "serve": "serving.server:ServeConfig",
     "ingest": "tiermem_cli.ingest:IngestConfig",

@@ -2,6 +2,9 @@
 
     label -> reader_pretrain -> reader -> sft -> grpo -> features -> calibrate (every router) -> eval (one table)
 
+Each reader it trains (reader_pretrain, reader) is followed by `answer-floor`, ask's "not stated" floor calibrated
+on chat questions and bound to the reader's weights (router_train.chat_floor).
+
 Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
 proves the real commands work together. The routers compared on the held-out test conversations:
 SFT with the signal head (the LM's decision margin plus a learned head over the serve-time signals), GRPO from the
@@ -142,13 +145,20 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     if pretrained and len(chat) < len(cfg.chat_reading_data):
         print(f"demo: chat reading data not found, left out of the pre-training: "
               f"{[c for c in cfg.chat_reading_data if c not in chat]}")
+    # ask's "not stated" floor, calibrated on chat questions for each reader trained (issue 40): every reader the
+    # demo leaves answers `ask` with no manual step; skipped while a reader's weights and the settings are unchanged
+    chats = ([f"data={cfg.data_path}"] if cfg.data_path and Path(cfg.data_path).is_file()
+             else ["data=", "conversations=[]"])
     out: dict[str, list[tuple[str, str, list[str] | None]]] = {
         "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
         "reader_pretrain": [("reader_pretrain", "reader-pretrain", [
             "--config", cfg.reader_pretrain_config, f"data={cfg.reading_data}", f"chat_data=[{','.join(chat)}]",
-            f"output_dir={root / 'reader_pretrain'}"])] if pretrained else [],
+            f"output_dir={root / 'reader_pretrain'}"]),
+            ("floor reader_pretrain", "answer-floor", [f"reader={root / 'reader_pretrain'}", *chats])]
+        if pretrained else [],
         "reader": [("reader", "unit-reader", ["--config", cfg.reader_config, f"data={dataset}",
-                                              f"base={reader_base}", f"output_dir={root / 'reader'}"])],
+                                              f"base={reader_base}", f"output_dir={root / 'reader'}"]),
+                   ("floor reader", "answer-floor", [f"reader={root / 'reader'}", *chats])],
         "sft": [("sft", "sft", ["--config", cfg.sft_config, f"data={dataset}", f"output_dir={root / 'sft'}",
                                 trunk])],
         "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", f"data={dataset}",

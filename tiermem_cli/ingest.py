@@ -41,6 +41,9 @@ class IngestConfig:
     data: str = ""  # LoCoMo / LongMemEval / tiermem-format file; "" = the sample shipped with the package
     conversation: str = ""  # conversation id; "" = the first one in the file
     question: str | int = ""  # question id, 0-based index, or free text ("What did Tomas adopt?"); "" = the first
+    # several questions answered in one process, models loaded once: a file with one question (id, index or free
+    # text) a line; `question=` may also be given more than once
+    questions: str = ""
     workdir: str = "runs/memory"  # tier cache root: <workdir>/<conv_id>-<key>/
     router: str = ""  # trained router dir or hub id (serving.Router.from_pretrained); "" = memory.fixed_policy
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -133,10 +136,37 @@ def cost_line(out: RuntimeAnswer, routed: bool) -> str:
     return line + (f" + router {out.router_s:.2f} s" if routed else "")
 
 
+def split_questions(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv without its `question=` items when there are several, those questions): repeated `question=` asks them
+    all in one process."""
+    asked = [a.partition("=")[2] for a in argv if a.startswith("question=")]
+    if len(asked) < 2:
+        return argv, []
+    return [a for a in argv if not a.startswith("question=")], asked
+
+
+def questions_of(cfg: IngestConfig, repeated: list[str]) -> list[str | int]:
+    """The questions to answer, in order: the `questions` file's lines (blank lines and `#` comments skipped), the
+    repeated `question=` items, or the one `question`."""
+    if cfg.questions:
+        path = Path(cfg.questions)
+        if not path.is_file():
+            raise UsageError(f"questions={cfg.questions!r}: no such file (one question a line)")
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+        asked: list[str | int] = [ln for ln in lines if ln and not ln.startswith("#")]
+        if not asked:
+            raise UsageError(f"questions={cfg.questions!r}: the file holds no question")
+        return asked
+    return list(repeated) or [cfg.question]
+
+
 def main(argv: list[str]) -> int:
+    argv, repeated = split_questions(argv)
     cfg = parse_cli(IngestConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
     claim_cache_dir(cfg.workdir)  # tiers are built only in a tier cache, never inside another stage's run
-    conv, question = pick(load_conversations(cfg.data or None), cfg.conversation, cfg.question)
+    convs = load_conversations(cfg.data or None)
+    asked = [pick(convs, cfg.conversation, q) for q in questions_of(cfg, repeated)]  # every id checked up front
+    conv = asked[0][0]
     # the extractive answerer calls no LM: the packaged model is loaded only when something generates
     generates = answerer_mode(cfg.memory.answerer, cfg.llm.backend, cfg.llm.model) == "llm"
     llm = build_llm(cfg.llm) if generates or cfg.memory.summarizer == "llm" else None
@@ -153,7 +183,18 @@ def main(argv: list[str]) -> int:
         from serving.routers import Router
 
         router = Router.from_pretrained(cfg.router)
-    out = runtime.answer(question, router)
+    failed = 0
+    for i, (_, question) in enumerate(asked):
+        if len(asked) > 1:
+            print(f"\n--- question {i + 1} of {len(asked)} ---")
+        failed += show_answer(runtime, question, router)
+    runtime.close()
+    return 0 if not failed else 1
+
+
+def show_answer(runtime: MemoryRuntime, question: Question | str, router: object | None) -> int:
+    """Answer one question and print it (route, pages read, answer, quote, cost); 1 when the answer is an error."""
+    out = runtime.answer(question, router)  # type: ignore[arg-type]
     if isinstance(question, Question):
         print(f"question {question.qid} [category {question.category}]: {question.question}")
         print(f"gold answer: {question.answer}   (evidence {', '.join(question.evidence) or 'none'})")
@@ -178,7 +219,6 @@ def main(argv: list[str]) -> int:
     for line in answer_lines(out):
         print(line)
     print(cost_line(out, router is not None))
-    runtime.close()
     return 0 if out.error is None else 1
 
 

@@ -19,3 +19,15 @@ def tiny_bert(path: str | Path) -> Path:
     BertForSequenceClassification(config).save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
     return Path(path)
+
+
+def tiny_reader(path: str | Path, floor: float = -100.0) -> Path:
+    """A tiny reader directory `ask` can answer with: the tiny BERT and its `answer_floor.json` bound to its weights
+    (a floor this low: every best sentence is "stated")."""
+    import hashlib
+    import json
+
+    path = tiny_bert(path)
+    digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+    (path / "answer_floor.json").write_text(json.dumps({"floor": floor, "reader_weights_sha256": digest}))
+    return path

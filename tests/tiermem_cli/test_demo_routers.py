@@ -66,3 +66,17 @@ def test_the_stage_table_is_printed_and_kept(tmp_path):
     summary = write_timings(tmp_path, timings, failed="grpo")
     saved = json.loads((tmp_path / TIMINGS_FILE).read_text())
     assert saved == summary and saved["failed_step"] == "grpo" and saved["total_seconds"] == 900.0
+
+
+def test_every_reader_the_demo_trains_gets_its_chat_floor(tmp_path):
+    """Issue 40: `ask router=runs/reader` right after `make demo` needs no manual calibration step."""
+    plan = steps(DemoConfig(root=str(tmp_path), data_path=str(tmp_path / "absent.json"),
+                            reading_data=str(tmp_path / "squad.json")))
+    floors = {name: args for name, stage, args in plan if stage == "answer-floor"}
+    assert list(floors) == ["floor reader"]  # no reading data: no pre-trained reader to calibrate
+    assert f"reader={tmp_path / 'reader'}" in floors["floor reader"] and "data=" in floors["floor reader"]
+    names = [name for name, _, _ in plan]
+    assert names.index("reader") < names.index("floor reader") < names.index("sft")
+    (tmp_path / "squad.json").write_text("{}")
+    plan = steps(DemoConfig(root=str(tmp_path), reading_data=str(tmp_path / "squad.json")))
+    assert [n for n, stage, _ in plan if stage == "answer-floor"] == ["floor reader_pretrain", "floor reader"]

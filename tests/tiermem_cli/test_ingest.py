@@ -154,3 +154,48 @@ def test_an_unusable_reply_is_replaced_by_the_quote(tmp_path, capsys):
     assert "answer: Tomas (2 March 2024): \"I start volunteering at the Riverside animal shelter" in out
     assert "extractive: the model's reply '(17 March 2024) Tomas:' was unusable (fragment)" in out
     assert "1 parse failure(s)" in out  # the fake server ignores the schema: the failure is still counted
+
+
+def _extractive_args(tmp_path, reader):
+    from tiermem.data.tiermem_format import EXAMPLE_PATH
+
+    return [f"data={EXAMPLE_PATH}", f"workdir={tmp_path / 'mem'}", "memory.embedder=hashing",
+            "memory.tokenizer=whitespace", "memory.page_tokens=120", f"memory.reader={reader}",
+            "memory.answerer=extractive", "memory.fixed_policy=research"]
+
+
+def test_several_questions_in_one_ask(tmp_path, capsys):
+    from tests.helpers.tiny_bert import tiny_reader
+
+    reader = tiny_reader(tmp_path / "reader")
+    rc = main([*_extractive_args(tmp_path, reader), "question=q1", "question=Where does Tomas volunteer?"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "--- question 1 of 2 ---" in out and "--- question 2 of 2 ---" in out
+    assert "question q1 [category" in out and "question (free text): Where does Tomas volunteer?" in out
+    assert out.count("tiers: ") == 1 and out.count("cost: ") == 2  # tiers opened once, two answers
+    listed = tmp_path / "questions.txt"
+    listed.write_text("# asked together\nq1\n\nq2\n")
+    rc = main([*_extractive_args(tmp_path, reader), f"questions={listed}"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "question q2 [category" in out and "--- question 2 of 2 ---" in out
+    with pytest.raises(ValueError, match="no such file"):
+        main([*_extractive_args(tmp_path, reader), f"questions={tmp_path / 'absent.txt'}"])
+
+
+def test_a_cold_extractive_ask_loads_no_language_model(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers.tiny_bert import tiny_reader
+
+    reader = tiny_reader(tmp_path / "reader")
+    script = ("import json, sys; from tiermem_cli.ingest import main; rc = main(json.loads(sys.argv[1])); "
+              "lm = [m for m in sys.modules if m in ('tiermem.llm.local', 'tiermem.llm.constrained') "
+              "or m.startswith('transformers.models.llama')]; print('LM-MODULES', lm); sys.exit(rc)")
+    args = [*_extractive_args(tmp_path, reader), "question=q1"]
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(args)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "LM-MODULES []" in done.stdout

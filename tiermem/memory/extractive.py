@@ -4,10 +4,12 @@ The packaged 135M LM costs most of `ask`'s seconds and adds little: the quote gr
 the answer. So on the embedded default (`memory.answerer: auto` with the packaged local model) no LM is called:
 
 - ANSWER: the sentences of the top-k summary units; ESCALATE: the sentences of the pages the raw index gives
-  (tiermem.memory.policies.first_round_pages: time range, provenance links of the retrieved units, BM25; at most
-  max_rounds x pages_per_round pages), all scored against the question by the answerability cross-encoder in one
-  batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
-- The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute).
+  (tiermem.memory.policies.first_round_pages: first the pages of the turns the reader scores best among the few
+  dozen that BM25 and the turn embeddings rank first (issue 40), then time range, provenance links of the retrieved
+  units, BM25; at most max_rounds x pages_per_round pages), all scored against the question by the answerability
+  cross-encoder in one batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
+- The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute); a
+  reader that predicts spans (`best_spans`) answers with its span of that sentence, the sentence kept as the quote.
 - Under the reader's calibrated floor (router_train.answer_floor) nothing read states the answer: the ANSWER path
   escalates once (the router's false cache hit is caught here), and the memory is said not to state it when the
   pages do not either.
@@ -122,8 +124,23 @@ def read(reader: AnswerReader, question: str, candidates: Sequence[_Candidate]) 
     best = candidates[i] if i is not None else None
     logit = float(logits[i]) if i is not None else None
     stated = logit is not None and logit >= reader.floor
-    return Reading(best.evidence if best else None, extractive_answer(best) if best and stated else None, logit,
-                   reader.floor, len(texts), time.perf_counter() - start, reader.source)
+    answer = None
+    if best is not None and i is not None and stated:
+        answer = span_answer(reader.reader, question, texts[i]) or extractive_answer(best)
+    return Reading(best.evidence if best else None, answer, logit, reader.floor, len(texts),
+                   time.perf_counter() - start, reader.source)
+
+
+def span_answer(model: Any, question: str, text: str) -> str | None:
+    """The reader's span of `text` (the chosen sentence as the reader saw it: `date: speaker: sentence`) when the
+    reader predicts spans (`best_spans(questions, texts) -> [(start_char, end_char, score)]`), else None: the
+    sentence is the answer. The quote stays the whole sentence either way."""
+    best_spans = getattr(model, "best_spans", None)
+    if not callable(best_spans) or not getattr(model, "has_spans", True):  # a classifier-only checkpoint
+        return None
+    start, end, _ = best_spans([question], [text])[0]
+    span = text[int(start):int(end)].strip() if 0 <= int(start) < int(end) <= len(text) else ""
+    return span or None
 
 
 @dataclass
@@ -146,10 +163,16 @@ def _speakers(memory: Any, units: Sequence[RetrievedUnit]) -> dict[str, str]:
 
 
 def research_pages(memory: Any, question: str, date: str | None, retrieved: Sequence[RetrievedUnit],
-                   cfg: Any) -> list[str]:
-    """The pages the raw index gives the question (no LM plans searches): at most max_rounds x pages_per_round."""
+                   cfg: Any, reader: Any = None) -> list[str]:
+    """The pages the raw index gives the question (no LM plans searches), the pages of the turns `reader` scores
+    best first: at most max_rounds x pages_per_round. A conversation of no more pages than that is read whole, so
+    the reader is not asked to order it."""
+    budget = cfg.max_rounds * cfg.pages_per_round
+    if reader is not None and memory.turns is not None and len({p for p, _ in memory.turns.rows}) <= budget:
+        reader = None
     return first_round_pages(memory, question, retrieved, pages_per_round=cfg.pages_per_round,
-                             keyword_k=cfg.keyword_k, question_date=date)[: cfg.max_rounds * cfg.pages_per_round]
+                             keyword_k=cfg.keyword_k, question_date=date, reader=reader,
+                             turn_k=cfg.turn_k)[:budget]
 
 
 def answer_extractively(memory: Any, question: Any, action: str, retrieved: list[RetrievedUnit],
@@ -167,7 +190,7 @@ def answer_extractively(memory: Any, question: Any, action: str, retrieved: list
         escalated = not reading.stated
     if action != "ANSWER" or escalated:
         start = time.perf_counter()
-        pages = research_pages(memory, q, date, retrieved, cfg)
+        pages = research_pages(memory, q, date, retrieved, cfg, reader.reader)
         reading = read(reader, q, page_sentences(memory.raw.get_many(pages)))
         path_cost = PathCost(wall_s=round(time.perf_counter() - start, 6), pages_read=len(pages), rounds=1)
         research = ResearchResult(reading.answer, pages, 1, [], path_cost, 0, stop_reason="extractive")

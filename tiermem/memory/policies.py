@@ -23,6 +23,7 @@ from tiermem.memory.replies import Search, parse_facts_reply, parse_plan_reply
 from tiermem.memory.summaries import RetrievedUnit, day_of
 from tiermem.memory.text import content_words, link_quote, normalize
 from tiermem.memory.tiers import TwoTierMemory
+from tiermem.memory.turns import TURN_CANDIDATES, pages_by_turns, pages_of, rescore
 
 ANSWER_SYSTEM = (
     "You answer questions about a long conversation between people, using only the notes given. "
@@ -247,22 +248,31 @@ def time_pages(memory: TwoTierMemory, q: str, question_date: str | None = None) 
     return sorted(found, key=lambda pid: rank.get(pid, len(rank)))
 
 
+def _interleave(*orders: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(pid for group in zip_longest(*orders) for pid in group if pid is not None))
+
+
 def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
-                      pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None) -> list[str]:
+                      pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None,
+                      reader: Any = None, turn_k: int = TURN_CANDIDATES) -> list[str]:
     """The pages the research policy reads in its first round; they depend on retrieval only, not on any LLM.
 
-    Interleaves the first signals (dense summaries' provenance, BM25 over raw pages) so a small pages_per_round
-    still reads the best of each rather than only the summary-linked pages. A question that names a time reads
-    the pages of that time too, first and then every other slot: words cannot find a day's page ("Where is Paola
-    going on 16.01.2024?"), its timestamp can.
+    Interleaves the signals (dense summaries' provenance, BM25 over raw pages, and the pages of the best turns by
+    BM25 and the turn embeddings fused, tiermem.memory.turns) so a small pages_per_round still reads the best of
+    each. With a `reader` (a cross-encoder's `logits`), the `turn_k` best turns are scored against the question and
+    the pages of the best-scored ones are read first (one round's worth). A question that names a time reads the
+    pages of that time too, first and then every other slot: words cannot find a day's page ("Where is Paola going
+    on 16.01.2024?"), its timestamp can.
     """
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
-    order = list(dict.fromkeys(pid for pair in zip_longest(linked, keyword) for pid in pair if pid is not None))
+    hits = memory.search_turns(q, turn_k)
+    by_turns = pages_by_turns(hits)
+    order = _interleave(linked, keyword, by_turns)
+    if reader is not None and hits:
+        order = list(dict.fromkeys(pages_of(rescore(hits, q, reader))[:pages_per_round] + order))
     timed = time_pages(memory, q, question_date)
-    if not timed:
-        return order
-    return list(dict.fromkeys(pid for pair in zip_longest(timed, order) for pid in pair if pid is not None))
+    return _interleave(timed, order) if timed else order
 
 
 def estimated_research_input_tokens(q: str, date: str | None, pages: Sequence[Page], count_tokens: Any,
@@ -278,14 +288,15 @@ def research_policy(
     memory: TwoTierMemory, question: str | Question, llm: LLM, retrieved: Sequence[RetrievedUnit],
     max_rounds: int = 3, *, pages_per_round: int = 2, keyword_k: int = 3, search_k: int = 3,
     max_searches: int = 3, max_snippets: int = 8, step_max_tokens: int = 384, answer_max_tokens: int = 48,
-    structured: bool = True,
+    structured: bool = True, turn_k: int = TURN_CANDIDATES,
 ) -> ResearchResult:
     """Escalation: read the pages behind the retrieved summaries plus BM25 hits, then up to `max_rounds`
     rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches), then answer.
 
     Stops on DONE, on a round with no unread page, after `max_rounds`, or on an unparseable reply (counted
     in `parse_failures`; the answer still uses what was found). Queries and pages are deduplicated.
-    `structured` sends the steps' JSON Schemas (INTEGRATE_SCHEMA, PLAN_SCHEMA) with their calls.
+    `structured` sends the steps' JSON Schemas (INTEGRATE_SCHEMA, PLAN_SCHEMA) with their calls; `turn_k` turns
+    ranked by BM25 and the turn embeddings add their pages to the first round (0: pages only).
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -300,7 +311,7 @@ def research_policy(
                 queue.append(pid)
 
     enqueue(first_round_pages(memory, q, retrieved, pages_per_round=pages_per_round, keyword_k=keyword_k,
-                              question_date=date))
+                              question_date=date, turn_k=turn_k))
     asked = {("keyword", normalize(q)), ("summary", normalize(q))}  # both already ran for the question
     searches: list[Search] = []
     quotes: list[LinkedQuote] = []

@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from tiermem.contract import ACTIONS
 from tiermem.data.conversations import Conversation, Question
-from tiermem.errors import ConfigError
 from tiermem.llm import LLM
 from tiermem.memory.extractive import (
     AnswerReader,
@@ -31,6 +32,7 @@ from tiermem.memory.extractive import (
     router_reader,
 )
 from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates, with_similarity
+from tiermem.memory.memory_config import MemoryConfig
 from tiermem.memory.policies import (
     LinkedQuote,
     PathCost,
@@ -49,76 +51,14 @@ from tiermem.memory.summaries import (
     load_embedder_spec,
 )
 from tiermem.memory.tiers import TwoTierMemory
+from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
 from tiermem.memory.writeback import WriteBack, write_back
 from tiermem.safe_io import write_atomic
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
-TIERS_VERSION = "tiers/4"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers
-
-
-@dataclass
-class MemoryConfig:
-    # tier building (these fields, with the conversation, key the tier cache)
-    page_tokens: int = 1000
-    tokenizer: str = "packaged:smollm2-135m-instruct"  # model spec whose tokenizer sizes pages, or "whitespace"
-    summarizer: str = "extractive"  # "extractive" (fast, deterministic) | "llm" (fact extraction)
-    keep_ratio: float = 0.3  # extractive: share of a page's sentences kept
-    max_units_per_page: int = 16  # extractive
-    summarizer_max_tokens: int = 512  # llm
-    embedder: str = "packaged:all-minilm-l6-v2"  # a model spec, or "hashing" (lexical, model-free)
-    # answering
-    top_k: int = 5
-    fixed_policy: str = "summary"  # without a router: "summary" (always ANSWER) | "research" (always ESCALATE)
-    max_rounds: int = 3
-    pages_per_round: int = 2
-    keyword_k: int = 3
-    search_k: int = 3
-    max_snippets: int = 8
-    step_max_tokens: int = 384
-    answer_max_tokens: int = 48
-    structured_steps: bool = True  # research's integrate/plan replies held to their JSON Schemas (policies.py)
-    # An LM answer that is empty, a fragment or foreign to what was read is replaced by the best-matching quote
-    # (tiermem.memory.grounding); "none" keeps the LM's reply whatever it is (the quote is still attached).
-    answer_fallback: str = "extractive"
-    # who answers (tiermem.memory.extractive): "extractive" (the reader picks the sentence, no LM), "llm", or "auto"
-    # (extractive on the packaged local model, generation on any other); `reader` is the reader's directory when
-    # the router is not a unit reader with its own
-    answerer: str = "auto"
-    reader: str = "runs/reader_pretrain"
-    # verified write-back after an escalation (benchmark runs keep tier 1 fixed: off by default)
-    write_back: bool = False
-    writeback_skip_similarity: float = 0.92
-    writeback_update_similarity: float = 0.8
-
-    def __post_init__(self) -> None:
-        if self.summarizer not in ("extractive", "llm"):
-            raise ConfigError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
-        if self.answer_fallback not in ("extractive", "none"):
-            raise ConfigError(f"answer_fallback must be 'extractive' or 'none', got {self.answer_fallback!r}")
-        answerer_mode(self.answerer, None, None)  # a bad setting fails at load, whatever the model
-        if self.fixed_policy not in ("summary", "research"):
-            raise ConfigError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
-        if not 1 <= self.max_rounds <= 3:
-            raise ConfigError(f"max_rounds must be 1..3 (bounded research), got {self.max_rounds}")
-        positive = ("page_tokens", "top_k", "pages_per_round", "max_units_per_page", "summarizer_max_tokens",
-                    "step_max_tokens", "answer_max_tokens")
-        for name in positive:  # 0 would silently become a default further down; negatives slice from the end
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"memory.{name} must be an integer >= 1, got {value!r}")
-        for name in ("keyword_k", "search_k", "max_snippets"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"memory.{name} must be >= 0, got {getattr(self, name)!r}")
-        if not 0 < self.keep_ratio <= 1:
-            raise ConfigError(f"memory.keep_ratio must be in (0, 1], got {self.keep_ratio!r}")
-        if not self.writeback_update_similarity <= self.writeback_skip_similarity:
-            raise ConfigError("writeback_update_similarity must be <= writeback_skip_similarity")
-
-    def tier_fields(self) -> dict[str, Any]:
-        keys = ["page_tokens", "tokenizer", "summarizer", "embedder"]
-        keys += ["keep_ratio", "max_units_per_page"] if self.summarizer == "extractive" else ["summarizer_max_tokens"]
-        return {k: getattr(self, k) for k in keys}
+TIERS_VERSION = "tiers/5"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers;
+# 5: the turn vectors research ranks turns with (turns.npy, its sha256 in the manifest)
 
 
 class RouterLike(Protocol):
@@ -182,6 +122,13 @@ def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None =
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+def save_turn_vectors(path: Path, vectors: np.ndarray) -> str:
+    """Write the turn vectors (float32, no pickle) and return the file's sha256."""
+    with open(path, "wb") as fh:
+        np.save(fh, np.asarray(vectors, dtype=np.float32), allow_pickle=False)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 class MemoryRuntime:
     def __init__(self, workdir: str | Path, cfg: MemoryConfig | None = None, *, llm: LLM | None = None,
                  embedder: Embedder | None = None, count_tokens: TokenCounter | None = None,
@@ -238,6 +185,8 @@ class MemoryRuntime:
                 root_hash = raw.root_hash()
             index = SummaryIndex(tmp / "tier1", embedder)
             index.add(units)
+            turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, index.embed(
+                [turn_text(t) for _, t in page_turns(pages)]))
             tier1_root = index.root_hash()
             index.close()
             stats = IngestStats(
@@ -247,7 +196,8 @@ class MemoryRuntime:
             )
             manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id, "tier_key": self.tier_key(conv),
                         "tiers": self.cfg.tier_fields(),
-                        "root_hash": root_hash, "tier1_root_hash": tier1_root, "stats": asdict(stats)}
+                        "root_hash": root_hash, "tier1_root_hash": tier1_root,
+                        "turn_vectors_sha256": turn_vectors_sha, "stats": asdict(stats)}
             write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2))
             if self.workdir.exists() and not any(self.workdir.iterdir()):
                 self.workdir.rmdir()
@@ -301,7 +251,18 @@ class MemoryRuntime:
             raw.close()
             summaries.close()
             raise
-        self.memory = TwoTierMemory.open(conv_id, raw, summaries)
+        self.memory = TwoTierMemory.open(conv_id, raw, summaries, self._turn_vectors())
+
+    def _turn_vectors(self) -> np.ndarray | None:
+        """The turn vectors written at ingest, checked against the manifest; None for a memory built before them."""
+        want = self.manifest.get("turn_vectors_sha256")
+        if want is None:
+            return None
+        path = self.workdir / TURN_VECTORS
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != want:
+            raise StoreError(f"{path}: turn vectors missing or changed since the manifest was written; rebuild this "
+                             "memory")
+        return np.load(path, allow_pickle=False)
 
     def _save_tier1_root(self) -> None:
         """After a write-back: the manifest's tier-1 root hash follows the index (written atomically)."""
@@ -433,7 +394,7 @@ class MemoryRuntime:
             self._require(), question, self.llm, retrieved, cfg.max_rounds, pages_per_round=cfg.pages_per_round,
             keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
             step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
-            structured=cfg.structured_steps,
+            structured=cfg.structured_steps, turn_k=cfg.turn_k,
         )
 
     def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:

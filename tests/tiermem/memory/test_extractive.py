@@ -50,7 +50,8 @@ def test_the_best_sentence_is_the_answer_and_its_quote_is_a_sentence_of_what_was
     rt.cfg = dataclasses.replace(rt.cfg, fixed_policy="research")
     out = rt.answer("What breed is Pepper?")
     assert out.answer_source == "reader" and out.research.stop_reason == "extractive" and out.cost.llm_calls == 0
-    assert len(reader.batches) == 1  # every sentence read, one batch
+    # every sentence read, one batch (the conversation fits the page bound: research reads it whole, no turn ranking)
+    assert len(reader.batches) == 1
     ev = out.evidence
     assert ev.quote == "A three-year-old border collie called Pepper." and ev.turn_id == "s2-1"
     assert (ev.turn_id, ev.quote) in _read_sentences(rt, out.research.pages_read)
@@ -58,7 +59,7 @@ def test_the_best_sentence_is_the_answer_and_its_quote_is_a_sentence_of_what_was
     assert out.answer == 'Tomas (17 March 2024): "A three-year-old border collie called Pepper."'
     # the reader saw each sentence with its day and speaker, relative dates made absolute
     seen = "17 March 2024: Tomas: Big news: yesterday (16 March 2024) I adopted a dog from the shelter!"
-    assert seen in reader.batches[0]
+    assert seen in reader.batches[-1]
 
 
 def test_under_the_floor_the_memory_does_not_state_it(tmp_path, conv, capsys):
@@ -130,7 +131,7 @@ def test_calibrated_floor_separates_answerable_from_unanswerable():
 def test_floor_is_read_with_the_reader_and_its_absence_is_a_named_error(tmp_path):
     weights = b"not really weights"
     (tmp_path / "model.safetensors").write_bytes(weights)
-    with pytest.raises(ConfigError, match=r"no calibrated answer floor.*python -m router_train.answer_floor"):
+    with pytest.raises(ConfigError, match=r"no calibrated answer floor.*tiermem-router answer-floor reader="):
         load_floor(tmp_path)
     unbound = {"heldout": {"answer_floor": {"floor": 1.25}}}  # bound to no weights: not used (issue 41)
     (tmp_path / "reader_pretrain.json").write_text(json.dumps(unbound))
@@ -167,3 +168,35 @@ def test_a_unit_reader_router_answers_with_its_own_reader(tmp_path, conv):
     rt, configured = _runtime(tmp_path, conv, {"riverside": 9.0}, floor=5.0)
     out = rt.answer("Where does Tomas volunteer?", Router())
     assert out.reading.reader == str(tmp_path / "run") and out.reading.logit == 2.0 and not configured.batches
+
+
+class SpanReader(KeywordReader):
+    """A reader that also predicts spans (issue 40's seam for the span reader): the span is the phrase it scores."""
+
+    def best_spans(self, questions, texts):
+        out = []
+        for t in texts:
+            phrase = max(self.scores, key=lambda k: (k.lower() in t.lower(), self.scores[k]))
+            start = t.lower().find(phrase.lower())
+            out.append((start, start + len(phrase), self.scores[phrase]) if start >= 0 else (0, 0, -5.0))
+        return out
+
+
+def test_a_reader_that_predicts_spans_answers_with_the_span_and_quotes_the_sentence(tmp_path, conv):
+    reader = SpanReader({"border collie": 4.0})
+    rt = build(tmp_path, conv, dataclasses.replace(EXTRACTIVE, fixed_policy="research"),
+               answer_reader=AnswerReader(reader, 0.0, "span-reader"))
+    out = rt.answer("What breed is Pepper?")
+    assert out.answer == "border collie"
+    assert out.evidence.quote == "A three-year-old border collie called Pepper." and out.evidence.turn_id == "s2-1"
+
+
+def test_an_empty_span_falls_back_to_the_sentence(tmp_path, conv):
+    from tiermem.memory.extractive import span_answer
+
+    class Empty:
+        def best_spans(self, questions, texts):
+            return [(3, 3, 0.0)]
+
+    assert span_answer(Empty(), "q", "some text") is None
+    assert span_answer(object(), "q", "some text") is None

@@ -106,7 +106,7 @@ def test_research_stops_when_no_new_page(memory):
     q = "octopuses record dive"
     (only,) = memory.search_pages(q, 1)
     llm = scripted(plan=json.dumps({"searches": [{"type": "keyword", "query": "octopuses record"}]}))
-    res = research_policy(memory, q, llm, [], keyword_k=1, pages_per_round=5)
+    res = research_policy(memory, q, llm, [], keyword_k=1, pages_per_round=5, turn_k=0)
     assert memory.search_pages("octopuses record", 1) == [only]
     assert res.pages_read == [only] and res.rounds == 1 and res.stop_reason == "no_new_pages"
 
@@ -143,7 +143,7 @@ def test_quotes_are_linked_deterministically_and_only_linked_facts_answer(memory
     plan = json.dumps({"searches": [{"type": "keyword", "query": "record team"}]})
     llm = scripted(integrate=json.dumps(facts), plan=plan)
     retrieved = memory.search_summaries("eleven dive record team", 1)
-    res = research_policy(memory, "How many octopuses did Lena count?", llm, retrieved, keyword_k=1)
+    res = research_policy(memory, "How many octopuses did Lena count?", llm, retrieved, keyword_k=1, turn_k=0)
     assert res.rounds == 2 and res.stop_reason == "no_new_pages"
     by_fact = {q.fact: q for q in res.quotes}
     exact = by_fact["Lena saw eleven octopuses on one dive."]

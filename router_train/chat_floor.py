@@ -1,0 +1,169 @@
+"""The extractive answerer's floor calibrated on conversations (issue 40): `tiermem-router answer-floor reader=DIR`.
+
+The SQuAD-calibrated floor (router_train.answer_floor) did not transfer to chat sentences: their logits run lower than
+an encyclopedia's. This one is calibrated on chat questions, read the way `ask` reads:
+
+- the development conversations' train split (LoCoMo format, category 5 left out): per question the turns research
+  ranks (BM25 over turns, tiermem.memory.turns, the `turn_k` best), split into sentences and shown to the reader as
+  `date: speaker: sentence`; "answerable" when a gold evidence turn is among them, unanswerable when none is;
+- Molweni's unanswerable questions (multi-party chats written to look answered): every sentence of the dialogue,
+  shown as `speaker: sentence`.
+
+The best sentence's logit per question is the answerer's own decision; the floor is the threshold with the largest
+Youden's J (router_train.answer_floor.calibrated_floor). It is written to `<reader>/answer_floor.json` bound to the
+sha256 of the reader's weights, so a retrained reader is never held to an old floor (tiermem.memory.extractive
+refuses it), and `make demo` recalibrates each reader it trains (skipped while the weights and settings are
+unchanged).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiermem.errors import ConfigError, DataError, MissingFileError, stage_main
+
+METHOD = ("chat: youden on the best sentence's logit; LoCoMo train questions whose gold turn is among the turns "
+          "research ranks vs those whose is not, and Molweni's unanswerable questions")
+
+
+@dataclass
+class ChatFloorConfig:
+    reader: str = "runs/reader_pretrain"  # the reader directory (a reader-pretrain checkpoint or a unit-reader run)
+    data: str = "../shared/data/locomo10_dev.json"  # the development conversations; "" = the shipped sample
+    # the conversations calibrated on: the train split of configs/label/locomo_cpu_evidence.yaml; [] = all in `data`
+    conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-41", "conv-43", "conv-44"])
+    molweni: str = "../shared/data/molweni_mrc_test.json"  # Molweni MRC JSON; "" or absent = LoCoMo alone
+    max_questions: int = 240  # conversation questions sampled (seeded); 0 = all
+    max_molweni: int = 160  # Molweni unanswerable questions sampled (seeded); 0 = all
+    turn_k: int = 36  # the turns research ranks per question (memory.turn_k)
+    seed: int = 0
+    force: bool = False  # recalibrate even when the stored floor is for these weights and settings
+
+    def __post_init__(self) -> None:
+        if not self.reader:
+            raise ConfigError("reader must name a reader directory")
+        for name in ("max_questions", "max_molweni", "turn_k"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.turn_k < 1:
+            raise ConfigError("turn_k must be >= 1")
+
+
+def _sample(items: list[Any], n: int, seed: int) -> list[Any]:
+    return items if n == 0 or len(items) <= n else random.Random(seed).sample(items, n)
+
+
+def conversation_items(cfg: ChatFloorConfig) -> list[tuple[str, list[str], bool]]:
+    """(question, the sentences research would rank for it, a gold turn among them) for the conversations."""
+    from tiermem.data.conversations import load_conversations
+    from tiermem.memory.raw_store import paginate, whitespace_tokens
+    from tiermem.memory.turns import TurnIndex
+    from tiermem.sentences import sentence_spans
+
+    convs = load_conversations(cfg.data or None)
+    if cfg.conversations:
+        missing = [c for c in cfg.conversations if c not in {x.conv_id for x in convs}]
+        if missing and cfg.data:
+            raise DataError(f"answer-floor: conversations {missing} are not in {cfg.data}")
+        convs = [c for c in convs if c.conv_id in cfg.conversations] or convs  # the shipped sample: all of them
+    asked = _sample([(c, q) for c in convs for q in c.questions if q.evidence], cfg.max_questions, cfg.seed)
+    indexes = {c.conv_id: TurnIndex(paginate(c.conv_id, c.turns, whitespace_tokens, 10**9)) for c in convs}
+    out = []
+    for conv, q in asked:
+        hits = indexes[conv.conv_id].rank(q.question, None, cfg.turn_k)
+        texts = [_view(h.turn, s, e) for h in hits for s, e in sentence_spans(h.turn.text)]
+        out.append((q.question, texts, any(h.turn.turn_id in set(q.evidence) for h in hits)))
+    return out
+
+
+def _view(turn: Any, start: int, end: int) -> str:
+    from tiermem.memory.summaries import absolutize, day_of
+
+    return ": ".join(x for x in (day_of(turn.timestamp), turn.speaker,
+                                 absolutize(turn.text[start:end], turn.timestamp)) if x)
+
+
+def molweni_items(path: str, n: int, seed: int) -> list[tuple[str, list[str], bool]]:
+    """(question, every sentence of its dialogue as `speaker: sentence`, False) for Molweni's unanswerable ones."""
+    from tiermem.sentences import sentence_spans
+
+    try:
+        dialogues = json.loads(Path(path).read_text(encoding="utf-8"))["data"]["dialogues"]
+        items = [(qa["question"], [f"{e['speaker']}: {e['text'][s:t]}" for e in d["edus"]
+                                   for s, t in sentence_spans(e["text"])], False)
+                 for d in dialogues for qa in d["qas"] if qa.get("is_impossible")]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path}: not Molweni MRC JSON (data -> dialogues -> edus, qas): {exc}") from None
+    return _sample(items, n, seed)
+
+
+def best_logits(reader: Any, items: list[tuple[str, list[str], bool]]) -> list[float]:
+    """Each item's best logit over its sentences, every pair scored in shared batches (-inf for nothing read)."""
+    flat = [(i, q, t) for i, (q, texts, _) in enumerate(items) for t in texts]
+    logits = reader.logits([p[1] for p in flat], [p[2] for p in flat]) if flat else []
+    best = [float("-inf")] * len(items)
+    for (i, _, _), v in zip(flat, logits, strict=True):
+        best[i] = max(best[i], float(v))
+    return best
+
+
+def settings(cfg: ChatFloorConfig) -> dict[str, Any]:
+    """What the floor depends on besides the weights: a stored floor with other settings is recalibrated."""
+    return {k: v for k, v in asdict(cfg).items() if k not in ("reader", "force")}
+
+
+def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, Any]:
+    """Score the chat questions with the reader in `cfg.reader` (or `reader`, already loaded) and write its floor."""
+    from router_train.answer_floor import calibrated_floor, stored_floor, write_floor
+    from tiermem.floors import weights_sha256
+
+    reader_dir = Path(cfg.reader)
+    if not (reader_dir / "model.safetensors").is_file():
+        raise MissingFileError(f"answer-floor: no reader at {reader_dir} (model.safetensors)")
+    stored = stored_floor(reader_dir)
+    if (not cfg.force and stored and stored.get("method") == METHOD and stored.get("settings") == settings(cfg)
+            and stored.get("reader_weights_sha256") == weights_sha256(reader_dir)):
+        return {**stored, "current": True}
+    items = conversation_items(cfg)
+    counts = {"conversation_questions": len(items), "conversation_answerable": sum(a for _, _, a in items)}
+    molweni = cfg.molweni if cfg.molweni and Path(cfg.molweni).is_file() else ""
+    if cfg.molweni and not molweni:
+        print(f"answer-floor: no Molweni data at {cfg.molweni!r}; calibrating on the conversations alone")
+    unanswerable = molweni_items(molweni, cfg.max_molweni, cfg.seed) if molweni else []
+    counts["molweni_unanswerable"] = len(unanswerable)
+    items += unanswerable
+    if reader is None:
+        from tiermem.cross_encoder import CrossEncoder
+        from tiermem.models import setup_cpu_threads
+
+        setup_cpu_threads()
+        reader = CrossEncoder.load(reader_dir)
+    floor = calibrated_floor(best_logits(reader, items), [a for _, _, a in items])
+    floor.update({"method": METHOD, "settings": settings(cfg), **counts})
+    from tiermem.rundir import updating_run
+
+    with updating_run(reader_dir, "answer-floor", kinds=("reader-pretrain", "unit-reader")):
+        return write_floor(reader_dir, floor)
+
+
+@stage_main("answer-floor")
+def main(argv: list[str]) -> int:
+    from tiermem.config import parse_cli
+
+    cfg = parse_cli(ChatFloorConfig, argv)
+    floor = calibrate_on_chats(cfg)
+    if floor.get("current"):
+        print(f"answer-floor: {cfg.reader}/answer_floor.json is current (floor {floor['floor']}, same weights and "
+              "settings); force=true recalibrates")
+    else:
+        print(json.dumps(floor, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
