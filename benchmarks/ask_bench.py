@@ -36,14 +36,15 @@ def speed_reader(path: Path) -> Path:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from router_train.answer_floor import write_floor
+    from tiermem import safe_io
     from tiermem.models import resolve_model
 
     if (path / "answer_floor.json").is_file():
         return path
     base = str(resolve_model("packaged:all-minilm-l6-v2"))
     path.mkdir(parents=True, exist_ok=True)
-    AutoModelForSequenceClassification.from_pretrained(base, num_labels=1).save_pretrained(str(path))
-    AutoTokenizer.from_pretrained(base).save_pretrained(str(path))
+    safe_io.save_pretrained(AutoModelForSequenceClassification.from_pretrained(base, num_labels=1), path)
+    safe_io.save_pretrained(AutoTokenizer.from_pretrained(base), path)
     write_floor(path, {"floor": 0.0, "method": "speed only: an untrained head, no calibration"})
     return path
 

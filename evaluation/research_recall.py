@@ -85,8 +85,15 @@ def measure(cfg: ResearchRecallConfig) -> dict[str, Any]:
 @stage_main("research-recall")
 def main(argv: list[str]) -> int:
     from tiermem.config import parse_cli
+    from tiermem.errors import HelpShown
 
-    print(json.dumps(measure(parse_cli(ResearchRecallConfig, argv)), indent=2))
+    try:
+        cfg = parse_cli(ResearchRecallConfig, argv)
+    except HelpShown as shown:  # not a tiermem-router stage: the usage line names how it is really run
+        print(shown.render("research-recall").replace("tiermem-router research-recall",
+                                                      "python -m evaluation.research_recall", 1))
+        return 0
+    print(json.dumps(measure(cfg), indent=2))
     return 0
 
 

@@ -118,11 +118,19 @@ def settings(cfg: ChatFloorConfig) -> dict[str, Any]:
 
 
 def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, Any]:
-    """Score the chat questions with the reader in `cfg.reader` (or `reader`, already loaded) and write its floor."""
+    """Score the chat questions with the reader in `cfg.reader` (or `reader`, already loaded) and write its floor.
+    The reader's run directory is claimed first: a directory that is not a reader-pretrain or unit-reader run is
+    refused before anything is read."""
+    from tiermem.rundir import updating_run
+
+    with updating_run(cfg.reader, "answer-floor", kinds=("reader-pretrain", "unit-reader")):
+        return _calibrate(cfg, Path(cfg.reader), reader)
+
+
+def _calibrate(cfg: ChatFloorConfig, reader_dir: Path, reader: Any) -> dict[str, Any]:
     from router_train.answer_floor import calibrated_floor, stored_floor, write_floor
     from tiermem.floors import weights_sha256
 
-    reader_dir = Path(cfg.reader)
     if not (reader_dir / "model.safetensors").is_file():
         raise MissingFileError(f"answer-floor: no reader at {reader_dir} (model.safetensors)")
     stored = stored_floor(reader_dir)
@@ -145,10 +153,7 @@ def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, An
         reader = CrossEncoder.load(reader_dir)
     floor = calibrated_floor(best_logits(reader, items), [a for _, _, a in items])
     floor.update({"method": METHOD, "settings": settings(cfg), **counts})
-    from tiermem.rundir import updating_run
-
-    with updating_run(reader_dir, "answer-floor", kinds=("reader-pretrain", "unit-reader")):
-        return write_floor(reader_dir, floor)
+    return write_floor(reader_dir, floor)
 
 
 @stage_main("answer-floor")

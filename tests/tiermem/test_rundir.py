@@ -58,6 +58,8 @@ WRITES: dict[str, list[Callable[[Path], list[str]]]] = {
 UPDATES: dict[str, Callable[[Path], list[str]]] = {
     "calibrate": lambda d: [f"router={d}", "data=/nonexistent/dataset"],  # the threshold, into a router run
     "push": lambda d: [f"router={d}", "repo_id=org/name"],  # the card and adapter config, into an LM router run
+    # ask's floor, into a reader-pretrain or unit-reader run
+    "answer-floor": lambda d: [f"reader={d}", "data=/nonexistent/locomo.json", "molweni=/nonexistent/molweni.json"],
 }
 # Stages that write no directory at all, with the reason.
 READ_ONLY: dict[str, str] = {

@@ -53,7 +53,7 @@ from tiermem.memory.summaries import (
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
 from tiermem.memory.writeback import WriteBack, write_back
-from tiermem.safe_io import write_atomic
+from tiermem.safe_io import write_atomic, write_stream
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
@@ -124,8 +124,7 @@ def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None =
 
 def save_turn_vectors(path: Path, vectors: np.ndarray) -> str:
     """Write the turn vectors (float32, no pickle) and return the file's sha256."""
-    with open(path, "wb") as fh:
-        np.save(fh, np.asarray(vectors, dtype=np.float32), allow_pickle=False)
+    write_stream(path, lambda fh: np.save(fh, np.asarray(vectors, dtype=np.float32), allow_pickle=False))
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
