@@ -21,7 +21,7 @@ from tiermem.model_cache import MANIFEST, check_entry
 # ---- reader-pretrain: a checkpoint built once (tiny BERT), its cache entry copied per test -------------------------
 
 FIXTURE = Path(__file__).parent / "helpers" / "fixtures" / "reading" / "squad2_small.json"
-ARGS = ["heldout_articles=1", "epochs=1", "batch_size=8", "log_every=0", "learning_rate=1e-3"]
+ARGS = ["chat_data=[]", "heldout_articles=1", "epochs=1", "batch_size=8", "log_every=0", "learning_rate=1e-3"]
 
 
 @pytest.fixture(scope="module")

@@ -114,8 +114,8 @@ def test_a_second_run_is_a_cache_hit_that_says_so(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
     base = tiny_bert(tmp_path / "tiny")
-    args = [f"data={FIXTURE}", f"base={base}", "heldout_articles=1", "epochs=2", "batch_size=8", "log_every=1",
-            "learning_rate=1e-3"]
+    args = [f"data={FIXTURE}", f"base={base}", "chat_data=[]", "heldout_articles=1", "epochs=2", "batch_size=8",
+            "log_every=1", "learning_rate=1e-3"]
     assert main([*args, f"output_dir={tmp_path / 'a'}"]) == 0
     first = capsys.readouterr()
     assert "cache hit" not in first.err and "reader-pretrain: epoch 2/2" in first.err
