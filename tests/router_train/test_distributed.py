@@ -81,7 +81,7 @@ def test_sft_and_grpo_on_two_cpu_processes(tmp_path):
     grpo_out = tmp_path / "grpo_2proc"
     g = _launch("grpo", [f"router={two}", f"data={data}", f"output_dir={grpo_out}", "eval_generate_limit=0",
                          "metrics_train_rows=4", "trainer.max_steps=2", "trainer.per_device_train_batch_size=4",
-                         "trainer.num_generations=4", "trainer.max_completion_length=8",
+                         "trainer.num_generations=4", "trainer.max_completion_length=8", "completion=text",
                          "trainer.learning_rate=5e-3", "trainer.logging_steps=1", "trainer.seed=0"], processes=2)
     assert g.returncode == 0, g.stderr[-3000:]
     assert g.stdout.count("[grpo] validation n=3") == 1
