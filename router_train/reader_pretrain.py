@@ -124,11 +124,12 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
         check_scores([*got.logits, *(got.span_margins or [])], "reader-pretrain")
         heads = {"classifier": got.logits, **({"span": got.span_margins} if got.span_margins is not None else {})}
         row: dict[str, Any] = {"questions": len(qs), "answerable": sum(q.answerable for q in qs), "pairs": len(pairs)}
+        plain = [p for q in qs for p in question_pairs(q, negatives=3)]
+        known = set(plain)
+        erased = [p for p in pairs if p not in known] + [p for p in plain if p[2] > 0.5]
         for head, values in heads.items():
             score = dict(zip(flat, values, strict=True))
             best = [max(score[(q.question, q.context[s:e])] for s, e in q.unit_spans()) for q in qs]
-            plain = [p for q in qs for p in question_pairs(q, negatives=3)]
-            erased = [p for p in pairs if p not in set(plain)] + [p for p in plain if p[2] > 0.5]
             prefix = "" if head == "classifier" else "span_"
             row[f"{prefix}pair_auroc"] = _safe_auroc([score[(p[0], p[1])] for p in plain], [p[2] > 0.5 for p in plain])
             row[f"{prefix}question_auroc"] = _safe_auroc(best, [q.answerable for q in qs])
