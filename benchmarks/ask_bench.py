@@ -36,8 +36,8 @@ def speed_reader(path: Path) -> Path:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from router_train.answer_floor import write_floor
-    from tiermem import safe_io
-    from tiermem.models import resolve_model
+    from tiermem.models.specs import resolve_model
+    from tiermem.runs import safe_io
 
     if (path / "answer_floor.json").is_file():
         return path

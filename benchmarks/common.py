@@ -18,7 +18,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 def machine_label() -> dict[str, Any]:
     import torch
 
-    from tiermem.models import cpu_count
+    from tiermem.models.specs import cpu_count
 
     return {
         "platform": platform.platform(),

@@ -34,7 +34,7 @@ def _label_config_path(given: str | None, preferred: str = "locomo_local.yaml") 
     if given:
         return Path(given)
     root = Path(__file__).resolve().parents[1] / "configs" / "label"
-    from tiermem.config import load_yaml
+    from tiermem.settings.config import load_yaml
 
     locomo = root / preferred
     data = load_yaml(locomo).get("data_path")
@@ -44,7 +44,7 @@ def _label_config_path(given: str | None, preferred: str = "locomo_local.yaml") 
 def run(cfg: LabelingBenchConfig) -> dict[str, Any]:
     from labeling.config import LabelConfig
     from labeling.run import run as label_run
-    from tiermem.config import parse_config
+    from tiermem.settings.config import parse_config
 
     path = _label_config_path(cfg.config)
     out = Path(cfg.output_dir)
@@ -155,9 +155,9 @@ def throughput(cfg: ThroughputBenchConfig) -> dict[str, Any]:
 
     from labeling.config import LabelConfig
     from labeling.run import run as label_run
-    from tiermem.config import load_yaml, parse_config
     from tiermem.memory import runtime as memory_runtime
     from tiermem.memory import summaries
+    from tiermem.settings.config import load_yaml, parse_config
 
     data = load_yaml(Path(cfg.config)).get("data_path")
     if data and not Path(data).is_file():

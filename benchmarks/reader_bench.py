@@ -32,7 +32,7 @@ class ReaderBenchConfig:
 def _reader(cfg: ReaderBenchConfig) -> tuple[Any, str]:
     from serving.routers.unit_reader import POOLINGS, CrossEncoder, UnitReaderRouter
     from serving.signals import FEATURES, LogisticModel
-    from tiermem.models import resolve_model
+    from tiermem.models.specs import resolve_model
 
     if cfg.reader and Path(cfg.reader).is_dir():
         return UnitReaderRouter.load(cfg.reader), cfg.reader

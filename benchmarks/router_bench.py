@@ -60,7 +60,7 @@ def router_inputs(cfg: RouterBenchConfig) -> tuple[list[str], list[list[dict[str
 def load_lm(router: str | None, model: str) -> tuple[Any, Any, Any, str]:
     """(model, tokenizer, meta, name) of a trained LM router directory, or of the untrained base model."""
     from serving.routers.local import LocalRouter
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     if router:
         loaded = LocalRouter.load(router)

@@ -27,10 +27,10 @@ from benchmarks.reader_bench import ReaderBenchConfig  # noqa: E402
 from benchmarks.router_bench import RouterBenchConfig  # noqa: E402
 from benchmarks.server_bench import ServerBenchConfig  # noqa: E402
 from benchmarks.training_bench import TrainingBenchConfig  # noqa: E402
-from tiermem.config import ConfigError, parse_cli  # noqa: E402
-from tiermem.errors import HelpShown  # noqa: E402
-from tiermem.rundir import RunDirError, claimed_output_dir  # noqa: E402
-from tiermem.safe_io import write_atomic  # noqa: E402
+from tiermem.runs.rundir import RunDirError, claimed_output_dir  # noqa: E402
+from tiermem.runs.safe_io import write_atomic  # noqa: E402
+from tiermem.settings.config import ConfigError, parse_cli  # noqa: E402
+from tiermem.settings.errors import HelpShown  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "bench" / "default.yaml"
 
@@ -72,7 +72,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
 
 def _run(cfg: BenchConfig) -> dict[str, Any]:
     from benchmarks import ask_bench, labeling_bench, reader_bench, router_bench, server_bench, training_bench
-    from tiermem.models import setup_cpu_threads
+    from tiermem.models.specs import setup_cpu_threads
 
     setup_cpu_threads(cfg.threads)
     machine = machine_label()

@@ -82,7 +82,7 @@ def run(cfg: ServerBenchConfig) -> dict[str, Any]:
     from benchmarks.router_bench import RouterBenchConfig, router_inputs
     from serving.routers.local import LocalRouter
     from serving.server import ServeConfig, create_app
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     if cfg.router:
         router, name = LocalRouter.load(cfg.router), cfg.router

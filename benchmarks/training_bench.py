@@ -114,7 +114,7 @@ def _sft_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str, 
     from trl import SFTTrainer
 
     from router_train.sft import SFTRecipeConfig, build_sft_config
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     cpu_defaults, overrides = _overrides(variant)
     recipe = SFTRecipeConfig(model=cfg.model, output_dir=out, cpu_defaults=cpu_defaults, trainer={
@@ -137,7 +137,7 @@ def _grpo_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str,
 
     from router_train.grpo import GRPORecipeConfig, build_grpo_config
     from router_train.rewards import RewardConfig, build_reward_funcs
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     cpu_defaults, overrides = _overrides(variant)
     recipe = GRPORecipeConfig(model=cfg.model, output_dir=out, cpu_defaults=cpu_defaults, trainer={

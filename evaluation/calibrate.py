@@ -58,9 +58,9 @@ from evaluation.criteria import (
 )
 from router_train.rewards import RewardConfig
 from serving.routers import RouterSpec, as_router_spec, build
-from tiermem.artifacts import update_run_meta
-from tiermem.errors import ConfigError, MissingFileError, stage_main
-from tiermem.rundir import ROUTER_STAGES, updating_run
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile
+from tiermem.runs.rundir import ROUTER_STAGES, updating_run
+from tiermem.settings.errors import ConfigError, MissingFileError, stage_main
 
 CRITERIA = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
 SCORES_FROM = ("auto", "out_of_fold", "split")
@@ -271,20 +271,18 @@ def _same_data(a: Any, b: str) -> bool:
         return False
 
 
-def out_of_fold(cfg: CalibrateConfig, notes: list[str]
+def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
                 ) -> tuple[list[dict[str, Any]], list[float], dict[str, int], dict[str, Any]] | None:
     """(records, scores, counts, source) from the router's out-of-fold CV scores (router_train.oof_scores) when
-    cfg.scores_from allows and the router's stage wrote them for cfg.data; None: score cfg.split instead."""
+    cfg.scores_from allows and the router's stage wrote them for cfg.data (`meta`: the router's metadata, None for
+    a router without a local run); None: score cfg.split instead."""
     from evaluation.metrics import replayable_records
     from router_train.oof_scores import read_oof_scores
-    from tiermem.artifacts import read_run_meta
 
     if cfg.scores_from == "split":
         return None
     path = cfg.router.path
-    recorded = None
-    if path and (Path(path) / "tiermem_router.json").is_file():
-        recorded = (read_run_meta(path).extra or {}).get("oof_scores")
+    recorded = (meta.extra or {}).get("oof_scores") if meta is not None else None
     if not recorded:
         if cfg.scores_from == "out_of_fold":
             raise ConfigError(f"{path}: the router keeps no out-of-fold scores (a unit-reader run writes them); "
@@ -320,10 +318,18 @@ def run(cfg: CalibrateConfig) -> dict[str, Any]:
         return _run(cfg)
 
 
+def _run_record(cfg: CalibrateConfig) -> RunMetaFile | None:
+    """The router's tiermem_router.json, read once: the out-of-fold scores come from it, the threshold goes into it.
+    None: a router without a local run directory (a hub id, a built-in kind)."""
+    path = cfg.router.path
+    return RunMetaFile.open(path) if path and (Path(path) / RUN_META_FILE).is_file() else None
+
+
 def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     notes: list[str] = []
     spec = dataclasses.replace(cfg.router, mode="fast", batch_size=cfg.batch_size)  # calibration needs a score
-    oof = out_of_fold(cfg, notes)
+    record = _run_record(cfg)
+    oof = out_of_fold(cfg, notes, record.meta if record else None)
     if oof is not None:
         records, scores, counts, source = oof
     else:
@@ -345,18 +351,19 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     for warning in result["warnings"]:
         print(f"tiermem-router calibrate: warning: {warning}", file=sys.stderr)
     if cfg.write:
-        if not spec.path or not Path(spec.path).is_dir():
-            raise MissingFileError(f"{spec.path}: calibration is stored in a local run directory")
-        update_run_meta(spec.path, calibration=result)
-        from serving.model_card import refresh_card
+        from serving.model_card import save_with_card
 
-        refresh_card(spec.path)  # the run's README.md shows the stored threshold
+        if record is None:
+            raise MissingFileError(f"{spec.path}: calibration is stored in a local run directory")
+
+        record.meta.calibration = result
+        save_with_card(record)  # the run's README.md shows the stored threshold
     return result
 
 
 @stage_main("calibrate")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(CalibrateConfig, argv, default_config=None)
     result = run(cfg)

@@ -75,7 +75,7 @@ def router_ceiling(cases: Sequence[Case], scores: Sequence[float], policy: Polic
                    threshold_logit: float | None, calibrated: str | None,
                    router_tokens: Sequence[float] | None = None, points: Sequence[SweepPoint] | None = None,
                    ) -> dict[str, Any]:
-    """One router's ceiling row (flat, the keys tiermem.eval_summary.CEILING_METRICS name, plus the thresholds and
+    """One router's ceiling row (flat, the keys tiermem.runs.eval_summary.CEILING_METRICS name, plus the thresholds and
     counts eval.json keeps). `points`: its threshold sweep when eval already ran it."""
     raw = raw_only(cases)
     points = points if points is not None else sweep_points(cases, scores, router_tokens)

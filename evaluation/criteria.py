@@ -12,7 +12,7 @@ import numpy as np
 
 from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
 from serving.routers.base import ESCALATE_ALL, decide
-from tiermem.errors import UsageError
+from tiermem.settings.errors import UsageError
 
 ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)
 RISK_UNITS = ("question", "conversation")

@@ -35,11 +35,12 @@ from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
 from serving.routers.spec import router_kind_of
-from tiermem import contract, ranges
-from tiermem.config import ConfigError, from_dict, parse_cli
-from tiermem.errors import stage_main
-from tiermem.rundir import ROUTER_STAGES, check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
-from tiermem.safe_io import write_atomic
+from tiermem import contract
+from tiermem.runs.rundir import ROUTER_STAGES, check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings import ranges
+from tiermem.settings.config import ConfigError, from_dict, parse_cli
+from tiermem.settings.errors import stage_main
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eval" / "default.yaml"

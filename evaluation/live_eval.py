@@ -18,9 +18,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from tiermem.config import ConfigError
-from tiermem.errors import MissingFileError
-from tiermem.safe_io import write_atomic
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.config import ConfigError
+from tiermem.settings.errors import MissingFileError
 
 POLICIES = ("summary_only", "raw_only", "routed")
 
@@ -40,7 +40,7 @@ class _RecordingRouter:
 def _label_config(cfg: Any) -> Any:
     """The labeling config that built the dataset (saved next to it), so the runtime matches labeling."""
     from labeling.config import LabelConfig
-    from tiermem.config import config_path, parse_config
+    from tiermem.settings.config import config_path, parse_config
 
     path = config_path(cfg.live.label_config) if cfg.live.label_config else Path(cfg.data).parent / "config.yaml"
     if not path.is_file():
@@ -112,8 +112,8 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
                           "routed policy; or leave it out (live.policies=[summary_only,raw_only])")
     label_cfg = _label_config(cfg)
     if cfg.live.memory:  # e.g. the embedded `ask` default's research settings instead of labeling's
-        from tiermem.config import from_dict
         from tiermem.memory import MemoryConfig
+        from tiermem.settings.config import from_dict
 
         memory = from_dict(MemoryConfig, {**dataclasses.asdict(label_cfg.memory), **cfg.live.memory}, "live.memory")
         label_cfg = dataclasses.replace(label_cfg, memory=memory)

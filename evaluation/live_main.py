@@ -13,7 +13,7 @@ from evaluation.live_eval import run_live
 
 def main(argv: list[str]) -> int:
     from serving.routers import build
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(EvalConfig, argv)
     router = None if cfg.router.kind == "none" or "routed" not in cfg.live.policies else build(cfg.router)

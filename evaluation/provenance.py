@@ -17,7 +17,7 @@ def machine_info() -> dict[str, Any]:
     try:
         import torch
 
-        from tiermem.models import cpu_count
+        from tiermem.models.specs import cpu_count
 
         info.update(cores=cpu_count(), torch=torch.__version__, torch_threads=torch.get_num_threads(),
                     cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)

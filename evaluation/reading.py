@@ -25,8 +25,8 @@ def zero_shot_router(router: Any) -> Any | None:
     base checkpoint is still where the run found it."""
     from serving.routers.unit_reader import UnitReaderRouter
     from serving.signals import read_logistic
-    from tiermem.cross_encoder import CrossEncoder
-    from tiermem.models import ModelSpecError, resolve_model
+    from tiermem.models.cross_encoder import CrossEncoder
+    from tiermem.models.specs import ModelSpecError, resolve_model
 
     extra = getattr(getattr(router, "meta", None), "extra", None) or {}
     info, run_dir = extra.get("zero_shot"), getattr(router, "run_dir", None)

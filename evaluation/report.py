@@ -14,8 +14,8 @@ from typing import Any
 
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
-from tiermem.eval_summary import CEILING_METRICS, POLICY_METRICS, RANKING_METRICS, EvalSummary, ceiling_table
-from tiermem.safe_io import write_atomic, write_stream
+from tiermem.runs.eval_summary import CEILING_METRICS, POLICY_METRICS, RANKING_METRICS, EvalSummary, ceiling_table
+from tiermem.runs.safe_io import write_atomic, write_stream
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
 POLICY_TITLES = {

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiermem.errors import stage_main
+from tiermem.settings.errors import stage_main
 
 
 @dataclass
@@ -35,16 +35,16 @@ class ResearchRecallConfig:
 
 def measure(cfg: ResearchRecallConfig) -> dict[str, Any]:
     from labeling.evidence import EvidenceConfig, Reading, compute_signals
-    from tiermem.config import from_dict
     from tiermem.data.conversations import load_conversations
     from tiermem.memory.extractive import research_pages
     from tiermem.memory.memory_config import MemoryConfig
     from tiermem.memory.runtime import MemoryRuntime
+    from tiermem.settings.config import from_dict
 
     memory = from_dict(MemoryConfig, cfg.memory, "memory")
     reader = None
     if cfg.reader:
-        from tiermem.cross_encoder import CrossEncoder
+        from tiermem.models.cross_encoder import CrossEncoder
 
         reader = CrossEncoder.load(cfg.reader)
     convs = load_conversations(cfg.data, "locomo")
@@ -76,7 +76,7 @@ def measure(cfg: ResearchRecallConfig) -> dict[str, Any]:
                "recall_all_gold": round(sum(r["all_gold"] for r in rows) / n, 4) if n else None,
                "raw_only_accuracy_evidence": round(sum(r["raw_only_evidence_ok"] for r in rows) / n, 4) if n else None}
     if cfg.output:
-        from tiermem.safe_io import write_atomic
+        from tiermem.runs.safe_io import write_atomic
 
         write_atomic(cfg.output, json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
     return summary
@@ -84,8 +84,8 @@ def measure(cfg: ResearchRecallConfig) -> dict[str, Any]:
 
 @stage_main("research-recall")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
-    from tiermem.errors import HelpShown
+    from tiermem.settings.config import parse_cli
+    from tiermem.settings.errors import HelpShown
 
     try:
         cfg = parse_cli(ResearchRecallConfig, argv)

@@ -29,10 +29,10 @@ from labeling.dataset import action_label, check_records, jsonl_label_records, r
 from labeling.judges import SufficiencyJudge
 from labeling.report import unlabeled, unlabeled_lines
 from tiermem import stats
-from tiermem.config import ConfigError
-from tiermem.errors import EXIT_NETWORK, EXIT_SOME_ERRORS, DataError, RunError, stage_main
 from tiermem.llm import LLMConfig, LLMError
-from tiermem.safe_io import write_atomic
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.config import ConfigError
+from tiermem.settings.errors import EXIT_NETWORK, EXIT_SOME_ERRORS, DataError, RunError, stage_main
 
 ACTIONS = ("ANSWER", "ESCALATE")
 # Below this many judged records a kappa says little (its 95% interval spans most of [-1, 1]): it is printed with
@@ -236,7 +236,7 @@ def render(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
 
 
 def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.runs.rundir import claimed_output_dir
 
     with claimed_output_dir(cfg.output_dir, "audit") as out:
         records = load_questions(cfg.data)
@@ -290,7 +290,7 @@ def _judge_failures(judge: dict[str, Any] | None, errors: list[LLMError]) -> Non
 
 @stage_main("audit")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(AuditConfig, argv, default_config=None)
     summary = audit(cfg)

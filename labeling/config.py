@@ -15,9 +15,9 @@ from labeling.shards import parse_shard
 from labeling.split import SplitSpec
 from labeling.unit_targets import UnitTargetsConfig
 from tiermem.data.conversations import Conversation, detect_file_format
-from tiermem.errors import ConfigError
 from tiermem.llm import LLMConfig
 from tiermem.memory import MemoryConfig
+from tiermem.settings.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / "locomo_local.yaml"
 # Minimal-pair kinds, in the order their records are emitted (labeling/minimal_pairs.py builds them).

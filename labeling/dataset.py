@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tiermem.config import ConfigError
 from tiermem.data.textfile import jsonl_records, read_utf8
-from tiermem.errors import DataError, MissingFileError
-from tiermem.ranges import retrieval_score
+from tiermem.settings.config import ConfigError
+from tiermem.settings.errors import DataError, MissingFileError
+from tiermem.settings.ranges import retrieval_score
 
 
 class RecordError(DataError):
@@ -143,7 +143,7 @@ def check_records(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, A
 
     - (conv_id, qid) is a record's key, unique in a split: a key seen twice is refused with both places named
       (which copy's verdicts to keep is not ours to guess; docs/formats.md, "Label record");
-    - each `router_summaries[j].score` is absent/null or a retrieval score in its range (tiermem.ranges: a NaN,
+    - each `router_summaries[j].score` is absent/null or a retrieval score in its range (tiermem.settings.ranges: a NaN,
       an infinity or a 1e308 would otherwise decide a score router's output alone).
     """
     seen: dict[tuple[Any, Any], str] = {}

@@ -2,10 +2,10 @@
 
 Signals per question:
 - answer_recall: share of the gold answer stated by the retrieved summaries as the router sees them (each unit's
-  text, plus its date when the unit shares a content word with the question), matched by tiermem.answer_match:
+  text, plus its date when the unit shares a content word with the question), matched by tiermem.text.answer_match:
   the gold's dates compared as dates (any written form, relative expressions resolved against the unit's date),
   its other words as LoCoMo-normalized, Porter-stemmed tokens with numbers as digits. When the question names a
-  person, only units about that person count (tiermem.persons: the unit's speakers, as data, or a name in its
+  person, only units about that person count (tiermem.text.persons: the unit's speakers, as data, or a name in its
   text, resolved against the conversation's speakers and mentioned names): a fact said of someone else does not
   state the answer. A name no speaker or mentioned name matches does not narrow the units (`person_guard` says so).
 - research_recall: the same answer recall over the text the research path read, page by page (each page's turns,
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labeling.judges import scoring_gold, stem_word, stemmed_tokens
-from tiermem.answer_match import DATE_ORDERS, canonical_numbers, find_dates, parse_absolute, states, without_spans
-from tiermem.errors import ConfigError
 from tiermem.memory.summaries import day_of
 from tiermem.memory.text import content_words
-from tiermem.persons import Cast, PersonGuard, person_guard
+from tiermem.settings.errors import ConfigError
+from tiermem.text.answer_match import DATE_ORDERS, canonical_numbers, find_dates, parse_absolute, states, without_spans
+from tiermem.text.persons import Cast, PersonGuard, person_guard
 
 
 @dataclass
@@ -158,7 +158,7 @@ def _speakers(unit: Any) -> list[str] | None:
 def units_about(summaries: Sequence[Any], question: str | None, cast: Cast | None = None,
                 guard: PersonGuard | None = None) -> list[Any]:
     """The units that can state the answer to `question`: all of them, unless the question names a person the
-    conversation knows; then those about that person (tiermem.persons)."""
+    conversation knows; then those about that person (tiermem.text.persons)."""
     guard = guard or person_guard(question, cast)
     if not guard.narrows:
         return list(summaries)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from labeling.rules import LABEL_RULE_TEXT
-from tiermem.errors import HubError, MissingFileError
-from tiermem.hub_errors import check_repo_id, hub_errors
-from tiermem.safe_io import write_atomic, write_stream
+from tiermem.runs.safe_io import write_atomic, write_stream
+from tiermem.settings.errors import HubError, MissingFileError
+from tiermem.settings.hub_errors import check_repo_id, hub_errors
 
 # Source benchmark -> the license its derived records keep (the `source` column of every label record).
 SOURCE_LICENSES = {

@@ -27,8 +27,8 @@ from typing import Any
 
 from nltk.stem import PorterStemmer
 
-from tiermem.answer_match import DATE_ORDERS, When, canonical_text, contradicts, find_dates, spoken
-from tiermem.json_text import bounded_reply, first_json_object
+from tiermem.text.answer_match import DATE_ORDERS, When, canonical_text, contradicts, find_dates, spoken
+from tiermem.text.json_text import bounded_reply, first_json_object
 
 _STEMMER = PorterStemmer()
 _ARTICLES_RE = re.compile(r"\b(a|an|the|and)\b")

@@ -30,12 +30,12 @@ from labeling.run import dataset_records, dropped_turns, finish, recover_outputs
 from labeling.shards import SHARDS_DIR, found_shards, parse_shard, print_merged, read_state, shard_of
 from labeling.split import assign_splits
 from labeling.store import read_records
-from tiermem.config import parse_cli, to_dict
 from tiermem.data.conversations import Conversation
 from tiermem.data.time_order import time_order_stats
-from tiermem.errors import DataError, RunError, UsageError, stage_main
-from tiermem.rundir import check_output_dir, claimed_output_dir
-from tiermem.safe_io import write_atomic
+from tiermem.runs.rundir import check_output_dir, claimed_output_dir
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.config import parse_cli, to_dict
+from tiermem.settings.errors import DataError, RunError, UsageError, stage_main
 
 
 def _count(cfg: LabelConfig, out: Path) -> tuple[int, dict[int, Path]]:

@@ -23,8 +23,8 @@ from typing import Any
 
 from labeling.config import LabelConfig
 from labeling.shards import found_shards
-from tiermem.errors import MissingExtraError, RunError, UnreachableError, UsageError
-from tiermem.rundir import check_output_dir
+from tiermem.runs.rundir import check_output_dir
+from tiermem.settings.errors import MissingExtraError, RunError, UnreachableError, UsageError
 
 RAY_EXTRA = "pip install -e '.[ray]'"
 CONNECT_TIMEOUT_S = 10.0  # how long the cluster's address may take to accept a connection

@@ -11,7 +11,7 @@ from typing import Any
 from labeling.rules import RULES
 from labeling.schema import PATH_COST_FIELDS
 from labeling.unit_targets import report_lines
-from tiermem.safe_io import write_atomic
+from tiermem.runs.safe_io import write_atomic
 
 SPLITS = ("train", "validation", "test")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from labeling.config import LabelConfig
-from tiermem.config import to_dict
-from tiermem.errors import UsageError
-from tiermem.safe_io import write_atomic
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.config import to_dict
+from tiermem.settings.errors import UsageError
 
 FINAL_OUTPUTS = ("dataset", "all_records.jsonl", "stats.json", "report.md")
 # Settings that change no committed record: run mechanics (the shard too), the question subset and the split

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from labeling.config import LabelConfig
-from tiermem.errors import ConfigError
 from tiermem.llm import LLM, LLMConfig, build_llm
+from tiermem.settings.errors import ConfigError
 
 
 class Roles:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiermem.errors import ConfigError
+from tiermem.settings.errors import ConfigError
 
 RULES = ("outcome", "evidence")
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"

@@ -50,14 +50,14 @@ from labeling.shards import parse_shard, shard_dir, shard_of, write_state
 from labeling.split import assign_splits, check_records_disjoint
 from labeling.store import RecordStore, record_key
 from labeling.unit_targets import for_split, unit_stats
-from tiermem.config import to_dict
 from tiermem.data.conversations import Conversation, Question, load_conversations
 from tiermem.data.time_order import time_order_stats
-from tiermem.errors import UsageError
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
-from tiermem.rundir import RunError, check_output_dir, claim_cache_dir, claim_output_dir, claimed_output_dir
-from tiermem.safe_io import save_into, write_atomic, write_stream
+from tiermem.runs.rundir import RunError, check_output_dir, claim_cache_dir, claim_output_dir, claimed_output_dir
+from tiermem.runs.safe_io import save_into, write_atomic, write_stream
+from tiermem.settings.config import to_dict
+from tiermem.settings.errors import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import ConfigError, DataError
-from tiermem.safe_io import write_atomic
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.errors import ConfigError, DataError
 
 SHARDS_DIR = "shards"
 STATE = "shard.json"  # a shard's state: its conversations, whether it finished, its counts and LLM stats

@@ -6,7 +6,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tiermem.errors import ConfigError
+from tiermem.settings.errors import ConfigError
 
 SPLITS = ("train", "validation", "test")
 

@@ -8,8 +8,8 @@ from typing import Any
 from labeling.config import DEFAULT_CONFIG, LabelConfig
 from labeling.run import run
 from labeling.shards import print_merged
-from tiermem.config import parse_cli
-from tiermem.errors import UsageError
+from tiermem.settings.config import parse_cli
+from tiermem.settings.errors import UsageError
 
 
 def label(cfg: LabelConfig, roles: Any = None, embedder: Any = None) -> dict[str, Any]:

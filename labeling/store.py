@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.data.textfile import decode_utf8, jsonl_records
-from tiermem.errors import StoreError
-from tiermem.safe_io import open_nofollow
+from tiermem.runs.safe_io import open_nofollow
+from tiermem.settings.errors import StoreError
 
 Key = tuple[str, str]
 

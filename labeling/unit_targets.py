@@ -19,7 +19,7 @@ from typing import Any
 
 from labeling.dataset import RecordError, flag, summary_units
 from labeling.evidence import Reading, compute_signals
-from tiermem.errors import ConfigError
+from tiermem.settings.errors import ConfigError
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import ConfigError, DataError, MissingFileError, stage_main
+from tiermem.settings.errors import ConfigError, DataError, MissingFileError, stage_main
 
 FLOOR_FILE = "answer_floor.json"
 METHOD = "youden: max TPR - FPR of the best sentence's logit, answerable vs unanswerable held-out questions"
@@ -48,7 +48,7 @@ def calibrated_floor(best_logits: Sequence[float], answerable: Sequence[bool]) -
 
 def best_sentence_logits(reader: Any, questions: Sequence[Any]) -> list[float]:
     """Each question's best logit over the sentences of its paragraph, every pair scored in shared batches."""
-    from tiermem.sentences import sentence_spans
+    from tiermem.text.sentences import sentence_spans
 
     flat = [(i, q.question, q.context[s:e]) for i, q in enumerate(questions) for s, e in sentence_spans(q.context)]
     logits = reader.logits([p[1] for p in flat], [p[2] for p in flat])
@@ -71,8 +71,8 @@ def stored_floor(reader_dir: str | Path) -> dict[str, Any] | None:
 def write_floor(reader_dir: str | Path, floor: dict[str, Any]) -> dict[str, Any]:
     """Write `floor` (its `floor` field the threshold) to `<reader_dir>/answer_floor.json`, bound to the sha256 of the
     reader's weights (`reader_weights_sha256`): the one place a floor file is written."""
-    from tiermem.floors import weights_sha256
-    from tiermem.safe_io import write_atomic
+    from tiermem.models.floors import weights_sha256
+    from tiermem.runs.safe_io import write_atomic
 
     reader_dir = Path(reader_dir)
     out = {**floor, "reader_weights_sha256": weights_sha256(reader_dir)}
@@ -81,8 +81,8 @@ def write_floor(reader_dir: str | Path, floor: dict[str, Any]) -> dict[str, Any]
 
 
 def _pretrain_meta(pretrain: Path) -> dict[str, Any]:
-    from tiermem.cross_encoder import PRETRAIN_FILE
-    from tiermem.floors import read_pretrain_meta
+    from tiermem.models.cross_encoder import PRETRAIN_FILE
+    from tiermem.models.floors import read_pretrain_meta
 
     path = pretrain / PRETRAIN_FILE
     if not path.is_file():
@@ -96,7 +96,7 @@ def check_heldout_articles(questions: Sequence[Any], meta: dict[str, Any], pretr
     config gives (router_train.reading_data.heldout_split) on the data it was trained on. A list holding a training
     article would calibrate the floor on text the reader was trained on and call it held out."""
     from router_train.reading_data import heldout_split
-    from tiermem.floors import ReaderFileError
+    from tiermem.models.floors import ReaderFileError
 
     config = meta.get("config")
     count, seed = (config or {}).get("heldout_articles"), (config or {}).get("seed")
@@ -117,9 +117,9 @@ def calibrate(reader_dir: str | Path, pretrain: str | Path | None = None, data: 
     """Score the held-out articles of `pretrain` (default: `reader_dir` itself) with the reader in `reader_dir`
     and write its floor to `reader_dir/answer_floor.json`."""
     from router_train.reading_data import load_reading_data
-    from tiermem.model_dir import load_reader
-    from tiermem.models import setup_cpu_threads
-    from tiermem.rundir import updating_run
+    from tiermem.models.model_dir import load_reader
+    from tiermem.models.specs import setup_cpu_threads
+    from tiermem.runs.rundir import updating_run
 
     reader_dir, pretrain = Path(reader_dir), Path(pretrain or reader_dir)
     meta = _pretrain_meta(pretrain)
@@ -155,7 +155,7 @@ class AnswerFloorConfig:
 
 @stage_main("answer-floor")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(AnswerFloorConfig, argv)
     print(json.dumps(calibrate(cfg.reader, cfg.pretrain or None, cfg.data), indent=2))

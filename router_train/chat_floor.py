@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import ConfigError, DataError, MissingFileError, stage_main
+from tiermem.settings.errors import ConfigError, DataError, MissingFileError, stage_main
 
 METHOD = ("chat: youden on the best sentence's logit; LoCoMo train questions whose gold turn is among the turns "
           "research ranks vs those whose is not, and Molweni's unanswerable questions")
@@ -63,7 +63,7 @@ def conversation_items(cfg: ChatFloorConfig) -> list[tuple[str, list[str], bool]
     from tiermem.data.conversations import load_conversations
     from tiermem.memory.raw_store import paginate, whitespace_tokens
     from tiermem.memory.turns import TurnIndex
-    from tiermem.sentences import sentence_spans
+    from tiermem.text.sentences import sentence_spans
 
     convs = load_conversations(cfg.data or None)
     if cfg.conversations:
@@ -90,7 +90,7 @@ def _view(turn: Any, start: int, end: int) -> str:
 
 def molweni_items(path: str, n: int, seed: int) -> list[tuple[str, list[str], bool]]:
     """(question, every sentence of its dialogue as `speaker: sentence`, False) for Molweni's unanswerable ones."""
-    from tiermem.sentences import sentence_spans
+    from tiermem.text.sentences import sentence_spans
 
     try:
         dialogues = json.loads(Path(path).read_text(encoding="utf-8"))["data"]["dialogues"]
@@ -121,7 +121,7 @@ def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, An
     """Score the chat questions with the reader in `cfg.reader` (or `reader`, already loaded) and write its floor.
     The reader's run directory is claimed first: a directory that is not a reader-pretrain or unit-reader run is
     refused before anything is read."""
-    from tiermem.rundir import updating_run
+    from tiermem.runs.rundir import updating_run
 
     with updating_run(cfg.reader, "answer-floor", kinds=("reader-pretrain", "unit-reader")):
         return _calibrate(cfg, Path(cfg.reader), reader)
@@ -129,7 +129,7 @@ def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, An
 
 def _calibrate(cfg: ChatFloorConfig, reader_dir: Path, reader: Any) -> dict[str, Any]:
     from router_train.answer_floor import calibrated_floor, stored_floor, write_floor
-    from tiermem.floors import weights_sha256
+    from tiermem.models.floors import weights_sha256
 
     if not (reader_dir / "model.safetensors").is_file():
         raise MissingFileError(f"answer-floor: no reader at {reader_dir} (model.safetensors)")
@@ -146,8 +146,8 @@ def _calibrate(cfg: ChatFloorConfig, reader_dir: Path, reader: Any) -> dict[str,
     counts["molweni_unanswerable"] = len(unanswerable)
     items += unanswerable
     if reader is None:
-        from tiermem.cross_encoder import CrossEncoder
-        from tiermem.models import setup_cpu_threads
+        from tiermem.models.cross_encoder import CrossEncoder
+        from tiermem.models.specs import setup_cpu_threads
 
         setup_cpu_threads()
         reader = CrossEncoder.load(reader_dir)
@@ -158,7 +158,7 @@ def _calibrate(cfg: ChatFloorConfig, reader_dir: Path, reader: Any) -> dict[str,
 
 @stage_main("answer-floor")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(ChatFloorConfig, argv)
     floor = calibrate_on_chats(cfg)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from router_train.reading_data import ReadingQuestion, _field
-from tiermem.errors import DataError
+from tiermem.settings.errors import DataError
 
 
 def _read_json(path: Path) -> Any:
@@ -147,7 +147,7 @@ LOADERS = {"molweni": load_molweni, "friendsqa": load_friendsqa}
 
 def check_source(source: str) -> tuple[str, str]:
     """`kind:path` -> (kind, path); a kind this module cannot read is a ConfigError naming the kinds."""
-    from tiermem.errors import ConfigError
+    from tiermem.settings.errors import ConfigError
 
     kind, sep, path = str(source).partition(":")
     if not sep or kind not in LOADERS or not path:

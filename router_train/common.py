@@ -12,17 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from router_train.rewards import RewardConfig
-from tiermem import contract, safe_io
-from tiermem.artifacts import (
-    RUN_META_FILE,
-    RunMeta,
-    file_digests,
-    make_adapter_portable,
-    read_run_meta,
-    verify_files,
-    write_run_meta,
-)
-from tiermem.errors import ConfigError, UsageError
+from tiermem import contract
+from tiermem.models.specs import make_adapter_portable
+from tiermem.runs import safe_io
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta, verify_files
+from tiermem.settings.errors import ConfigError, UsageError
 
 log = logging.getLogger(__name__)
 SAVE_STAGING = ".trainer-save"  # trainer.save_model writes here; the files are then moved into the run
@@ -102,7 +96,7 @@ def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict
     """
     kwargs = dict(recipe_defaults)
     if cpu_defaults and not has_gpu():
-        from tiermem.models import setup_cpu_threads
+        from tiermem.models.specs import setup_cpu_threads
 
         threads = setup_cpu_threads()
         log.debug("no GPU: CPU defaults (fp32, no gradient checkpointing, %d torch threads)", threads)
@@ -115,7 +109,7 @@ def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict
 
 def build_trl_config(config_cls: type, kwargs: dict[str, Any]) -> Any:
     """TRL validates its own keys; its complaint becomes one ConfigError line naming the `trainer:` section."""
-    from tiermem.config import ConfigError, check_field_types
+    from tiermem.settings.config import ConfigError, check_field_types
 
     kwargs = check_field_types(config_cls, kwargs, f"trainer ({config_cls.__name__})")
     try:
@@ -170,7 +164,7 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     run_dir = Path(run_dir)
     meta = read_run_meta(run_dir)
@@ -200,7 +194,7 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
     portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
     template, then the metadata with the sha256 of every weight file, written last because it marks a complete
     run."""
-    from serving.model_card import write_run_card
+    from serving.model_card import save_with_card
 
     safe_io.save_pretrained(tokenizer, output_dir)
     if meta.adapter:
@@ -209,9 +203,8 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
             log.warning("base model %s has no hub id: %s/adapter_config.json names a local path, so plain PEFT "
                         "loads it only on this machine (our loaders use tiermem_router.json)", meta.base_model,
                         output_dir)
-    write_run_card(output_dir, meta)
     meta.files = file_digests(output_dir)
-    return write_run_meta(output_dir, meta)
+    return save_with_card(RunMetaFile.new(output_dir, meta))
 
 
 def is_main_process(trainer: Any) -> bool:

@@ -13,8 +13,8 @@ from serving.routers.features import FeatureRouter
 from serving.routers.top1 import Top1ScoreRouter
 from serving.signals import FEATURES, feature_matrix, fit_logistic
 from tiermem import contract
-from tiermem.config import ConfigError
-from tiermem.errors import DataError, stage_main
+from tiermem.settings.config import ConfigError
+from tiermem.settings.errors import DataError, stage_main
 
 
 @dataclass
@@ -46,7 +46,7 @@ def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
 
 
 def fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.runs.rundir import claimed_output_dir
 
     # Both kinds write tiermem_router.json: claimed before the data loads, so no other stage's run is replaced.
     with claimed_output_dir(cfg.output_dir, "fit-features"):
@@ -87,7 +87,7 @@ def _fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
 
 @stage_main("fit-features")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(FitFeaturesConfig, argv, default_config=None)
     result = fit(cfg)

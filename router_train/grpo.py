@@ -23,12 +23,12 @@ from typing import Any
 from serving.routers.lm_head import action_token_ids
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
-from tiermem.artifacts import RUN_META_FILE, RunMeta
-from tiermem.config import ConfigError, parse_cli
-from tiermem.errors import MissingFileError, stage_main
-from tiermem.model_dir import refuse_output_over_input
-from tiermem.models import DEFAULT_LM
-from tiermem.rundir import launch_run_dir
+from tiermem.models.model_dir import refuse_output_over_input
+from tiermem.models.specs import DEFAULT_LM
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta
+from tiermem.runs.rundir import launch_run_dir
+from tiermem.settings.config import ConfigError, parse_cli
+from tiermem.settings.errors import MissingFileError, stage_main
 
 from .common import (
     RecipeConfig,
@@ -106,7 +106,7 @@ def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
 
 def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
     """(model, tokenizer, base spec, SFT run info, peft_config for a fresh adapter or None)."""
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     if cfg.router:
         if not (Path(cfg.router) / RUN_META_FILE).is_file():

@@ -5,7 +5,7 @@ two logits there, serving.routers.local). With `completion: action_token` the GR
 and each sampled completion is that one token, so:
 
 - generation is one next-token distribution per distinct prompt (the `num_generations` samples of a prompt share
-  it), read through the frozen trunk when the adapter trains only the top layers (tiermem.trunk.FrozenTrunk): the
+  it), read through the frozen trunk when the adapter trains only the top layers (tiermem.models.trunk.FrozenTrunk): the
   bottom layers run once per prompt, without grad;
 - the policy's log-probability of a sampled token is read at the prompt's last position, which does not depend on
   the token, so the training forward runs once per distinct prompt too, through the top layers only;
@@ -30,7 +30,7 @@ from trl import GRPOTrainer
 
 from serving.signals import FEATURES, LogisticModel, fit_logistic
 from tiermem import contract
-from tiermem.trunk import FrozenTrunk, supports_trunk, top_layers_holding
+from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
 log = logging.getLogger(__name__)
 MARGIN_FEATURE = "lm_margin"  # the adapter's margin, a column of the refit beside the serve-time signals

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from trl import SFTTrainer
 
 from serving.signals import LogisticModel
-from tiermem.errors import ConfigError
-from tiermem.trunk import FrozenTrunk, supports_trunk, top_layers_holding
+from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
+from tiermem.settings.errors import ConfigError
 
 TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid loss.text_weight=null chooses from
 REWARD_COLUMNS = ("reward_answer", "reward_escalate")
@@ -49,8 +49,8 @@ class LossConfig:
     # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
     mass_weight: float = 1.0
     class_weight: str = "balanced"  # decision only: balanced (inverse label frequency in train) | none
-    # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.trunk.FrozenTrunk), when the
-    # adapter trains only the top layers (lora.top_layers) and the model type allows it.
+    # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.models.trunk.FrozenTrunk),
+    # when the adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
     trunk_cache: str | None = None  # a file keeping the trunk states between runs (same data, model and split)
     # Add a learned linear head over the serve-time signals to the decision margin (decision / expected_reward).

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from tiermem import contract
-from tiermem.artifacts import sha256_file
-from tiermem.errors import DataError
-from tiermem.safe_io import write_atomic
+from tiermem.runs.run_meta import sha256_file
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.errors import DataError
 
 OOF_SCORES_FILE = "oof_scores.json"
 FORMAT = "tiermem out-of-fold router scores v1"

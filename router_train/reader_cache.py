@@ -2,17 +2,18 @@
 itself, a bad entry rebuilt (and said so), a race lost to another run settled by taking its entry.
 
 An entry is a hit when its files are exactly the ones sealed when it was built, each with its stored sha256
-(tiermem.model_cache), its `reader_pretrain.json` reads (tiermem.floors.read_pretrain_meta) and its answer floor is
-a finite number bound to its weights (tiermem.floors.load_floor). Anything else is a miss that rebuilds it."""
+(tiermem.models.cache), its `reader_pretrain.json` reads (tiermem.models.floors.read_pretrain_meta) and its answer
+floor is a finite number bound to its weights (tiermem.models.floors.load_floor). Anything else is a miss that
+rebuilds it."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from tiermem.errors import ConfigError
-from tiermem.floors import ReaderFileError, load_floor, read_pretrain_meta
-from tiermem.model_cache import check_entry, copy_verified, publish, seal
+from tiermem.models.cache import check_entry, copy_verified, publish, seal
+from tiermem.models.floors import ReaderFileError, load_floor, read_pretrain_meta
+from tiermem.settings.errors import ConfigError
 
 NEEDED = ("data", "data_sha256", "config", "heldout", "heldout_articles", "train_pairs", "seconds")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from router_train.reading_checks import check_loss
-from tiermem.errors import ConfigError
+from tiermem.settings.errors import ConfigError
 
 Pair = tuple[str, str, float]
 
@@ -68,7 +68,7 @@ def reader_loss(reader: Any, cls: Any, start: Any, end: Any, mask: Any, y: Any, 
     allowed[:, 0] = True
     start, end = start.masked_fill(~allowed, -1e4), end.masked_fill(~allowed, -1e4)
     if span_y is None:
-        from tiermem.cross_encoder import span_scores
+        from tiermem.models.cross_encoder import span_scores
 
         return loss + span_weight * bce(span_scores(start, end, mask)[0], y)
     ce = torch.nn.functional.cross_entropy

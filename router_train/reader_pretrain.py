@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.cross_encoder import PRETRAIN_FILE
-from tiermem.errors import ConfigError, stage_main
+from tiermem.models.cross_encoder import PRETRAIN_FILE
+from tiermem.settings.errors import ConfigError, stage_main
 
 FORMAT_VERSION = 2  # bump when the pairs or the training change meaning: old cache entries stop matching
 # what the cache key leaves out: where things go and how progress is shown change no weight
@@ -147,7 +147,7 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
 def split_sources(cfg: ReaderPretrainConfig, questions: list) -> tuple[list, list, dict[str, list[str]]]:
     """(train, held out, held-out titles per source): whole articles of SQuAD, whole dialogues of each chat."""
     from router_train.reading_data import heldout_split
-    from tiermem.errors import DataError
+    from tiermem.settings.errors import DataError
 
     train, held, titles = [], [], {}
     for source in sorted({q.source for q in questions}):
@@ -170,9 +170,9 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
     from router_train.reader_fit import fit_reader
     from router_train.reading_checks import check_heldout
     from router_train.reading_data import all_pairs
-    from tiermem import safe_io
-    from tiermem.floors import weights_sha256
-    from tiermem.model_dir import load_reader
+    from tiermem.models.floors import weights_sha256
+    from tiermem.models.model_dir import load_reader
+    from tiermem.runs import safe_io
 
     train_q, held_q, held_titles = split_sources(cfg, questions)
     check_heldout([q for q in held_q if q.source == "squad"], held_titles["squad"], cfg.data)  # before training
@@ -208,7 +208,7 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
 
 def _copy_into(src: Path, out: Path) -> None:
     """Every file of the checkpoint into the claimed output directory, never through a link planted there."""
-    from tiermem.safe_io import write_atomic
+    from tiermem.runs.safe_io import write_atomic
 
     for path in sorted(src.iterdir()):
         if path.is_file() and not path.name.startswith("."):
@@ -220,10 +220,10 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
     from router_train.chat_reading import load_chat_source
     from router_train.reading_checks import check_reading_questions
     from router_train.reading_data import load_reading_data
-    from tiermem.floors import read_pretrain_meta
-    from tiermem.model_dir import check_model_dir, refuse_output_over_input
-    from tiermem.models import cache_root, setup_cpu_threads
-    from tiermem.rundir import check_output_dir, claim_cache_dir, claimed_output_dir
+    from tiermem.models.floors import read_pretrain_meta
+    from tiermem.models.model_dir import check_model_dir, refuse_output_over_input
+    from tiermem.models.specs import cache_root, setup_cpu_threads
+    from tiermem.runs.rundir import check_output_dir, claim_cache_dir, claimed_output_dir
 
     refuse_output_over_input(cfg.output_dir, "reader-pretrain", {"base": cfg.base, "data": cfg.data},
                              cache_root() / "readers")
@@ -269,7 +269,7 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
 
 @stage_main("reader-pretrain")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(ReaderPretrainConfig, argv, default_config="configs/reader_pretrain/default.yaml")
     print(json.dumps(pretrain(cfg), indent=2))

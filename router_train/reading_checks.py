@@ -9,8 +9,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tiermem.errors import DataError, RunError
-from tiermem.sentences import sentence_spans
+from tiermem.settings.errors import DataError, RunError
+from tiermem.text.sentences import sentence_spans
 
 
 def _encodable(text: str) -> bool:

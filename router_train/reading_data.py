@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import DataError
-from tiermem.sentences import sentence_spans
+from tiermem.settings.errors import DataError
+from tiermem.text.sentences import sentence_spans
 
 HUB_PREFIX = "hf:"
 _WORD = re.compile(r"[a-z0-9]+")

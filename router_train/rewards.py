@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tiermem import contract
-from tiermem.errors import ConfigError
+from tiermem.settings.errors import ConfigError
 
 COST_MODES = ("wasted", "every_escalation")
 FORMAT_SCOPES = ("action", "full")

@@ -21,12 +21,12 @@ import numpy as np
 from serving.routers.lm_head import action_token_ids
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic, save_logistic
 from tiermem import contract
-from tiermem.artifacts import RunMeta
-from tiermem.config import parse_cli
-from tiermem.errors import stage_main
-from tiermem.model_dir import refuse_output_over_input
-from tiermem.models import DEFAULT_LM
-from tiermem.rundir import launch_run_dir
+from tiermem.models.model_dir import refuse_output_over_input
+from tiermem.models.specs import DEFAULT_LM
+from tiermem.runs.run_meta import RunMeta
+from tiermem.runs.rundir import launch_run_dir
+from tiermem.settings.config import parse_cli
+from tiermem.settings.errors import stage_main
 
 from .common import (
     RecipeConfig,
@@ -176,7 +176,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
 
 
 def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     init_meta = None
     if cfg.router:  # continue an existing router's adapter (its base model wins over cfg.model)

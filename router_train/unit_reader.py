@@ -40,7 +40,7 @@ from serving.routers.unit_reader import (
 )
 from serving.signals import FEATURES, LogisticModel, feature_matrix, fit_logistic
 from tiermem import contract
-from tiermem.errors import ConfigError, DataError, stage_main
+from tiermem.settings.errors import ConfigError, DataError, stage_main
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int) -
 def fresh_reader(cfg: UnitReaderConfig) -> CrossEncoder:
     import torch
 
-    from tiermem.model_dir import load_reader
+    from tiermem.models.model_dir import load_reader
 
     torch.manual_seed(cfg.seed)  # the classification head's initialization
     # its own tokenizer, a config that fits its weights, readable files (issue 41): else a named error
@@ -216,8 +216,8 @@ def pretraining_of(base: str) -> dict[str, Any] | None:
     """What the base's reading pre-training was (its reader_pretrain.json, without local paths), if it had one."""
     from pathlib import Path
 
-    from tiermem.cross_encoder import PRETRAIN_FILE
-    from tiermem.floors import read_pretrain_meta
+    from tiermem.models.cross_encoder import PRETRAIN_FILE
+    from tiermem.models.floors import read_pretrain_meta
 
     path = Path(base) / PRETRAIN_FILE
     if not path.is_file():
@@ -356,9 +356,9 @@ def out_of_fold_scores(cfg: UnitReaderConfig, records: list[dict[str, Any]], oof
 
 
 def train(cfg: UnitReaderConfig) -> dict[str, Any]:
-    from tiermem.model_dir import refuse_output_over_input
-    from tiermem.models import cache_root, setup_cpu_threads
-    from tiermem.rundir import check_output_dir, claimed_output_dir
+    from tiermem.models.model_dir import refuse_output_over_input
+    from tiermem.models.specs import cache_root, setup_cpu_threads
+    from tiermem.runs.rundir import check_output_dir, claimed_output_dir
 
     refuse_output_over_input(cfg.output_dir, "unit-reader", {"base": cfg.base, "data": cfg.data},
                              cache_root() / "readers")
@@ -434,7 +434,7 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
 
 @stage_main("unit-reader")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(UnitReaderConfig, argv, default_config="configs/unit_reader/default.yaml")
     print(json.dumps(train(cfg), indent=2))

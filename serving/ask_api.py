@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from serving.request_error import RequestError
-from tiermem.errors import ConfigError, DataError
 from tiermem.memory.extractive import answerer_mode
 from tiermem.memory.memory_config import MemoryConfig
+from tiermem.settings.errors import ConfigError, DataError
 
 POLICIES = ("router", "summary", "research")
 FIELDS = ("question", "conv_id", "conversation", "policy")
@@ -42,7 +42,7 @@ class AskServeConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.memory, dict):
-            from tiermem.config import from_dict
+            from tiermem.settings.config import from_dict
 
             self.memory = from_dict(MemoryConfig, self.memory, "ask.memory")
         if answerer_mode(self.memory.answerer, None, None) != "extractive":

@@ -12,9 +12,9 @@ from typing import Any
 from labeling.rules import LABEL_RULE_TEXT
 from serving.portable import local_path_name, without_local_paths
 from tiermem import contract
-from tiermem.artifacts import RunMeta
-from tiermem.eval_summary import Interval, ceiling_table
-from tiermem.models import hub_id
+from tiermem.models.specs import hub_id
+from tiermem.runs.eval_summary import Interval, ceiling_table
+from tiermem.runs.run_meta import RunMeta
 
 # The eval table's columns: EvalSummary's point metrics, each with its interval where eval.json has one.
 EVAL_COLUMNS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",

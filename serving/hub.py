@@ -19,23 +19,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.model_card import CARD_FILE, render_card, write_run_card
+from serving.model_card import render_card, write_run_card
 from serving.portable import portable_adapter_config, portable_meta
 from tiermem import contract
-from tiermem.artifacts import (
-    ADAPTER_CONFIG_FILE,
+from tiermem.models.specs import ADAPTER_CONFIG_FILE, hub_id, make_adapter_portable
+from tiermem.runs.run_meta import (
+    CARD_FILE,
     RUN_META_FILE,
     SIGNAL_HEAD_FILE,
     RunMeta,
-    make_adapter_portable,
     meta_json,
     read_run_meta,
     verify_files,
 )
-from tiermem.errors import ConfigError, HubError, MissingFileError, stage_main
-from tiermem.hub_errors import check_repo_id, hub_errors
-from tiermem.models import hub_id
-from tiermem.rundir import ROUTER_STAGES, updating_run
+from tiermem.runs.rundir import ROUTER_STAGES, updating_run
+from tiermem.settings.errors import ConfigError, HubError, MissingFileError, stage_main
+from tiermem.settings.hub_errors import check_repo_id, hub_errors
 
 ADAPTER_MODEL_FILE = "adapter_model.safetensors"
 
@@ -158,7 +157,7 @@ def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None
 
 @stage_main("push")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(PushConfig, argv, default_config=None)
     result = push(cfg)

@@ -1,8 +1,9 @@
 """The model card (README.md with YAML metadata) of a router run directory, for every router kind.
 
 The card travels with the weights: training writes it next to the adapter (replacing PEFT's empty template), a
-score router's stage next to its model, `make calibrate` and `make eval` refresh it (`refresh_card`,
-`record_eval`), `make push` renders it once more with the hub repo id from the metadata it uploads (no local path).
+score router's stage next to its model, `make calibrate` and `make eval` rewrite it with the metadata they change
+(`save_with_card`, `record_eval`), `make push` renders it once more with the hub repo id from the metadata it
+uploads (no local path).
 The sections, worded per kind, live in serving/card_sections.py; every number and name comes from
 tiermem_router.json.
 """
@@ -15,16 +16,15 @@ from typing import Any
 
 from serving import card_sections as cs
 from serving.portable import portable_meta, travelling_data_name, without_local_paths
-from tiermem.artifacts import RunMeta, meta_digest, read_run_meta, write_run_meta
-from tiermem.eval_summary import EvalSummary
-from tiermem.models import PACKAGED_HUB_IDS
-from tiermem.safe_io import write_atomic
+from tiermem.models.specs import PACKAGED_HUB_IDS
+from tiermem.runs.eval_summary import EvalSummary
+from tiermem.runs.run_meta import CARD_FILE, RUN_META_FILE, RunMeta, RunMetaFile, meta_digest, read_run_meta
+from tiermem.runs.safe_io import write_atomic
 
-__all__ = ["PACKAGED_HUB_IDS", "record_eval", "refresh_card", "render_card", "travelling_data_name",
-           "without_local_paths", "write_run_card"]
+__all__ = ["PACKAGED_HUB_IDS", "record_eval", "refresh_card", "render_card", "save_with_card",
+           "travelling_data_name", "without_local_paths", "write_run_card"]
 
-CARD_FILE = "README.md"
-DIGEST_KEY = "tiermem_router_sha256"  # card metadata: artifacts.meta_digest of the metadata it was rendered from
+DIGEST_KEY = "tiermem_router_sha256"  # card metadata: run_meta.meta_digest of the metadata it was rendered from
 
 
 # ---------------------------------------------------------------------------------------------- the card
@@ -91,8 +91,9 @@ A **sufficiency router** for a two-tier agent memory (tiermem-router). {cs.intro
 
 
 def write_run_card(run_dir: str | Path, meta: RunMeta | None = None) -> Path:
-    """README.md of the run directory, rendered from `meta` (default: the run's tiermem_router.json). The card a
-    push uploads is rendered apart (render_card with the repo id), from the metadata it uploads."""
+    """README.md of the run directory, rendered from `meta` (default: the run's tiermem_router.json), the metadata
+    left as it is. The card a push uploads is rendered apart (render_card with the repo id), from the metadata it
+    uploads."""
     run_dir = Path(run_dir)
     meta = meta or read_run_meta(run_dir)
     path = run_dir / CARD_FILE
@@ -101,12 +102,17 @@ def write_run_card(run_dir: str | Path, meta: RunMeta | None = None) -> Path:
 
 
 def refresh_card(run_dir: str | Path) -> Path | None:
-    """Re-render README.md from the run's current tiermem_router.json (after calibrate, eval). A router given
-    by hub id (no local run directory) has no card to refresh: None."""
+    """Re-render README.md from the run's current tiermem_router.json. A router given by hub id (no local run
+    directory) has no card to refresh: None."""
     run_dir = Path(run_dir)
-    if not (run_dir / "tiermem_router.json").is_file():
+    if not (run_dir / RUN_META_FILE).is_file():
         return None
     return write_run_card(run_dir)
+
+
+def save_with_card(record: RunMetaFile) -> Path:
+    """An operation's one write: the card rendered from the metadata it changed, then the metadata."""
+    return record.save(card=lambda meta: str(render_card(meta, ref=str(record.run_dir))))
 
 
 MAX_OTHER_EVALS = 10  # the card lists the latest ones; eval.json of each run keeps everything
@@ -135,17 +141,19 @@ def record_eval(run_dir: str | Path | None, summary: EvalSummary, data: str | Pa
     """Store an eval's summary in the run's tiermem_router.json and refresh the card: as the evaluation of record
     (`eval`) when it replays the test split of the router's own training data (`data`: what eval read), else
     among `other_evals` (one per dataset and split, the latest MAX_OTHER_EVALS), leaving the evaluation of record
-    as it was. `run_dir` None or not a local run directory (a hub id, an LLM router): nothing to record, None."""
-    if not run_dir or not (Path(run_dir) / "tiermem_router.json").is_file():
+    as it was. `run_dir` None or not a local run directory (a hub id, an LLM router): nothing to record, None.
+    Returns the card's path."""
+    if not run_dir or not (Path(run_dir) / RUN_META_FILE).is_file():
         return None
-    meta = read_run_meta(run_dir)
+    record = RunMetaFile.open(run_dir)
+    meta = record.meta
     if data is None or is_of_record(meta, data, summary.split):
         meta.eval = summary
     else:
         kept = [e for e in meta.other_evals if (e.dataset, e.split) != (summary.dataset, summary.split)]
         meta.other_evals = (kept + [summary])[-MAX_OTHER_EVALS:]
-    write_run_meta(run_dir, meta)
-    return write_run_card(run_dir, meta)
+    save_with_card(record)
+    return record.run_dir / CARD_FILE
 
 
 def card_digest(run_dir: str | Path) -> str | None:
@@ -170,6 +178,6 @@ def check_card(run_dir: str | Path, meta: RunMeta | None = None) -> str | None:
     if recorded == meta_digest(meta):
         return None
     why = "it records no metadata digest" if recorded is None else "it was rendered from other metadata"
-    return (f"{run_dir / CARD_FILE} does not match {run_dir / 'tiermem_router.json'}: {why} (a stage stopped "
+    return (f"{run_dir / CARD_FILE} does not match {run_dir / RUN_META_FILE}: {why} (a stage stopped "
             "between the two writes, or a card edited by hand); the router loads from tiermem_router.json, and "
             "push re-renders the card from it")

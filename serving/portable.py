@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tiermem.artifacts import RunMeta, run_meta_from_dict
+from tiermem.runs.run_meta import RunMeta, run_meta_from_dict
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 # an absolute or home path inside any text ("local:/home/me/runs/sft (fast)"), never a URL's "//host/path"

@@ -48,8 +48,9 @@ from serving.ask_api import AskServeConfig, AskService, validate_ask_request
 from serving.request_error import RequestError
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
-from tiermem import contract, ranges
-from tiermem.errors import ConfigError, DataError, UsageError, stage_main
+from tiermem import contract
+from tiermem.settings import ranges
+from tiermem.settings.errors import ConfigError, DataError, UsageError, stage_main
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
 
 @stage_main("serve")
 def main(argv: list[str]) -> int:
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     cfg = parse_cli(ServeConfig, argv, default_config=None)
     router = build(cfg.router)

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from tiermem.artifacts import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
-from tiermem.errors import ConfigError, DataError, RouterLoadError
-from tiermem.safe_io import write_atomic
-from tiermem.words import SIGNAL_STOPWORDS, strip_plural, tokens
+from tiermem.runs.run_meta import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.errors import ConfigError, DataError, RouterLoadError
+from tiermem.text.words import SIGNAL_STOPWORDS, strip_plural, tokens
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiermem.config import ConfigError, parse_cli, parse_config
+from tiermem.settings.config import ConfigError, parse_cli, parse_config
 from tiermem_cli.cli import CONFIG_CLASSES
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -113,7 +113,7 @@ def test_utf8_bom_is_accepted(tmp_path):
     cfg = tmp_path / "bom.yaml"
     cfg.write_bytes(b"\xef\xbb\xbfoutput_dir: x\n")
     from labeling.config import LabelConfig
-    from tiermem.config import parse_cli
+    from tiermem.settings.config import parse_cli
 
     assert parse_cli(LabelConfig, [str(cfg)]).output_dir == "x"
 

@@ -14,7 +14,7 @@ import pytest
 
 from serving.routers.top1 import Top1ScoreRouter
 from tests.helpers.records import rec
-from tiermem.artifacts import read_run_meta
+from tiermem.runs.run_meta import read_run_meta
 from tiermem_cli import cli
 
 
@@ -187,7 +187,7 @@ def test_a_weightless_or_skipped_feature_is_clipped_but_not_reported():
 ])
 def test_a_saved_training_range_is_checked_at_load_naming_the_field(tmp_path, edit, needle):
     from serving.signals import read_logistic
-    from tiermem.errors import RouterLoadError
+    from tiermem.settings.errors import RouterLoadError
 
     fields = {"feature_names": ["a", "b"], "mean": [0.0, 0.0], "scale": [1.0, 1.0], "weights": [1.0, 1.0],
               "bias": 0.0, "l2": 1.0, "class_weight": "balanced", "n_train": 4, "train_escalate_share": 0.5,
@@ -427,8 +427,8 @@ def test_a_link_planted_after_the_claim_is_refused_at_the_write(tmp_path):
     """The claim's scan and the write are not one step: each write refuses a link on its own."""
     import os
 
-    from tiermem.errors import RunDirError
-    from tiermem.safe_io import open_nofollow, write_atomic
+    from tiermem.runs.safe_io import open_nofollow, write_atomic
+    from tiermem.settings.errors import RunDirError
 
     outside = tmp_path / "outside.txt"
     outside.write_text("keep me\n")
@@ -476,13 +476,14 @@ def test_eval_on_other_data_is_listed_beside_the_evaluation_of_record_and_never_
     from datasets import Dataset, DatasetDict
 
     from serving.model_card import render_card
-    from tiermem.artifacts import read_run_meta, update_run_meta
+    from tests.helpers.router_fixtures import edit_run_meta
+    from tiermem.runs.run_meta import read_run_meta
 
     run = _lm_run(tmp_path)
     own = tmp_path / "label" / "dataset"  # the router's training data (its metadata names it)
     DatasetDict({s: Dataset.from_list(_fixture_rows(s)) for s in ("train", "validation", "test")}).save_to_disk(
         str(own))
-    update_run_meta(run, data={**read_run_meta(run).data, "data": str(own)})
+    edit_run_meta(run, data={**read_run_meta(run).data, "data": str(own)})
     _eval(run, own, tmp_path / "eval-own")
     of_record = read_run_meta(run).eval
     assert of_record is not None and of_record.dataset.startswith("label records dataset/ (12 records, sha256 ")
@@ -515,13 +516,14 @@ def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_pu
 
     from serving.model_card import check_card, refresh_card, write_run_card
     from serving.routers.local import LocalRouter
-    from tiermem.artifacts import read_run_meta, update_run_meta
+    from tests.helpers.router_fixtures import edit_run_meta
+    from tiermem.runs.run_meta import read_run_meta
 
     run = _lm_run(tmp_path)
     refresh_card(run)
     assert check_card(run) is None and "tiermem_router_sha256: " in (run / "README.md").read_text()
     # calibrate killed between its two writes: the threshold is stored, the card still shows the old one
-    update_run_meta(run, calibration={"criterion": "escalation_rate", "value": 0.5, "threshold_logit": 1.25})
+    edit_run_meta(run, calibration={"criterion": "escalation_rate", "value": 0.5, "threshold_logit": 1.25})
     stale = check_card(run)
     assert stale and (f"{run / 'README.md'} does not match {run / 'tiermem_router.json'}: it was rendered from "
                       "other metadata") in stale

@@ -21,11 +21,11 @@ from labeling.audit import AuditConfig, audit
 from labeling.audit import main as audit_main
 from labeling.dataset import RecordError
 from labeling.judges import LexicalJudge, parse_correct_wrong, parse_sufficiency
-from tiermem.answer_match import canonical_numbers, find_dates
-from tiermem.config import ConfigError, parse_config
-from tiermem.json_text import MAX_FAILED_STARTS, MAX_REPLY_CHARS, first_json_object, json_values
 from tiermem.llm import LLMError, ScriptedLLM
 from tiermem.memory.replies import _complete_fact_objects, parse_facts_reply, parse_plan_reply
+from tiermem.settings.config import ConfigError, parse_config
+from tiermem.text.answer_match import canonical_numbers, find_dates
+from tiermem.text.json_text import MAX_FAILED_STARTS, MAX_REPLY_CHARS, first_json_object, json_values
 
 # ---- 3: a long or hostile LLM reply is read in linear time, up to a bound ----------------------------------------
 
@@ -57,7 +57,7 @@ def test_json_is_still_found_after_prose_and_failed_starts_and_the_bound_is_logg
     # past the bound of failed starts, a later object is not searched for (the scan stays linear)
     assert first_json_object('{"a" } ' * MAX_FAILED_STARTS + '{"label": "CORRECT"}') is None
     assert [v for v, _, _ in json_values('[1] {"a": 2} [3, [4]]')] == [[1], {"a": 2}, [3, [4]]]
-    with caplog.at_level(logging.WARNING, logger="tiermem.json_text"):
+    with caplog.at_level(logging.WARNING, logger="tiermem.text.json_text"):
         assert first_json_object('{"label": "WRONG", "reason": "' + "x" * MAX_REPLY_CHARS + '"}') is None
         assert parse_correct_wrong("x " * MAX_REPLY_CHARS + '{"label": "CORRECT"}') == (None, "")  # past the bound
     assert f"only its first {MAX_REPLY_CHARS} are read" in caplog.text
@@ -149,7 +149,7 @@ def test_relative_dates_at_the_calendar_ends_are_no_date_not_a_crash(base):
 
 def test_a_question_date_that_is_no_date_is_a_data_error_at_load(tmp_path):
     from tiermem.data.conversations import load_conversations
-    from tiermem.errors import DataError
+    from tiermem.settings.errors import DataError
 
     conv = {"format": "tiermem-conversations", "version": 1, "conversations": [{
         "id": "c1", "turns": [{"id": "t1", "session": "s1", "speaker": "Ana", "text": "I moved to Lyon.",
@@ -380,7 +380,7 @@ def test_unit_reader_records_are_checked_before_any_training(tmp_path, change, n
 
 def test_unit_reader_without_any_unit_target_is_a_named_error(tmp_path):
     from router_train.unit_reader import natural_records, pairs
-    from tiermem.errors import DataError
+    from tiermem.settings.errors import DataError
 
     path = tmp_path / "r.jsonl"
     nulls = [{"text": "t", "rank": 1, "s_ok": False, "answer_recall": None}]
@@ -420,8 +420,8 @@ def test_a_label_run_with_questions_asked_at_the_calendar_ends_keeps_every_recor
     from labeling.roles import Roles
     from labeling.run import run as label_run
     from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder
-    from tiermem.config import from_dict
     from tiermem.data.tiermem_format import EXAMPLE_PATH
+    from tiermem.settings.config import from_dict
 
     data = json.loads(EXAMPLE_PATH.read_text())
     data["conversations"] = data["conversations"][:1]

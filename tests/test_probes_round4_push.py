@@ -1,7 +1,7 @@
 """Issue 34 ("Reliability, round four"), classes 1, 5, 12, 17, 18 and 19, with our own inputs: every router kind
 pushes with a card of its kind, nothing pushed names a local path, non-finite calibration targets and endpoint-blind
 cache keys, push errors with exit codes, write-back ids from a stored counter, stages from any directory. Class 2
-(writes through links) is tests/tiermem/test_safe_writes.py; the unit reader's push -> pull -> route round trip
+(writes through links) is tests/tiermem/runs/test_safe_writes.py; the unit reader's push -> pull -> route round trip
 through the local hub is tests/serving/test_hub_score_routers.py (slow)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 from tests.helpers.hub_client import TOKEN, _env, _run
 from tests.helpers.records import rec
-from tiermem.artifacts import RunMeta, meta_json, read_run_meta
-from tiermem.eval_summary import EvalSummary
+from tiermem.runs.eval_summary import EvalSummary
+from tiermem.runs.run_meta import RunMeta, meta_json, read_run_meta
 
 # ---- 1: every router kind pushes, with a card that describes it ------------------------------------------------
 
@@ -108,8 +108,8 @@ def test_push_accepts_every_router_kind_it_can_load(reader_run, tmp_path, monkey
     """No more `push only updates sft / grpo runs`: the refusal now comes at the token, after the run was taken."""
     from serving.hub import PushConfig, push
     from serving.routers.top1 import Top1ScoreRouter
-    from tiermem.errors import HubError
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.runs.rundir import claimed_output_dir
+    from tiermem.settings.errors import HubError
 
     with claimed_output_dir(tmp_path / "top1", "fit-features") as top1:
         Top1ScoreRouter().save(top1)
@@ -171,8 +171,8 @@ def test_a_pushed_lm_router_with_a_local_base_is_loaded_with_the_base_named_here
     from serving.portable import portable_meta
     from serving.routers.local import LocalRouter
     from tests.helpers.router_fixtures import make_router_run
-    from tiermem.artifacts import write_run_meta
-    from tiermem.errors import RouterLoadError
+    from tiermem.runs.run_meta import write_run_meta
+    from tiermem.settings.errors import RouterLoadError
 
     run = tmp_path / "pulled"
     shutil.copytree(make_router_run(), run)
@@ -229,7 +229,7 @@ def test_push_refuses_an_invalid_repo_id_before_reading_anything(repo_id, capsys
 @pytest.fixture()
 def top1_run(tmp_path):
     from serving.routers.top1 import Top1ScoreRouter
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.runs.rundir import claimed_output_dir
 
     with claimed_output_dir(tmp_path / "top1", "fit-features") as out:
         Top1ScoreRouter().save(out)
@@ -309,7 +309,7 @@ def test_every_stage_finds_its_default_config_from_another_directory(tmp_path, m
     (its default, or a path the checkout's configs/ hold) is found."""
     import importlib
 
-    from tiermem import config
+    from tiermem.settings import config
     from tiermem_cli import cli
 
     asked: dict[str, object] = {}
@@ -349,7 +349,7 @@ def test_unit_reader_from_another_directory_reads_its_config_and_stops_at_the_da
 
 
 def test_demo_step_configs_resolve_from_another_directory(tmp_path, monkeypatch):
-    from tiermem.config import config_path
+    from tiermem.settings.config import config_path
     from tiermem_cli.demo import DemoConfig
 
     monkeypatch.chdir(tmp_path)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tiny_bert import tiny_bert
-from tiermem.cross_encoder import PRETRAIN_FILE
-from tiermem.model_cache import MANIFEST, check_entry
+from tiermem.models.cache import MANIFEST, check_entry
+from tiermem.models.cross_encoder import PRETRAIN_FILE
 
 # ---- reader-pretrain: a checkpoint built once (tiny BERT), its cache entry copied per test -------------------------
 
@@ -146,7 +146,7 @@ def _reader_dir(tmp_path, built) -> Path:
 
 @pytest.mark.parametrize("floor", ["NaN", "Infinity", "-Infinity", "true", '"1.5"', "null"])
 def test_a_floor_that_is_no_finite_number_is_refused_wherever_it_is_stored(floor, tmp_path, built):
-    from tiermem.floors import ReaderFileError, load_floor, weights_sha256
+    from tiermem.models.floors import ReaderFileError, load_floor, weights_sha256
 
     reader = _reader_dir(tmp_path, built)
     digest = weights_sha256(reader)
@@ -164,8 +164,8 @@ def test_a_floor_that_is_no_finite_number_is_refused_wherever_it_is_stored(floor
 
 
 def test_a_floor_in_reader_pretrain_json_is_bound_to_the_weights(tmp_path, built):
-    from tiermem.errors import ConfigError
-    from tiermem.floors import load_floor
+    from tiermem.models.floors import load_floor
+    from tiermem.settings.errors import ConfigError
 
     reader = _reader_dir(tmp_path, built)
     meta = json.loads((reader / PRETRAIN_FILE).read_text())
@@ -191,7 +191,7 @@ BAD_META = {"heldout null": {"heldout": None}, "config null": {"config": None}, 
 @pytest.mark.parametrize("name", list(BAD_FILES))
 def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(name, tmp_path, built):
     from router_train.answer_floor import main as floor_main
-    from tiermem.floors import ReaderFileError, load_floor
+    from tiermem.models.floors import ReaderFileError, load_floor
 
     reader = _reader_dir(tmp_path, built)
     (reader / "answer_floor.json").write_bytes(BAD_FILES[name])
@@ -208,7 +208,7 @@ def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(na
 def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_path, built, capsys):
     from router_train.answer_floor import main as floor_main
     from router_train.unit_reader import pretraining_of
-    from tiermem.floors import ReaderFileError
+    from tiermem.models.floors import ReaderFileError
 
     reader = _reader_dir(tmp_path, built)
     meta = {**json.loads((reader / PRETRAIN_FILE).read_text()), **BAD_META[name]}
@@ -222,7 +222,7 @@ def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_pat
 
 def test_a_cached_pretrain_file_without_train_pairs_is_a_miss(tmp_path, built, monkeypatch, capsys):
     from router_train.reader_cache import entry_problem
-    from tiermem.model_cache import seal
+    from tiermem.models.cache import seal
 
     entry = _cache(tmp_path, built, monkeypatch)
     meta = json.loads((entry / PRETRAIN_FILE).read_text())
@@ -280,7 +280,7 @@ def test_a_model_directory_that_cannot_be_read_as_it_is_is_a_named_error(how, me
                                                                          capsys):
     from router_train.unit_reader import UnitReaderConfig, fresh_reader
     from tiermem.memory.extractive import load_answer_reader
-    from tiermem.model_dir import ModelDirError
+    from tiermem.models.model_dir import ModelDirError
 
     path = _variant(tmp_path, built, how)
     with pytest.raises(ModelDirError, match=message):
@@ -293,8 +293,8 @@ def test_a_model_directory_that_cannot_be_read_as_it_is_is_a_named_error(how, me
 
 
 def test_an_empty_base_and_a_bin_reader(tmp_path, built, capsys):
-    from tiermem.floors import weights_sha256
-    from tiermem.model_dir import ModelDirError, check_model_dir
+    from tiermem.models.floors import weights_sha256
+    from tiermem.models.model_dir import ModelDirError, check_model_dir
 
     with pytest.raises(ModelDirError, match="base= is empty"):
         check_model_dir("", "base=")
@@ -355,8 +355,8 @@ def test_settings_of_another_shape_are_named(tmp_path, monkeypatch, capsys):
 
     from router_train.reading_data import load_squad_hub
     from router_train.unit_reader import UnitReaderConfig
-    from tiermem.config import parse_config
-    from tiermem.errors import ConfigError, DataError
+    from tiermem.settings.config import parse_config
+    from tiermem.settings.errors import ConfigError, DataError
 
     with pytest.raises(ConfigError, match="finetune_layers"):
         parse_config(UnitReaderConfig, None, ["finetune_layers=[1.5]"])

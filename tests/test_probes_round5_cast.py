@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiermem.persons import Cast, person_guard
+from tiermem.text.persons import Cast, person_guard
 
 # ---- 6: whose fact it is, when the cast is data ------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ def test_ray_cpus_per_task_beyond_a_real_cluster_exits_2(tmp_path, capsys):
 
 def test_a_missing_router_directory_is_named_as_one(tmp_path, monkeypatch):
     from serving.routers.spec import build
-    from tiermem.errors import HubError
+    from tiermem.settings.errors import HubError
 
     (tmp_path / "runs").mkdir()
     monkeypatch.chdir(tmp_path)

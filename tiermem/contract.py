@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tiermem.errors import EXIT_USAGE
-from tiermem.words import FORM_WORDS, stem, tokens
+from tiermem.settings.errors import EXIT_USAGE
+from tiermem.text.words import FORM_WORDS, stem, tokens
 
 CONTRACT_VERSION = "tiermem-router-contract/2"
 ACTIONS = ("ANSWER", "ESCALATE")

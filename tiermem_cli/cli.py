@@ -6,7 +6,8 @@ import importlib
 import logging
 import sys
 
-from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: docs/serving.md "Exit codes")
+from tiermem.runs.logs import setup_logging
+from tiermem.settings.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: docs/serving.md "Exit codes")
     EXIT_DATA,
     EXIT_FAILED,
     EXIT_INTERNAL,
@@ -18,7 +19,6 @@ from tiermem.errors import (  # noqa: F401  (the EXIT_* codes are part of the CL
     exit_code,
     report_error,
 )
-from tiermem.logs import setup_logging
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.
 STAGES: dict[str, tuple[str, str]] = {
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     module, func = target.split(":")
     try:
         setup_logging(verbose)
-        from tiermem.redact import RedactingFilter
+        from tiermem.text.redact import RedactingFilter
 
         for handler in logging.getLogger().handlers:  # every logged line: request URLs may carry user:password@
             handler.addFilter(RedactingFilter())

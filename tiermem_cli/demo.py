@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tiermem.config import parse_cli
-from tiermem.errors import ConfigError, UsageError
-from tiermem.rundir import claimed_output_dir
-from tiermem.safe_io import write_atomic
+from tiermem.runs.rundir import claimed_output_dir
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.config import parse_cli
+from tiermem.settings.errors import ConfigError, UsageError
 from tiermem_cli.steps import DEFAULT_STEPS, STEPS
 
 LM_ROUTERS = ("sft", "lm", "expected_reward", "grpo")
@@ -88,7 +88,7 @@ def trained_routers(cfg: DemoConfig) -> list[str]:
 
 def pick_main_router(cfg: DemoConfig) -> str:
     """`main_router`, or for `best` the trained router with the highest validation AUROC (ties: step order)."""
-    from tiermem.artifacts import read_run_meta
+    from tiermem.runs.run_meta import read_run_meta
 
     if cfg.main_router != "best":
         return cfg.main_router

@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tiermem.config import parse_cli
 from tiermem.data.conversations import Conversation, Question, load_conversations
-from tiermem.errors import UsageError
 from tiermem.llm import LLMConfig, build_llm
 from tiermem.memory.extractive import answerer_mode
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime, RuntimeAnswer
-from tiermem.rundir import claim_cache_dir
+from tiermem.runs.rundir import claim_cache_dir
+from tiermem.settings.config import parse_cli
+from tiermem.settings.errors import UsageError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ingest" / "default.yaml"
 

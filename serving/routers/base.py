@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tiermem import contract
-from tiermem.artifacts import RunMeta, read_run_meta, verify_files
-from tiermem.errors import UsageError
+from tiermem.runs.run_meta import RunMeta, read_run_meta, verify_files
+from tiermem.settings.errors import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from typing import Any
 from serving.routers.base import ScoreRouter, Summaries, calibrated_threshold_logit, check_lengths
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
 from serving.signals import FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
-from tiermem.artifacts import FEATURE_MODEL_FILE
-from tiermem.errors import RouterLoadError
+from tiermem.runs.run_meta import FEATURE_MODEL_FILE
+from tiermem.settings.errors import RouterLoadError
 
 
 class FeatureRouter(ScoreRouter):

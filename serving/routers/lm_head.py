@@ -9,8 +9,8 @@ from typing import Any
 
 from serving.signals import FEATURES, LogisticModel, read_logistic
 from tiermem import contract
-from tiermem.artifacts import RunMeta
-from tiermem.errors import RouterLoadError
+from tiermem.runs.run_meta import RunMeta
+from tiermem.settings.errors import RouterLoadError
 
 
 def action_token_ids(tokenizer: Any, prompt: str | None = None) -> tuple[int, int]:

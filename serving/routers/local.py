@@ -33,9 +33,9 @@ from serving.routers.base import (
 from serving.routers.lm_head import action_token_ids, check_head_features, check_text_weight, read_signal_head
 from serving.signals import FEATURES, LogisticModel, feature_matrix
 from tiermem import contract
-from tiermem.artifacts import RunMeta, read_run_meta
-from tiermem.errors import MissingFileError, RouterLoadError, UsageError
-from tiermem.trunk import FrozenTrunk, right_padded, supports_trunk, top_layers_holding
+from tiermem.models.trunk import FrozenTrunk, right_padded, supports_trunk, top_layers_holding
+from tiermem.runs.run_meta import RunMeta
+from tiermem.settings.errors import MissingFileError, RouterLoadError, UsageError
 
 
 class LocalRouter(Router):
@@ -115,7 +115,7 @@ class LocalRouter(Router):
         whose base was a local directory names it only as `local directory NAME`)."""
         from transformers import AutoTokenizer
 
-        from tiermem.models import load_causal_lm
+        from tiermem.models.specs import load_causal_lm
 
         run_dir = Path(path_or_hub_id).expanduser()
         if not run_dir.exists():
@@ -124,11 +124,10 @@ class LocalRouter(Router):
             from serving.hub import pull
 
             run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir, verify=False)
-        kind = read_run_meta(run_dir).router_kind
-        if kind != "local":
-            raise RouterLoadError(f"{run_dir} holds a {kind!r} router, not a language model: load it with "
-                                  f"kind={kind} (or Router.from_pretrained, which reads the kind)")
         meta = open_run_dir(run_dir, where=f"router {path_or_hub_id}")
+        if meta.router_kind != "local":
+            raise RouterLoadError(f"{run_dir} holds a {meta.router_kind!r} router, not a language model: load it "
+                                  f"with kind={meta.router_kind} (or Router.from_pretrained, which reads the kind)")
         trunk_layers = None
         if (run_dir / "adapter_config.json").is_file():
             from peft import PeftModel

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from tiermem.errors import UsageError
+from tiermem.settings.errors import UsageError
 
 ROUTER_KINDS: dict[str, str] = {
     "local": "serving.routers.local:LocalRouter",  # a LoRA adapter or merged LM, in process

@@ -22,8 +22,8 @@ from serving.routers.base import (
 from serving.routers.lm_head import action_pieces, check_head_features, check_text_weight, read_signal_head
 from serving.signals import LogisticModel, feature_matrix
 from tiermem import contract
-from tiermem.artifacts import read_run_meta
-from tiermem.errors import RouterLoadError, UsageError
+from tiermem.runs.run_meta import read_run_meta
+from tiermem.settings.errors import RouterLoadError, UsageError
 
 
 class RemoteRouter(Router):

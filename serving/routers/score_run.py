@@ -7,8 +7,8 @@ from typing import Any
 
 from serving.routers.base import open_run_dir
 from tiermem import contract
-from tiermem.artifacts import RunMeta, file_digests, read_run_meta, write_run_meta
-from tiermem.errors import RouterLoadError
+from tiermem.runs.run_meta import RunMeta, RunMetaFile, file_digests, read_run_meta
+from tiermem.settings.errors import RouterLoadError
 
 
 def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], extra: dict[str, Any]) -> RunMeta:
@@ -18,15 +18,14 @@ def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], ext
 
 
 def write_score_run(run_dir: str | Path, meta: RunMeta) -> Path:
-    """The metadata last, with the digest of every file just written (calibration keeps them), then the run's card
-    (it describes this kind of router; calibrate, eval and push refresh it)."""
-    from serving.model_card import write_run_card
+    """The run's card (it describes this kind of router; calibrate, eval and push rewrite it), then the metadata,
+    written last with the digest of every file just written (calibration keeps them)."""
+    from serving.model_card import save_with_card
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     meta.files = file_digests(run_dir)
-    write_run_meta(run_dir, meta)
-    write_run_card(run_dir, meta)
+    save_with_card(RunMetaFile.new(run_dir, meta))
     return run_dir
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from serving.routers.registry import ROUTER_KINDS, router_class
-from tiermem.artifacts import read_run_meta
-from tiermem.errors import HubError, MissingFileError, UnreachableError, UsageError
 from tiermem.llm.base import LLMConfig
-from tiermem.models import is_hub_id
+from tiermem.models.specs import is_hub_id
+from tiermem.runs.run_meta import read_run_meta
+from tiermem.settings.errors import HubError, MissingFileError, UnreachableError, UsageError
 
 # besides the registry's kinds: "auto" (what the directory's tiermem_router.json names) and "none" (no router:
 # eval then reports the baselines only)

@@ -31,10 +31,10 @@ from serving.routers.base import (
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
 from serving.signals import FEATURE_GROUPS, FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
 from tiermem import contract
-from tiermem.artifacts import SIGNAL_HEAD_FILE
-from tiermem.cross_encoder import CrossEncoder
-from tiermem.errors import RouterLoadError
-from tiermem.model_dir import load_reader
+from tiermem.models.cross_encoder import CrossEncoder
+from tiermem.models.model_dir import load_reader
+from tiermem.runs.run_meta import SIGNAL_HEAD_FILE
+from tiermem.settings.errors import RouterLoadError
 
 # pooling name -> the text features it gives the head, computed from a question's unit logits in rank order
 POOLINGS: dict[str, tuple[str, ...]] = {

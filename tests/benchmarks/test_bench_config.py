@@ -4,7 +4,7 @@ from benchmarks.common import PeakRSS, ratio, table
 from benchmarks.run import DEFAULT_CONFIG, BenchConfig
 from benchmarks.training_bench import TrainingBenchConfig
 from benchmarks.training_bench import run as training_run
-from tiermem.config import ConfigError, parse_cli
+from tiermem.settings.config import ConfigError, parse_cli
 
 
 def test_default_bench_config_parses():

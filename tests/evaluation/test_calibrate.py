@@ -18,7 +18,7 @@ from evaluation.criteria import (
     threshold_token_budget,
 )
 from serving.routers.base import ESCALATE_ALL
-from tiermem.config import ConfigError, parse_cli
+from tiermem.settings.config import ConfigError, parse_cli
 
 SCORES = [0.9, 0.1, 0.8, 0.3, 0.7, 0.2, 0.6, 0.4, 0.5, 0.05]
 LABELS = ["ESCALATE", "ANSWER", "ESCALATE", "ESCALATE", "ANSWER", "ANSWER", "ESCALATE", "ANSWER", "ANSWER",
@@ -214,7 +214,7 @@ def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     from serving.routers.local import LocalRouter
     from tests.helpers.records import rec
     from tests.helpers.router_fixtures import FIXTURES, make_router_run
-    from tiermem.artifacts import read_run_meta
+    from tiermem.runs.run_meta import read_run_meta
 
     run_dir = tmp_path / "run"
     shutil.copytree(make_router_run(), run_dir)

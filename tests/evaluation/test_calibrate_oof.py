@@ -9,8 +9,9 @@ import pytest
 from evaluation.calibrate import CalibrateConfig
 from router_train.oof_scores import OOF_SCORES_FILE, loco, read_oof_scores, write_oof_scores
 from tests.evaluation.test_operating_points import _replayable
-from tiermem.artifacts import read_run_meta, update_run_meta
-from tiermem.errors import DataError
+from tests.helpers.router_fixtures import edit_run_meta
+from tiermem.runs.run_meta import read_run_meta
+from tiermem.settings.errors import DataError
 from tiermem_cli import cli
 
 FLAGS = [(True, True), (False, True), (True, False), (False, True), (True, True), (False, True)]
@@ -51,7 +52,7 @@ def run(tmp_path):
                             {"dataset": str(data), "splits": ["train", "validation"], "method": "test folds",
                              "settings": {"pooling": "max"}})
     meta = read_run_meta(router)
-    update_run_meta(router, extra={**(meta.extra or {}), "oof_scores": kept})
+    edit_run_meta(router, extra={**(meta.extra or {}), "oof_scores": kept})
     return data, router
 
 
@@ -99,7 +100,7 @@ def test_other_data_falls_back_to_the_split_and_a_changed_file_is_refused(run, t
 def test_a_router_without_out_of_fold_scores(run, capsys):
     data, router = run
     meta = read_run_meta(router)
-    update_run_meta(router, extra={k: v for k, v in (meta.extra or {}).items() if k != "oof_scores"})
+    edit_run_meta(router, extra={k: v for k, v in (meta.extra or {}).items() if k != "oof_scores"})
     assert cli.main(["calibrate", f"router={router}", f"data={data}", "scores_from=out_of_fold"]) != 0
     assert "keeps no out-of-fold scores" in capsys.readouterr().err
     assert cli.main(["calibrate", f"router={router}", f"data={data}"]) == 0  # auto: the validation split

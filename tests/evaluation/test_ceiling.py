@@ -104,7 +104,7 @@ class TableRouter:
 
 def test_eval_reports_the_ceiling_in_json_markdown_summary_and_card(tmp_path):
     from serving.card_sections import eval_section
-    from tiermem.eval_summary import EvalSummary
+    from tiermem.runs.eval_summary import EvalSummary
 
     records = []
     for i, (_, s, r) in enumerate(ROWS):

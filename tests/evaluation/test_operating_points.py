@@ -10,7 +10,7 @@ import pytest
 from evaluation.calibrate import CalibrateConfig, OperatingPoint
 from labeling.schema import PATH_COST_FIELDS
 from tests.helpers.router_fixtures import record
-from tiermem.artifacts import read_run_meta
+from tiermem.runs.run_meta import read_run_meta
 from tiermem_cli import cli
 
 

@@ -13,8 +13,8 @@ from labeling.config import LabelConfig
 from labeling.roles import Roles
 from labeling.run import run as label_run
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder
-from tiermem.config import from_dict
 from tiermem.data.tiermem_format import EXAMPLE_PATH
+from tiermem.settings.config import from_dict
 from tiermem_cli import cli
 
 

@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from labeling.config import LabelConfig
-from tiermem.config import from_dict
+from tiermem.settings.config import from_dict
 
 SMALL_MEMORY = {"tokenizer": "whitespace", "page_tokens": 120, "max_rounds": 2}
 

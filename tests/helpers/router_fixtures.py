@@ -11,8 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from tiermem import contract
-from tiermem.artifacts import RUN_META_FILE, RunMeta, file_digests, read_run_meta, write_run_meta
-from tiermem.models import cache_root
+from tiermem.models.specs import cache_root
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta, write_run_meta
+
+
+def edit_run_meta(run_dir: str | Path, **changes: Any) -> RunMeta:
+    """Set fields of a run's tiermem_router.json, as a stage does: read once, changed, written once."""
+    record = RunMetaFile.open(run_dir)
+    for key, value in changes.items():
+        assert key in RunMeta.__dataclass_fields__, key
+        setattr(record.meta, key, value)
+    record.save()
+    return record.meta
 
 
 def build_tiny_model_dir(path: Path, seed: int = 0) -> Path:
@@ -20,7 +30,7 @@ def build_tiny_model_dir(path: Path, seed: int = 0) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tiermem.models import DEFAULT_LM, load_tokenizer
+    from tiermem.models.specs import DEFAULT_LM, load_tokenizer
 
     tokenizer = load_tokenizer(DEFAULT_LM)
     config = LlamaConfig(
@@ -106,7 +116,7 @@ def build_contract_base(path: Path, dataset_dir: Path, steps: int = 45, seed: in
     import torch
     from datasets import load_from_disk
 
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     build_tiny_model_dir(path, seed=seed)
     model, tokenizer = load_causal_lm(str(path), device="cpu")
@@ -184,7 +194,7 @@ def _build(root: Path) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tiermem.models import DEFAULT_LM, load_tokenizer
+    from tiermem.models.specs import DEFAULT_LM, load_tokenizer
 
     torch.manual_seed(0)
     tokenizer = load_tokenizer(DEFAULT_LM)

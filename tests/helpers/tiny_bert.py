@@ -10,7 +10,7 @@ def tiny_bert(path: str | Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from tiermem.models import resolve_model
+    from tiermem.models.specs import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("packaged:all-minilm-l6-v2")))
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -43,7 +43,7 @@ def tiny_unit_reader(model_dir: Path, pooling: str = "max", text_weight: float =
 
 def unit_reader_run(root: Path, data: str = "runs/label/dataset") -> Path:
     """A saved unit-reader run directory under `root` (`reader/`), its run marker included, as the stage leaves it."""
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.runs.rundir import claimed_output_dir
 
     router = tiny_unit_reader(root / "tiny-bert")
     with claimed_output_dir(root / "reader", "unit-reader") as out:

@@ -95,8 +95,8 @@ def test_audit_stage_on_the_shipped_example_with_a_judge_endpoint(tmp_path, caps
     from labeling.run import run as label_run
     from tests.helpers.fake_openai import fake_openai
     from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder
-    from tiermem.config import from_dict
     from tiermem.data.tiermem_format import EXAMPLE_PATH
+    from tiermem.settings.config import from_dict
 
     run_dir = tmp_path / "label"
     cfg = from_dict(LabelConfig, {"output_dir": str(run_dir), "data_path": str(EXAMPLE_PATH), "label_rule":

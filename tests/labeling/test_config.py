@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from labeling.config import LabelConfig
-from tiermem.config import ConfigError, parse_config
+from tiermem.settings.config import ConfigError, parse_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "label").glob("*.yaml"))
 

@@ -7,9 +7,9 @@ from labeling.roles import Roles
 from labeling.run import run
 from labeling.stage import main
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, _label_cfg, answer_from_prompt
-from tiermem.config import from_dict
-from tiermem.errors import RunError
 from tiermem.llm import LLMError, ScriptedLLM
+from tiermem.settings.config import from_dict
+from tiermem.settings.errors import RunError
 from tiermem_cli import cli
 
 
@@ -75,7 +75,7 @@ def test_one_failing_question_then_rerun_retries_it(tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path):
-    from tiermem.config import ConfigError
+    from tiermem.settings.config import ConfigError
 
     with pytest.raises(ConfigError, match="unknown key"):
         main([f"output_dir={tmp_path}", "no_such_key=1"])

@@ -9,8 +9,8 @@ from labeling.roles import Roles
 from labeling.rules import decide
 from labeling.run import run
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
-from tiermem.config import from_dict
 from tiermem.llm import ScriptedLLM
+from tiermem.settings.config import from_dict
 
 ONE_ROUND = {**SMALL_MEMORY, "max_rounds": 1}
 SIGNALS = ("router_summaries", "research_pages", "s_ok_evidence", "r_ok_evidence", "answer_recall",

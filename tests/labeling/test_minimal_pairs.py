@@ -17,9 +17,9 @@ from labeling.run import run
 from labeling.store import RecordStore
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder
 from tiermem import contract
-from tiermem.config import from_dict
 from tiermem.data.conversations import SAMPLE_PATH, load_conversations
 from tiermem.memory import MemoryRuntime
+from tiermem.settings.config import from_dict
 
 MEMORY = {**SMALL_MEMORY, "max_rounds": 1, "top_k": 2}
 CONVS = ("sample-1", "sample-2")

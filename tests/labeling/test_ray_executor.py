@@ -20,10 +20,10 @@ import yaml
 from labeling.config import LabelConfig
 from labeling.shards import shard_dir, shard_of
 from tests.helpers.label_outputs import lines, outputs
-from tiermem.config import from_dict
 from tiermem.data.conversations import load_conversations
-from tiermem.errors import ConfigError, RunError
-from tiermem.rundir import LOCK
+from tiermem.runs.rundir import LOCK
+from tiermem.settings.config import from_dict
+from tiermem.settings.errors import ConfigError, RunError
 from tiermem_cli import cli
 
 # model-free: whitespace pages, hashed embeddings, no answers (the evidence rule); minimal pairs on

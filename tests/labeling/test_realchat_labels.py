@@ -8,12 +8,12 @@ from labeling.config import LabelConfig
 from labeling.roles import Roles
 from labeling.run import run
 from tests.helpers.label_helpers import HashEmbedder
-from tiermem.config import from_dict
 from tiermem.data.conversations import load_conversations
 from tiermem.memory.policies import first_round_pages, time_pages
 from tiermem.memory.raw_store import whitespace_tokens
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
 from tiermem.memory.summaries import HashingEmbedder
+from tiermem.settings.config import from_dict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "helpers" / "fixtures" / "labeling" / "realchat_style.json"
 MEMORY = {"tokenizer": "whitespace", "page_tokens": 40, "max_rounds": 1, "top_k": 2, "pages_per_round": 1,

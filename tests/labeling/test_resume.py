@@ -13,8 +13,8 @@ from labeling.roles import Roles
 from labeling.run import run
 from labeling.store import RecordStore
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, _label_cfg, answer_from_prompt
-from tiermem.config import from_dict
 from tiermem.llm import ResponseCache, ScriptedLLM
+from tiermem.settings.config import from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING = ("label_wall_s", "cost_summary_wall_s", "cost_research_wall_s")
@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
     from labeling.roles import Roles
     from labeling.run import run
     from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
-    from tiermem.config import from_dict
+    from tiermem.settings.config import from_dict
     from tiermem.llm import ResponseCache, ScriptedLLM
 
     out, crash_after = sys.argv[1], int(sys.argv[2])

@@ -23,10 +23,10 @@ from labeling.shards import shard_dir, shard_of
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
 from tests.helpers.label_outputs import lines as _lines
 from tests.helpers.label_outputs import outputs as _outputs
-from tiermem.config import from_dict
 from tiermem.data.conversations import SAMPLE_PATH
-from tiermem.errors import ConfigError, DataError, RunDirError, RunError, UsageError
 from tiermem.llm import ScriptedLLM
+from tiermem.settings.config import from_dict
+from tiermem.settings.errors import ConfigError, DataError, RunDirError, RunError, UsageError
 from tiermem_cli import cli
 
 GENERATED = {"memory": SMALL_MEMORY, "label_rule": "evidence"}

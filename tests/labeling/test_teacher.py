@@ -58,7 +58,7 @@ def test_run_keeps_teacher_targets_only_where_they_agree(tmp_path):
     from labeling.roles import Roles
     from labeling.run import run
     from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
-    from tiermem.config import from_dict
+    from tiermem.settings.config import from_dict
 
     teacher = ScriptedLLM(lambda m: '{"action": "ESCALATE", "reason": "The year is not stated."}')
     cfg = from_dict(LabelConfig, {"output_dir": str(tmp_path), "memory": SMALL_MEMORY, "label_rule": "evidence"})

@@ -13,10 +13,10 @@ from labeling.roles import Roles
 from labeling.run import run
 from labeling.unit_targets import for_split
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder
-from tiermem.config import from_dict
 from tiermem.data.conversations import SAMPLE_PATH, load_conversations
-from tiermem.errors import ConfigError
 from tiermem.memory import MemoryRuntime
+from tiermem.settings.config import from_dict
+from tiermem.settings.errors import ConfigError
 
 MEMORY = {**SMALL_MEMORY, "max_rounds": 1, "top_k": 2}
 

@@ -7,8 +7,8 @@ import pytest
 
 from router_train.chat_floor import ChatFloorConfig, calibrate_on_chats, conversation_items, main, molweni_items
 from tests.helpers.tiny_bert import tiny_bert
-from tiermem.errors import ConfigError
-from tiermem.floors import load_floor, weights_sha256
+from tiermem.models.floors import load_floor, weights_sha256
+from tiermem.settings.errors import ConfigError
 
 MOLWENI = {"data": {"title": "t", "dialogues": [
     {"edus": [{"speaker": "ann", "text": "did you mount it with fstab ?"}, {"speaker": "bo", "text": "yes. twice."}],
@@ -28,7 +28,7 @@ class StubReader:
 
 def _reader(tmp_path):
     """A tiny reader in a reader-pretrain run directory (its run marker: answer-floor updates only such runs)."""
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.runs.rundir import claimed_output_dir
 
     with claimed_output_dir(tmp_path / "reader", "reader-pretrain") as out:
         tiny_bert(out)

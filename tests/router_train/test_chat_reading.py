@@ -11,7 +11,7 @@ import pytest
 
 from router_train.chat_reading import check_source, load_chat_source, load_friendsqa, load_molweni
 from router_train.reading_data import erase, question_pairs
-from tiermem.errors import ConfigError, DataError
+from tiermem.settings.errors import ConfigError, DataError
 
 FIXTURES = Path(__file__).parents[1] / "helpers" / "fixtures" / "reading"
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers.router_fixtures import build_label_dataset
 from tests.helpers.servers import free_port
-from tiermem.artifacts import RUN_META_FILE, read_run_meta
+from tiermem.runs.run_meta import RUN_META_FILE, read_run_meta
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "packaged:smollm2-135m-instruct"

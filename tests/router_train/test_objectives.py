@@ -14,8 +14,8 @@ from router_train import sft
 from router_train.common import LoraSettings
 from router_train.objectives import LossConfig, balanced_class_weights
 from tests.helpers.router_fixtures import build_tiny_model_dir, record
-from tiermem.artifacts import read_run_meta
-from tiermem.trunk import top_layers_holding
+from tiermem.models.trunk import top_layers_holding
+from tiermem.runs.run_meta import read_run_meta
 
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
                     top_layers=1)
@@ -146,7 +146,7 @@ def test_loss_config_and_class_weights():
     assert balanced_class_weights(["ANSWER"] * 3 + ["ESCALATE"]) == pytest.approx((4 / 6, 2.0))
     assert balanced_class_weights(["ANSWER"] * 2) == (1.0, 1.0)
     assert dataclasses.asdict(LossConfig())["kind"] == "decision"
-    from tiermem.config import ConfigError, parse_cli
+    from tiermem.settings.config import ConfigError, parse_cli
 
     assert parse_cli(sft.SFTRecipeConfig, ["loss.kind=decision"]).loss.kind == "decision"
     with pytest.raises(ConfigError, match="objective"):  # the section's old name is not an alias

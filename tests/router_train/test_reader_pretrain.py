@@ -18,7 +18,7 @@ from router_train.reading_data import (
     sentence_spans,
 )
 from tests.helpers.tiny_bert import tiny_bert
-from tiermem.errors import ConfigError, DataError
+from tiermem.settings.errors import ConfigError, DataError
 
 FIXTURE = Path(__file__).parents[1] / "helpers" / "fixtures" / "reading" / "squad2_small.json"
 
@@ -103,7 +103,7 @@ def test_the_hub_shape_loads_through_datasets(monkeypatch):
                                            ("batch_size=0", "batch_size"), ("warmup_share=1.5", "warmup_share")])
 def test_a_config_value_out_of_range_is_named(override, key):
     from router_train.reader_pretrain import ReaderPretrainConfig
-    from tiermem.config import parse_config
+    from tiermem.settings.config import parse_config
 
     with pytest.raises(ConfigError, match=key):
         parse_config(ReaderPretrainConfig, None, [override])
@@ -160,8 +160,8 @@ def test_the_card_tells_where_the_reading_comes_from_and_what_each_step_adds(tmp
     AUROC, what CV chose, the CV table per fine-tuning step, and the hub base of the pre-training (no local path)."""
     from serving.model_card import render_card
     from tests.helpers.unit_reader_run import tiny_unit_reader
-    from tiermem.artifacts import read_run_meta
-    from tiermem.rundir import claimed_output_dir
+    from tiermem.runs.run_meta import read_run_meta
+    from tiermem.runs.rundir import claimed_output_dir
 
     router = tiny_unit_reader(tmp_path / "tiny-bert")
     steps = [{"finetune_layers": 0, "epochs": 0, "mean": 0.7274, "text_alone_auroc": 0.7095},

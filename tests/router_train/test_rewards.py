@@ -126,7 +126,7 @@ def test_build_reward_funcs_names():
 
 def test_action_scope_format_reward_is_action_neutral_under_any_length_limit():
     from router_train.grpo import GRPORecipeConfig, completion_tokens_needed
-    from tiermem.models import DEFAULT_LM, load_tokenizer
+    from tiermem.models.specs import DEFAULT_LM, load_tokenizer
 
     tokenizer = load_tokenizer(DEFAULT_LM)
     needed = completion_tokens_needed(GRPORecipeConfig(), tokenizer, None)

@@ -9,12 +9,12 @@ from router_train import data as data_lib
 from router_train.sft import SFTRecipeConfig, build_sft_config, load_rows
 from tests.helpers.router_fixtures import build_label_dataset, build_tiny_model_dir, record
 from tiermem import contract
-from tiermem.config import ConfigError, parse_cli
+from tiermem.settings.config import ConfigError, parse_cli
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tiermem.models import DEFAULT_LM, load_tokenizer
+    from tiermem.models.specs import DEFAULT_LM, load_tokenizer
 
     return load_tokenizer(DEFAULT_LM)
 
@@ -79,7 +79,7 @@ def test_trainer_collator_masks_everything_but_the_completion(dataset_dir, token
     """Real SFTTrainer preprocessing + collator: loss only on sft_target + eos, prompt tokens all -100."""
     from trl import SFTTrainer
 
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     model_dir = build_tiny_model_dir(tmp_path / "tiny")
     model, tok = load_causal_lm(str(model_dir), device="cpu")
@@ -122,7 +122,7 @@ def test_cpu_defaults_and_user_overrides():
 def test_trainer_section_is_type_checked_before_any_model_loads(tmp_path, monkeypatch):
     from router_train import sft
 
-    monkeypatch.setattr("tiermem.models.load_causal_lm", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr("tiermem.models.specs.load_causal_lm", lambda *a, **k: pytest.fail("model loaded"))
     cfg = parse_cli(sft.SFTRecipeConfig, ["trainer.learning_rate='1e-3'", f"output_dir={tmp_path / 'o'}"])
     with pytest.raises(ConfigError, match=r"trainer \(SFTConfig\)\.learning_rate: expected float, got '1e-3'"):
         sft.train(cfg)

@@ -17,7 +17,7 @@ FIXTURES = Path(__file__).parents[1] / "helpers" / "fixtures" / "reading"
 def test_span_margin_is_best_span_minus_no_answer():
     import torch
 
-    from tiermem.cross_encoder import span_scores
+    from tiermem.models.cross_encoder import span_scores
 
     # tokens: [CLS] q [SEP] t1 t2 t3 [SEP]; text tokens 3..5
     start = torch.tensor([[1.0, 9.0, 0.0, 2.0, 0.5, 0.0, 9.0]])
@@ -34,7 +34,7 @@ def test_span_margin_is_best_span_minus_no_answer():
 
 def test_span_token_targets(tmp_path):
     from router_train.reader_fit import span_targets
-    from tiermem.cross_encoder import CrossEncoder
+    from tiermem.models.cross_encoder import CrossEncoder
 
     reader = CrossEncoder.load(tiny_bert(tmp_path / "tiny"), span_head=True)
     pairs = [("Where did Mia meet Sam?", "Mia: I met Sam at the park yesterday", 1.0, (15, 26)),
@@ -49,7 +49,7 @@ def test_the_checkpoint_loads_as_a_question_answering_model(tmp_path):
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from tiermem.cross_encoder import CrossEncoder
+    from tiermem.models.cross_encoder import CrossEncoder
 
     reader = CrossEncoder.load(tiny_bert(tmp_path / "tiny"), span_head=True)
     reader.save(tmp_path / "out")
@@ -68,7 +68,7 @@ def test_the_checkpoint_loads_as_a_question_answering_model(tmp_path):
 
 def test_pretraining_reads_every_source_and_reports_each(tmp_path, monkeypatch):
     from router_train.reader_pretrain import PRETRAIN_FILE, main
-    from tiermem.cross_encoder import CrossEncoder
+    from tiermem.models.cross_encoder import CrossEncoder
 
     monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
     base = tiny_bert(tmp_path / "tiny")

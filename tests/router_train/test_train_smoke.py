@@ -19,8 +19,8 @@ from router_train.common import LoraSettings, load_adapter_run
 from router_train.objectives import LossConfig
 from tests.helpers.router_fixtures import build_contract_base, build_label_dataset, build_tiny_model_dir
 from tiermem import contract
-from tiermem.artifacts import RUN_META_FILE, read_run_meta
-from tiermem.errors import ConfigError
+from tiermem.runs.run_meta import RUN_META_FILE, read_run_meta
+from tiermem.settings.errors import ConfigError
 
 ADAPTER = "adapter_model.safetensors"
 SMALL_LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])

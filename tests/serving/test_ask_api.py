@@ -12,8 +12,8 @@ from serving.routers.fixed import AlwaysEscalate
 from serving.server import ServeConfig, create_app
 from tests.helpers.tiny_bert import tiny_reader
 from tiermem.data.tiermem_format import EXAMPLE_PATH
-from tiermem.errors import ConfigError
 from tiermem.memory.memory_config import MemoryConfig
+from tiermem.settings.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from serving.portable import portable_meta
 from tests.helpers.hub_client import PULL, TOKEN, _env, _run
 from tests.helpers.hub_server import git_blob_sha1, local_hub
 from tests.helpers.router_fixtures import FIXTURES, make_router_run
-from tiermem.artifacts import RunMeta, meta_json, read_run_meta
+from tiermem.runs.run_meta import RunMeta, meta_json, read_run_meta
 
 
 def test_push_pull_round_trip(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.hub_client import TOKEN, _env, _run
 from tests.helpers.hub_server import local_hub
 from tests.helpers.router_fixtures import FIXTURES, make_router_run
-from tiermem.artifacts import read_run_meta, write_run_meta
+from tiermem.runs.run_meta import read_run_meta, write_run_meta
 
 UPLOAD_BASE = """
 import sys
@@ -115,8 +115,8 @@ def _labeled(out: Path, data_path: Path | None) -> Path:
     from labeling.roles import Roles
     from labeling.run import run
     from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
-    from tiermem.config import from_dict
     from tiermem.llm import ScriptedLLM
+    from tiermem.settings.config import from_dict
 
     cfg = from_dict(LabelConfig, {"output_dir": str(out), "memory": SMALL_MEMORY, "label_rule": "evidence",
                                   "data_path": str(data_path) if data_path else None,

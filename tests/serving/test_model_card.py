@@ -18,10 +18,12 @@ from evaluation import calibrate, evaluate
 from evaluation.report import eval_summary
 from router_train import grpo, sft
 from router_train.common import LoraSettings, load_adapter_run
-from serving.model_card import record_eval, refresh_card
-from tests.helpers.router_fixtures import build_tiny_model_dir, make_router_run, record
+from serving.model_card import check_card, record_eval, refresh_card, save_with_card
+from tests.helpers.router_fixtures import build_tiny_model_dir, edit_run_meta, make_router_run, record
 from tiermem import contract
-from tiermem.artifacts import make_adapter_portable, read_run_meta, update_run_meta
+from tiermem.models.specs import make_adapter_portable
+from tiermem.runs import run_meta
+from tiermem.runs.run_meta import read_run_meta
 
 BASE_ID = "acme/tiny-base"
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
@@ -136,6 +138,7 @@ def test_saved_adapter_configs_name_the_hub_id_and_meta_keeps_the_spec(runs):
 def test_run_card_after_sft_grpo_calibrate_and_eval(runs):
     cards = runs["cards"]
     assert_our_card(cards["sft"], runs["sft"], "sft")
+    assert check_card(runs["sft"]) is None  # training saved the card from the metadata it wrote, digests included
     assert "## GRPO rewards" not in cards["sft"] and "Not calibrated" in cards["sft"]
     assert_our_card(cards["grpo"], runs["grpo"], "grpo")
     rewards = read_run_meta(runs["grpo"]).training["rewards"]
@@ -197,7 +200,7 @@ def test_packaged_base_gets_its_upstream_hub_id(tmp_path):
         make_adapter_portable(run, "packaged:smollm2-135m-instruct")
 
 
-def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
+def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path, monkeypatch):
     """eval.json from the eval stage itself (the fixture router on its own questions, two conversations), recorded
     in the router run: the card shows every policy's intervals and the AUROC table, with eval.json's numbers."""
     from datasets import Dataset, DatasetDict
@@ -216,7 +219,7 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
         rows.append(r)
     DatasetDict({"test": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
     # the router's own data (its metadata names it): this eval is its evaluation of record
-    update_run_meta(run, data={**read_run_meta(run).data, "data": str(tmp_path / "ds")})
+    edit_run_meta(run, data={**read_run_meta(run).data, "data": str(tmp_path / "ds")})
     paths = evaluate.run(evaluate.EvalConfig(data=str(tmp_path / "ds"), split="test", output_dir=str(tmp_path / "eval"),
                                              router=evaluate.RouterSpec(path=str(run)),
                                              bootstrap=evaluate.BootstrapConfig(n_boot=200)))
@@ -245,9 +248,24 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
     meta_text = (run / "tiermem_router.json").read_text()
     assert "confusion" not in meta_text and "per_category" not in meta_text and "reliability" not in meta_text
     assert record_eval(None, stored) is None and record_eval(tmp_path / "nowhere", stored) is None
+    # recording an eval reads tiermem_router.json once and writes it once, with its card
+    calls = []
+    read, write = run_meta.read_run_meta, run_meta.write_atomic
+    monkeypatch.setattr(run_meta, "read_run_meta", lambda d: calls.append(("read", Path(d).name)) or read(d))
+    monkeypatch.setattr(run_meta, "write_atomic", lambda f, t: calls.append(("write", Path(f).name)) or write(f, t))
+    assert record_eval(run, stored) == run / "README.md" and check_card(run) is None
+    assert calls == [("read", "run"), ("write", "README.md"), ("write", "tiermem_router.json")]
+    monkeypatch.undo()
+    # a file another stage rewrote after this operation read it is not overwritten: its change is kept
+    held = run_meta.RunMetaFile.open(run)
+    edit_run_meta(run, metrics={**held.meta.metrics, "written_by": "another stage"})
+    held.meta.stage = "mine"
+    with pytest.raises(run_meta.RunMetaChanged, match="changed on disk since this stage read it"):
+        save_with_card(held)
+    assert read_run_meta(run).metrics["written_by"] == "another stage" and read_run_meta(run).stage != "mine"
 
     logit = math.log(0.2 / 0.8)
-    update_run_meta(run, calibration={
+    edit_run_meta(run, calibration={
         "criterion": "hard_recall", "value": 0.9, "threshold_logit": logit, "data": "d", "split": "validation",
         "guarantee": {"method": "clopper-pearson", "alpha": 0.1, "delta": 0.05, "n_calibration": 57,
                       "achieved": 0.93}})
@@ -255,7 +273,7 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
     assert "threshold_logit **-1.386** on the log-odds score (threshold_prob 0.2 on p_escalate)" in text
     assert "hard_recall = 0.9" in text
     assert "method `clopper-pearson`, alpha = 0.1, delta = 0.05, on 57 calibration questions" in text
-    update_run_meta(run, calibration={"threshold_logit": math.log(0.42 / 0.58), "criterion": "escalation_rate",
+    edit_run_meta(run, calibration={"threshold_logit": math.log(0.42 / 0.58), "criterion": "escalation_rate",
                                       "value": 0.5,
                                       "guarantee": None})
     text = card(refresh_card(run).parent)

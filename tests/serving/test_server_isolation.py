@@ -16,7 +16,7 @@ from serving.routers.features import FeatureRouter
 from serving.server import ServeConfig, create_app
 from serving.signals import FEATURES, LogisticModel
 from tests.helpers.live_server import LANES, _post_later, serving, wait_for
-from tiermem.errors import UsageError
+from tiermem.settings.errors import UsageError
 
 
 def _features_model() -> LogisticModel:

@@ -77,7 +77,7 @@ def test_render_user_caps_summaries_and_accepts_objects():
 
 
 def test_render_prompt_golden_with_packaged_tokenizer():
-    from tiermem.models import DEFAULT_LM, load_tokenizer
+    from tiermem.models.specs import DEFAULT_LM, load_tokenizer
 
     tokenizer = load_tokenizer(DEFAULT_LM)
     prompt = contract.render_prompt(

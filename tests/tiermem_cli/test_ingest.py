@@ -3,9 +3,9 @@ import re
 
 import pytest
 
-from tiermem.config import ConfigError, parse_config
 from tiermem.data import load_conversations
 from tiermem.memory import MemoryConfig
+from tiermem.settings.config import ConfigError, parse_config
 from tiermem_cli.ingest import DEFAULT_CONFIG, IngestConfig, main, pick
 
 

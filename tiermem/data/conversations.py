@@ -30,7 +30,7 @@ from typing import Any
 from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
 from tiermem.data.textfile import read_utf8
-from tiermem.errors import DataError, MissingFileError, UsageError
+from tiermem.settings.errors import DataError, MissingFileError, UsageError
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
 # LoCoMo's question categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).

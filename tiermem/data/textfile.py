@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import DataError
+from tiermem.settings.errors import DataError
 
 __all__ = ["decode_utf8", "jsonl_lines", "jsonl_records", "read_utf8"]
 

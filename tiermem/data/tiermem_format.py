@@ -48,8 +48,8 @@ from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
 from tiermem.data.textfile import jsonl_records, read_utf8
 from tiermem.data.time_order import order_turns
-from tiermem.errors import DataError, MissingFileError
-from tiermem.safe_io import write_atomic
+from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.errors import DataError, MissingFileError
 
 FORMAT_NAME = "tiermem-conversations"
 FORMAT_VERSION = 1

@@ -10,8 +10,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tiermem.errors import EXIT_FAILED, ConfigError
 from tiermem.llm.cache import ResponseCache
+from tiermem.settings.errors import EXIT_FAILED, ConfigError
 
 Messages = list[dict[str, str]]
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

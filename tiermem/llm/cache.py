@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import StoreError
+from tiermem.settings.errors import StoreError
 
 
 class ResponseCache:

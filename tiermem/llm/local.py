@@ -21,7 +21,7 @@ class LocalLLM(LLM):
 
     def _load(self) -> None:
         if self._model is None:
-            from tiermem.models import load_causal_lm, setup_cpu_threads
+            from tiermem.models.specs import load_causal_lm, setup_cpu_threads
 
             setup_cpu_threads()
             self._model, self._tokenizer = load_causal_lm(self.model)

@@ -8,11 +8,11 @@ import re
 import time
 from typing import Any
 
-from tiermem.errors import EXIT_NETWORK
 from tiermem.llm.base import LLM, CallParams, ChatResult, LLMError, Messages
 from tiermem.llm.cache import ResponseCache
 from tiermem.llm.reply import MalformedReply, chat_reply
-from tiermem.redact import install_log_filter, redact_text, redact_url
+from tiermem.settings.errors import EXIT_NETWORK
+from tiermem.text.redact import install_log_filter, redact_text, redact_url
 
 install_log_filter("httpx", "openai", "openai._base_client")
 

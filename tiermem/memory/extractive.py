@@ -26,16 +26,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tiermem.errors import ConfigError, MissingFileError
-from tiermem.floors import CALIBRATE, FLOOR_FILE, load_floor
 from tiermem.memory.grounding import Evidence, _Candidate, extractive_answer, summary_candidates
 from tiermem.memory.policies import PathCost, ResearchResult, SummaryResult, first_round_pages, question_text
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
-from tiermem.sentences import sentence_spans
+from tiermem.models.floors import CALIBRATE, FLOOR_FILE, load_floor
+from tiermem.settings.errors import ConfigError, MissingFileError
+from tiermem.text.sentences import sentence_spans
 
 ANSWERERS = ("extractive", "llm", "auto")
-__all__ = ["CALIBRATE", "FLOOR_FILE", "load_floor"]  # the one reader of floors is tiermem.floors (issue 41)
+__all__ = ["CALIBRATE", "FLOOR_FILE", "load_floor"]  # the one reader of floors is tiermem.models.floors (issue 41)
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:
@@ -59,7 +59,7 @@ class AnswerReader:
 
 
 def load_answer_reader(path: str | Path) -> AnswerReader:
-    from tiermem.model_dir import load_reader
+    from tiermem.models.model_dir import load_reader
 
     path = Path(path)
     if not (path / "model.safetensors").is_file():

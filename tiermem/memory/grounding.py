@@ -6,7 +6,7 @@ the runtime falls back to the best-matching sentence of what the path read (the 
 retrieved summary units for the summary path), quoted verbatim with its speaker and date. Every answer, the
 LM's or the extractive one, carries that quote, so a user can always check it against the conversation.
 
-Matching is deterministic: question (and, for an LM answer, answer) content words, folded by `tiermem.words.stem`
+Matching is deterministic: question (and, for an LM answer, answer) content words, folded by `tiermem.text.words.stem`
 and weighted by their inverse frequency among the candidate sentences, plus the sentence's cosine similarity to
 the question under the memory's own embedder, which breaks the ties lexical matching leaves ("What breed is
 Pepper?" shares only "Pepper" with every sentence about the dog; "A three-year-old border collie called Pepper"
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
 from tiermem.memory.text import content_words, split_sentences
-from tiermem.words import normalize, stem
+from tiermem.text.words import normalize, stem
 
 # What the answer prompts show and a reply copying them starts with: "(17 March 2024)", "[3]" or "[D1:3]" (a note
 # or turn marker), "Tomas:" (a speaker of what was read). A list marker ("1.") and an "Answer:" preamble are only

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tiermem.errors import ConfigError
 from tiermem.memory.extractive import answerer_mode
+from tiermem.settings.errors import ConfigError
 
 
 @dataclass

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from itertools import zip_longest
 from typing import Any
 
-from tiermem.answer_match import find_dates
 from tiermem.data.conversations import Question
 from tiermem.data.dates import parse_timestamp
 from tiermem.llm import LLM, LLMError
@@ -24,6 +23,7 @@ from tiermem.memory.summaries import RetrievedUnit, day_of
 from tiermem.memory.text import content_words, link_quote, normalize
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_CANDIDATES, pages_by_turns, pages_of, rescore
+from tiermem.text.answer_match import find_dates
 
 ANSWER_SYSTEM = (
     "You answer questions about a long conversation between people, using only the notes given. "

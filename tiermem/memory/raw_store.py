@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tiermem.data.conversations import Turn
-from tiermem.errors import StoreError, UsageError
+from tiermem.settings.errors import StoreError, UsageError
 
 __all__ = ["Page", "RawPageStore", "StoreError", "content_hash", "open_sqlite", "paginate"]
 
@@ -43,10 +43,10 @@ def whitespace_tokens(text: str) -> int:
 
 
 def make_token_counter(spec: str) -> TokenCounter:
-    """`whitespace` or a model spec whose tokenizer counts the tokens (tiermem.models.token_counter)."""
+    """`whitespace` or a model spec whose tokenizer counts the tokens (tiermem.models.specs.token_counter)."""
     if spec == "whitespace":
         return whitespace_tokens
-    from tiermem.models import token_counter
+    from tiermem.models.specs import token_counter
 
     return token_counter(spec)
 

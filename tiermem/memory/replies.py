@@ -1,5 +1,6 @@
 """The research steps' replies read back: the facts an integrate step found, the searches a plan step asks for.
-JSON is found by the one linear reader of LLM replies (tiermem.json_text), which bounds how much of a reply is read.
+JSON is found by the one linear reader of LLM replies (tiermem.text.json_text), which bounds how much of a reply is
+read.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tiermem.json_text import bounded_reply, json_values
 from tiermem.memory.text import normalize
+from tiermem.text.json_text import bounded_reply, json_values
 
 
 @dataclass

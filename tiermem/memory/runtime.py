@@ -53,7 +53,7 @@ from tiermem.memory.summaries import (
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
 from tiermem.memory.writeback import WriteBack, write_back
-from tiermem.safe_io import write_atomic, write_stream
+from tiermem.runs.safe_io import write_atomic, write_stream
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.

@@ -21,10 +21,10 @@ import numpy as np
 
 from tiermem.data.dates import parse_timestamp
 from tiermem.data.records import Turn
-from tiermem.errors import ConfigError, UsageError
 from tiermem.llm import LLM, LLMError
 from tiermem.memory.raw_store import Page, StoreError, open_sqlite
 from tiermem.memory.text import best_overlap_turn, content_words, split_sentences
+from tiermem.settings.errors import ConfigError, UsageError
 
 
 class Embedder(Protocol):
@@ -53,7 +53,7 @@ class HashingEmbedder:
 def load_embedder_spec(spec: str) -> Embedder:
     if spec == "hashing":
         return HashingEmbedder()
-    from tiermem.models import load_embedder
+    from tiermem.models.specs import load_embedder
 
     return load_embedder(spec)
 

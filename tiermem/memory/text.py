@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tiermem.data.conversations import Turn
-from tiermem.words import MEMORY_STOPWORDS, normalize
+from tiermem.text.words import MEMORY_STOPWORDS, normalize
 
 
 def content_words(text: str) -> list[str]:

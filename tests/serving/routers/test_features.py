@@ -93,7 +93,7 @@ def test_fit_save_load_roundtrip_through_the_registry_and_calibration(tmp_path):
 
 
 def test_loading_the_wrong_kind_fails_clearly(tmp_path):
-    from tiermem.errors import RouterLoadError
+    from tiermem.settings.errors import RouterLoadError
 
     Top1ScoreRouter().save(tmp_path / "t")
     with pytest.raises(RouterLoadError, match="router_kind 'top1-score', not 'features'"):

@@ -16,8 +16,8 @@ import pytest
 
 from serving.routers import RouterSpec, build
 from tests.helpers.router_fixtures import make_router_run
-from tiermem.artifacts import RUN_META_FILE, RunMetaError
-from tiermem.errors import EXIT_STORE, EXIT_USAGE, RouterLoadError, StoreError, exit_code
+from tiermem.runs.run_meta import RUN_META_FILE, RunMetaError
+from tiermem.settings.errors import EXIT_STORE, EXIT_USAGE, RouterLoadError, StoreError, exit_code
 
 
 def _sha256(path: Path) -> str:
@@ -80,7 +80,7 @@ def test_save_records_a_digest_of_every_weight_file(lm_run, tmp_path):
 
     from router_train.common import save_run
     from serving.routers.top1 import Top1ScoreRouter
-    from tiermem.artifacts import read_run_meta
+    from tiermem.runs.run_meta import read_run_meta
 
     assert _meta(lm_run)["files"] == {"adapter_model.safetensors": _sha256(lm_run / "adapter_model.safetensors")}
     meta = read_run_meta(lm_run)  # what SFT / GRPO hand to save_run after trainer.save_model
@@ -193,8 +193,8 @@ EVAL = {"path": "runs/eval/eval.json", "date": "2025-01-01T00:00:00+00:00", "dat
 
 
 def test_router_kind_and_eval_are_fields_of_the_metadata(lm_run, tmp_path):
-    from tiermem.artifacts import RunMeta, read_run_meta, write_run_meta
-    from tiermem.eval_summary import EvalSummary
+    from tiermem.runs.eval_summary import EvalSummary
+    from tiermem.runs.run_meta import RunMeta, read_run_meta, write_run_meta
 
     meta = read_run_meta(lm_run)
     assert meta.router_kind == "local" and meta.eval is None and meta.extra == {}

@@ -7,9 +7,9 @@ from serving.routers.fixed import AlwaysAnswer, AlwaysEscalate
 from serving.routers.local import LocalRouter
 from serving.routers.registry import ROUTER_KINDS, router_class
 from serving.routers.teacher import TeacherRouter
-from tests.helpers.router_fixtures import FIXTURES, make_router_run
+from tests.helpers.router_fixtures import FIXTURES, edit_run_meta, make_router_run
 from tiermem import contract
-from tiermem.artifacts import read_run_meta, update_run_meta, write_run_meta
+from tiermem.runs.run_meta import read_run_meta, write_run_meta
 
 QUESTIONS = [q for q, _, _ in FIXTURES]
 SUMMARIES = [s for _, s, _ in FIXTURES]
@@ -46,7 +46,7 @@ def test_fast_path_equals_generate_path_on_fixtures(run_dir, fast):
 
 def test_adapter_is_applied(run_dir, fast):
     # The fixture's base model was trained on the flipped labels; only the adapter routes them right.
-    from tiermem.models import load_causal_lm
+    from tiermem.models.specs import load_causal_lm
 
     model, tok = load_causal_lm(read_run_meta(run_dir).base_model)
     base_router = LocalRouter(model, tok)
@@ -85,7 +85,7 @@ def test_threshold_override_and_stored_calibration(run_dir, tmp_path, fast):
 
     calibrated = tmp_path / "calibrated"
     shutil.copytree(run_dir, calibrated)
-    update_run_meta(calibrated, calibration={"threshold_logit": mid})
+    edit_run_meta(calibrated, calibration={"threshold_logit": mid})
     loaded = LocalRouter.from_pretrained(calibrated)
     assert loaded.threshold_logit == mid  # the calibrated threshold applies
     assert [x.action for x in loaded.route_batch(QUESTIONS, SUMMARIES)] == actions

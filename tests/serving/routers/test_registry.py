@@ -14,10 +14,10 @@ from serving.routers import RouterSpec, build
 from serving.routers.fixed import AlwaysEscalate
 from serving.routers.local import LocalRouter
 from serving.server import RequestError, ServeConfig, validate_route_request
-from tests.helpers.router_fixtures import make_router_run
+from tests.helpers.router_fixtures import edit_run_meta, make_router_run
 from tiermem import contract
-from tiermem.artifacts import read_run_meta, update_run_meta
-from tiermem.config import ConfigError, parse_config
+from tiermem.runs.run_meta import read_run_meta
+from tiermem.settings.config import ConfigError, parse_config
 
 
 def test_router_is_a_path_or_a_mapping_in_every_stage():
@@ -58,7 +58,7 @@ def run_copy(tmp_path_factory):
 
 
 def test_top_k_saved_with_the_router_is_enforced(run_copy):
-    update_run_meta(run_copy, data={**read_run_meta(run_copy).data,
+    edit_run_meta(run_copy, data={**read_run_meta(run_copy).data,
                                     "router_input": {"top_k": 2, **contract.limits()}})
     router = build(RouterSpec(path=str(run_copy)))
     assert isinstance(router, LocalRouter) and router.top_k == 2
@@ -71,7 +71,7 @@ def test_top_k_saved_with_the_router_is_enforced(run_copy):
 
 
 def test_other_prompt_limits_refuse_to_load(run_copy):
-    update_run_meta(run_copy, data={**read_run_meta(run_copy).data,
+    edit_run_meta(run_copy, data={**read_run_meta(run_copy).data,
                                     "router_input": {"top_k": 5, "max_summaries": 10, "max_summary_chars": 500}})
     with pytest.raises(contract.ContractVersionError, match="max_summary_chars"):
         LocalRouter.from_pretrained(run_copy)

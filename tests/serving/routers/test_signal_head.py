@@ -21,7 +21,7 @@ from serving.server import ServeConfig, create_app
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, feature_matrix, read_logistic
 from tests.helpers.router_fixtures import build_tiny_model_dir, record
 from tiermem import contract
-from tiermem.artifacts import read_run_meta
+from tiermem.runs.run_meta import read_run_meta
 from tiermem.stats import auroc
 
 
@@ -195,7 +195,7 @@ def test_a_nonsensical_text_weight_is_refused_at_load(run, tmp_path, bad):
     import json
     import shutil
 
-    from tiermem.errors import RouterLoadError
+    from tiermem.settings.errors import RouterLoadError
 
     copy = tmp_path / "copy"
     shutil.copytree(run.out, copy)

@@ -16,7 +16,6 @@ from labeling.dataset import RecordError, load_split
 from labeling.roles import Roles
 from labeling.run import recover_outputs, run
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, answer_from_prompt
-from tiermem.config import from_dict
 from tiermem.data import load_conversations
 from tiermem.data.conversations import DataError
 from tiermem.data.textfile import jsonl_records
@@ -25,7 +24,8 @@ from tiermem.llm import ScriptedLLM
 from tiermem.memory.raw_store import whitespace_tokens
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
 from tiermem.memory.summaries import HashingEmbedder
-from tiermem.rundir import claim_output_dir
+from tiermem.runs.rundir import claim_output_dir
+from tiermem.settings.config import from_dict
 from tiermem_cli import cli
 
 FIXTURES = Path(__file__).parents[2] / "helpers" / "fixtures" / "memory"

@@ -4,9 +4,9 @@ import threading
 
 import pytest
 
-from tiermem.config import ConfigError, from_dict
-from tiermem.errors import StoreError
 from tiermem.llm import LLMConfig, LLMError, ResponseCache, ScriptedLLM, build_llm
+from tiermem.settings.config import ConfigError, from_dict
+from tiermem.settings.errors import StoreError
 
 MSG = [{"role": "user", "content": "What is two plus two?"}]
 

@@ -4,7 +4,7 @@ import pytest
 
 from tests.helpers.servers import transformers_serve
 from tiermem.llm import LLMConfig, build_llm
-from tiermem.models import DEFAULT_LM, resolve_model
+from tiermem.models.specs import DEFAULT_LM, resolve_model
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from router_train.answer_floor import calibrated_floor
 from tests.helpers.memory_runtime import CFG, build
 from tiermem.data import load_conversations
 from tiermem.data.tiermem_format import EXAMPLE_PATH
-from tiermem.errors import ConfigError, DataError, MissingFileError
 from tiermem.llm import ScriptedLLM
 from tiermem.memory.extractive import AnswerReader, answerer_mode, load_answer_reader, load_floor, router_reader
-from tiermem.sentences import sentence_spans
+from tiermem.settings.errors import ConfigError, DataError, MissingFileError
+from tiermem.text.sentences import sentence_spans
 
 EXTRACTIVE = dataclasses.replace(CFG, answerer="extractive")
 

@@ -3,8 +3,8 @@ import sqlite3
 import pytest
 
 from tiermem.data import Turn, load_conversations
-from tiermem.errors import UsageError
 from tiermem.memory.raw_store import RawPageStore, paginate, render_turn, whitespace_tokens
+from tiermem.settings.errors import UsageError
 
 
 def _turns(n: int, words: int = 10) -> list[Turn]:

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from tiermem.errors import StoreError
+from tiermem.settings.errors import StoreError
 from tiermem_cli import cli
 
 

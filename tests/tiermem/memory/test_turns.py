@@ -8,12 +8,12 @@ import pytest
 
 from tests.helpers.memory_runtime import CFG, build
 from tiermem.data.records import Conversation, Turn
-from tiermem.errors import StoreError
 from tiermem.memory.extractive import AnswerReader
 from tiermem.memory.memory_config import MemoryConfig
 from tiermem.memory.policies import first_round_pages
 from tiermem.memory.runtime import MemoryRuntime
 from tiermem.memory.turns import TURN_VECTORS, TurnIndex, pages_by_turns, rescore
+from tiermem.settings.errors import StoreError
 
 ANSWER = "The one I race is painted orange, like a traffic cone."
 
@@ -108,7 +108,7 @@ def test_bm25_alone_ranks_when_no_vectors():
 
 
 def test_turn_k_is_a_checked_setting():
-    from tiermem.errors import ConfigError
+    from tiermem.settings.errors import ConfigError
 
     with pytest.raises(ConfigError, match="turn_k"):
         MemoryConfig(turn_k=-1)

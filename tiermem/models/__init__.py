@@ -1,0 +1,1 @@
+"""Models: specs resolved to directories, the verified model cache, the frozen trunk, the reader and its floors."""

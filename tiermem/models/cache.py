@@ -1,0 +1,142 @@
+"""A model cache entry that proves what it hands out (issue 41): `$TIERMEM_CACHE/<kind>/<key>/`, a checkpoint
+built once and copied into run directories.
+
+- When an entry is built its files are listed with their sha256 in `tiermem_cache_manifest.json` (`seal`).
+- A hit copies a file only after the bytes it read hash to the digest the manifest holds (`copy_verified`); an
+  entry holding a link, a folder, a file the manifest does not list, or missing one, is no hit (`check_entry`
+  says why): the caller rebuilds, says so, and the rebuilt entry replaces the bad one.
+- Two runs building the same key at the same time: the first to publish wins (`publish`); the other takes the
+  winner's entry when it verifies, or replaces it when it does not (a partial entry left by a killed run).
+- Entries are readable by every user of a shared cache (directories 0755, files 0644), as the converted model
+  cache is (tiermem.models.specs).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tiermem.settings.errors import StoreError
+
+MANIFEST = "tiermem_cache_manifest.json"
+FORMAT = 1
+DIR_MODE, FILE_MODE = 0o755, 0o644
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def seal(entry: Path) -> Path:
+    """Record every file of a freshly built entry with its sha256, and open it to every reader of the cache."""
+    from tiermem.runs.safe_io import write_atomic
+
+    files = {}
+    for path in sorted(entry.iterdir()):
+        if path.is_symlink() or not path.is_file():
+            raise StoreError(f"{path}: a cache entry holds plain files only")
+        if path.name != MANIFEST:
+            path.chmod(FILE_MODE)
+            files[path.name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    manifest = write_atomic(entry / MANIFEST, json.dumps({"format": FORMAT, "files": files}, indent=2,
+                                                         sort_keys=True))
+    manifest.chmod(FILE_MODE)
+    entry.chmod(DIR_MODE)
+    return manifest
+
+
+def _manifest(entry: Path) -> dict[str, dict]:
+    path = entry / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        raise ValueError(f"no {MANIFEST} (an entry from before digests were stored, or a partial one)")
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{MANIFEST} is not readable JSON ({type(exc).__name__})") from None
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+    if not isinstance(files, dict) or not files or not all(
+            isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
+        raise ValueError(f"{MANIFEST} does not list files with their sha256")
+    return files
+
+
+def check_entry(entry: Path, deep: bool = False) -> str | None:
+    """None when `entry` is a complete entry: its manifest lists exactly its files, none is a link or a folder
+    (and, with `deep`, every file hashes to its digest); else why not, in words."""
+    if entry.is_symlink():
+        return f"{entry} is a symbolic link"
+    if not entry.is_dir():
+        return "no entry" if not entry.exists() else f"{entry} is not a directory"
+    try:
+        files = _manifest(entry)
+    except ValueError as exc:
+        return str(exc)
+    found = {p.name: p for p in entry.iterdir() if p.name != MANIFEST}
+    for name, path in sorted(found.items()):
+        if path.is_symlink():
+            return f"{name} is a symbolic link (to {os.readlink(path)})"
+        if not path.is_file():
+            return f"{name} is not a plain file"
+    if set(found) != set(files):
+        extra, missing = sorted(set(found) - set(files)), sorted(set(files) - set(found))
+        return f"files not as built (unlisted: {extra}, missing: {missing})"
+    for name, want in sorted(files.items()):
+        if found[name].stat().st_size != want.get("bytes", found[name].stat().st_size):
+            return f"{name} has {found[name].stat().st_size} bytes, built with {want['bytes']}"
+        if deep and sha256_file(found[name]) != want["sha256"]:
+            return f"{name} does not match the sha256 stored when the entry was built"
+    return None
+
+
+def publish(tmp: Path, entry: Path) -> bool:
+    """Move a sealed build `tmp` to `entry`. True when `tmp` became the entry; False when another run published a
+    complete entry first (`tmp` is left to the caller to delete, the winner's entry is the one to use). A bad entry
+    in the way (partial, tampered) is moved aside and replaced."""
+    for _ in range(3):
+        try:
+            os.replace(tmp, entry)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise
+        if check_entry(entry, deep=True) is None:
+            return False
+        aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.stale.", dir=entry.parent))
+        try:
+            os.replace(entry, aside / "entry")  # a link or file in the way is moved too, never followed
+        except FileNotFoundError:
+            pass  # another run moved it first
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+    raise StoreError(f"{entry}: could not publish the cache entry (another run keeps replacing it); rerun, or "
+                     "set cache=false")
+
+
+def copy_verified(entry: Path, out: Path) -> list[str]:
+    """Every file of a checked entry into `out` (by write-then-rename, never through a link there), each only
+    after the bytes read hash to the manifest's digest. A mismatch is a StoreError naming the file (the caller
+    checked the entry first, so this is a change made while copying)."""
+    from tiermem.runs.safe_io import write_atomic
+
+    files = _manifest(entry)
+    copied = []
+    for name, want in sorted(files.items()):
+        src = entry / name
+        if src.is_symlink():
+            raise StoreError(f"{src}: a symbolic link in the cache entry; delete {entry} and rerun to rebuild it")
+        data = src.read_bytes()
+        if hashlib.sha256(data).hexdigest() != want["sha256"]:
+            raise StoreError(f"{src}: does not match the sha256 stored when the entry was built; delete {entry} and "
+                             "rerun to rebuild it")
+        write_atomic(out / name, data)
+        copied.append(name)
+    return copied

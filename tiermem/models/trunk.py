@@ -1,0 +1,204 @@
+"""A frozen trunk computed once: the bottom layers of a router whose LoRA adapter trains only the top layers.
+
+On a CPU a step's cost is the forward pass over a ~300-token prompt; with the adapter on the top N layers
+(`lora.top_layers`), the bottom layers see the same weights and the same tokens every epoch, so their output is
+computed once per sequence (no grad, no stored activations) and reused. Every later pass runs only N layers.
+`top_logits(trunk(ids))` equals the full model's logits (tests/tiermem/models/test_trunk.py checks it).
+
+Supported for decoders that do not rescale `inputs_embeds` inside the model (Llama, Qwen2/3, Mistral, SmolLM);
+others (e.g. Gemma multiplies embeddings by sqrt(d)) fall back to full forwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tiermem.runs.safe_io import write_stream
+from tiermem.settings.errors import StoreError, UsageError
+
+SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
+
+
+def decoder_of(model: Any) -> Any:
+    """The inner decoder (the module holding .layers, .norm, .embed_tokens) of a plain or PEFT-wrapped causal LM."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(inner, "model", inner)
+    if not hasattr(inner, "layers"):
+        raise UsageError(f"{type(model).__name__}: no decoder layers found")
+    return inner
+
+
+TOP_LAYER_PARAMS = ("trainable", "lora")
+
+
+def top_layers_holding(model: Any, params: str = "trainable") -> int | None:
+    """N when every selected parameter sits in the top N decoder layers (0 < N < the number of layers): the
+    layers a frozen trunk below them must leave to run; None when a selected parameter sits in the bottom layer
+    or outside the decoder layers, when none is selected, or when the model has no decoder layers.
+
+    `params="trainable"`: the parameters that train (requires_grad), for training (LoRA with layers_to_transform);
+    `params="lora"`: the LoRA weights, trainable or not, for a loaded adapter (serving's shared trunk)."""
+    if params not in TOP_LAYER_PARAMS:
+        raise ValueError(f"params must be one of {TOP_LAYER_PARAMS}, got {params!r}")
+    try:
+        n = len(decoder_of(model).layers)
+    except ValueError:
+        return None
+    lowest = n
+    for name, param in model.named_parameters():
+        if not (param.requires_grad if params == "trainable" else "lora_" in name):
+            continue
+        match = re.search(r"\.layers\.(\d+)\.", name)
+        if match is None:
+            return None
+        lowest = min(lowest, int(match.group(1)))
+    return n - lowest if 0 < lowest < n else None
+
+
+def supports_trunk(model: Any) -> bool:
+    return getattr(model.config, "model_type", None) in SUPPORTED
+
+
+@contextmanager
+def _layers(inner: Any, keep: slice):
+    full = inner.layers
+    inner.layers = torch.nn.ModuleList(list(full)[keep])
+    try:
+        yield
+    finally:
+        inner.layers = full
+
+
+class FrozenTrunk:
+    """Memoized output of the bottom `len(layers) - top_layers` layers, keyed by the exact token sequence."""
+
+    def __init__(self, model: Any, top_layers: int, batch_size: int = 8, cache_file: str | Path | None = None) -> None:
+        if not supports_trunk(model):
+            raise UsageError(f"model type {model.config.model_type!r} is not supported by the frozen trunk")
+        self.inner = decoder_of(model)
+        n = len(self.inner.layers)
+        if not 1 <= top_layers < n:
+            raise UsageError(f"top_layers must be in [1, {n - 1}], got {top_layers}")
+        self.split = n - top_layers
+        self.batch_size = batch_size
+        self.cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self.misses = 0
+        # Reused across stages (SFT, then the expected-reward refinement of the same adapter): the file name holds
+        # what the states depend on, so another base model or split never reads them.
+        self.cache_file = Path(cache_file) if cache_file else None
+        self.fingerprint = trunk_fingerprint(model, self.split)
+        if self.cache_file is not None and self.cache_file.is_file():
+            saved = load_trunk_states(self.cache_file, self.inner.embed_tokens.weight.device)
+            if saved["fingerprint"] != self.fingerprint:
+                raise UsageError(f"{self.cache_file}: trunk states of another model or split; delete the file")
+            self.cache = saved["states"]
+
+    def save(self) -> None:
+        """Write the states when this run computed new ones (a run that only read them leaves the file alone)."""
+        if self.cache_file is None or (self.misses == 0 and self.cache_file.is_file()):
+            return
+        self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+        write_stream(self.cache_file, lambda fh: torch.save({"fingerprint": self.fingerprint, "states": self.cache},
+                                                            fh))
+
+    @torch.no_grad()
+    def _compute(self, rows: list[tuple[int, ...]]) -> None:
+        device = self.inner.embed_tokens.weight.device
+        captured: list[torch.Tensor] = []
+        with _layers(self.inner, slice(0, self.split)):
+            hook = self.inner.layers[-1].register_forward_hook(
+                lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
+            try:
+                for start in range(0, len(rows), self.batch_size):
+                    chunk = rows[start:start + self.batch_size]
+                    width = max(len(r) for r in chunk)
+                    ids = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
+                    mask = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
+                    for i, r in enumerate(chunk):
+                        ids[i, : len(r)] = torch.tensor(r)
+                        mask[i, : len(r)] = 1
+                    captured.clear()
+                    self.inner(input_ids=ids, attention_mask=mask, use_cache=False)
+                    for i, r in enumerate(chunk):  # right padding: real positions never attend to pads
+                        self.cache[r] = captured[-1][i, : len(r)].detach().clone()
+            finally:
+                hook.remove()
+        self.misses += len(rows)
+
+    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Trunk output [B, T, D] for a padded batch (zeros at pads). A row's tokens are its unmasked positions, so
+        right and left padding both work (the states are computed unpadded, from position 0)."""
+        keep = attention_mask.bool()
+        rows = [tuple(input_ids[b][keep[b]].tolist()) for b in range(input_ids.size(0))]
+        todo = list(dict.fromkeys(r for r in rows if r not in self.cache))
+        if todo:
+            self._compute(todo)
+        first = self.cache[rows[0]]
+        out = torch.zeros(len(rows), input_ids.size(1), first.size(-1), dtype=first.dtype, device=first.device)
+        for b, r in enumerate(rows):
+            out[b, keep[b]] = self.cache[r]
+        return out
+
+    def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               logits_to_keep: int | torch.Tensor = 0) -> torch.Tensor:
+        """The full model's logits, running only the top layers (with grad, through the adapter) on cached input.
+        A left-padded batch gets each row's true positions (as generation gives them), since its trunk states were
+        computed from position 0."""
+        hidden = self.hidden(input_ids, attention_mask)
+        extra = {}
+        if bool((attention_mask[:, 0] == 0).any()):
+            extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        with _layers(self.inner, slice(self.split, None)):
+            return model(inputs_embeds=hidden, attention_mask=attention_mask, logits_to_keep=logits_to_keep,
+                         use_cache=False, **extra).logits
+
+
+class TrunkCacheError(StoreError):
+    """A trunk-state file that is not one FrozenTrunk.save wrote (unreadable, or a pickle of other objects)."""
+
+
+def load_trunk_states(path: Path, device: Any) -> dict[str, Any]:
+    """`{"fingerprint": str, "states": {token ids: tensor}}` as FrozenTrunk.save wrote it. weights_only=True:
+    the unpickler builds tensors and plain containers only, so a planted file can never run code (torch < 2.6
+    defaults to a full unpickler)."""
+    try:
+        saved = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # UnpicklingError for forbidden globals; RuntimeError / EOFError for a torn file
+        raise TrunkCacheError(f"{path}: not a trunk-state file written by tiermem ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to recompute") from None
+    states = saved.get("states") if isinstance(saved, dict) else None
+    if not (isinstance(saved, dict) and isinstance(saved.get("fingerprint"), str) and isinstance(states, dict)
+            and all(isinstance(k, tuple) and isinstance(v, torch.Tensor) for k, v in states.items())):
+        raise TrunkCacheError(f"{path}: not a trunk-state file written by tiermem (expected fingerprint and "
+                              "states); delete it to recompute")
+    return saved
+
+
+def trunk_fingerprint(model: Any, split: int) -> str:
+    """What the trunk's output depends on: the bottom layers' weights (hashed) and the split."""
+    inner = decoder_of(model)
+    digest = hashlib.sha256(f"{model.config.model_type}:{split}".encode())
+    for module in [inner.embed_tokens, *list(inner.layers)[:split]]:
+        for name, param in sorted(module.named_parameters()):
+            if "lora_" in name:
+                continue
+            digest.update(name.encode())
+            digest.update(param.detach().float().flatten()[:: max(1, param.numel() // 4096)].numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def right_padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(list(r))
+        mask[i, : len(r)] = 1
+    return ids, mask

@@ -1,0 +1,1 @@
+"""How runs are kept: run directories, safe writes, the router metadata file, eval summaries, logs."""

@@ -1,0 +1,313 @@
+"""`tiermem_router.json`: the one metadata file saved next to every router checkpoint.
+
+Training writes it (contract version, base model spec, training config, metrics), calibration adds the
+threshold, eval adds its summary (`eval`, a tiermem.runs.eval_summary.EvalSummary), serving and the model card read
+it. Reading and writing live only here so every stage agrees on the format. A stage that changes the file
+holds one `RunMetaFile` for the whole operation: read once, changed in memory, written once with its card.
+
+Integrity: `files` maps every weight/model file a loader reads (`weight_files`) to its sha256, recorded at save
+time by `file_digests` and checked by `verify_files` before any loader opens one. `read_run_meta` checks every
+field's type and range, so a nonsensical value is refused when the router loads, never on a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiermem.settings.errors import MissingFileError, StoreError, UsageError
+from tiermem.runs.eval_summary import EvalSummary
+from tiermem.runs.safe_io import write_atomic
+
+RUN_META_FILE = "tiermem_router.json"
+CARD_FILE = "README.md"  # the model card, rendered from this file (serving.model_card)
+_REQUIRED = ("contract_version", "base_model")
+FEATURE_MODEL_FILE = "feature_model.json"  # the features router's fitted model (serving/feature_router.py)
+SIGNAL_HEAD_FILE = "signal_head.json"  # an LM router's signal head (serving/signals.py), beside its adapter
+# What a loader may read as weights: PEFT adapters, transformers checkpoints (single or sharded), the feature model.
+# Not training_args.bin (a trainer pickle no loader reads) nor trunk caches (*.pt): neither is part of a router.
+_WEIGHT_PATTERNS = (re.compile(r".+\.safetensors"), re.compile(r"adapter_model\.bin"),
+                    re.compile(r"pytorch_model(-\d+-of-\d+)?\.bin"), re.compile(re.escape(FEATURE_MODEL_FILE)),
+                    re.compile(re.escape(SIGNAL_HEAD_FILE)))
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_CHUNK = 1 << 20
+
+
+class RunMetaError(UsageError):
+    """A missing or malformed tiermem_router.json (the message names the file and the field): a run directory the
+    user named that cannot be used, exit 2."""
+
+
+class IntegrityError(StoreError):
+    """A router file that is missing, unrecorded or differs from the sha256 tiermem_router.json recorded for it."""
+
+
+@dataclass
+class RunMeta:
+    contract_version: str
+    base_model: str  # model spec for tiermem.models.specs.load_causal_lm (packaged:..., local dir or hub id)
+    stage: str = "sft"  # which stage produced the run: sft | grpo | features | top1-score
+    adapter: bool = True  # True: a PEFT adapter over base_model; False: merged full weights in the run dir
+    training: dict[str, Any] = field(default_factory=dict)  # the recipe's config, as saved
+    data: dict[str, Any] = field(default_factory=dict)  # dataset path / hub id, label_rule, split sizes
+    metrics: dict[str, Any] = field(default_factory=dict)  # e.g. {"validation": {"accuracy": ..}}
+    calibration: dict[str, Any] | None = None  # written by evaluation.calibrate
+    files: dict[str, str] | None = None  # weight file name -> sha256 (file_digests); None: saved before digests
+    # which router the directory holds: "local" (a LoRA/merged LM), else a serving.router kind (features, top1-score)
+    router_kind: str = "local"
+    # the evaluation of record: the latest eval on the held-out test split of the data the router was trained from
+    eval: EvalSummary | None = None
+    # evaluations on any other data or split (a user's own file), newest last, one per (dataset, split): listed
+    # beside the evaluation of record on the card, never in its place (serving.model_card.record_eval)
+    other_evals: list[EvalSummary] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept verbatim
+
+
+def read_run_meta(run_dir: str | Path) -> RunMeta:
+    path = Path(run_dir) / RUN_META_FILE
+    if not path.is_file():
+        raise MissingFileError(f"{path} not found: not a tiermem router run directory (make sft writes one)")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
+    return run_meta_from_dict(raw, path)
+
+
+def run_meta_from_dict(raw: Any, path: str | Path) -> RunMeta:
+    """A RunMeta from tiermem_router.json's parsed JSON, every field checked (`path` names it in errors)."""
+    if not isinstance(raw, dict):
+        raise RunMetaError(f"{path}: top level must be an object")
+    missing = [k for k in _REQUIRED if not isinstance(raw.get(k), str) or not raw.get(k)]
+    if missing:
+        raise RunMetaError(f"{path}: missing or empty field(s) {missing}")
+    known = set(RunMeta.__dataclass_fields__) - {"extra"}
+    extra = {k: v for k, v in raw.items() if k not in known}
+    values = {k: v for k, v in raw.items() if k in known}
+    if values.get("eval") is not None:
+        try:
+            values["eval"] = EvalSummary.from_dict(values["eval"])
+        except ValueError as exc:
+            raise RunMetaError(f"{path}: {exc} (remove the `eval` key and rerun `make eval`)") from None
+    others = values.get("other_evals")
+    if others is not None:
+        if not isinstance(others, list):
+            raise RunMetaError(f"{path}: field 'other_evals' must be a list, got {type(others).__name__}")
+        try:
+            values["other_evals"] = [EvalSummary.from_dict(e) for e in others]
+        except ValueError as exc:
+            raise RunMetaError(f"{path}: other_evals: {exc} (remove the entry and rerun its eval)") from None
+    meta = RunMeta(**values, extra=extra)
+    validate_run_meta(meta, path)
+    return meta
+
+
+def meta_digest(meta: RunMeta) -> str:
+    """sha256 of the metadata as write_run_meta writes it: the model card records the digest of the metadata it was
+    rendered from, so a card left behind by a stage killed between the two writes is detected (model_card)."""
+    data = asdict(meta)
+    data.update(data.pop("extra"))
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_count(value: Any, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
+    """Every field a loader reads, typed and range-checked; RunMetaError names the file and the field.
+    `metrics` and `training` are reports of the run (shown on the card, never read to route): only their type
+    is checked."""
+
+    def bad(field_name: str, problem: str) -> RunMetaError:
+        return RunMetaError(f"{where}: field {field_name!r} {problem}")
+
+    for name in _REQUIRED:
+        if not isinstance(getattr(meta, name), str) or not getattr(meta, name):
+            raise bad(name, "must be a non-empty string")
+    if not isinstance(meta.stage, str) or not meta.stage:
+        raise bad("stage", f"must be a non-empty string, got {meta.stage!r}")
+    if not isinstance(meta.adapter, bool):
+        raise bad("adapter", f"must be true or false, got {meta.adapter!r}")
+    for name in ("training", "data", "metrics"):
+        if not isinstance(getattr(meta, name), dict):
+            raise bad(name, f"must be an object, got {type(getattr(meta, name)).__name__}")
+    router_input = meta.data.get("router_input")
+    if router_input is not None:
+        if not isinstance(router_input, dict):
+            raise bad("data.router_input", f"must be an object, got {router_input!r}")
+        # top_k 0 is what training records for a split without summaries; loaders read it as "no limit"
+        if "top_k" in router_input and not _is_count(router_input["top_k"]):
+            raise bad("data.router_input.top_k", f"must be a non-negative integer, got {router_input['top_k']!r}")
+        for key in ("max_summaries", "max_summary_chars"):
+            if key in router_input and not _is_count(router_input[key], 1):
+                raise bad(f"data.router_input.{key}", f"must be a positive integer, got {router_input[key]!r}")
+    cal = meta.calibration
+    if cal is not None:
+        if not isinstance(cal, dict):
+            raise bad("calibration", f"must be an object or null, got {cal!r}")
+        logit = cal.get("threshold_logit")
+        if logit is not None and not (_is_number(logit) and math.isfinite(logit)):
+            raise bad("calibration.threshold_logit", f"must be a finite log-odds number or null, got {logit!r}")
+        if "threshold" in cal:
+            raise bad("calibration.threshold", "is not a field: the stored threshold is calibration.threshold_logit "
+                                               "(log-odds); recalibrate")
+    if not isinstance(meta.router_kind, str) or not meta.router_kind:
+        raise bad("router_kind", f"must be a non-empty string, got {meta.router_kind!r}")
+    if meta.eval is not None:
+        if not isinstance(meta.eval, EvalSummary):
+            raise bad("eval", f"must be an EvalSummary or null, got {type(meta.eval).__name__}")
+        try:
+            EvalSummary.from_dict(asdict(meta.eval))
+        except ValueError as exc:
+            raise RunMetaError(f"{where}: {exc}") from None
+    if not isinstance(meta.other_evals, list) or not all(isinstance(e, EvalSummary) for e in meta.other_evals):
+        raise bad("other_evals", "must be a list of EvalSummary")
+    clash = sorted(set(meta.extra) & set(RunMeta.__dataclass_fields__))
+    if clash:
+        raise bad("extra", f"holds {clash}, which are fields of RunMeta: set them as fields")
+    model_file = meta.extra.get("feature_model")
+    if model_file is not None and model_file != FEATURE_MODEL_FILE:
+        raise bad("feature_model", f"must be {FEATURE_MODEL_FILE!r}, got {model_file!r}")
+    if meta.files is not None:
+        if not isinstance(meta.files, dict):
+            raise bad("files", f"must be an object of file name -> sha256, got {type(meta.files).__name__}")
+        for name, digest in meta.files.items():
+            if not _is_weight_name(name):
+                raise bad("files", f"names {name!r}, which is not a weight file of the run directory")
+            if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+                raise bad(f"files.{name}", f"must be a lowercase hex sha256, got {digest!r}")
+
+
+def _is_weight_name(name: Any) -> bool:
+    # top-level names only: a recorded name never reaches outside the run directory
+    return (isinstance(name, str) and "/" not in name and "\\" not in name and name not in (".", "..")
+            and any(p.fullmatch(name) for p in _WEIGHT_PATTERNS))
+
+
+def weight_files(run_dir: str | Path) -> list[str]:
+    """The files of a run directory that a router loader reads as weights or a fitted model, sorted."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir() if p.is_file() and _is_weight_name(p.name))
+
+
+def sha256_file(path: str | Path) -> str:
+    """Streamed in 1 MiB chunks: a merged checkpoint is never read into memory whole."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_digests(run_dir: str | Path) -> dict[str, str]:
+    """The `files` field: sha256 of every weight file in the run directory (empty for a router without one)."""
+    return {name: sha256_file(Path(run_dir) / name) for name in weight_files(run_dir)}
+
+
+def verify_files(run_dir: str | Path, meta: RunMeta) -> None:
+    """Check every recorded digest before a loader opens the files; raise IntegrityError naming the file.
+
+    A directory without `files` was saved before digests were recorded: refused when it holds weights (nothing
+    says they are the ones training wrote); one without weights (top1-score) has nothing a digest would protect."""
+    run_dir = Path(run_dir)
+    present = weight_files(run_dir)
+    if meta.files is None:
+        if present:
+            raise IntegrityError(f"{run_dir / RUN_META_FILE} records no sha256 of the weight files {present} (saved "
+                                 "before integrity digests): re-save the router (retrain, or rerun fit-features) "
+                                 "so that its files can be verified")
+        return
+    for name, expected in meta.files.items():
+        path = run_dir / name
+        if not path.is_file():
+            raise IntegrityError(f"{path}: missing, but {RUN_META_FILE} records it (sha256 {expected}); the run "
+                                 "directory is incomplete")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise IntegrityError(f"{path}: sha256 {actual} differs from the {expected} recorded in {RUN_META_FILE}: "
+                                 "the file changed after the router was saved; restore it or retrain")
+    unrecorded = [name for name in present if name not in meta.files]
+    if unrecorded:
+        raise IntegrityError(f"{run_dir}: weight file(s) {unrecorded} are not recorded in {RUN_META_FILE} files; "
+                             "remove them or re-save the router")
+
+
+def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
+    """Write atomically, so a crash never leaves a half-written file a loader would trust; a value a loader
+    would refuse is refused here already."""
+    run_dir = Path(run_dir)
+    validate_run_meta(meta, run_dir / RUN_META_FILE)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return write_atomic(run_dir / RUN_META_FILE, meta_json(meta))
+
+
+def meta_json(meta: RunMeta) -> str:
+    """tiermem_router.json's text for `meta` (what write_run_meta writes and push uploads)."""
+    data = asdict(meta)
+    data.update(data.pop("extra"))
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+class RunMetaChanged(StoreError):
+    """tiermem_router.json changed on disk after this operation read it (another stage wrote it): writing ours would
+    lose that change."""
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    # every write is write-then-rename, so a rewrite changes the inode even within one mtime tick
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+class RunMetaFile:
+    """One operation's hold on a run's tiermem_router.json: read and checked once (`open`), changed in memory
+    (`.meta`), written once with the run's card (`save`), so no helper reads the file back or writes it apart."""
+
+    def __init__(self, run_dir: str | Path, meta: RunMeta, seen: tuple[int, int, int] | None) -> None:
+        self.run_dir, self.meta, self._seen = Path(run_dir), meta, seen
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / RUN_META_FILE
+
+    @classmethod
+    def open(cls, run_dir: str | Path) -> RunMetaFile:
+        path = Path(run_dir) / RUN_META_FILE
+        seen = _stamp(path)  # before reading: a write that lands while we read is noticed at save
+        return cls(run_dir, read_run_meta(run_dir), seen)
+
+    @classmethod
+    def new(cls, run_dir: str | Path, meta: RunMeta) -> RunMetaFile:
+        """Metadata a stage made for the run directory it claimed (training, fit-features); replaces the file."""
+        return cls(run_dir, meta, _stamp(Path(run_dir) / RUN_META_FILE))
+
+    def save(self, card: Callable[[RunMeta], str] | None = None) -> Path:
+        """Check, then write the card rendered from the metadata (`card`), then the metadata: written last, as
+        it marks the run; a stage stopped between the two leaves a card whose digest the loader finds stale."""
+        validate_run_meta(self.meta, self.path)
+        if _stamp(self.path) != self._seen:
+            raise RunMetaChanged(f"{self.path} changed on disk since this stage read it (another stage wrote it): "
+                                 "not overwritten, so that change is kept; rerun this stage")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if card is not None:
+            write_atomic(self.run_dir / CARD_FILE, card(self.meta))
+        write_atomic(self.path, meta_json(self.meta))
+        self._seen = _stamp(self.path)
+        return self.path

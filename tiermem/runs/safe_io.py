@@ -1,0 +1,109 @@
+"""Writes inside a run directory that never go through a symbolic link the stage did not create.
+
+A run directory is the stage's own, but a file in it may be a link someone planted (`README.md ->
+~/.bashrc`): `open(path, "w")` would write through it to the target, outside the directory. Every write here is
+write-then-rename: a new file made exclusively next to the target (mkstemp: O_CREAT | O_EXCL, which never follows a
+link), then renamed over it. A path that is a link is refused first (RunDirError naming it, exit 4): replacing a
+link the user made would be as surprising as writing through it. The lock file is opened with O_NOFOLLOW.
+
+Libraries that write a folder by plain open() (transformers' `save_pretrained`, a trainer's `save_model`, datasets'
+`save_to_disk`) write into a fresh folder of unguessable name instead (`save_into`, `save_pretrained`), whose files
+are then renamed into place (`move_into`). tests/tiermem/runs/test_safe_writes.py fails for a stage module that writes any
+other way.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from tiermem.settings.errors import RunDirError
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 where the platform has none (Windows has no symlinks to plant there)
+
+
+def refuse_link(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_symlink():
+        raise RunDirError(f"{path} is a symbolic link (to {os.readlink(path)}); a stage never writes through a link "
+                          "it did not create: remove it and rerun")
+    return path
+
+
+def write_atomic(path: str | Path, data: str | bytes, encoding: str = "utf-8") -> Path:
+    """Write `data` to `path` by write-then-rename in its directory; refuse a link at `path`."""
+    payload = data.encode(encoding) if isinstance(data, str) else data
+    return write_stream(path, lambda fh: fh.write(payload))
+
+
+def open_nofollow(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """os.open with O_NOFOLLOW: a link at `path` is a RunDirError, never followed."""
+    path = Path(path)
+    try:
+        return os.open(path, flags | NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            refuse_link(path)
+        raise
+
+
+def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """`write_atomic` for a writer that needs a file object (torch.save, a figure, a long JSONL): `write(fh)` fills
+    a new file made next to `path`, which is then renamed over it."""
+    path = refuse_link(path)
+    mode = path.stat().st_mode & 0o777 if path.is_file() else 0o644  # mkstemp's 0600 would hide a card or report
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def move_into(source: str | Path, directory: str | Path) -> list[Path]:
+    """Move every file under `source` to the same relative path under `directory` by rename: a link at a target
+    (or at a folder on the way) is refused, and rename replaces a name, never writing through one planted later."""
+    source, directory = Path(source), Path(directory)
+    moved = []
+    for src in sorted(source.rglob("*")):
+        target = directory / src.relative_to(source)
+        for folder in reversed(target.relative_to(directory).parents[:-1]):
+            refuse_link(directory / folder)
+        if src.is_dir():
+            refuse_link(target).mkdir(exist_ok=True)
+            continue
+        os.replace(src, refuse_link(target))
+        moved.append(target)
+    return moved
+
+
+def save_into(directory: str | Path, write: Callable[[Path], object]) -> list[Path]:
+    """Files that a library writes into a folder by plain open() (transformers' save_pretrained, a trainer's
+    save_model, datasets' save_to_disk): `write(folder)` fills a fresh folder of unguessable name made inside
+    `directory` (mkdtemp, mode 0700), whose files are then moved into `directory` (`move_into`). Returns them."""
+    directory = refuse_link(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".saving."))
+    try:
+        write(staging)
+        for path in staging.rglob("*"):  # a library's 0600 (safetensors) would hide the weights from a service
+            if not path.is_symlink():
+                path.chmod(0o755 if path.is_dir() else 0o644)
+        return move_into(staging, directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def save_pretrained(obj: Any, directory: str | Path, **kwargs: Any) -> list[Path]:
+    """`obj.save_pretrained(directory, **kwargs)` for a model, tokenizer or config, without following a link
+    planted in `directory` (`save_into`). Returns the files written."""
+    return save_into(directory, lambda folder: obj.save_pretrained(str(folder), **kwargs))

@@ -1,0 +1,294 @@
+"""YAML configs parsed into dataclasses, with `key=value` overrides.
+
+HfArgumentParser/TrlParser handle flat dataclasses and `--flag value` CLIs; our stage configs nest
+(e.g. `llm.answerer.model=...`), so this is a small recursive loader that rejects unknown keys with the
+file and key named. TRL's own config objects (SFTConfig, GRPOConfig) are still built from a `trainer:`
+mapping in the YAML, so TRL validates its own fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from tiermem.settings.config_help import strip_optional
+
+# ConfigError is defined with the other error kinds; `tiermem.settings.config.ConfigError` still works
+from tiermem.settings.errors import ConfigError, HelpShown
+
+T = TypeVar("T")
+# the checkout the package runs from: where a relative config path is looked up when the working directory lacks it
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads `1e-3` as a float (YAML 1.2; PyYAML's 1.1 rules want `1.0e-3` and return the
+    string "1e-3") and refuses a key given twice in one mapping (1.1 silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str) -> Any:
+    """YAML with numbers read as the numbers they are and duplicate keys refused (see _Loader)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506  (_Loader is a SafeLoader)
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    """One line: `line L, column C: problem` (PyYAML's own text spans several lines with a caret)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f"{exc.context}, " if exc.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {context}{exc.problem}"
+    return " ".join(str(exc).split())
+
+
+def config_path(path: str | Path) -> Path:
+    """A config file as named: relative to the working directory, else relative to the checkout the package runs
+    from (its `configs/`), so a stage's default config and the demo's step configs load from any directory."""
+    path = Path(path).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    packaged = PACKAGE_ROOT / path
+    return packaged if packaged.is_file() else path
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = config_path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml_load(path.read_text(encoding="utf-8-sig")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_message(exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def require_finite(value: Any, where: str) -> Any:
+    """`value`, refused when it is or holds (in a list or mapping) a NaN or an infinity: `nan < 0` is False, so
+    a range check in a __post_init__ lets it through and it fails deep inside training. Every config value read
+    from a file or an override passes here (_check_scalar), the `trainer:` mappings handed to TRL included."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            require_finite(item, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            require_finite(item, f"{where}.{key}")
+    return value
+
+
+def _check_scalar(tp: Any, value: Any, where: str) -> Any:
+    if value is None:
+        return value
+    require_finite(value, where)
+    base = strip_optional(tp)
+    origin = typing.get_origin(base) or base
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    expected = {int: int, float: float, str: str, bool: bool, list: list, dict: dict, tuple: (list, tuple)}
+    kind = expected.get(origin)
+    if kind is not None and (not isinstance(value, kind) or (origin is int and isinstance(value, bool))):
+        raise ConfigError(f"{where}: expected {getattr(base, '__name__', base)}, got {value!r}")
+    if origin is tuple and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+SHORTHAND = "__shorthand__"  # a section given as one string (`router: runs/grpo`), then overridden (`router.mode=...`)
+
+def _expand_shorthand(tp: Any, value: Any, where: str) -> Any:
+    """A dataclass with `from_shorthand(str)` (e.g. RouterSpec) may be given as a string."""
+    if isinstance(value, str):
+        value = {SHORTHAND: value}
+    if isinstance(value, dict) and SHORTHAND in value:
+        if not hasattr(tp, "from_shorthand"):
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} settings, got {value[SHORTHAND]!r}")
+        try:
+            base = dataclasses.asdict(tp.from_shorthand(value[SHORTHAND]))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        value = {**base, **{k: v for k, v in value.items() if k != SHORTHAND}}
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build dataclass `cls` from a mapping; nested dataclass fields are built recursively."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        tp = strip_optional(hints[name])
+        if name.endswith("_dir") and isinstance(value, str) and not value.strip():
+            # an empty directory means the current one: a stage would write (and clean up) there
+            raise ConfigError(f"{where}.{name}: empty path; give a directory (or null where allowed)")
+        if dataclasses.is_dataclass(tp) and hasattr(tp, "from_shorthand"):
+            value = _expand_shorthand(tp, value, f"{where}.{name}")
+        if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+            kwargs[name] = from_dict(tp, value, f"{where}.{name}")
+        elif dataclasses.is_dataclass(tp) and not (value is None and tp is not hints[name]):
+            # e.g. `memory=5` or `memory=null` for a section that is not optional
+            raise ConfigError(f"{where}.{name}: expected a mapping of {tp.__name__} settings, got {value!r}")
+        else:
+            kwargs[name] = _check_scalar(hints[name], value, f"{where}.{name}")
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        # The dataclass's own checks (__post_init__) judge the user's values here: whatever they refuse is a config
+        # error, one line and exit 2 (most raise ConfigError themselves; a plain ValueError is named here).
+        raise ConfigError(f"{where}: {exc}") from None
+    return obj
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """The config as plain data, credentials removed (this is what config.yaml and fingerprints record)."""
+    from tiermem.text.redact import redact
+
+    return redact(dataclasses.asdict(obj))
+
+
+def _key_type(cls: type | None, parts: list[str]) -> Any:
+    """The declared type of the dotted config key `parts` in dataclass `cls`; None when it is not one (a key
+    inside a free mapping such as `trainer:`, an unknown key: from_dict names the latter)."""
+    tp: Any = cls
+    for part in parts:
+        tp = strip_optional(tp)
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+            return None
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            return None
+        tp = hints[part]
+    return tp
+
+
+def _is_text(tp: Any) -> bool:
+    """A key that holds free text (`str`, or `str | int` like ask's question, which is an id or words)."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (
+        typing.Union, types.UnionType) else [tp]
+    return str in args and all(a in (str, int) for a in args)
+
+
+def _is_optional(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides",
+                    cls: type | None = None) -> dict[str, Any]:
+    """Apply `a.b=value` overrides. A key `cls` declares as text (a question, a path, a model name) takes the value
+    as written ("Tomas: when?", "dog #2", "- what ...?" are text, not a YAML mapping, comment or list; `null` or `~`
+    is None where the key may be None); any other value is parsed as a YAML scalar (`k=3`, `k=true`, `k=[a,b]`)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{where}: expected key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        tp = _key_type(cls, key.strip().split("."))
+        try:
+            if tp is not None and _is_text(tp):
+                value = None if raw in ("null", "~") and _is_optional(tp) else raw
+            else:
+                value = yaml_load(raw) if raw != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: {key}: value {raw!r} is not valid YAML: {_yaml_message(exc)}") from None
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if isinstance(node.get(part), str):  # a shorthand section overridden key by key
+                node[part] = {SHORTHAND: node[part]}
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{where}: {key!r} goes through a non-mapping value")
+        node[parts[-1]] = value
+    return data
+
+
+def parse_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = ()) -> T:
+    data = load_yaml(path) if path else {}
+    where = str(path) if path else cls.__name__
+    data = apply_overrides(data, list(overrides), where=f"{where} (overrides)", cls=cls)
+    return from_dict(cls, data, where)
+
+
+def parse_cli(cls: type[T], argv: list[str], default_config: str | Path | None = None) -> T:
+    """`[--config PATH | PATH.yaml] [key=value ...]` -> dataclass instance."""
+    path: str | Path | None = default_config
+    overrides: list[str] = []
+    args = list(argv)
+    if any(a in ("-h", "--help") for a in args):
+        raise HelpShown(lambda stage: _help(stage, cls, default_config))
+    while args:
+        arg = args.pop(0)
+        if arg in ("--config", "-c"):
+            if not args or "=" in args[0] or args[0].startswith("-"):
+                raise ConfigError(f"{arg} needs a path (got {args[0] if args else 'nothing'!r})")
+            path = args.pop(0)
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        elif arg.endswith((".yaml", ".yml")) and "=" not in arg:
+            path = arg
+        else:
+            overrides.append(arg)
+    return parse_config(cls, path, overrides)
+
+
+def _help(stage: str, cls: type, default_config: str | Path | None) -> str:
+    """The stage's --help: the defaults as the stage would use them (its default config applied) when that config
+    loads, else the dataclass's own."""
+    from tiermem.settings.config_help import render_help
+
+    values = None
+    if default_config and config_path(default_config).is_file():
+        try:
+            values = parse_config(cls, default_config)
+        except (ConfigError, ValueError, OSError):
+            values = None
+    return render_help(stage, cls, default_config, values)
+
+
+def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Type-check `data` against dataclass `cls` (e.g. TRL's SFTConfig) before it is built: plain int, float,
+    bool and str fields must get values of that type (ints are accepted for floats). Libraries often
+    accept a wrong type at construction and fail deep inside training (`learning_rate="1e-3"` reaches
+    torch's AdamW as a string)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # forward references a library did not make resolvable: check what is resolvable
+        hints = {f.name: f.type for f in dataclasses.fields(cls) if isinstance(f.type, type)}
+    out = dict(data)
+    for name, value in data.items():
+        tp = strip_optional(hints.get(name))
+        if tp in (int, float, bool, str):
+            out[name] = _check_scalar(tp, value, f"{where}.{name}")
+    return out
+

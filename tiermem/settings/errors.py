@@ -1,0 +1,179 @@
+"""Named errors shared across stages, one per kind of failure, and the one table that maps them to exit codes
+(docs/serving.md "Exit codes"): each kind carries its `exit_code`; errors elsewhere subclass a kind or set
+`exit_code` themselves (contract, models, LLM layer). Only those, and a transport failure reaching an endpoint, are
+bad input or a bad environment: any other exception is a bug, and a stage reports it with its traceback and
+EXIT_INTERNAL. It sits under every other module of the project and imports only the credential mask its error lines
+need (tiermem.text.redact, which imports nothing of the project)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+from tiermem.text.redact import redact_text
+
+EXIT_OK = 0
+EXIT_SOME_ERRORS = 1  # done, with some error records
+EXIT_USAGE = 2  # bad config, override, argument or value
+EXIT_DATA = 3  # a data file (conversations, label records) that does not have the expected shape
+EXIT_RUN_DIR = 4  # refused output directory: not made by this stage
+EXIT_STORE = 5  # unreadable, incomplete or tampered store: SQLite, manifest, records file
+EXIT_FAILED = 6  # the stage ran but produced nothing usable, or an LLM call failed after retries
+EXIT_NETWORK = 7  # an endpoint or hub that cannot be reached
+# An internal error: an exception that is none of the named kinds above, i.e. a bug rather than bad input. 70 is
+# sysexits.h's EX_SOFTWARE ("internal software error"), well clear of 0-7 and of 1 (the interpreter's own code for an
+# uncaught exception), so a script can tell "fix your input" from "report this".
+EXIT_INTERNAL = 70
+
+
+class UsageError(ValueError):
+    """A value the user gave that cannot work (a router directory without a model, a hub without a token)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """A config file or override that does not fit its dataclass (also importable from tiermem.settings.config)."""
+
+
+class MissingExtraError(UsageError):
+    """A setting that needs an optional extra this environment lacks (executor=ray without Ray); the message names
+    the extra and the pip command that installs it."""
+
+
+class MissingFileError(FileNotFoundError):
+    """A file or directory the user named (config, data file, run directory) that is not there; the message names
+    the path. A FileNotFoundError, so code that catches those still does."""
+
+    exit_code = EXIT_USAGE
+
+
+class RouterLoadError(UsageError):
+    """A router directory or model that cannot be served (missing files, tokenizer mismatch, bad fitted model)."""
+
+
+class HubError(UsageError):
+    """A push or pull that the hub refused or could not serve (dataset push in labeling, router push/pull in
+    serving)."""
+
+
+class UnreachableError(ConnectionError):
+    """An endpoint or hub that cannot be reached (refused, timed out, DNS); the message names the address and the
+    variable that sets it."""
+
+    exit_code = EXIT_NETWORK
+
+
+class DataError(ValueError):
+    """A data file whose shape is wrong; the message names the file, the record and the field."""
+
+    exit_code = EXIT_DATA
+
+
+class RunDirError(ValueError):
+    """An output directory a stage may not write into (not made by this stage, or no path at all)."""
+
+    exit_code = EXIT_RUN_DIR
+
+
+class RunError(RuntimeError):
+    """A stage ran but produced nothing usable (e.g. every labeled record is an error)."""
+
+    exit_code = EXIT_FAILED
+
+
+class StoreError(RuntimeError):
+    """A store (SQLite file, manifest, LLM cache) that is unreadable, incomplete or fails its integrity check.
+    The message names the file."""
+
+    exit_code = EXIT_STORE
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    # Third-party transport failures: an endpoint or hub that cannot be reached.
+    found: list[type[BaseException]] = []
+    # httpx2: the client huggingface_hub >= 2 talks to the hub with (its own exception types, not httpx's)
+    for name in ("httpx", "httpx2"):
+        try:
+            found.append(importlib.import_module(name).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    try:
+        import requests
+
+        found.append(requests.exceptions.ConnectionError)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code for a named error or an unreachable endpoint; None for anything else (an internal error,
+    which keeps its traceback)."""
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
+    if isinstance(exc, _network_errors()):
+        return EXIT_NETWORK
+    return None
+
+
+def error_line(stage: str, exc: BaseException) -> str:
+    kind = "" if isinstance(exc, ConfigError) else f"{type(exc).__name__}: "
+    return f"tiermem-router {stage}: error: {kind}{redact_text(str(exc))}"
+
+
+def internal_error_line(stage: str) -> str:
+    return f"tiermem-router {stage}: internal error (a bug, please report it with the traceback above)"
+
+
+class HelpShown(Exception):
+    """`--help` on a stage's command line: not a failure. Raised where the config is parsed (which knows the config
+    class), printed where the stage is known (report_error), exit 0. `render(stage)` -> the help text."""
+
+    exit_code = EXIT_OK
+
+    def __init__(self, render: Callable[[str], str]) -> None:
+        super().__init__("--help")
+        self.render = render
+
+
+def report_error(stage: str, exc: Exception) -> int:
+    """What a stage's main does with an exception that reached it: a named error becomes one line on stderr and
+    its exit code; anything else is an internal error, printed with its traceback and a line saying so, and gives
+    EXIT_INTERNAL. With TIERMEM_DEBUG=1 every exception is re-raised (a traceback for named errors too)."""
+    if isinstance(exc, HelpShown):
+        print(exc.render(stage))
+        return EXIT_OK
+    code = exit_code(exc)
+    if os.environ.get("TIERMEM_DEBUG"):
+        raise exc
+    if code is not None:
+        print(error_line(stage, exc), file=sys.stderr)
+        return code
+    # The traceback can hold what the user passed (URLs with user:password@): masked like every error line.
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    print(redact_text(text), end="", file=sys.stderr)
+    print(internal_error_line(stage), file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def stage_main(stage: str) -> Callable[[Callable[[list[str]], int | None]], Callable[[list[str] | None], int]]:
+    """Every stage's `main(argv)`: an exception that reaches it goes through `report_error` (one line and its exit
+    code for a named error; the traceback, an internal-error line and EXIT_INTERNAL for anything else)."""
+
+    def deco(fn: Callable[[list[str]], int | None]) -> Callable[[list[str] | None], int]:
+        @functools.wraps(fn)
+        def main(argv: list[str] | None = None) -> int:
+            try:
+                return int(fn(list(sys.argv[1:] if argv is None else argv)) or 0)
+            except Exception as exc:
+                return report_error(stage, exc)
+
+        return main
+
+    return deco

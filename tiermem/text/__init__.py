@@ -1,0 +1,1 @@
+"""How text is matched: words, answers against gold, number words, persons, sentences, JSON in replies, redaction."""
