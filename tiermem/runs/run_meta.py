@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.settings.errors import MissingFileError, StoreError, UsageError
 from tiermem.runs.eval_summary import EvalSummary
 from tiermem.runs.safe_io import write_atomic
+from tiermem.settings.errors import MissingFileError, StoreError, UsageError
 
 RUN_META_FILE = "tiermem_router.json"
 CARD_FILE = "README.md"  # the model card, rendered from this file (serving.model_card)

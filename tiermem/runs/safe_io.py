@@ -8,8 +8,8 @@ link the user made would be as surprising as writing through it. The lock file i
 
 Libraries that write a folder by plain open() (transformers' `save_pretrained`, a trainer's `save_model`, datasets'
 `save_to_disk`) write into a fresh folder of unguessable name instead (`save_into`, `save_pretrained`), whose files
-are then renamed into place (`move_into`). tests/tiermem/runs/test_safe_writes.py fails for a stage module that writes any
-other way.
+are then renamed into place (`move_into`). tests/tiermem/runs/test_safe_writes.py fails for a stage module that
+writes any other way.
 """
 
 from __future__ import annotations

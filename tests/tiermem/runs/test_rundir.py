@@ -20,7 +20,6 @@ import pytest
 from labeling.roles import Roles
 from labeling.run import run
 from tests.helpers.label_helpers import HashEmbedder, _label_cfg, answer_from_prompt
-from tiermem.settings.errors import RunDirError
 from tiermem.llm import ScriptedLLM
 from tiermem.runs.rundir import (
     LOCK,
@@ -28,8 +27,10 @@ from tiermem.runs.rundir import (
     claim_output_dir,
     claim_run_to_update,
     claimed_output_dir,
+    read_marker,
     release_output_dir,
 )
+from tiermem.settings.errors import RunDirError
 from tiermem_cli import cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -144,8 +145,8 @@ def test_every_cli_stage_is_classified():
     unclassified = set(cli.STAGES) - set(WRITES) - set(UPDATES) - set(READ_ONLY)
     assert not unclassified, (
         f"new CLI stage(s) {sorted(unclassified)}: add each to WRITES (it claims its output directory through "
-        "tiermem.runs.rundir.claim_output_dir), UPDATES (it changes another stage's run through claim_run_to_update) or "
-        "READ_ONLY (with the reason it writes nothing) in tests/tiermem/runs/test_rundir.py")
+        "tiermem.runs.rundir.claim_output_dir), UPDATES (it changes another stage's run through claim_run_to_update) "
+        "or READ_ONLY (with the reason it writes nothing) in tests/tiermem/runs/test_rundir.py")
     assert not (set(WRITES) | set(UPDATES) | set(READ_ONLY)) - set(cli.STAGES), "a classified stage no longer exists"
 
 
@@ -406,6 +407,12 @@ def test_claim_output_dir_rules(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert claim_output_dir(empty, "eval") == empty and (empty / MARKER).is_file()
+    # shards claim their common directory at once (lock=False): one's marker, still a temporary file before its
+    # rename, is no foreign file to the other
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / f".{MARKER}.k2j4x.tmp").write_text("{")
+    assert claim_output_dir(shared, "label", lock=False) == shared and read_marker(shared)["stage"] == "label"
     legacy = tmp_path / "legacy"  # a label run from before markers: recognized by its fingerprint
     legacy.mkdir()
     (legacy / "resume_fingerprint.json").write_text("{}")
