@@ -171,13 +171,13 @@ def test_a_pushed_lm_router_with_a_local_base_is_loaded_with_the_base_named_here
     from serving.portable import portable_meta
     from serving.routers.local import LocalRouter
     from tests.helpers.router_fixtures import make_router_run
-    from tiermem.runs.run_meta import write_run_meta
+    from tiermem.runs.run_meta import RunMetaFile
     from tiermem.settings.errors import RouterLoadError
 
     run = tmp_path / "pulled"
     shutil.copytree(make_router_run(), run)
     base = read_run_meta(run).base_model
-    write_run_meta(run, portable_meta(read_run_meta(run)))  # what a pull of it holds
+    RunMetaFile.new(run, portable_meta(read_run_meta(run))).save()  # what a pull of it holds
     with pytest.raises(RouterLoadError, match="router.base_model=PATH"):
         LocalRouter.load(run)
     assert LocalRouter.load(run, base_model=base).route("When?", []).action in ("ANSWER", "ESCALATE")

@@ -12,7 +12,7 @@ from typing import Any
 
 from tiermem import contract
 from tiermem.models.specs import cache_root
-from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta, write_run_meta
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta
 
 
 def edit_run_meta(run_dir: str | Path, **changes: Any) -> RunMeta:
@@ -185,7 +185,7 @@ def make_router_run() -> Path:
     meta = read_run_meta(cached / "run")
     if meta.base_model != str(cached / "base"):
         meta.base_model = str(cached / "base")
-        write_run_meta(cached / "run", meta)
+        RunMetaFile.new(cached / "run", meta).save()
     return cached / "run"
 
 
@@ -213,9 +213,9 @@ def _build(root: Path) -> None:
     _train(peft_model, tokenizer, labels, steps=40, lr=1e-2)
     peft_model.save_pretrained(run_dir)
     tokenizer.save_pretrained(run_dir)
-    write_run_meta(run_dir, RunMeta(
+    RunMetaFile.new(run_dir, RunMeta(
         contract_version=contract.CONTRACT_VERSION, base_model=str(base_dir), stage="sft",
         training={"recipe": "tests/helpers/router_fixtures.py", "lora_r": 8, "steps": 40},
         data={"dataset": "tests fixtures", "label_rules": ["evidence"], "train_records": len(FIXTURES)},
         metrics={"validation": {"accuracy": 1.0, "escalation_rate": 0.5, "n": len(FIXTURES)}},
-        files=file_digests(run_dir)))
+        files=file_digests(run_dir))).save()

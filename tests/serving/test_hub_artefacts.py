@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.hub_client import TOKEN, _env, _run
 from tests.helpers.hub_server import local_hub
 from tests.helpers.router_fixtures import FIXTURES, make_router_run
-from tiermem.runs.run_meta import read_run_meta, write_run_meta
+from tiermem.runs.run_meta import RunMetaFile, read_run_meta
 
 UPLOAD_BASE = """
 import sys
@@ -62,7 +62,7 @@ def test_pushed_router_loads_with_plain_peft_by_base_hub_id(tmp_path):
     shutil.copytree(original, run)
     meta = read_run_meta(run)
     meta.base_model = "acme/tiny-base"  # a run trained on a hub base; saved before adapters were made portable
-    write_run_meta(run, meta)
+    RunMetaFile.new(run, meta).save()
     assert json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] != "acme/tiny-base"
 
     tokenizer = AutoTokenizer.from_pretrained(str(run))

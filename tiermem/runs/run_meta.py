@@ -110,7 +110,7 @@ def run_meta_from_dict(raw: Any, path: str | Path) -> RunMeta:
 
 
 def meta_digest(meta: RunMeta) -> str:
-    """sha256 of the metadata as write_run_meta writes it: the model card records the digest of the metadata it was
+    """sha256 of the metadata as RunMetaFile.save writes it: the model card records the digest of the metadata it was
     rendered from, so a card left behind by a stage killed between the two writes is detected (model_card)."""
     data = asdict(meta)
     data.update(data.pop("extra"))
@@ -246,17 +246,8 @@ def verify_files(run_dir: str | Path, meta: RunMeta) -> None:
                              "remove them or re-save the router")
 
 
-def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
-    """Write atomically, so a crash never leaves a half-written file a loader would trust; a value a loader
-    would refuse is refused here already."""
-    run_dir = Path(run_dir)
-    validate_run_meta(meta, run_dir / RUN_META_FILE)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return write_atomic(run_dir / RUN_META_FILE, meta_json(meta))
-
-
 def meta_json(meta: RunMeta) -> str:
-    """tiermem_router.json's text for `meta` (what write_run_meta writes and push uploads)."""
+    """tiermem_router.json's text for `meta` (what RunMetaFile.save writes and push uploads)."""
     data = asdict(meta)
     data.update(data.pop("extra"))
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"

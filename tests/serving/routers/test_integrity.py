@@ -194,19 +194,19 @@ EVAL = {"path": "runs/eval/eval.json", "date": "2025-01-01T00:00:00+00:00", "dat
 
 def test_router_kind_and_eval_are_fields_of_the_metadata(lm_run, tmp_path):
     from tiermem.runs.eval_summary import EvalSummary
-    from tiermem.runs.run_meta import RunMeta, read_run_meta, write_run_meta
+    from tiermem.runs.run_meta import RunMeta, RunMetaFile, read_run_meta
 
     meta = read_run_meta(lm_run)
     assert meta.router_kind == "local" and meta.eval is None and meta.extra == {}
     meta.eval = EvalSummary.from_dict(EVAL)
-    write_run_meta(lm_run, meta)
+    RunMetaFile.new(lm_run, meta).save()
     assert read_run_meta(lm_run).eval == meta.eval and _meta(lm_run)["eval"]["split"] == "test"
     top1 = RunMeta(contract_version=meta.contract_version, base_model="none", adapter=False, router_kind="top1-score")
-    write_run_meta(tmp_path / "top1", top1)
+    RunMetaFile.new(tmp_path / "top1", top1).save()
     assert _meta(tmp_path / "top1")["router_kind"] == "top1-score" == read_run_meta(tmp_path / "top1").router_kind
     top1.extra = {"router_kind": "features"}  # a field passed as an unknown key is refused, never written over it
     with pytest.raises(RunMetaError, match=r"field 'extra' holds \['router_kind'\]"):
-        write_run_meta(tmp_path / "top1", top1)
+        RunMetaFile.new(tmp_path / "top1", top1).save()
 
 
 @pytest.mark.parametrize(("field", "value", "pattern"), [

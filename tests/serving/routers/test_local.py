@@ -9,7 +9,7 @@ from serving.routers.registry import ROUTER_KINDS, router_class
 from serving.routers.teacher import TeacherRouter
 from tests.helpers.router_fixtures import FIXTURES, edit_run_meta, make_router_run
 from tiermem import contract
-from tiermem.runs.run_meta import read_run_meta, write_run_meta
+from tiermem.runs.run_meta import RunMetaFile, read_run_meta
 
 QUESTIONS = [q for q, _, _ in FIXTURES]
 SUMMARIES = [s for _, s, _ in FIXTURES]
@@ -148,7 +148,7 @@ def test_contract_version_mismatch_is_refused(run_dir, tmp_path):
     shutil.copytree(run_dir, old)
     meta = read_run_meta(old)
     meta.contract_version = "tiermem-router-contract/0"
-    write_run_meta(old, meta)
+    RunMetaFile.new(old, meta).save()
     with pytest.raises(contract.ContractVersionError, match="contract/0.*retrain"):
         Router.from_pretrained(old)
 
