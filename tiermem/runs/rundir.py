@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from tiermem.runs.safe_io import open_nofollow, write_atomic
+from tiermem.runs.safe_io import open_nofollow, staging_pattern, write_atomic
 from tiermem.settings.errors import RunDirError, RunError
 
 try:
@@ -125,7 +125,7 @@ def _check_contents(out: Path, stage: str) -> None:
     def ours(p: Path) -> bool:
         # the marker's own temporary file (write-then-rename): a shard or rank claiming the directory at this very
         # moment (lock=False) has made it and not yet renamed it into place
-        return (p.name == LOCK or (p.is_dir() and stage in CONTAINERS) or fnmatch(p.name, f".{MARKER}.*.tmp")
+        return (p.name == LOCK or (p.is_dir() and stage in CONTAINERS) or fnmatch(p.name, staging_pattern(MARKER))
                 or (p.is_file() and any(fnmatch(p.name, pat) for pat in allowed)))
 
     if not all(ours(p) for p in out.iterdir()) and legacy_stage(out) != stage:

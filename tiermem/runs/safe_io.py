@@ -52,12 +52,18 @@ def open_nofollow(path: str | Path, flags: int, mode: int = 0o644) -> int:
         raise
 
 
+def staging_pattern(name: str) -> str:
+    """The names (fnmatch) of the new files `write_stream` makes beside `name` before renaming one over it."""
+    return f".{name}.*.tmp"
+
+
 def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     """`write_atomic` for a writer that needs a file object (torch.save, a figure, a long JSONL): `write(fh)` fills
     a new file made next to `path`, which is then renamed over it."""
     path = refuse_link(path)
     mode = path.stat().st_mode & 0o777 if path.is_file() else 0o644  # mkstemp's 0600 would hide a card or report
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    prefix, _, suffix = staging_pattern(path.name).partition("*")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
