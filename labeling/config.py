@@ -70,6 +70,11 @@ class LabelConfig:
     # per-unit targets (labeling/unit_targets.py): each retrieved unit's own answer recall and gold turns;
     # unit_targets.deep_k also labels ranks top_k+1..deep_k (train split only) for a unit reader to learn from
     unit_targets: UnitTargetsConfig = field(default_factory=UnitTargetsConfig)
+    # a careful-reading judgments file (labeling/judgments.py, format tiermem-judgments): where a question's router
+    # units hash to a judgment's, its summary verdict (s_ok), per-unit verdicts and spans and its teacher decision
+    # come from the judgment, the lexical evidence rule elsewhere; each record's `s_ok_by` says which decided.
+    # r_ok keeps its rule (the research pages were not judged). None = the lexical rule everywhere
+    judgments: str | None = None
     split: SplitSpec = field(default_factory=SplitSpec)
     seed: int = 0
     output_dir: str = "runs/label"

@@ -39,7 +39,7 @@ from labeling.question import (
     summary_input_tokens,
 )
 from labeling.rules import ANSWER, ESCALATE
-from labeling.unit_targets import unit_targets
+from labeling.unit_targets import unit_targets, with_judged_units
 from tiermem.data.conversations import Conversation, Question
 from tiermem.llm import LLMError
 from tiermem.memory import PathCost
@@ -151,6 +151,7 @@ def label_with_pairs(ctx: Context, memory: Any, conv: Conversation, q: Question,
             return [error_record(conv, q, split, ctx, f"minimal pairs: {type(exc).__name__}: {exc}")]
     if cfg.unit_targets.enabled:  # after the variants copied rec: they keep an empty list
         rec["unit_targets"] = unit_targets(rec, q, ranked, page_turns, cfg.evidence, ctx.fmt, cfg.unit_targets.deep_k)
+        with_judged_units(rec, ctx.judgments)
     return [*out, rec]
 
 

@@ -15,10 +15,11 @@ from typing import Any
 from labeling.config import LabelConfig
 from labeling.evidence import Reading, compute_signals
 from labeling.judges import LexicalJudge, LLMJudge, SufficiencyJudge, Verdict, all_correct, verdicts_json
+from labeling.judgments import Judgment, Judgments
 from labeling.roles import Roles
 from labeling.rules import decide
 from labeling.schema import PATH_COST_FIELDS
-from labeling.teacher import ask_teacher, sft_target
+from labeling.teacher import TeacherOutput, ask_teacher, recorded_teacher, sft_target
 from tiermem.data.conversations import Conversation, Question
 from tiermem.llm import LLMError
 from tiermem.memory import PathCost, research_policy, summary_policy
@@ -42,6 +43,7 @@ def empty_record(conv: Conversation, q: Question, split: str, fmt: str, rule: st
         "person_guard": None, "label_outcome": None,
         "drop_reason_outcome": None, "label_evidence": None, "drop_reason_evidence": None, "label_rule": rule,
         "label": None, "drop_reason": "error", "s_ok": None, "r_ok": None, "sufficiency_veto": None,
+        "s_ok_by": None, "judgment_match": None, "judgment": None,
         "answers_generated": None, "cost_estimated": None, "teacher": None,
         "teacher_agrees": None, "sft_target": None, "sft_source": None, "label_wall_s": None, "error": None,
         "augmentation": None, "augmented_from": None, "unit_targets": [],
@@ -57,6 +59,7 @@ class Context:
     roles: Roles
     lexical: LexicalJudge
     fmt: str
+    judgments: Judgments | None = None  # careful-reading judgments (label config `judgments`)
     progress: Counter = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -162,16 +165,36 @@ def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: 
     for rule, decision in by_rule.items():
         rec[f"label_{rule}"], rec[f"drop_reason_{rule}"] = decision.label, decision.drop_reason
     chosen = by_rule[cfg.label_rule]
-    rec["label"], rec["drop_reason"] = chosen.label, chosen.drop_reason
     rec["s_ok"], rec["r_ok"] = rec[f"s_ok_{cfg.label_rule}"], rec[f"r_ok_{cfg.label_rule}"]
+    judged = _judged(ctx, q, rec)
+    if judged is not None:  # the careful reading of these units decides s_ok; r_ok keeps the rule's verdict
+        rec["s_ok"] = judged.sufficient
+        chosen = decide(rec["s_ok"], rec["r_ok"], sufficient)
+    rec["label"], rec["drop_reason"] = chosen.label, chosen.drop_reason
     rec["sufficiency_veto"] = chosen.vetoed
 
-    teacher = None
-    if ctx.roles["teacher"] is not None:
+    teacher: TeacherOutput | None = None
+    if judged is not None and judged.teacher is not None:
+        teacher = recorded_teacher(judged.teacher)
+    elif ctx.roles["teacher"] is not None:
         teacher = ask_teacher(ctx.roles["teacher"], q.question, rec["router_summaries"], cfg.teacher_max_tokens)
+    if teacher is not None:
         rec["teacher"] = json.dumps(teacher.to_dict())
     target = sft_target(chosen.label, teacher, signals.answer_recall, sufficiency)
     rec.update(sft_target=target.target, sft_source=target.source, teacher_agrees=target.teacher_agrees)
+
+
+def _judged(ctx: Context, q: Question, rec: dict[str, Any]) -> Judgment | None:
+    """The judgment of exactly this record's router units, recorded on it (`s_ok_by`, `judgment_match`,
+    `judgment`); None when the run reads no judgments or none matches (the lexical rule decides)."""
+    if ctx.judgments is None:
+        return None
+    judged, rec["judgment_match"] = ctx.judgments.match(rec["conv_id"], rec["qid"], q.question,
+                                                        [u["text"] for u in rec["router_summaries"]])
+    rec["s_ok_by"] = "lexical" if judged is None else "judgment"
+    if judged is not None:
+        rec["judgment"] = json.dumps(judged.to_record())
+    return judged
 
 
 def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from labeling import judgments as judged
 from labeling.rules import RULES
 from labeling.schema import PATH_COST_FIELDS
 from labeling.unit_targets import report_lines
@@ -138,6 +139,7 @@ def build_stats(records: list[dict[str, Any]], rule: str, llm_judge: bool = Fals
         "agreement_with_label": _share(r["teacher_agrees"] for r in taught if r["label"]),
     }
     stats["sft_targets"] = dict(Counter(r["sft_source"] for r in good if r["sft_source"]))
+    stats["judgments"] = judged.judged_stats(good)
     return stats
 
 
@@ -213,6 +215,7 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
                   "(their units are not narrowed)."]
     lines += _pair_lines(stats.get("minimal_pairs"))
     lines += report_lines(stats.get("unit_targets"))
+    lines += judged.report_lines(stats.get("judgments"))
     acc = stats["accuracy"]
     lines += ["", "## Path accuracy", "", "| rule | summary-only | research | research unknown |", "|---|---|---|---|"]
     lines += [f"| {n} | {_fmt(acc[n]['summary'])} | {_fmt(acc[n]['research'])} | {acc[n]['research_unknown']} |"

@@ -39,6 +39,7 @@ from labeling.config import LabelConfig, data_format, select
 from labeling.evidence import Reading
 from labeling.hub import push_dataset
 from labeling.judges import LexicalJudge
+from labeling.judgments import load_judgments
 from labeling.minimal_pairs import for_dataset, label_with_pairs, retrieval_depth, with_variants
 from labeling.question import Context, error_record
 from labeling.report import build_stats, write_report
@@ -160,7 +161,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
     out = Path(cfg.output_dir)
     roles = roles or Roles.from_config(cfg)
     lexical = LexicalJudge(cfg.judge_threshold, cfg.evidence.date_order)
-    ctx = Context(cfg, roles, lexical, data_format(cfg, cfg.data_path))
+    judgments = load_judgments(cfg.judgments) if cfg.judgments else None
+    ctx = Context(cfg, roles, lexical, data_format(cfg, cfg.data_path), judgments=judgments)
     # A tiers_dir of its own is a cache other runs may share; the default one lives inside this run.
     tiers_root = claim_cache_dir(cfg.tiers_dir) if cfg.tiers_dir else out / "tiers"
     total = sum(len(c.questions) for c in conversations)

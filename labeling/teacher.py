@@ -22,6 +22,8 @@ class TeacherOutput:
     reason: str
     parsed_ok: bool
     valid_json: bool
+    confidence: int | None = None  # 1..5 where the teacher said how sure it was (a recorded decision)
+    source: str = "llm"  # "llm" (asked in this run) | "tiermem-judgments" (a recorded decision, labeling/judgments.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -32,6 +34,16 @@ def ask_teacher(llm: Any, question: str, summaries: Sequence[Any], max_tokens: i
     result = llm.chat(contract.render_messages(question, summaries), max_tokens=max_tokens, temperature=0.0)
     parsed = contract.parse(result.text)
     return TeacherOutput(result.text, parsed.action, parsed.reason, parsed.parsed_ok, parsed.valid_json)
+
+
+def recorded_teacher(decision: Any) -> TeacherOutput:
+    """A teacher decision recorded in a judgments file (made from the question and units alone, before the gold
+    answer was shown), in the shape of a live teacher's output: its thinking is the contract's reason."""
+    from labeling.judgments import FORMAT
+
+    text = contract.render_target(decision.action, decision.thinking)
+    return TeacherOutput(text, decision.action, decision.thinking, parsed_ok=True, valid_json=True,
+                         confidence=decision.confidence, source=FORMAT)
 
 
 def templated_rationale(label: str, answer_recall: float | None, sufficiency: dict[str, Any] | None) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from labeling.dataset import RecordError, flag, summary_units
 from labeling.evidence import Reading, compute_signals
+from labeling.judgments import VERDICTS
 from tiermem.settings.errors import ConfigError
 
 
@@ -50,7 +51,21 @@ def unit_target(unit: Any, rank: int, q: Any, research_pages: Sequence[str], pag
             "score": None if score is None else round(float(score), 6), "date": _field(unit, "date"),
             "page_ids": list(_field(unit, "page_ids") or []), "speakers": list(_field(unit, "speakers") or []),
             "answer_recall": signals.answer_recall,
-            "gold_in_pages": signals.gold_in_summary_pages, "s_ok": bool(signals.s_ok)}
+            "gold_in_pages": signals.gold_in_summary_pages, "s_ok": bool(signals.s_ok), "verdict": None, "span": None}
+
+
+def with_judged_units(rec: dict[str, Any], judgments: Any) -> None:
+    """Each router unit's careful-reading verdict and span, where the record's judgment read that very unit (same
+    rank, same text digest); deeper units and unjudged records keep null (their lexical targets stand)."""
+    if judgments is None or rec.get("s_ok_by") != "judgment":
+        return
+    judged, _ = judgments.match(rec["conv_id"], rec["qid"], rec["question"],
+                                [u["text"] for u in rec["router_summaries"]])
+    k = len(rec["router_summaries"])
+    for u in rec["unit_targets"]:
+        got = judged.unit(u["rank"], u["text"]) if judged is not None and u["rank"] <= k else None
+        if got is not None:
+            u["verdict"], u["span"] = got.verdict, got.span
 
 
 def unit_targets(rec: dict[str, Any], q: Any, ranked: Sequence[Any] | None, page_turns: Reading | dict[str, list[str]],
@@ -125,3 +140,8 @@ def check_unit_targets(targets: Any, where: str) -> None:
         if recall is not None and (isinstance(recall, bool) or not isinstance(recall, int | float)
                                    or not 0.0 <= recall <= 1.0):
             raise RecordError(f"{at}.answer_recall must be a number in [0, 1] or null, got {recall!r}")
+        verdict, span = u.get("verdict"), u.get("span")
+        if verdict is not None and verdict not in VERDICTS:
+            raise RecordError(f"{at}.verdict must be one of {list(VERDICTS)} or null, got {verdict!r}")
+        if span is not None and not isinstance(span, str):
+            raise RecordError(f"{at}.span must be a string or null, got {span!r}")

@@ -220,19 +220,49 @@ class FrozenBottom:
         return cls, start_end[..., 0], start_end[..., 1], text
 
 
-def train_epochs(reader: Any, train: list[tuple[str, str, float]], cfg: Any,
+def mixed_span_loss(cls: Any, start: Any, end: Any, mask: Any, y: Any, span_y: Any) -> Any:
+    """BCE on the classifier; the span head's cross-entropy towards the rows' span targets (token start/end, [CLS]
+    for no answer), and BCE on the span margin for the rows without one (span_y -100), each weighed by its share."""
+    import torch
+
+    from tiermem.models.cross_encoder import span_scores
+
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    loss = bce(cls, y)
+    if start is None:
+        return loss
+    allowed = mask.clone()
+    allowed[:, 0] = True
+    start, end = start.masked_fill(~allowed, -1e4), end.masked_fill(~allowed, -1e4)
+    has = span_y[:, 0] != -100
+    share = has.float().mean()
+    if has.any():
+        ce = torch.nn.functional.cross_entropy
+        loss = loss + share * (ce(start[has], span_y[has, 0]) + ce(end[has], span_y[has, 1])) / 2
+    if (~has).any():
+        loss = loss + (1 - share) * bce(span_scores(start[~has], end[~has], mask[~has])[0], y[~has])
+    return loss
+
+
+def train_epochs(reader: Any, train: Sequence[Sequence[Any]], cfg: Any,
                  bottom: FrozenBottom, after_epoch: Any = None, epochs: int | None = None) -> list[float]:
     """Fine-tune the reader's top layers for `epochs` (default cfg.max_epochs), calling after_epoch(epoch) after
-    each; returns the mean loss per epoch. Seeded shuffles; AdamW with weight decay, linear warmup and decay."""
+    each; returns the mean loss per epoch. Seeded shuffles; AdamW with weight decay, linear warmup and decay.
+    Pairs are (question, text, target[, span target]) (router_train/reader_targets.py): with a span head, pairs
+    carrying a span target train it towards that span, the others its margin."""
     import torch
+
+    from router_train.reader_targets import span_token_targets
 
     epochs = epochs or cfg.max_epochs
     bottom.freeze(reader)
-    bottom.fill([(q, t) for q, t, _ in train])
+    bottom.fill([(p[0], p[1]) for p in train])
     model = reader.model
     params = [p for p in model.parameters() if p.requires_grad]
     if reader.has_spans:  # the span margin is trained as a second logit of the same target
         params += list(reader.span_head.parameters())
+    spans = reader.has_spans and any(len(p) > 3 and p[3] is not None for p in train)
+    span_y = torch.tensor(span_token_targets(reader, train), dtype=torch.long) if spans else None
     steps_per_epoch = (len(train) + cfg.batch_size - 1) // cfg.batch_size
     total = steps_per_epoch * epochs
     warmup = max(1, int(cfg.warmup_share * total))
@@ -247,10 +277,14 @@ def train_epochs(reader: Any, train: list[tuple[str, str, float]], cfg: Any,
         rng.shuffle(order)
         seen = 0.0
         for start in range(0, len(order), cfg.batch_size):
-            batch = [train[i] for i in order[start: start + cfg.batch_size]]
+            idx = order[start: start + cfg.batch_size]
+            batch = [train[i] for i in idx]
             y = torch.tensor([b[2] for b in batch], dtype=torch.float32)
-            cls, start, end, text = bottom.scores(reader, [(b[0], b[1]) for b in batch])
-            loss = reader_loss(reader, cls, start, end, text, y, None, 1.0)
+            cls, begin, end, text = bottom.scores(reader, [(b[0], b[1]) for b in batch])
+            if span_y is None:
+                loss = reader_loss(reader, cls, begin, end, text, y, None, 1.0)
+            else:
+                loss = mixed_span_loss(cls, begin, end, text, y, span_y[idx])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from router_train.reader_fit import FrozenBottom, train_epochs
+from router_train.reader_targets import TARGET_SOURCES, pairs, parse_targets, targets_name
 from serving.routers.unit_reader import (
     POOLINGS,
     TEXT_SCORES,
@@ -36,7 +37,6 @@ from serving.routers.unit_reader import (
     head_parts,
     text_features,
     unit_logits,
-    unit_text,
 )
 from serving.signals import FEATURES, LogisticModel, feature_matrix, fit_logistic
 from tiermem import contract
@@ -53,6 +53,11 @@ class UnitReaderConfig:
     # (a model spec: packaged:, hub id, directory)
     base: str = "runs/reader_pretrain"
     target: str = "recall"  # recall: the unit's answer recall (soft BCE) | s_ok: its one-unit evidence verdict
+    # candidates CV chooses among (router_train/reader_targets.py): lexical (the target above), judged (a careful
+    # reading's unit verdict where the label run read judgments, the lexical target elsewhere), both (their mean)
+    target_sources: list[str] = field(default_factory=lambda: ["lexical"])
+    # candidates: false | true = judged units also train the span head towards their quoted span (or no answer)
+    span_targets: list[bool] = field(default_factory=lambda: [False])
     # deeper units (rank > top_k, train split) per question kept as negatives, highest-ranked first; every deeper
     # positive is kept
     deep_negatives: int = 3
@@ -79,6 +84,12 @@ class UnitReaderConfig:
     def __post_init__(self) -> None:
         if self.target not in ("recall", "s_ok"):
             raise ConfigError(f"target must be recall or s_ok, got {self.target!r}")
+        bad = [t for t in self.target_sources if t not in TARGET_SOURCES]
+        if bad or not self.target_sources or len(set(self.target_sources)) != len(self.target_sources):
+            raise ConfigError(f"target_sources must be distinct names from {TARGET_SOURCES}, got {self.target_sources}")
+        if (not self.span_targets or len(set(self.span_targets)) != len(self.span_targets)
+                or any(not isinstance(v, bool) for v in self.span_targets)):
+            raise ConfigError(f"span_targets must be distinct true/false values, got {self.span_targets}")
         bad = [p for p in self.poolings if p not in POOLINGS]
         if bad or not self.poolings:
             raise ConfigError(f"poolings must be names from {sorted(POOLINGS)}, got {self.poolings}")
@@ -136,28 +147,6 @@ def check_disjoint(data: str, by_split: dict[str, list[dict[str, Any]]]) -> None
                 raise DataError(f"{data}: conversation {conv!r} is in split {seen[conv]!r} and in {split!r} (records "
                                 "without a `split` field are every split at once); label with a split by "
                                 "conversation (labeling: split) so validation is held out")
-
-
-def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int) -> list[tuple[str, str, float]]:
-    """(question, unit text, target) for the reader: router units, deeper positives, top deeper negatives."""
-    out = []
-    for r in records:
-        k, negatives = len(r["router_summaries"]), 0
-        for u in r["unit_targets"]:
-            if u["answer_recall"] is None:  # the gold answer has no scorable token: no target
-                continue
-            y = float(u["answer_recall"]) if target == "recall" else float(u["s_ok"])
-            if not 0.0 <= y <= 1.0:
-                raise DataError(f"record {r['qid']!r}: unit {u['unit_id']!r} target {y} outside [0, 1]")
-            if u["rank"] > k and not u["s_ok"] and y == 0.0:
-                if negatives >= deep_negatives:
-                    continue
-                negatives += 1
-            out.append((r["question"], unit_text(u), y))
-    if records and not out:  # nothing to fine-tune on (the loss would divide by zero pairs)
-        raise DataError(f"none of {len(records)} record(s) has a unit with a target: every answer_recall is null "
-                        "or unit_targets is empty (relabel with unit_targets.enabled)")
-    return out
 
 
 # ---- fine-tuning ---------------------------------------------------------------------------------
@@ -237,65 +226,73 @@ def _key(r: dict[str, Any]) -> tuple[str, str]:
     return (str(r["conv_id"]), str(r["qid"]))  # a qid is unique only within its conversation
 
 
+def target_settings(cfg: UnitReaderConfig) -> list[str]:
+    """The target settings CV compares (reader_targets.targets_name), lexical first."""
+    return [targets_name(source, spans) for source in cfg.target_sources for spans in cfg.span_targets]
+
+
 def cross_validate(cfg: UnitReaderConfig, records: list[dict[str, Any]], train_convs: set[str]
                    ) -> tuple[dict, dict, dict]:
-    """(out-of-fold unit logits: (layers, epochs) -> (conv, qid) -> logits, the CV table, (layers, epochs) -> the
-    reader weights of the fold trained on exactly `train_convs`, if there is one). Records: the natural ones of
-    cv_splits. Layers 0 is the base as it is (zero-shot: the same logits in every fold, nothing fitted on them)."""
+    """(out-of-fold unit logits: (layers, epochs, targets) -> (conv, qid) -> logits, the CV table, (layers, epochs,
+    targets) -> the reader weights of the fold trained on exactly `train_convs`, if there is one). Records: the
+    natural ones of cv_splits. Layers 0 is the base as it is (zero-shot: the same logits in every fold, nothing
+    fitted on them; its targets "none")."""
     import copy
 
     convs = sorted({str(r["conv_id"]) for r in records})
     if len(convs) < 2:
         raise DataError(f"cross-validation over conversations needs >= 2, got {convs}")
-    oof: dict[tuple[int, int], dict[tuple[str, str], list[float]]] = {}
+    oof: dict[tuple[int, int, str], dict[tuple[str, str], list[float]]] = {}
     folds: dict[str, Any] = {}
-    snapshots: dict[tuple[int, int], Any] = {}
+    snapshots: dict[tuple[int, int, str], Any] = {}
     for layers in cfg.finetune_layers:
         if layers == 0:
             started = time.perf_counter()
             logits = unit_logits(fresh_reader(cfg), [r["question"] for r in records],
                                  [r["router_summaries"] for r in records])
-            oof[(0, 0)] = {_key(r): row for r, row in zip(records, logits, strict=True)}
+            oof[(0, 0, "none")] = {_key(r): row for r, row in zip(records, logits, strict=True)}
             folds["zero-shot"] = {"scored_questions": len(records), "wall_s": round(time.perf_counter() - started, 1)}
             log.warning("unit-reader CV zero-shot: %d questions scored, %.0f s", len(records),
                         folds["zero-shot"]["wall_s"])
             continue
         bottom = None
-        for e in range(1, cfg.max_epochs + 1):
-            oof[(layers, e)] = {}
-        for c in convs:
-            started = time.perf_counter()
-            held = [r for r in records if str(r["conv_id"]) == c]
-            rest = [r for r in records if str(r["conv_id"]) != c]
-            train = pairs(rest, cfg.target, cfg.deep_negatives)
-            reader = fresh_reader(cfg)
-            bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
-            is_final = {str(r["conv_id"]) for r in rest} == train_convs
+        for targets in target_settings(cfg):
+            source, spans = parse_targets(targets)
+            for e in range(1, cfg.max_epochs + 1):
+                oof[(layers, e, targets)] = {}
+            for c in convs:
+                started = time.perf_counter()
+                held = [r for r in records if str(r["conv_id"]) == c]
+                rest = [r for r in records if str(r["conv_id"]) != c]
+                train = pairs(rest, cfg.target, cfg.deep_negatives, source, spans)
+                reader = fresh_reader(cfg)
+                bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
+                is_final = {str(r["conv_id"]) for r in rest} == train_convs
 
-            def after_epoch(epoch: int, reader: CrossEncoder = reader, held: list = held, is_final: bool = is_final,
-                            layers: int = layers):
-                logits = unit_logits(reader, [r["question"] for r in held], [r["router_summaries"] for r in held])
-                oof[(layers, epoch)].update({_key(r): row for r, row in zip(held, logits, strict=True)})
-                if is_final:
-                    snapshots[(layers, epoch)] = copy.deepcopy(
-                        (reader.model.state_dict(), reader.span_head.state_dict() if reader.has_spans else None))
+                def after_epoch(epoch: int, reader: CrossEncoder = reader, held: list = held,
+                                is_final: bool = is_final, key: tuple[int, str] = (layers, targets)):
+                    logits = unit_logits(reader, [r["question"] for r in held], [r["router_summaries"] for r in held])
+                    oof[(key[0], epoch, key[1])].update({_key(r): row for r, row in zip(held, logits, strict=True)})
+                    if is_final:
+                        snapshots[(key[0], epoch, key[1])] = copy.deepcopy(
+                            (reader.model.state_dict(), reader.span_head.state_dict() if reader.has_spans else None))
 
-            losses = train_epochs(reader, train, cfg, bottom, after_epoch)
-            name = f"{layers} layer(s), held out {c}"
-            folds[name] = {"train_pairs": len(train), "held_questions": len(held), "loss_by_epoch": losses,
-                           "wall_s": round(time.perf_counter() - started, 1)}
-            log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
-                        folds[name]["wall_s"])
+                losses = train_epochs(reader, train, cfg, bottom, after_epoch)
+                name = f"{layers} layer(s), {targets}, held out {c}"
+                folds[name] = {"train_pairs": len(train), "held_questions": len(held), "loss_by_epoch": losses,
+                               "wall_s": round(time.perf_counter() - started, 1)}
+                log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
+                            folds[name]["wall_s"])
     labeled = [r for r in records if r["label"] in contract.ACTIONS]
     signals = feature_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled])
     table: dict[str, Any] = {"folds": folds, "signals_only": summary(loco_scores(labeled, signals, 0.0, cfg.l2,
                                                                                   False)), "grid": []}
-    spans = any(len(u) > 1 for row in next(iter(oof.values())).values() for u in row)
-    scores = [t for t in cfg.text_scores if spans or 1 not in TEXT_SCORES[t]]
+    spans_read = any(len(u) > 1 for row in next(iter(oof.values())).values() for u in row)
+    scores = [t for t in cfg.text_scores if spans_read or 1 not in TEXT_SCORES[t]]
     if not scores:
         raise DataError(f"text_scores {cfg.text_scores} all read the span margin, and the base {cfg.base!r} has no "
                         "span head")
-    for (layers, epoch), by_key in oof.items():
+    for (layers, epoch, targets), by_key in oof.items():
         logits = [by_key[_key(r)] for r in labeled]
         for text_scores in scores:
             for pooling in cfg.poolings:
@@ -303,11 +300,16 @@ def cross_validate(cfg: UnitReaderConfig, records: list[dict[str, Any]], train_c
                                 pooling, text_scores)
                 text_alone = [-v for v in x[:, len(FEATURES)]]  # the first text feature (a max): high = answered
                 for w in cfg.text_weights:
-                    table["grid"].append({"finetune_layers": layers, "epochs": epoch, "text_scores": text_scores,
-                                          "pooling": pooling, "text_weight": w,
+                    table["grid"].append({"finetune_layers": layers, "epochs": epoch, "targets": targets,
+                                          "text_scores": text_scores, "pooling": pooling, "text_weight": w,
                                           **summary(loco_scores(labeled, x, w, cfg.l2, True)),
                                           "text_alone_auroc": _auroc(text_alone, (escalate(labeled) > 0.5).tolist())})
     return oof, table, snapshots
+
+
+def point_key(g: dict[str, Any]) -> tuple[int, int, str]:
+    """A grid point's reader: (layers fine-tuned, epochs, target setting); older grids had lexical targets only."""
+    return (g["finetune_layers"], g["epochs"], g.get("targets", "none" if g["finetune_layers"] == 0 else "lexical"))
 
 
 def choose(table: dict[str, Any]) -> dict[str, Any]:
@@ -320,11 +322,11 @@ def choose(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
-    """The best grid point of each (layers, epochs, text scores): what each fine-tuning step and each of the
-    reader's scores adds, zero-shot first."""
-    best: dict[tuple[int, int, str], dict[str, Any]] = {}
+    """The best grid point of each (layers, epochs, targets, text scores): what each fine-tuning step, target
+    setting and each of the reader's scores adds, zero-shot first."""
+    best: dict[tuple[int, int, str, str], dict[str, Any]] = {}
     for g in table["grid"]:
-        k = (g["finetune_layers"], g["epochs"], g.get("text_scores", "classifier"))
+        k = (*point_key(g), g.get("text_scores", "classifier"))
         if g["mean"] is not None and (k not in best or g["mean"] > best[k]["mean"]):
             best[k] = g
     return [{k: v for k, v in best[key].items() if k != "per_conversation"} for key in sorted(best)]
@@ -337,7 +339,7 @@ def out_of_fold_scores(cfg: UnitReaderConfig, records: list[dict[str, Any]], oof
     (router_train/oof_scores.py); returns what the run's metadata keeps of them."""
     from router_train.oof_scores import loco, write_oof_scores
 
-    logits = [oof[(best["finetune_layers"], best["epochs"])][_key(r)] for r in records]
+    logits = [oof[point_key(best)][_key(r)] for r in records]
     x = head_matrix([r["question"] for r in records], [r["router_summaries"] for r in records], logits,
                     best["pooling"], best["text_scores"])
     y, names = escalate(records), [*FEATURES, *text_features(best["pooling"], best["text_scores"])]
@@ -346,7 +348,7 @@ def out_of_fold_scores(cfg: UnitReaderConfig, records: list[dict[str, Any]], oof
         head = fit_logistic(x[fit], y[fit], cfg.l2, feature_names=names)
         return head_parts(head, x[held], best["text_weight"])[0]
 
-    settings = {k: best[k] for k in ("finetune_layers", "epochs", "text_scores", "pooling", "text_weight")}
+    settings = {k: best[k] for k in ("finetune_layers", "epochs", "targets", "text_scores", "pooling", "text_weight")}
     return write_oof_scores(cfg.output_dir, records, loco(records, score_held), {
         "dataset": cfg.data, "splits": list(cfg.cv_splits), "settings": settings,
         "method": "leave-one-conversation-out: out-of-fold unit logits, head fitted on the other conversations"})
@@ -377,9 +379,10 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     oof, table, snapshots = cross_validate(cfg, cv_records, train_convs)
     best = choose(table)
     final_rows = [r for r in by_split[cfg.train_split] if r["label"] in contract.ACTIONS]
-    final_pairs = pairs(by_split[cfg.train_split], cfg.target, cfg.deep_negatives)
+    chosen = point_key(best)
+    source, spans = parse_targets(chosen[2]) if chosen[0] > 0 else ("lexical", False)
+    final_pairs = pairs(by_split[cfg.train_split], cfg.target, cfg.deep_negatives, source, spans)
     reader = fresh_reader(cfg)
-    chosen = (best["finetune_layers"], best["epochs"])
     losses: list[float] = []
     if chosen in snapshots:
         # the fold that held out every other CV conversation trained on exactly the train split: its weights at
@@ -388,7 +391,7 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
         reader.model.load_state_dict(model_state)
         if span_state is not None:
             reader.span_head.load_state_dict(span_state)
-        held_out = next(c for c in table["folds"] if c.startswith(f"{chosen[0]} layer")
+        held_out = next(c for c in table["folds"] if c.startswith(f"{chosen[0]} layer(s), {chosen[2]},")
                         and c.rsplit(" ", 1)[-1] not in train_convs)
         losses = table["folds"][held_out]["loss_by_epoch"]
     elif chosen[0] > 0:
@@ -396,7 +399,7 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
 
     def fitted_head(point: dict[str, Any]) -> LogisticModel:
         x = head_matrix([r["question"] for r in final_rows], [r["router_summaries"] for r in final_rows],
-                        [oof[(point["finetune_layers"], point["epochs"])][_key(r)] for r in final_rows],
+                        [oof[point_key(point)][_key(r)] for r in final_rows],
                         point["pooling"], point["text_scores"])
         return fit_logistic(x, escalate(final_rows), cfg.l2,
                             feature_names=[*FEATURES, *text_features(point["pooling"], point["text_scores"])])
@@ -419,7 +422,7 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     if pretrained:
         extra["reader_pretrain"] = pretrained
     zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
-    if zero_shot and chosen != (0, 0):
+    if zero_shot and chosen != (0, 0, "none"):
         # the base reader's own best head, kept beside the chosen one so eval shows what fine-tuning adds
         point = choose({"grid": zero_shot})
         extra["zero_shot"] = {"head": ZERO_SHOT_HEAD_FILE, "pooling": point["pooling"],

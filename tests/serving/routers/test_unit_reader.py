@@ -62,7 +62,7 @@ def test_the_stage_chooses_by_cross_validation_over_conversations(trained):
     cv = meta["metrics"]["cv"]
     # leave-one-conversation-out over train + validation: 3 + 3 conversations, each held out once
     # the default candidates: the base as it is (zero-shot, scored once) and its top 2 layers fine-tuned per fold
-    assert set(cv["folds"]) == {"zero-shot"} | {f"2 layer(s), held out {s}-c{i}" for s in ("train", "validation")
+    assert set(cv["folds"]) == {"zero-shot"} | {f"2 layer(s), lexical, held out {s}-c{i}" for s in ("train", "validation")
                                                  for i in range(3)}
     # (zero-shot + 2 layers x 2 epochs) x poolings x text weights
     assert len(meta["cv_grid"]) == (1 + 2) * 2 * 2
@@ -123,7 +123,7 @@ def test_pairs_keep_router_units_deeper_positives_and_the_top_near_misses():
     deeper = row["unit_targets"][k:]
     kept_negatives = [u for u in deeper if u["answer_recall"] == 0.0][:2]
     expected = row["unit_targets"][:k] + [u for u in deeper if u["answer_recall"] > 0] + kept_negatives
-    assert sorted(t for _, t, _ in got) == sorted(u["text"] for u in expected)
+    assert sorted(p[1] for p in got) == sorted(u["text"] for u in expected)
 
 
 def test_pooling_features():
@@ -190,8 +190,8 @@ def test_the_stage_keeps_out_of_fold_scores_that_calibrate_uses(trained, capsys)
     cv = splits["train"] + splits["validation"]  # every CV record, each scored by a head fitted on the others
     assert [(r["conv_id"], r["qid"]) for r in kept["records"]] == [(r["conv_id"], r["qid"]) for r in cv]
     chosen = meta["metrics"]["chosen"]
-    assert kept["settings"] == {k: chosen[k] for k in ("finetune_layers", "epochs", "text_scores", "pooling",
-                                                        "text_weight")}
+    assert kept["settings"] == {k: chosen[k] for k in ("finetune_layers", "epochs", "targets", "text_scores",
+                                                        "pooling", "text_weight")}
     assert meta["oof_scores"]["n_conversations"] == 6 and kept["splits"] == ["train", "validation"]
     capsys.readouterr()
     assert calibrate_main([f"router={out}", f"data={data}", "write=false"]) == 0
