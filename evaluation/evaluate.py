@@ -90,6 +90,9 @@ class EvalConfig:
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     reliability_bins: int = 10
     output_dir: str = "runs/eval"
+    # a careful-reading judgments file (labeling/judgments.py): every router is also scored against the judged
+    # verdicts of the records whose units it read (AUROC, ceiling, false cache hits; eval.json `judged`)
+    judgments: str | None = None
     live: LiveConfig = field(default_factory=LiveConfig)
 
     def __post_init__(self) -> None:
@@ -390,7 +393,24 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
     for spec in cfg.compare:
         other = build(spec, trunk_cache=trunk_cache)
         compare.append((spec.name, other, other.name))
+    judgments = None
+    if cfg.judgments:
+        from evaluation.judged import ReplayedRouter
+        from labeling.judgments import load_judgments
+
+        judgments = load_judgments(cfg.judgments)  # a bad file stops the run before any router is asked
+        router = None if router is None else ReplayedRouter(router)
+        compare = [(key, ReplayedRouter(other), display) for key, other, display in compare]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
+    if judgments is not None:
+        from evaluation.judged import judged_records, judged_summary
+
+        rows, coverage = judged_records(records, judgments)
+        if not rows:
+            raise ConfigError(f"judgments {cfg.judgments}: none of the {len(records)} records of split "
+                              f"{cfg.split!r} was judged over its units ({coverage['by_match']})")
+        judged_report, _ = evaluate_records(rows, cfg, router, name, compare)
+        report["judged"] = judged_summary(judged_report, coverage)
     paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval
 

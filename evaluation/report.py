@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evaluation.judged import judged_section
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
 from tiermem.runs.eval_summary import CEILING_METRICS, POLICY_METRICS, RANKING_METRICS, EvalSummary, ceiling_table
@@ -208,6 +209,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         out += ["### Ranking quality (score vs label, ESCALATE positive; labeled records; random AUROC = 0.5, "
                 "APGR = 0.5)", "", ranking_table(report), ""]
     out += ceiling_section(report.get("ceiling"))
+    out += judged_section(report.get("judged"), report.get("ranking") or {})
     per_conv = report.get("per_conversation") or {}
     if per_conv:
         keys = list(next(iter(per_conv.values()))["auroc"])

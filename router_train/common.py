@@ -119,11 +119,12 @@ def build_trl_config(config_cls: type, kwargs: dict[str, Any]) -> Any:
 
 
 def load_label_rows(cfg: RecipeConfig, tokenizer: Any, empty: str, *, train_rewards: bool, eval_rewards: bool,
-                    signals: bool = False) -> tuple[Any, Any, Any]:
+                    signals: bool = False, teacher: bool = False) -> tuple[Any, Any, Any]:
     """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split).
 
     `*_rewards`: keep only rows whose path outcomes are known and bring the columns rewards read; `signals`: add
-    the serve-time features (router_train.data.build_rows). `empty` says why an empty train split is an error."""
+    the serve-time features (router_train.data.build_rows); `teacher`: the train rows' `teacher_agrees`. `empty`
+    says why an empty train split is an error."""
     from labeling.dataset import load_dataset_dict
 
     from . import data as data_lib
@@ -131,7 +132,7 @@ def load_label_rows(cfg: RecipeConfig, tokenizer: Any, empty: str, *, train_rewa
     dataset = load_dataset_dict(cfg.data)
     source = f"label dataset {cfg.data}"
     train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=train_rewards,
-                                with_signals=signals, limit=cfg.max_train_rows)
+                                with_signals=signals, with_teacher=teacher, limit=cfg.max_train_rows)
     if len(train) == 0:
         raise data_lib.RecordError(f"{source}: {empty}")
     val = (data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=eval_rewards,

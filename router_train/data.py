@@ -54,6 +54,7 @@ def build_rows(
     source: str = "label dataset",
     with_rewards: bool = False,
     with_signals: bool = False,
+    with_teacher: bool = False,
     limit: int | None = None,
 ) -> Dataset:
     """Rows with `prompt` (contract.render_prompt) and `completion` (sft_target + eos) for labeled records.
@@ -61,12 +62,13 @@ def build_rows(
     With `with_rewards`, the columns the GRPO rewards read (s_ok, r_ok, cost_research_input_tokens) come along;
     rows whose path correctness is unknown are left out and counted, since no reward can be computed for them.
     With `with_signals`, a `signals` column holds each row's serve-time features (serving.signals.feature_matrix,
-    in FEATURES order): what the router's signal head reads at serving time.
+    in FEATURES order): what the router's signal head reads at serving time. With `with_teacher`, a
+    `teacher_agrees` column: whether the teacher's decision equals the label (None: no teacher decision).
     """
     if split not in data:
         raise RecordError(f"{source}: no {split!r} split (has {sorted(data)})")
     table = data[split]
-    needed = REQUIRED_COLUMNS + (REWARD_COLUMNS if with_rewards else ())
+    needed = REQUIRED_COLUMNS + (REWARD_COLUMNS if with_rewards else ()) + (("teacher_agrees",) if with_teacher else ())
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise RecordError(f"{source} split {split!r}: missing column(s) {missing}")
@@ -78,6 +80,8 @@ def build_rows(
         rows.update({k: [] for k in REWARD_COLUMNS})
     if with_signals:
         rows["signals"] = []
+    if with_teacher:
+        rows["teacher_agrees"] = []
     # minimal pairs (labeling/minimal_pairs.py) are flagged: the signal head learns from natural retrieval only
     rows["augmented"] = []
     has_aug = "augmentation" in table.column_names
@@ -98,8 +102,10 @@ def build_rows(
             except ValueError as exc:
                 raise RecordError(f"{where}: {exc}") from None
         rows["augmented"].append(bool(row.get("augmentation")))
+        if with_teacher:
+            rows["teacher_agrees"].append(flag(row, "teacher_agrees", where, allow_none=True))
         for key in rows:
-            if key not in ("prompt", "completion", "signals", "augmented"):
+            if key not in ("prompt", "completion", "signals", "augmented", "teacher_agrees"):
                 rows[key].append(row[key])
         if limit is not None and len(rows["prompt"]) >= limit:
             break

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from labeling.dataset import RecordError
 from serving.routers.lm_head import action_token_ids
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic, save_logistic
 from tiermem import contract
@@ -83,6 +84,9 @@ class SFTRecipeConfig(RecipeConfig):
     output_dir: str = "runs/sft"
     loss: LossConfig = field(default_factory=lambda: LossConfig(kind="lm"))
     router: str | None = None  # continue training this router run's adapter (e.g. runs/sft); None: a new adapter
+    # the seed's teacher filter: train only on rows whose teacher decision (labeling's teacher role, or one recorded
+    # in the label run's judgments) equals the label; rows without a teacher decision stay. Validation is not filtered
+    teacher_filter: bool = False
 
 
 def build_sft_config(cfg: SFTRecipeConfig) -> Any:
@@ -106,13 +110,26 @@ def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str,
     need_rewards = cfg.loss.kind in REWARD_LOSSES
     dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows in split {cfg.train_split!r}; nothing "
                                           "to train on", train_rewards=need_rewards, eval_rewards=False,
-                                          signals=cfg.loss.signal_head)
+                                          signals=cfg.loss.signal_head, teacher=cfg.teacher_filter)
+    teacher_info = None
+    if cfg.teacher_filter:
+        before = len(train)
+        train = train.filter(lambda row: row["teacher_agrees"] is not False)
+        teacher_info = {"rows_before": before, "kept": len(train), "dropped_teacher_disagrees": before - len(train),
+                        "without_teacher_decision": sum(v is None for v in train["teacher_agrees"])}
+        log.info("teacher filter: %d of %d train rows kept (the teacher's decision equals the label, or none)",
+                 len(train), before)
+        if len(train) == 0:
+            raise RecordError(f"label dataset {cfg.data}: teacher_filter left no train row (the teacher disagrees "
+                              "with every label)")
     scale = None
     if need_rewards:
         scale = resolve_cost_scale(cfg.rewards, train["cost_research_input_tokens"])
         train = with_action_rewards(train, cfg.rewards, scale)
     balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
     info["loss"] = cfg.loss.kind
+    if teacher_info is not None:
+        info["teacher_filter"] = teacher_info
     if need_rewards:
         info["cost_scale_tokens"] = scale
     return balanced, val, info

@@ -62,8 +62,8 @@ def test_the_stage_chooses_by_cross_validation_over_conversations(trained):
     cv = meta["metrics"]["cv"]
     # leave-one-conversation-out over train + validation: 3 + 3 conversations, each held out once
     # the default candidates: the base as it is (zero-shot, scored once) and its top 2 layers fine-tuned per fold
-    assert set(cv["folds"]) == {"zero-shot"} | {f"2 layer(s), lexical, held out {s}-c{i}" for s in ("train", "validation")
-                                                 for i in range(3)}
+    assert set(cv["folds"]) == {"zero-shot"} | {f"2 layer(s), lexical, held out {s}-c{i}"
+                                                 for s in ("train", "validation") for i in range(3)}
     # (zero-shot + 2 layers x 2 epochs) x poolings x text weights
     assert len(meta["cv_grid"]) == (1 + 2) * 2 * 2
     assert {(g["finetune_layers"], g["epochs"]) for g in meta["metrics"]["cv_by_finetuning"]} == {(0, 0), (2, 1),

@@ -1,0 +1,71 @@
+"""The teacher's recorded decisions as a router: what a careful reader decided from the question and the units
+alone, read from a judgments file (labeling/judgments.py), so eval can show how far each router is from it.
+
+The score is the log-odds of the decision's probability of ESCALATE (confidence c of 1..5 on its side: 0.5 + 0.09 c),
+so calibration and the ceiling rows treat it as any score router. Units no decision was recorded for escalate
+(faithfulness first) and are counted as errors, never guessed. With an endpoint, the `teacher` kind is the same
+row asked live.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from serving.routers.base import Decision, ScoreRouter, Summaries, check_lengths, decide
+from tiermem import contract
+from tiermem.settings.errors import UsageError
+
+UNRECORDED_SCORE = 1.0e9  # above any recorded decision's log-odds: an unrecorded question escalates
+
+
+class RecordedTeacherRouter(ScoreRouter):
+    kind = "recorded-teacher"
+
+    def __init__(self, judgments: Any, threshold_logit: float | None = None) -> None:
+        super().__init__(threshold_logit)
+        self.judgments = judgments
+        self.unrecorded = 0  # questions routed without a recorded decision (ESCALATE, flagged)
+
+    @classmethod
+    def check_spec(cls, spec: Any) -> None:
+        if not spec.path or not Path(spec.path).is_file():
+            raise UsageError(f"router.path must name a judgments file (tiermem-judgments .jsonl) for the "
+                             f"{cls.kind} router, got {spec.path!r}")
+
+    @classmethod
+    def from_spec(cls, spec: Any, trunk_cache: dict[str, Any] | None = None) -> RecordedTeacherRouter:
+        from labeling.judgments import load_judgments
+
+        router = cls(load_judgments(spec.path), spec.threshold_logit)
+        router.name = f"{cls.kind}:{Path(spec.path).name}"
+        return router
+
+    def _decision(self, question: str, units: Summaries) -> Any:
+        judged = self.judgments.lookup(question, [contract.as_view(u).text for u in units])
+        return None if judged is None else judged.teacher
+
+    def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        check_lengths(questions, summaries)
+        out = []
+        for q, units in zip(questions, summaries, strict=True):
+            d = self._decision(q, units)
+            out.append(UNRECORDED_SCORE if d is None else math.log(d.p_escalate() / (1.0 - d.p_escalate())))
+        return out
+
+    def route_batch(self, questions, summaries, threshold_logit=None):
+        check_lengths(questions, summaries)
+        t = self._threshold_logit(threshold_logit)
+        out = []
+        for q, units, s in zip(questions, summaries, self.score(questions, summaries), strict=True):
+            d = self._decision(q, units)
+            if d is None:
+                self.unrecorded += 1
+                out.append(Decision(contract.ACTIONS[1], 1.0, "no recorded decision for these units", False, 0.0, 0,
+                                    error="no recorded teacher decision for this question over these units",
+                                    score=s))
+                continue
+            out.append(Decision(decide(s, t), d.p_escalate(), d.thinking, True, 0.0, 0, score=s))
+        return out
