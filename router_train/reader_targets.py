@@ -20,6 +20,9 @@ from serving.routers.unit_reader import unit_text
 from tiermem.settings.errors import DataError
 
 TARGET_SOURCES = ("lexical", "judged", "both")
+# what the unit reader's head is fitted towards: the label (ESCALATE 1, ANSWER 0), or the teacher's recorded
+# decision as a probability (its confidence; the label where no decision was recorded): the teacher distilled
+HEAD_TARGETS = ("label", "teacher")
 NO_ANSWER = (-1, -1)  # a span target that says "no span in this unit" (the span head's [CLS])
 
 # (question, unit text as the reader reads it, target in [0, 1], span target: None (none given), NO_ANSWER, or the
@@ -90,6 +93,26 @@ def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int, s
     if records and not out:  # nothing to fine-tune on (the loss would divide by zero pairs)
         raise DataError(f"none of {len(records)} record(s) has a unit with a target: every answer_recall is null "
                         "or unit_targets is empty (relabel with unit_targets.enabled)")
+    return out
+
+
+def head_targets(rows: Sequence[dict[str, Any]], head_target: str) -> list[float]:
+    """Each labeled row's target for the head: 1.0 / 0.0 for ESCALATE / ANSWER, or under `teacher` the recorded
+    teacher decision's probability of ESCALATE (labeling.judgments.TeacherDecision.p_escalate), the label where
+    the row has no recorded decision."""
+    import json
+
+    from labeling.judgments import TeacherDecision
+
+    if head_target not in HEAD_TARGETS:
+        raise DataError(f"head target must be one of {HEAD_TARGETS}, got {head_target!r}")
+    out = []
+    for r in rows:
+        y = 1.0 if r["label"] == "ESCALATE" else 0.0
+        teacher = json.loads(r["teacher"]) if head_target == "teacher" and r.get("teacher") else None
+        if teacher and teacher.get("confidence") and teacher.get("parsed_ok", True):
+            y = TeacherDecision(teacher["action"], int(teacher["confidence"]), "").p_escalate()
+        out.append(y)
     return out
 
 

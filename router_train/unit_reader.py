@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 
 from router_train.reader_fit import FrozenBottom, train_epochs
-from router_train.reader_targets import TARGET_SOURCES, pairs, parse_targets, targets_name
+from router_train.reader_targets import (
+    HEAD_TARGETS,
+    TARGET_SOURCES,
+    head_targets,
+    pairs,
+    parse_targets,
+    targets_name,
+)
 from serving.routers.unit_reader import (
     POOLINGS,
     TEXT_SCORES,
@@ -58,6 +65,9 @@ class UnitReaderConfig:
     target_sources: list[str] = field(default_factory=lambda: ["lexical"])
     # candidates: false | true = judged units also train the span head towards their quoted span (or no answer)
     span_targets: list[bool] = field(default_factory=lambda: [False])
+    # candidates: label = the head is fitted on the labels | teacher = on the recorded teacher decisions' confidence
+    # (a label run with judgments; the label where a row has none). CV scores both against the labels
+    head_targets: list[str] = field(default_factory=lambda: ["label"])
     # deeper units (rank > top_k, train split) per question kept as negatives, highest-ranked first; every deeper
     # positive is kept
     deep_negatives: int = 3
@@ -90,6 +100,9 @@ class UnitReaderConfig:
         if (not self.span_targets or len(set(self.span_targets)) != len(self.span_targets)
                 or any(not isinstance(v, bool) for v in self.span_targets)):
             raise ConfigError(f"span_targets must be distinct true/false values, got {self.span_targets}")
+        bad = [t for t in self.head_targets if t not in HEAD_TARGETS]
+        if bad or not self.head_targets or len(set(self.head_targets)) != len(self.head_targets):
+            raise ConfigError(f"head_targets must be distinct names from {HEAD_TARGETS}, got {self.head_targets}")
         bad = [p for p in self.poolings if p not in POOLINGS]
         if bad or not self.poolings:
             raise ConfigError(f"poolings must be names from {sorted(POOLINGS)}, got {self.poolings}")
@@ -176,15 +189,17 @@ def escalate(rows: Sequence[dict[str, Any]]) -> np.ndarray:
 
 
 def loco_scores(rows: list[dict[str, Any]], x: np.ndarray, text_weight: float, l2: float,
-                text_columns: bool) -> dict[str, float | None]:
-    """conv -> AUROC of a head fitted on the other conversations' rows, scoring this one's."""
+                text_columns: bool, fit_y: np.ndarray | None = None) -> dict[str, float | None]:
+    """conv -> AUROC (against the labels) of a head fitted on the other conversations' rows (towards `fit_y`,
+    default the labels), scoring this one's."""
     y = escalate(rows)
+    fit_y = y if fit_y is None else fit_y
     conv = np.array([r["conv_id"] for r in rows])
     out: dict[str, float | None] = {}
     for c in sorted(set(conv)):
         fit_on, held = conv != c, conv == c
         names = [*FEATURES, *[f"text{i}" for i in range(x.shape[1] - len(FEATURES))]]
-        head = fit_logistic(x[fit_on], y[fit_on], l2, feature_names=names)
+        head = fit_logistic(x[fit_on], fit_y[fit_on], l2, feature_names=names)
         if text_columns:
             score, _ = head_parts(head, x[held], text_weight)
         else:
@@ -292,6 +307,7 @@ def cross_validate(cfg: UnitReaderConfig, records: list[dict[str, Any]], train_c
     if not scores:
         raise DataError(f"text_scores {cfg.text_scores} all read the span margin, and the base {cfg.base!r} has no "
                         "span head")
+    fit_targets = {t: np.array(head_targets(labeled, t)) for t in cfg.head_targets}
     for (layers, epoch, targets), by_key in oof.items():
         logits = [by_key[_key(r)] for r in labeled]
         for text_scores in scores:
@@ -299,11 +315,13 @@ def cross_validate(cfg: UnitReaderConfig, records: list[dict[str, Any]], train_c
                 x = head_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled], logits,
                                 pooling, text_scores)
                 text_alone = [-v for v in x[:, len(FEATURES)]]  # the first text feature (a max): high = answered
-                for w in cfg.text_weights:
-                    table["grid"].append({"finetune_layers": layers, "epochs": epoch, "targets": targets,
-                                          "text_scores": text_scores, "pooling": pooling, "text_weight": w,
-                                          **summary(loco_scores(labeled, x, w, cfg.l2, True)),
-                                          "text_alone_auroc": _auroc(text_alone, (escalate(labeled) > 0.5).tolist())})
+                for head_target, fit_y in fit_targets.items():
+                    for w in cfg.text_weights:
+                        table["grid"].append({
+                            "finetune_layers": layers, "epochs": epoch, "targets": targets, "head_target": head_target,
+                            "text_scores": text_scores, "pooling": pooling, "text_weight": w,
+                            **summary(loco_scores(labeled, x, w, cfg.l2, True, fit_y)),
+                            "text_alone_auroc": _auroc(text_alone, (escalate(labeled) > 0.5).tolist())})
     return oof, table, snapshots
 
 
@@ -324,9 +342,9 @@ def choose(table: dict[str, Any]) -> dict[str, Any]:
 def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
     """The best grid point of each (layers, epochs, targets, text scores): what each fine-tuning step, target
     setting and each of the reader's scores adds, zero-shot first."""
-    best: dict[tuple[int, int, str, str], dict[str, Any]] = {}
+    best: dict[tuple[int, int, str, str, str], dict[str, Any]] = {}
     for g in table["grid"]:
-        k = (*point_key(g), g.get("text_scores", "classifier"))
+        k = (*point_key(g), g.get("text_scores", "classifier"), g.get("head_target", "label"))
         if g["mean"] is not None and (k not in best or g["mean"] > best[k]["mean"]):
             best[k] = g
     return [{k: v for k, v in best[key].items() if k != "per_conversation"} for key in sorted(best)]
@@ -342,13 +360,15 @@ def out_of_fold_scores(cfg: UnitReaderConfig, records: list[dict[str, Any]], oof
     logits = [oof[point_key(best)][_key(r)] for r in records]
     x = head_matrix([r["question"] for r in records], [r["router_summaries"] for r in records], logits,
                     best["pooling"], best["text_scores"])
-    y, names = escalate(records), [*FEATURES, *text_features(best["pooling"], best["text_scores"])]
+    y = np.array(head_targets(records, best.get("head_target", "label")))  # loco fits on labeled rows only
+    names = [*FEATURES, *text_features(best["pooling"], best["text_scores"])]
 
     def score_held(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
         head = fit_logistic(x[fit], y[fit], cfg.l2, feature_names=names)
         return head_parts(head, x[held], best["text_weight"])[0]
 
-    settings = {k: best[k] for k in ("finetune_layers", "epochs", "targets", "text_scores", "pooling", "text_weight")}
+    settings = {k: best[k] for k in ("finetune_layers", "epochs", "targets", "head_target", "text_scores", "pooling",
+                                     "text_weight")}
     return write_oof_scores(cfg.output_dir, records, loco(records, score_held), {
         "dataset": cfg.data, "splits": list(cfg.cv_splits), "settings": settings,
         "method": "leave-one-conversation-out: out-of-fold unit logits, head fitted on the other conversations"})
@@ -401,7 +421,7 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
         x = head_matrix([r["question"] for r in final_rows], [r["router_summaries"] for r in final_rows],
                         [oof[point_key(point)][_key(r)] for r in final_rows],
                         point["pooling"], point["text_scores"])
-        return fit_logistic(x, escalate(final_rows), cfg.l2,
+        return fit_logistic(x, np.array(head_targets(final_rows, point.get("head_target", "label"))), cfg.l2,
                             feature_names=[*FEATURES, *text_features(point["pooling"], point["text_scores"])])
 
     head = fitted_head(best)

@@ -43,6 +43,10 @@ class DemoConfig:
     root: str = "runs"
     data_path: str | None = "../shared/data/locomo10_dev.json"  # falls back to the shipped sample when absent
     label_config: str = "configs/label/locomo_cpu_evidence.yaml"
+    # careful-reading judgments of data_path's questions (labeling/judgments.py): label takes its summary verdicts,
+    # unit verdicts, spans and teacher decisions where the units match; eval scores every router against them and
+    # shows the recorded teacher as a row. Absent (or the sample labeled) -> the lexical rule alone, and no such rows
+    judgments: str | None = "../shared/data/locomo10_dev_judgments.jsonl"
     sample_label_config: str = "configs/label/sample_local.yaml"
     # public reading data for the reader's pre-training (SQuAD 2.0 JSON or hf:<name>); absent -> the reader starts
     # from the plain packaged encoder, and the demo says so
@@ -107,6 +111,12 @@ def pick_main_router(cfg: DemoConfig) -> str:
     return best[2]
 
 
+def judgments_path(cfg: DemoConfig) -> str | None:
+    """The judgments the demo reads: only beside the conversations they judged, and only when the file is there."""
+    labeled_data = cfg.data_path and Path(cfg.data_path).is_file()
+    return cfg.judgments if labeled_data and cfg.judgments and Path(cfg.judgments).is_file() else None
+
+
 def eval_args(cfg: DemoConfig) -> list[str]:
     """The eval step's arguments: the main router against every other router the demo made."""
     root = Path(cfg.root)
@@ -115,12 +125,15 @@ def eval_args(cfg: DemoConfig) -> list[str]:
     row = {n: "routed" if n == main_name else n for n in MAIN_CANDIDATES}
     pairs = [[row["grpo"], row["sft"]]] if all((root / n).is_dir() for n in ("grpo", "sft")) and {
         "grpo", "sft"} <= set(trained_routers(cfg) or MAIN_CANDIDATES) else []
+    judged = judgments_path(cfg)
+    teacher = [{"name": "teacher", "kind": "recorded-teacher", "path": judged}] if judged else []
     return ["--config", cfg.eval_config, f"data={root / 'label' / 'dataset'}",
             f"router.kind={MAIN_CANDIDATES[main_name]}", f"router.path={root / main_name}", f"router.name={main_name}",
             f"output_dir={root / 'eval'}", "pairs=" + json.dumps(pairs), "compare=" + json.dumps(
                 [{"name": n, "kind": MAIN_CANDIDATES[n], "path": str(root / n)} for n in others]
                 + [{"name": "features", "kind": "features", "path": str(root / "features")},
-                   {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}])]
+                   {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}] + teacher),
+            *([f"judgments={judged}"] if judged else [])]
 
 
 def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
@@ -130,7 +143,11 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     dataset = root / "label" / "dataset"
     trunk = f"loss.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by the other SFTs
     if cfg.data_path and Path(cfg.data_path).is_file():
-        label_args = ["--config", cfg.label_config, f"data_path={cfg.data_path}"]
+        judged = judgments_path(cfg)
+        if cfg.judgments and not judged:
+            print(f"demo: no judgments at {cfg.judgments!r}; the lexical rule labels every question")
+        label_args = ["--config", cfg.label_config, f"data_path={cfg.data_path}",
+                      *([f"judgments={judged}"] if judged else [])]
     else:
         print(f"demo: no data at {cfg.data_path!r}; labeling the shipped sample conversations instead")
         label_args = ["--config", cfg.sample_label_config]

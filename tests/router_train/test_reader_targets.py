@@ -3,6 +3,7 @@ source, where its span target lies in the text the reader reads, and the stage's
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -58,6 +59,16 @@ def test_pairs_carry_judged_targets_and_spans_and_deeper_units_stay_lexical():
     assert [p[2] for p in pairs([r], "recall", 1, "lexical")] == [0.0, 1.0, 0.0]
 
 
+def test_the_head_distils_the_teachers_confidence_where_one_was_recorded():
+    from router_train.reader_targets import head_targets
+
+    rows = [{"label": "ESCALATE", "teacher": json.dumps({"action": "ANSWER", "confidence": 5})},
+            {"label": "ANSWER", "teacher": json.dumps({"action": "ESCALATE", "confidence": 1})},
+            {"label": "ANSWER", "teacher": None}]
+    assert head_targets(rows, "label") == [1.0, 0.0, 0.0]
+    assert head_targets(rows, "teacher") == pytest.approx([0.05, 0.59, 0.0])
+
+
 def test_span_token_targets_cover_exactly_the_quoted_words(tmp_path):
     from tiermem.models.cross_encoder import CrossEncoder
 
@@ -82,7 +93,9 @@ def _records(split: str, n: int, seed: int) -> list[dict]:
         wrong = unit(f"{name}: I started a diet on Monday.", 1.0, "no", rank=2)
         units = [dict(wrong, rank=1), dict(unit("Other talk.", 0.0, "no"), rank=2)] if escalate else [right, wrong]
         row = rec(f"{split}{i}", f"{split}-c{i % 3}", not escalate, True, "ESCALATE" if escalate else "ANSWER", split)
+        teacher = {"action": "ESCALATE" if escalate else "ANSWER", "confidence": 1 + i % 5, "parsed_ok": True}
         row.update(question=f"When did {name} start pottery?", augmentation=None, unit_targets=units,
+                   teacher=json.dumps(teacher),
                    router_summaries=[{k: u[k] for k in ("unit_id", "text", "score", "date", "page_ids")}
                                      for u in units])
         rows.append(row)
@@ -91,7 +104,6 @@ def _records(split: str, n: int, seed: int) -> list[dict]:
 
 @pytest.mark.slow
 def test_cv_compares_every_target_setting_and_trains_the_chosen_one(tmp_path):
-    import json
 
     from datasets import Dataset, DatasetDict
 
@@ -107,9 +119,10 @@ def test_cv_compares_every_target_setting_and_trains_the_chosen_one(tmp_path):
     out = tmp_path / "reader"
     assert main([f"data={data}", f"output_dir={out}", f"base={base}", "max_epochs=1", "poolings=[max]",
                  "text_weights=[1.0]", "learning_rate=3e-3", "finetune_layers=[1]",
-                 "target_sources=[lexical,judged]", "span_targets=[true]"]) == 0
+                 "target_sources=[lexical,judged]", "span_targets=[true]", "head_targets=[label,teacher]"]) == 0
     meta = json.loads((out / "tiermem_router.json").read_text())
     settings = {g["targets"] for g in meta["metrics"]["cv_by_finetuning"]}
     assert settings == {"lexical+spans", "judged+spans"}  # finetune_layers=[1]: no zero-shot row
     assert meta["metrics"]["chosen"]["targets"] in settings
+    assert {g["head_target"] for g in meta["metrics"]["cv_by_finetuning"]} == {"label", "teacher"}
     assert read_oof_scores(out, meta["oof_scores"])["settings"]["targets"] == meta["metrics"]["chosen"]["targets"]

@@ -129,3 +129,28 @@ def test_trainer_section_is_type_checked_before_any_model_loads(tmp_path, monkey
     with pytest.raises(ConfigError, match="max_steps: expected int"):
         sft.build_sft_config(parse_cli(sft.SFTRecipeConfig, ["trainer.max_steps=ten"]))
     assert not (tmp_path / "o").exists()
+
+
+def test_the_teacher_filter_keeps_rows_whose_teacher_decision_equals_the_label(tmp_path, tokenizer):
+    from tests.helpers.router_fixtures import record
+
+    rows = [record(0, "c1", True, True), record(1, "c1", True, True), record(2, "c2", False, True),
+            record(3, "c2", False, True)]
+    for r, agrees in zip(rows, [True, False, None, False], strict=True):
+        r["teacher_agrees"] = agrees  # None: no teacher decision for that row
+    val = [dict(record(7, "c3", True, True), teacher_agrees=False), dict(record(8, "c3", False, True),
+                                                                          teacher_agrees=True)]
+    DatasetDict({"train": Dataset.from_list(rows), "validation": Dataset.from_list(val)}).save_to_disk(
+        str(tmp_path / "ds"))
+    train, held, info = load_rows(SFTRecipeConfig(data=str(tmp_path / "ds"), teacher_filter=True), tokenizer)
+    assert train["qid"] == [rows[0]["qid"], rows[2]["qid"]]  # a disagreeing teacher drops the row; none keeps it
+    assert info["teacher_filter"] == {"rows_before": 4, "kept": 2, "dropped_teacher_disagrees": 2,
+                                      "without_teacher_decision": 1}
+    assert len(held) == 2  # validation is never filtered
+    unfiltered, _, info = load_rows(SFTRecipeConfig(data=str(tmp_path / "ds")), tokenizer)
+    assert len(unfiltered) == 4 and "teacher_filter" not in info
+    for r in rows:
+        r["teacher_agrees"] = False
+    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "none"))
+    with pytest.raises(data_lib.RecordError, match="teacher_filter left no train row"):
+        load_rows(SFTRecipeConfig(data=str(tmp_path / "none"), teacher_filter=True), tokenizer)

@@ -190,8 +190,8 @@ def test_the_stage_keeps_out_of_fold_scores_that_calibrate_uses(trained, capsys)
     cv = splits["train"] + splits["validation"]  # every CV record, each scored by a head fitted on the others
     assert [(r["conv_id"], r["qid"]) for r in kept["records"]] == [(r["conv_id"], r["qid"]) for r in cv]
     chosen = meta["metrics"]["chosen"]
-    assert kept["settings"] == {k: chosen[k] for k in ("finetune_layers", "epochs", "targets", "text_scores",
-                                                        "pooling", "text_weight")}
+    assert kept["settings"] == {k: chosen[k] for k in ("finetune_layers", "epochs", "targets", "head_target",
+                                                        "text_scores", "pooling", "text_weight")}
     assert meta["oof_scores"]["n_conversations"] == 6 and kept["splits"] == ["train", "validation"]
     capsys.readouterr()
     assert calibrate_main([f"router={out}", f"data={data}", "write=false"]) == 0
