@@ -25,7 +25,7 @@ def zero_shot_router(router: Any) -> Any | None:
     base checkpoint is still where the run found it."""
     from serving.routers.unit_reader import UnitReaderRouter
     from serving.signals import read_logistic
-    from tiermem.models.cross_encoder import CrossEncoder
+    from tiermem.models.model_dir import load_reader
     from tiermem.models.specs import ModelSpecError, resolve_model
 
     extra = getattr(getattr(router, "meta", None), "extra", None) or {}
@@ -36,7 +36,7 @@ def zero_shot_router(router: Any) -> Any | None:
         base = resolve_model(str(extra.get("reader_base")))
     except ModelSpecError:  # the base moved or is not resolvable here: the row is left out (and said so)
         return None
-    reader = CrossEncoder.load(base, batch_size=router.reader.batch_size)
+    reader = load_reader(base, "reader_base=", batch_size=router.reader.batch_size, head_optional=True)  # checked
     return UnitReaderRouter(reader, read_logistic(Path(run_dir) / info["head"]), info["pooling"], info["text_weight"],
                             text_scores=info.get("text_scores", "classifier"))
 

@@ -44,9 +44,9 @@ def measure(cfg: ResearchRecallConfig) -> dict[str, Any]:
     memory = from_dict(MemoryConfig, cfg.memory, "memory")
     reader = None
     if cfg.reader:
-        from tiermem.models.cross_encoder import CrossEncoder
+        from tiermem.models.model_dir import load_reader
 
-        reader = CrossEncoder.load(cfg.reader)
+        reader = load_reader(cfg.reader, "reader=")  # the checked loader every reading stage uses
     convs = load_conversations(cfg.data, "locomo")
     if cfg.conversations:
         convs = [c for c in convs if c.conv_id in cfg.conversations]

@@ -42,8 +42,13 @@ def calibrated_floor(best_logits: Sequence[float], answerable: Sequence[bool]) -
         if best is None or tpr - fpr > best[0]:
             best = (tpr - fpr, cut, tpr, fpr)
     assert best is not None
-    return {"floor": round(best[1], 4), "youden_j": round(best[0], 4), "tpr": round(best[2], 4),
-            "fpr": round(best[3], 4), "questions": len(pos) + len(neg), "answerable": len(pos), "method": METHOD}
+    out = {"floor": round(best[1], 4), "youden_j": round(best[0], 4), "tpr": round(best[2], 4),
+           "fpr": round(best[3], 4), "questions": len(pos) + len(neg), "answerable": len(pos), "method": METHOD}
+    if best[0] <= 0:  # the reader scores unanswerable questions as high as answerable ones, or higher
+        out["warning"] = (f"Youden's J is {best[0]:.3f}: this floor tells answerable from unanswerable questions no "
+                          "better than chance; the reader cannot be trusted to say what the memory states")
+        print(f"answer floor: warning: {out['warning']}", file=sys.stderr)
+    return out
 
 
 def best_sentence_logits(reader: Any, questions: Sequence[Any]) -> list[float]:
@@ -58,14 +63,22 @@ def best_sentence_logits(reader: Any, questions: Sequence[Any]) -> list[float]:
     return best
 
 
-def stored_floor(reader_dir: str | Path) -> dict[str, Any] | None:
-    """The reader directory's `answer_floor.json` as stored (None when absent or unreadable)."""
+def current_floor(reader_dir: str | Path) -> dict[str, Any] | None:
+    """The reader directory's `answer_floor.json` when `ask` would use it: read by the one floor reader
+    (tiermem.models.floors), its floor a finite number bound to these weights. None when absent; a stored floor
+    `ask` would refuse is said so and None (recalibrated, never reported as current)."""
+    from tiermem.models.floors import ReaderFileError, floor_number, read_json_object, weights_sha256
+
     path = Path(reader_dir) / FLOOR_FILE
-    try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not path.is_file():
         return None
-    return stored if isinstance(stored, dict) else None
+    try:
+        stored = read_json_object(path)
+        floor_number(stored.get("floor"), path, "floor")
+    except ReaderFileError as exc:
+        print(f"answer-floor: {exc.args[0].split('; ')[0]}: recalibrating", file=sys.stderr)
+        return None
+    return stored if stored.get("reader_weights_sha256") == weights_sha256(reader_dir) else None
 
 
 def write_floor(reader_dir: str | Path, floor: dict[str, Any]) -> dict[str, Any]:

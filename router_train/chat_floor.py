@@ -89,16 +89,18 @@ def _view(turn: Any, start: int, end: int) -> str:
 
 
 def molweni_items(path: str, n: int, seed: int) -> list[tuple[str, list[str], bool]]:
-    """(question, every sentence of its dialogue as `speaker: sentence`, False) for Molweni's unanswerable ones."""
+    """(question, every sentence of its dialogue as `speaker: sentence`, False) for Molweni's unanswerable ones,
+    read by reader-pretrain's Molweni reader (router_train.chat_reading.read_molweni: one reader of the format)."""
+    from router_train.chat_reading import read_molweni
+    from router_train.reading_checks import check_reading_questions
     from tiermem.text.sentences import sentence_spans
 
-    try:
-        dialogues = json.loads(Path(path).read_text(encoding="utf-8"))["data"]["dialogues"]
-        items = [(qa["question"], [f"{e['speaker']}: {e['text'][s:t]}" for e in d["edus"]
-                                   for s, t in sentence_spans(e["text"])], False)
-                 for d in dialogues for qa in d["qas"] if qa.get("is_impossible")]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{path}: not Molweni MRC JSON (data -> dialogues -> edus, qas): {exc}") from None
+    dialogues = read_molweni(path)
+    check_reading_questions([q for d in dialogues for q in d.questions], path)  # as reader-pretrain checks them
+    items = []
+    for dialogue in dialogues:
+        texts = [f"{who}: {what[s:t]}" for who, what in dialogue.turns for s, t in sentence_spans(what)]
+        items += [(q.question, texts, False) for q in dialogue.questions if not q.answerable]
     return _sample(items, n, seed)
 
 
@@ -128,14 +130,18 @@ def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, An
 
 
 def _calibrate(cfg: ChatFloorConfig, reader_dir: Path, reader: Any) -> dict[str, Any]:
-    from router_train.answer_floor import calibrated_floor, stored_floor, write_floor
-    from tiermem.models.floors import weights_sha256
+    from router_train.answer_floor import calibrated_floor, current_floor, write_floor
 
-    if not (reader_dir / "model.safetensors").is_file():
+    if reader is None:  # the loader `ask` uses: a reader `ask` would refuse is never calibrated
+        from tiermem.models.model_dir import load_reader
+        from tiermem.models.specs import setup_cpu_threads
+
+        setup_cpu_threads()
+        reader = load_reader(reader_dir, "reader=")
+    elif not (reader_dir / "model.safetensors").is_file():
         raise MissingFileError(f"answer-floor: no reader at {reader_dir} (model.safetensors)")
-    stored = stored_floor(reader_dir)
-    if (not cfg.force and stored and stored.get("method") == METHOD and stored.get("settings") == settings(cfg)
-            and stored.get("reader_weights_sha256") == weights_sha256(reader_dir)):
+    stored = None if cfg.force else current_floor(reader_dir)
+    if stored and stored.get("method") == METHOD and stored.get("settings") == settings(cfg):
         return {**stored, "current": True}
     items = conversation_items(cfg)
     counts = {"conversation_questions": len(items), "conversation_answerable": sum(a for _, _, a in items)}
@@ -145,12 +151,6 @@ def _calibrate(cfg: ChatFloorConfig, reader_dir: Path, reader: Any) -> dict[str,
     unanswerable = molweni_items(molweni, cfg.max_molweni, cfg.seed) if molweni else []
     counts["molweni_unanswerable"] = len(unanswerable)
     items += unanswerable
-    if reader is None:
-        from tiermem.models.cross_encoder import CrossEncoder
-        from tiermem.models.specs import setup_cpu_threads
-
-        setup_cpu_threads()
-        reader = CrossEncoder.load(reader_dir)
     floor = calibrated_floor(best_logits(reader, items), [a for _, _, a in items])
     floor.update({"method": METHOD, "settings": settings(cfg), **counts})
     return write_floor(reader_dir, floor)

@@ -76,10 +76,9 @@ class ReaderPretrainConfig:
             raise ConfigError("data must name a SQuAD 2.0 JSON file or hf:<dataset name>")
         if not (isinstance(self.span_weight, int | float) and 0 <= self.span_weight < float("inf")):
             raise ConfigError(f"span_weight must be a finite number >= 0, got {self.span_weight!r}")
-        from router_train.chat_reading import check_source
+        from router_train.chat_reading import check_sources
 
-        for source in self.chat_data:
-            check_source(source)
+        check_sources(self.chat_data)
 
 
 def _weights_digest(model_dir: Path) -> str:
@@ -217,7 +216,7 @@ def _copy_into(src: Path, out: Path) -> None:
 
 def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
     from router_train import reader_cache
-    from router_train.chat_reading import load_chat_source
+    from router_train.chat_reading import load_chat_sources
     from router_train.reading_checks import check_reading_questions
     from router_train.reading_data import load_reading_data
     from tiermem.models.floors import read_pretrain_meta
@@ -232,10 +231,8 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
     with claimed_output_dir(cfg.output_dir, "reader-pretrain") as out:
         questions, data_sha = load_reading_data(cfg.data, cfg.hub_split)
         check_reading_questions(questions, cfg.data)
-        shas = [data_sha]
-        for source in cfg.chat_data:
-            chat, sha = load_chat_source(source)
-            questions, shas = questions + chat, [*shas, f"{source.partition(':')[0]}:{sha}"]
+        chat, chat_shas = load_chat_sources(cfg.chat_data)  # each checked as SQuAD's are, before any training
+        questions, shas = questions + chat, [data_sha, *chat_shas]
         if len(shas) > 1:  # every source's bytes in the key
             data_sha = hashlib.sha256("\n".join(shas).encode()).hexdigest()
         key = cache_key(cfg, data_sha, _weights_digest(base))

@@ -39,6 +39,9 @@ class AskServeConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)  # as `ask`'s memory: settings (configs/ingest)
     max_open: int = 8  # conversations kept open (their tiers in memory); the least recently asked is closed
     max_turns: int = 5_000  # an inline conversation's turns (building tiers is the request's cost)
+    # tier directories this server builds for inline conversations that it keeps on disk; past it the least recently
+    # asked one it built is removed (a directory it did not build, `tiermem-router ask`'s, is never removed)
+    max_inline_tiers: int = 64
 
     def __post_init__(self) -> None:
         if isinstance(self.memory, dict):
@@ -48,8 +51,8 @@ class AskServeConfig:
         if answerer_mode(self.memory.answerer, None, None) != "extractive":
             raise ConfigError("ask.memory.answerer: /ask serves the extractive answerer (no language model in the "
                               "server); set it to auto or extractive")
-        if self.max_open < 1 or self.max_turns < 1:
-            raise ConfigError("ask.max_open and ask.max_turns must be >= 1")
+        if self.max_open < 1 or self.max_turns < 1 or self.max_inline_tiers < 1:
+            raise ConfigError("ask.max_open, ask.max_turns and ask.max_inline_tiers must be >= 1")
 
 
 @dataclass
@@ -100,13 +103,14 @@ class AskService:
     """Open conversations (LRU), one shared embedder and token counter; the reader is the router's or the one
     `ask.memory.reader` names, loaded on the first answer and kept."""
 
-    def __init__(self, cfg: AskServeConfig, router: Any) -> None:
+    def __init__(self, cfg: AskServeConfig, router: Any, reader: Any = None) -> None:
         self.cfg, self.router = cfg, router
         self.root = Path(cfg.workdir)
         self.open: OrderedDict[str, Any] = OrderedDict()  # conv_id -> MemoryRuntime
+        self.built: OrderedDict[str, Path] = OrderedDict()  # inline key -> the tier directory this server built
         self._embedder: Any = None
         self._count_tokens: Any = None
-        self._reader: Any = None
+        self._reader: Any = reader  # serve loads it at start (check_readers); None: on the first answer
         self._lock = threading.Lock()
         self.answered = 0
 
@@ -144,6 +148,17 @@ class AskService:
             self.open.popitem(last=False)[1].close()
         return runtime
 
+    def _bound_built(self) -> None:
+        """Remove the least recently asked tier directories this server built past `max_inline_tiers`: every new
+        inline conversation builds one, and a long-running server would fill the disk."""
+        import shutil
+
+        while len(self.built) > self.cfg.max_inline_tiers:
+            _, path = self.built.popitem(last=False)
+            for key in [k for k, rt in self.open.items() if rt.workdir == path]:  # opened inline or by conv_id
+                self.open.pop(key).close()
+            shutil.rmtree(path, ignore_errors=True)
+
     def runtime(self, req: AskRequest) -> Any:
         from tiermem.memory.runtime import MemoryRuntime
 
@@ -154,9 +169,15 @@ class AskService:
                                         f"{self.cfg.max_turns} (ask.max_turns)")
             key = f"{conv.conv_id}\0{hash(tuple((t.turn_id, t.text) for t in conv.turns))}"
             if key not in self.open:
+                before = set(self.root.iterdir()) if self.root.is_dir() else set()
                 rt = MemoryRuntime.open_or_build(self.root, conv, self.cfg.memory, **self._shared())
+                if rt.workdir not in before:
+                    self.built[key] = rt.workdir
                 self._remember(key, rt)
             self.open.move_to_end(key)
+            if key in self.built:
+                self.built.move_to_end(key)
+                self._bound_built()
             return self.open[key]
         if req.conv_id in self.open:
             self.open.move_to_end(req.conv_id)
@@ -180,6 +201,23 @@ class AskService:
                 self._reader = rt._reader
             self.answered += 1
         return response(rt.memory.conv_id, out)
+
+
+def check_readers(cfg: AskServeConfig, router: Any) -> Any:
+    """The readers /ask answers with, loaded through the checked loader before the server starts, as /route's router
+    is: `ask.memory.reader` (what a fixed policy and a router without a reader read) with its floor, and a unit-reader
+    router's floor. A reader that would fail every /ask is a named error at start (exit 2), not an HTTP 500 per
+    request. Returns the configured reader (AskService keeps it)."""
+    from tiermem.memory.extractive import load_answer_reader, router_reader
+    from tiermem.settings.errors import StoreError, UsageError
+
+    try:
+        router_reader(router)  # its floor, bound to its weights
+        return load_answer_reader(cfg.memory.reader)
+    except (UsageError, FileNotFoundError, StoreError) as exc:
+        exc.args = (f"ask: {exc}; POST /ask would fail on every request: fix it, or serve /route alone with "
+                    "ask.enabled=false",)
+        raise
 
 
 def response(conv_id: str, out: Any) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from serving.ask_api import AskServeConfig, AskService, validate_ask_request
+from serving.ask_api import AskServeConfig, AskService, check_readers, validate_ask_request
 from serving.request_error import RequestError
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
@@ -316,7 +316,7 @@ def _submit(lane: Lane, item: Any) -> Any:
                            error_id) from None
 
 
-def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
+def create_app(router: Any, cfg: ServeConfig | None = None, answer_reader: Any = None) -> Any:
     cfg = cfg or ServeConfig()
     app = FastAPI(title="tiermem router", docs_url=None, redoc_url=None)
     meta = getattr(router, "meta", None)
@@ -325,7 +325,7 @@ def create_app(router: Any, cfg: ServeConfig | None = None) -> Any:
     chat_lane = Lane(lambda jobs: [job() for job in jobs], cfg.max_queue, 1, cfg.queue_timeout_s)
     ask_lane = Lane(lambda jobs: [job() for job in jobs], cfg.max_queue, 1, cfg.queue_timeout_s)
     app.state.lanes = {"route": route_lane, "chat": chat_lane, "ask": ask_lane}
-    asker = AskService(cfg.ask, router) if cfg.ask.enabled else None
+    asker = AskService(cfg.ask, router, answer_reader) if cfg.ask.enabled else None
     app.state.ask = asker
 
     async def read_json(request: Request) -> Any:
@@ -400,6 +400,7 @@ def main(argv: list[str]) -> int:
 
     cfg = parse_cli(ServeConfig, argv, default_config=None)
     router = build(cfg.router)
+    reader = check_readers(cfg.ask, router) if cfg.ask.enabled else None  # at start, as the router is
     import uvicorn
 
     if cfg.host not in ("127.0.0.1", "localhost", "::1"):
@@ -407,7 +408,7 @@ def main(argv: list[str]) -> int:
     where = cfg.router.path or cfg.router.kind
     print(f"serve: router {where} ({router.kind}, threshold_logit {router.threshold_logit}) on http://{cfg.host}:{cfg.port}",
           file=sys.stderr)
-    uvicorn.run(create_app(router, cfg), host=cfg.host, port=cfg.port, log_level="info")
+    uvicorn.run(create_app(router, cfg, reader), host=cfg.host, port=cfg.port, log_level="info")
     return 0
 
 if __name__ == "__main__":

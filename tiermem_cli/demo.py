@@ -75,6 +75,11 @@ class DemoConfig:
         unknown = [s for s in self.stages if s not in STEPS]
         if unknown:
             raise ConfigError(f"demo: unknown stage(s) {unknown}; stages are {STEPS}")
+        if not self.stages:  # it would run nothing and write timings as if it had
+            raise ConfigError(f"demo: stages is empty; name at least one of {STEPS}")
+        repeated = sorted({s for s in self.stages if self.stages.count(s) > 1})
+        if repeated:  # each step runs once, in the pipeline's order, however often it is named
+            raise ConfigError(f"demo: stage(s) {repeated} listed more than once; each runs once, in the order {STEPS}")
         if self.main_router not in (*MAIN_CANDIDATES, "best"):
             raise ConfigError(f"demo: main_router must be best or one of {tuple(MAIN_CANDIDATES)}, got "
                               f"{self.main_router!r}")

@@ -145,17 +145,28 @@ def split_questions(argv: list[str]) -> tuple[list[str], list[str]]:
     return [a for a in argv if not a.startswith("question=")], asked
 
 
+MAX_QUESTIONS = 10_000  # one process answers them one by one (about a second each): past this, split the file
+
+
 def questions_of(cfg: IngestConfig, repeated: list[str]) -> list[str | int]:
     """The questions to answer, in order: the `questions` file's lines (blank lines and `#` comments skipped), the
-    repeated `question=` items, or the one `question`."""
+    repeated `question=` items, or the one `question`. A file and `question=` together is a usage error (neither
+    is dropped without a word)."""
+    if cfg.questions and (repeated or str(cfg.question).strip()):
+        raise UsageError(f"questions={cfg.questions!r} and question= both given; ask with one of them")
     if cfg.questions:
+        from tiermem.data.textfile import jsonl_lines, read_utf8
+
         path = Path(cfg.questions)
         if not path.is_file():
             raise UsageError(f"questions={cfg.questions!r}: no such file (one question a line)")
-        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+        lines = [ln.strip() for _, ln in jsonl_lines(read_utf8(path))]  # a bad byte: file and offset; BOM dropped
         asked: list[str | int] = [ln for ln in lines if ln and not ln.startswith("#")]
         if not asked:
             raise UsageError(f"questions={cfg.questions!r}: the file holds no question")
+        if len(asked) > MAX_QUESTIONS:
+            raise UsageError(f"questions={cfg.questions!r}: {len(asked)} questions; at most {MAX_QUESTIONS} a run "
+                             "(split the file)")
         return asked
     return list(repeated) or [cfg.question]
 

@@ -12,9 +12,9 @@ from tiermem.settings.errors import ConfigError
 
 MOLWENI = {"data": {"title": "t", "dialogues": [
     {"edus": [{"speaker": "ann", "text": "did you mount it with fstab ?"}, {"speaker": "bo", "text": "yes. twice."}],
-     "context": "", "relations": [],
+     "context": "ann: did you mount it with fstab ? bo: yes. twice. ", "relations": [],
      "qas": [{"question": "What did ann reboot?", "id": "1", "answers": [], "is_impossible": True},
-             {"question": "How did bo mount it?", "id": "2", "answers": [{"text": "fstab", "answer_start": 0}],
+             {"question": "How did bo mount it?", "id": "2", "answers": [{"text": "fstab", "answer_start": 27}],
               "is_impossible": False}]}]}}
 
 

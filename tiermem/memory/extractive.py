@@ -20,6 +20,7 @@ directory `memory.reader` names (a `make reader-pretrain` checkpoint).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -126,21 +127,30 @@ def read(reader: AnswerReader, question: str, candidates: Sequence[_Candidate]) 
     stated = logit is not None and logit >= reader.floor
     answer = None
     if best is not None and i is not None and stated:
-        answer = span_answer(reader.reader, question, texts[i]) or extractive_answer(best)
+        prefix = len(texts[i]) - len(best.resolved)  # `date: speaker: `: no part of an answer
+        answer = span_answer(reader.reader, question, texts[i], prefix) or extractive_answer(best)
     return Reading(best.evidence if best else None, answer, logit, reader.floor, len(texts),
                    time.perf_counter() - start, reader.source)
 
 
-def span_answer(model: Any, question: str, text: str) -> str | None:
+def span_answer(model: Any, question: str, text: str, prefix: int = 0) -> str | None:
     """The reader's span of `text` (the chosen sentence as the reader saw it: `date: speaker: sentence`) when the
-    reader predicts spans (`best_spans(questions, texts) -> [(start_char, end_char, score)]`), else None: the
-    sentence is the answer. The quote stays the whole sentence either way."""
+    reader predicts spans (`best_spans(questions, texts) -> [(start_char, end_char, margin)]`), else None: the
+    sentence is the answer. The span is kept inside the sentence (after its `prefix` characters) and widened to whole
+    words; a margin that is not a finite number (NaN weights) points nowhere, so the sentence answers. The quote
+    stays the whole sentence either way."""
     best_spans = getattr(model, "best_spans", None)
     if not callable(best_spans) or not getattr(model, "has_spans", True):  # a classifier-only checkpoint
         return None
-    start, end, _ = best_spans([question], [text])[0]
-    span = text[int(start):int(end)].strip() if 0 <= int(start) < int(end) <= len(text) else ""
-    return span or None
+    start, end, margin = best_spans([question], [text])[0]
+    start, end = max(int(start), prefix), int(end)
+    if not math.isfinite(float(margin)) or not 0 <= start < end <= len(text):
+        return None
+    while start > prefix and text[start - 1].isalnum():
+        start -= 1
+    while end < len(text) and text[end].isalnum():
+        end += 1
+    return text[start:end].strip() or None
 
 
 @dataclass

@@ -8,15 +8,20 @@ raises a SafetensorError. So a reader (the cross-encoder every reading stage use
   (tiermem.models.specs.resolve_model) holding `config.json` (a JSON object) and its weights;
 - its own tokenizer is there (tokenizer.json, vocab.txt, vocab.json or tokenizer.model) and its vocabulary is the
   size the config gives (`vocab_size`; a few padding rows more in the config are allowed);
-- a safetensors file is readable and every weight the config's model needs is in it with the config's shape (the
-  classification head may be missing from a base that is fine-tuned: `head_optional`);
+- the weights file (model.safetensors, or pytorch_model.bin read with `weights_only`: a pickle's code never runs)
+  is readable, every weight the config's model needs is in it with the config's shape (the classification head may
+  be missing from a base that is fine-tuned: `head_optional`), none is left over, and every tensor is finite (read
+  once per state of the file);
 
-else a `ModelDirError` (exit 2) naming the directory, the file and what to do. `refuse_output_over_input` keeps a
+else a `ModelDirError` (exit 2) naming the directory, the file and what to do. Every stage that reads a reader
+(`ask`, `serve`, reader-pretrain, unit-reader, both answer floors, eval's reading tables) loads it here.
+`refuse_output_over_input` keeps a
 stage from writing its output over the model it reads, or into the model cache.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -83,24 +88,58 @@ def _expected_weights(path: Path, num_labels: int) -> tuple[dict[str, tuple[int,
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}, model.base_model_prefix, config
 
 
-def _check_weights_fit(path: Path, what: str, head_optional: bool, num_labels: int = 1) -> Any:
-    """Every weight the config's model needs is in model.safetensors with the config's shape. Returns the config."""
-    from safetensors import SafetensorError, safe_open
+def _stored_weights(weights: Path, what: str) -> dict[str, tuple[int, ...]]:
+    """Each weight's shape in `weights` (model.safetensors or pytorch_model.bin), every tensor read once for
+    finiteness (one NaN in the span head makes every span margin NaN, one Inf in the classifier a floor of
+    -Infinity); a file that cannot be read, or holds a non-finite number, is a ModelDirError."""
+    import pickle
 
+    from safetensors import SafetensorError
+
+    kind = "safetensors file" if weights.suffix == ".safetensors" else "PyTorch weights file (read with weights_only)"
+    stat = weights.stat()
+    try:
+        found, bad = _read_weights(weights, (stat.st_mtime_ns, stat.st_size))
+    except (SafetensorError, OSError, pickle.UnpicklingError, RuntimeError, ValueError, EOFError) as exc:
+        # a pickle needing more than tensors is refused by weights_only before any of its code runs
+        raise ModelDirError(f"{what}{weights}: not a readable {kind} ({type(exc).__name__}: {str(exc)[:200]}); "
+                            "rebuild or re-download the model, or save it as model.safetensors") from None
+    if bad:
+        raise ModelDirError(f"{what}{weights}: {len(bad)} weight(s) hold NaN or infinite values "
+                            f"({', '.join(bad[:3])}): the model diverged or the file was altered; retrain or "
+                            "re-download it")
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def _read_weights(weights: Path, state: tuple[int, int]) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    # cached per state of the file: a stage that checks a directory, then loads it, reads each tensor once
+    import torch
+    from safetensors import safe_open
+
+    if weights.suffix == ".safetensors":
+        with safe_open(str(weights), "pt") as fh:
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 (not a dict)
+    else:
+        tensors = torch.load(str(weights), map_location="cpu", weights_only=True)
+        if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+            raise ValueError("not a mapping of weight names to tensors")
+    bad = sorted(k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    return {k: tuple(v.shape) for k, v in tensors.items()}, bad
+
+
+def _check_weights_fit(path: Path, what: str, head_optional: bool, num_labels: int = 1) -> Any:
+    """Every weight the config's model needs is in the weights file with the config's shape, and every weight is
+    finite. Returns the config."""
     try:
         expected, prefix, config = _expected_weights(path, num_labels)
     except Exception as exc:  # an unknown model_type, a config field of the wrong type
         raise ModelDirError(f"{what}{path}: config.json does not describe a model transformers can build "
                             f"({type(exc).__name__}: {exc})") from None
-    weights = path / "model.safetensors"
-    if not weights.is_file():
-        return config  # pytorch_model.bin / shards: left to transformers (wrapped by load_reader)
-    try:
-        with safe_open(str(weights), "pt") as fh:
-            found = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}  # noqa: SIM118 (not a dict)
-    except (SafetensorError, OSError) as exc:
-        raise ModelDirError(f"{what}{weights}: not a readable safetensors file ({exc}); rebuild or re-download "
-                            "the model") from None
+    weights = next((path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()), None)
+    if weights is None:
+        return config  # sharded weights (model.safetensors.index.json): left to transformers (wrapped by load_reader)
+    found = _stored_weights(weights, what)
     strip = f"{prefix}."
     found = {k[len(strip):] if k.startswith(strip) else k: v for k, v in found.items()}
     base = {k[len(strip):]: v for k, v in expected.items() if k.startswith(strip)}
