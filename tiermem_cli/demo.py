@@ -43,10 +43,13 @@ class DemoConfig:
     root: str = "runs"
     data_path: str | None = "../shared/data/locomo10_dev.json"  # falls back to the shipped sample when absent
     label_config: str = "configs/label/locomo_cpu_evidence.yaml"
-    # careful-reading judgments of data_path's questions (labeling/judgments.py): label takes its summary verdicts,
-    # unit verdicts, spans and teacher decisions where the units match; eval scores every router against them and
-    # shows the recorded teacher as a row. Absent (or the sample labeled) -> the lexical rule alone, and no such rows
+    # careful-reading judgments of data_path's questions (labeling/judgments.py): eval scores every router against
+    # them beside the labels and shows the recorded teacher as a row. Absent (or the sample labeled) -> no such rows
     judgments: str | None = "../shared/data/locomo10_dev_judgments.jsonl"
+    # true: label with the judgments too (their summary verdicts, unit verdicts, spans and teacher decisions where
+    # the units match). Off by default: routers trained on the judged labels ranked the test split below the lexical
+    # ones against these very judgments (docs/results.md, 2026-12-04)
+    judged_labels: bool = False
     sample_label_config: str = "configs/label/sample_local.yaml"
     # public reading data for the reader's pre-training (SQuAD 2.0 JSON or hf:<name>); absent -> the reader starts
     # from the plain packaged encoder, and the demo says so
@@ -150,9 +153,9 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     if cfg.data_path and Path(cfg.data_path).is_file():
         judged = judgments_path(cfg)
         if cfg.judgments and not judged:
-            print(f"demo: no judgments at {cfg.judgments!r}; the lexical rule labels every question")
+            print(f"demo: no judgments at {cfg.judgments!r}; eval shows no judged rows")
         label_args = ["--config", cfg.label_config, f"data_path={cfg.data_path}",
-                      *([f"judgments={judged}"] if judged else [])]
+                      *([f"judgments={judged}"] if judged and cfg.judged_labels else [])]
     else:
         print(f"demo: no data at {cfg.data_path!r}; labeling the shipped sample conversations instead")
         label_args = ["--config", cfg.sample_label_config]
