@@ -409,7 +409,8 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         if not rows:
             raise ConfigError(f"judgments {cfg.judgments}: none of the {len(records)} records of split "
                               f"{cfg.split!r} was judged over its units ({coverage['by_match']})")
-        judged_report, _ = evaluate_records(rows, cfg, router, name, compare)
+        judged_report, _ = evaluate_records(rows, cfg, None if router is None else router.again(), name,
+                                            [(key, other.again(), display) for key, other, display in compare])
         report["judged"] = judged_summary(judged_report, coverage)
     paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval

@@ -39,10 +39,18 @@ class ReplayedRouter:
     (a remote router is not called twice, and an LM router's seconds are not spent twice)."""
 
     def __init__(self, router: Any) -> None:
-        self._router, self._seen = router, {}
+        self._router, self._seen, self._again = router, {}, False
 
     def __getattr__(self, name: str) -> Any:  # threshold_logit, meta, name: the router's own
+        if name == "kind" and self._again:  # eval's per-kind extras (what reading adds) ran on the first scoring
+            return "replayed"
         return getattr(self._router, name)
+
+    def again(self) -> ReplayedRouter:
+        """The same router and its remembered decisions, for the second scoring."""
+        other = ReplayedRouter(self._router)
+        other._seen, other._again = self._seen, True
+        return other
 
     @staticmethod
     def _key(question: str, units: Sequence[Any]) -> tuple:

@@ -77,8 +77,8 @@ def test_eval_scores_every_router_against_the_judgments_without_asking_it_again(
     report, _ = E.evaluate_records(_records(), cfg, router, "counting", [("teacher", ReplayedRouter(teacher),
                                                                           "teacher")])
     rows, coverage = judged_records(_records(), load_judgments(judged_file))
-    judged_report, _ = E.evaluate_records(rows, cfg, router, "counting", [("teacher", ReplayedRouter(teacher),
-                                                                           "teacher")])
+    judged_report, _ = E.evaluate_records(rows, cfg, router.again(), "counting",
+                                          [("teacher", ReplayedRouter(teacher).again(), "teacher")])
     assert counting.asked == 10  # the second scoring replayed every decision
     from evaluation.judged import judged_summary
 
