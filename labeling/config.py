@@ -31,6 +31,9 @@ class LLMRoles:
     judge: LLMConfig | None = None  # CORRECT/WRONG judge; None = lexical judge alone
     sufficiency: LLMConfig | None = None  # strict sufficiency judge; None = not run
     teacher: LLMConfig | None = None  # router-contract teacher; None = templated SFT targets
+    # conservative coverage judge (labeling/coverage_judge.py): judges the questions `judgments` does not cover yet
+    # and appends them to that file, its cache; None = the file's judgments alone
+    coverage: LLMConfig | None = None
 
 
 @dataclass
@@ -116,6 +119,9 @@ class LabelConfig:
         if self.unit_targets.deep_k is not None and self.unit_targets.deep_k < self.memory.top_k:
             raise ConfigError(f"unit_targets.deep_k ({self.unit_targets.deep_k}) must be >= memory.top_k "
                               f"({self.memory.top_k}) or null: it extends the router's retrieval")
+        if self.llm.coverage is not None and not self.judgments:
+            raise ConfigError("llm.coverage writes careful-reading judgments into a file: it needs judgments=PATH "
+                              "(a new path, or one a live coverage judge wrote before)")
         if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
             raise ConfigError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):
@@ -131,7 +137,7 @@ class LabelConfig:
             parse_shard(self.shard)
         if self.shard is not None or self.shards is not None:
             key = "shard" if self.shard is not None else "shards"
-            for name in ("answerer", "summarizer", "judge", "sufficiency", "teacher"):
+            for name in ("answerer", "summarizer", "judge", "sufficiency", "teacher", "coverage"):
                 role = getattr(self.llm, name)
                 if role is not None and role.backend == "local" and role.temperature > 0:
                     # one process-wide torch RNG: a sampled reply would depend on the calls made before it,

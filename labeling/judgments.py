@@ -169,6 +169,13 @@ class Judgments:
             self.by_key[(j.conv_id, j.qid)] = j
         self.by_units = {(j.question, j.units_sha1): j for j in items}
 
+    def add(self, j: Judgment) -> None:
+        """A judgment made in this run (the live coverage judge's), as if it had been read from the file."""
+        if (j.conv_id, j.qid) in self.by_key:
+            raise RecordError(f"{self.path}: question {j.qid!r} of {j.conv_id!r} is judged twice")
+        self.by_key[(j.conv_id, j.qid)] = j
+        self.by_units[(j.question, j.units_sha1)] = j
+
     def __len__(self) -> int:
         return len(self.by_key)
 
@@ -189,8 +196,9 @@ class Judgments:
         return self.by_units.get((question, units_digest(unit_texts)))
 
 
-def load_judgments(path: str | Path) -> Judgments:
-    """The whole file, or a RecordError naming the file, the line and the field."""
+def load_judgments(path: str | Path, allow_empty: bool = False) -> Judgments:
+    """The whole file, or a RecordError naming the file, the line and the field. `allow_empty`: a header alone is
+    a file (a live judge's cache before its first judgment)."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"judgments file {path} not found (judgments: PATH, a tiermem-judgments .jsonl)")
@@ -203,7 +211,7 @@ def load_judgments(path: str | Path) -> Judgments:
     if header.get("version") != VERSION:
         raise RecordError(f"{path}: line {number}: field 'version' must be {VERSION}, got {header.get('version')!r}")
     items = [parse_judgment(obj, f"{path}: line {n}") for n, obj in lines[1:]]
-    if not items:
+    if not items and not allow_empty:
         raise RecordError(f"{path}: the header is followed by no judgment")
     return Judgments(path, header, items)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labeling.config import LabelConfig
+from labeling.coverage_judge import judge_missing
 from labeling.evidence import Reading, compute_signals
 from labeling.judges import LexicalJudge, LLMJudge, SufficiencyJudge, Verdict, all_correct, verdicts_json
 from labeling.judgments import Judgment, Judgments
@@ -60,6 +61,7 @@ class Context:
     lexical: LexicalJudge
     fmt: str
     judgments: Judgments | None = None  # careful-reading judgments (label config `judgments`)
+    coverage: tuple[Any, Any] | None = None  # (the live coverage judge, the judgments file it appends to)
     progress: Counter = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -191,6 +193,12 @@ def _judged(ctx: Context, q: Question, rec: dict[str, Any]) -> Judgment | None:
         return None
     judged, rec["judgment_match"] = ctx.judgments.match(rec["conv_id"], rec["qid"], q.question,
                                                         [u["text"] for u in rec["router_summaries"]])
+    if judged is None and ctx.coverage is not None and rec["judgment_match"] == "no_judgment" \
+            and not rec.get("augmentation"):  # a question never judged: the live judge, once (LLMError propagates)
+        judge, cache = ctx.coverage
+        judged = judge_missing(judge, cache, ctx.judgments, rec["conv_id"], rec["qid"], q.question, q.answer,
+                               rec["router_summaries"])
+        rec["judgment_match"] = "matched"
     rec["s_ok_by"] = "lexical" if judged is None else "judgment"
     if judged is not None:
         rec["judgment"] = json.dumps(judged.to_record())

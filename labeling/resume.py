@@ -36,7 +36,9 @@ def resume_fingerprint(cfg: LabelConfig) -> dict[str, Any]:
             flat[prefix] = value
 
     walk("", {k: v for k, v in to_dict(cfg).items() if k not in RESUME_IGNORED})
-    if cfg.judgments and Path(cfg.judgments).is_file():  # the same path with other contents labels otherwise
+    # the same path with other contents labels otherwise; a live judge's file grows as the run goes (its judge's
+    # settings are in the fingerprint instead)
+    if cfg.judgments and cfg.llm.coverage is None and Path(cfg.judgments).is_file():
         import hashlib
 
         flat["judgments_sha256"] = hashlib.sha256(Path(cfg.judgments).read_bytes()).hexdigest()

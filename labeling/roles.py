@@ -18,7 +18,7 @@ from tiermem.settings.errors import ConfigError
 class Roles:
     """The LLM behind each role; one instance per distinct config (roles sharing a model share its weights)."""
 
-    NAMES = ("answerer", "summarizer", "judge", "sufficiency", "teacher")
+    NAMES = ("answerer", "summarizer", "judge", "sufficiency", "teacher", "coverage")
 
     def __init__(self, roles: dict[str, LLM | None], need_answerer: bool = True) -> None:
         if need_answerer and roles.get("answerer") is None:

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from labeling.config import LabelConfig, data_format, select
+from labeling.coverage_judge import CoverageJudge, JudgmentsCache
 from labeling.evidence import Reading
 from labeling.hub import push_dataset
 from labeling.judges import LexicalJudge
@@ -161,8 +162,10 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
     out = Path(cfg.output_dir)
     roles = roles or Roles.from_config(cfg)
     lexical = LexicalJudge(cfg.judge_threshold, cfg.evidence.date_order)
-    judgments = load_judgments(cfg.judgments) if cfg.judgments else None
-    ctx = Context(cfg, roles, lexical, data_format(cfg, cfg.data_path), judgments=judgments)
+    cache = JudgmentsCache(cfg.judgments) if roles["coverage"] is not None else None  # created here when absent
+    judgments = load_judgments(cfg.judgments, allow_empty=cache is not None) if cfg.judgments else None
+    ctx = Context(cfg, roles, lexical, data_format(cfg, cfg.data_path), judgments=judgments,
+                  coverage=None if cache is None else (CoverageJudge(roles["coverage"]), cache))
     # A tiers_dir of its own is a cache other runs may share; the default one lives inside this run.
     tiers_root = claim_cache_dir(cfg.tiers_dir) if cfg.tiers_dir else out / "tiers"
     total = sum(len(c.questions) for c in conversations)

@@ -145,3 +145,51 @@ def test_a_changed_judgments_file_is_not_resumed_into_the_same_run(lexical_run, 
     write(path, [dict(rows[0], reason="changed")])
     with pytest.raises(Exception, match="judgments_sha256"):
         _label(out, path)
+
+
+def _scripted_coverage(verdict: str, bad_for: str | None = None):
+    """A coverage judge that says `verdict` of every unit (its first word quoted as the span), or replies garbage
+    to the question `bad_for`."""
+    from tiermem.llm import ScriptedLLM
+
+    def reply(messages):
+        user = messages[-1]["content"]
+        if bad_for and bad_for in user:
+            return "I cannot decide."
+        units = [line for line in user.split("\n") if line.startswith("[")]
+        return json.dumps({"units": [{"rank": i + 1, "verdict": verdict, "span": u.split(") ", 1)[1].split()[0]}
+                                     for i, u in enumerate(units)],
+                           "verdict": verdict, "reason": "scripted", "gold_doubtful": False})
+    return ScriptedLLM(reply)
+
+
+def _label_live(out: Path, judgments: Path, llm) -> list[dict]:
+    cfg = from_dict(LabelConfig, {"output_dir": str(out), "memory": MEMORY, "label_rule": "evidence",
+                                  "generate_answers": False, "judgments": str(judgments),
+                                  "llm": {"answerer": None, "coverage": {"backend": "openai", "model": "m"}},
+                                  "split": {"train": ["sample-1", "sample-2"]}})
+    run(cfg, Roles({"coverage": llm}, need_answerer=False), embedder=HashEmbedder())
+    return [json.loads(line) for line in (out / "all_records.jsonl").read_text().splitlines()]
+
+
+def test_the_live_coverage_judge_writes_the_same_format_and_its_file_is_the_cache(lexical_run, tmp_path):
+    natural = [r for r in lexical_run if not r["augmentation"] and not r["error"]]
+    path = tmp_path / "live.jsonl"
+    first = _label_live(tmp_path / "run1", path, _scripted_coverage("yes", bad_for=natural[0]["question"]))
+    errors = [r for r in first if r["error"]]
+    assert len(errors) == 1 and "coverage judge" in errors[0]["error"]  # an unreadable reply is no verdict
+    judged = [r for r in first if r["s_ok_by"] == "judgment"]
+    assert len(judged) == len(natural) - 1 and all(r["s_ok"] is True for r in judged)
+    written = load_judgments(path)  # the file reads back through the same checks
+    assert len(written) == len(natural) - 1 and written.header["writer"]
+    # a rerun in a new directory asks the judge only for what the file lacks (the garbage reply's question)
+    calls = _scripted_coverage("no")
+    again = _label_live(tmp_path / "run2", path, calls)
+    assert len(calls.calls) == 1
+    assert sum(r["s_ok_by"] == "judgment" for r in again) == len(natural)
+    # a file no live judge wrote is read, never appended to
+    foreign = write(tmp_path / "foreign.jsonl", [judgment("x", "q", "Q?", ["a"], ["no"], "no")])
+    with pytest.raises(Exception, match="not written by the live coverage judge"):
+        _label_live(tmp_path / "run3", foreign, _scripted_coverage("yes"))
+    with pytest.raises(Exception, match="llm.coverage writes careful-reading judgments"):
+        from_dict(LabelConfig, {"llm": {"coverage": {"backend": "openai", "model": "m"}}})
