@@ -54,10 +54,12 @@ def span_targets(enc: Any, pairs: Sequence[Sequence[Any]]) -> list[tuple[int, in
 
 
 def reader_loss(reader: Any, cls: Any, start: Any, end: Any, mask: Any, y: Any, span_y: Any,
-                span_weight: float) -> Any:
+                span_weight: float, margin_for_missing: bool = False) -> Any:
     """BCE on the classifier; with a span head, cross-entropy of start and end over [CLS] + the text's tokens (the
     SQuAD 2.0 target: the answer span, or [CLS] for no answer) and BCE on the span margin where no span target
-    is given (soft targets: the conversations' unit targets)."""
+    is given (soft targets: the conversations' unit targets). Rows whose span target is -100 are left out of the
+    cross-entropy; with `margin_for_missing` they train the span margin instead, the two parts weighed by their
+    share of the batch (the unit reader's judged units beside unjudged ones)."""
     import torch
 
     bce = torch.nn.functional.binary_cross_entropy_with_logits
@@ -72,6 +74,16 @@ def reader_loss(reader: Any, cls: Any, start: Any, end: Any, mask: Any, y: Any, 
 
         return loss + span_weight * bce(span_scores(start, end, mask)[0], y)
     ce = torch.nn.functional.cross_entropy
+    if margin_for_missing:
+        from tiermem.models.cross_encoder import span_scores
+
+        has = span_y[:, 0] != -100
+        share = has.float().mean()
+        if has.any():
+            loss = loss + span_weight * share * (ce(start[has], span_y[has, 0]) + ce(end[has], span_y[has, 1])) / 2
+        if (~has).any():
+            loss = loss + span_weight * (1 - share) * bce(span_scores(start[~has], end[~has], mask[~has])[0], y[~has])
+        return loss
     return loss + span_weight * (ce(start, span_y[:, 0], ignore_index=-100)
                                  + ce(end, span_y[:, 1], ignore_index=-100)) / 2
 
@@ -220,30 +232,6 @@ class FrozenBottom:
         return cls, start_end[..., 0], start_end[..., 1], text
 
 
-def mixed_span_loss(cls: Any, start: Any, end: Any, mask: Any, y: Any, span_y: Any) -> Any:
-    """BCE on the classifier; the span head's cross-entropy towards the rows' span targets (token start/end, [CLS]
-    for no answer), and BCE on the span margin for the rows without one (span_y -100), each weighed by its share."""
-    import torch
-
-    from tiermem.models.cross_encoder import span_scores
-
-    bce = torch.nn.functional.binary_cross_entropy_with_logits
-    loss = bce(cls, y)
-    if start is None:
-        return loss
-    allowed = mask.clone()
-    allowed[:, 0] = True
-    start, end = start.masked_fill(~allowed, -1e4), end.masked_fill(~allowed, -1e4)
-    has = span_y[:, 0] != -100
-    share = has.float().mean()
-    if has.any():
-        ce = torch.nn.functional.cross_entropy
-        loss = loss + share * (ce(start[has], span_y[has, 0]) + ce(end[has], span_y[has, 1])) / 2
-    if (~has).any():
-        loss = loss + (1 - share) * bce(span_scores(start[~has], end[~has], mask[~has])[0], y[~has])
-    return loss
-
-
 def train_epochs(reader: Any, train: Sequence[Sequence[Any]], cfg: Any,
                  bottom: FrozenBottom, after_epoch: Any = None, epochs: int | None = None) -> list[float]:
     """Fine-tune the reader's top layers for `epochs` (default cfg.max_epochs), calling after_epoch(epoch) after
@@ -281,10 +269,8 @@ def train_epochs(reader: Any, train: Sequence[Sequence[Any]], cfg: Any,
             batch = [train[i] for i in idx]
             y = torch.tensor([b[2] for b in batch], dtype=torch.float32)
             cls, begin, end, text = bottom.scores(reader, [(b[0], b[1]) for b in batch])
-            if span_y is None:
-                loss = reader_loss(reader, cls, begin, end, text, y, None, 1.0)
-            else:
-                loss = mixed_span_loss(cls, begin, end, text, y, span_y[idx])
+            loss = reader_loss(reader, cls, begin, end, text, y, None if span_y is None else span_y[idx], 1.0,
+                               margin_for_missing=True)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
