@@ -22,6 +22,7 @@ from labeling.dataset import RecordError
 from labeling.judgments import FORMAT, VERDICTS, VERSION, Judgment, parse_judgment, text_digest, units_digest
 from tiermem.data.textfile import read_utf8
 from tiermem.llm import LLMError
+from tiermem.runs.safe_io import open_nofollow
 from tiermem.settings.errors import UsageError
 from tiermem.text.json_text import first_json_object
 
@@ -100,7 +101,8 @@ class JudgmentsCache:
             raise UsageError(f"judgments {self.path}: a symbolic link; the live judge writes no file through a link")
         if not self.path.exists():
             header = {"format": FORMAT, "version": VERSION, "writer": WRITER}
-            with open(self.path, "x", encoding="utf-8") as f:
+            fd = open_nofollow(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # ours only if we create it
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(json.dumps(header) + "\n")
             return
         first = read_utf8(self.path, RecordError).split("\n", 1)[0]
@@ -114,7 +116,7 @@ class JudgmentsCache:
                              "path, or leave llm.coverage out to label with this file alone")
 
     def append(self, line: dict[str, Any]) -> None:
-        with self.lock, open(self.path, "a", encoding="utf-8") as f:
+        with self.lock, os.fdopen(open_nofollow(self.path, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as f:
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
