@@ -129,3 +129,26 @@ def test_trainer_section_is_type_checked_before_any_model_loads(tmp_path, monkey
     with pytest.raises(ConfigError, match="max_steps: expected int"):
         sft.build_sft_config(parse_cli(sft.SFTRecipeConfig, ["trainer.max_steps=ten"]))
     assert not (tmp_path / "o").exists()
+
+
+def test_epoch_choice_keeps_the_best_validation_epoch(monkeypatch):
+    """After each epoch the served score's validation AUROC is read; a later, worse epoch is undone at train end."""
+    from types import SimpleNamespace
+
+    from router_train import sft
+
+    model = torch.nn.Linear(2, 1)
+    trainer = SimpleNamespace(model=model, signal_head=None)
+    scores = iter([0.8, 0.6])
+    monkeypatch.setattr(sft, "validation_auroc", lambda *a, **k: next(scores))
+    choice = sft.epoch_choice_callback(SFTRecipeConfig(), trainer, None, None)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    choice.on_epoch_end(None, SimpleNamespace(epoch=1.0, global_step=3), None)
+    with torch.no_grad():
+        model.weight.fill_(2.0)
+    choice.on_epoch_end(None, SimpleNamespace(epoch=2.0, global_step=6), None)
+    choice.on_train_end(None, None, None)
+    assert torch.equal(model.weight, torch.ones_like(model.weight))  # epoch 1's weights are back
+    assert choice.report() == {"epochs": [{"epoch": 1, "step": 3, "validation_auroc": 0.8},
+                                          {"epoch": 2, "step": 6, "validation_auroc": 0.6}], "kept_epoch": 1}
