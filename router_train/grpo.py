@@ -323,7 +323,8 @@ def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bo
     return {**summary, "validation_expected_reward": policy, "validation_router_reward": router,
             "checks": bound.checks if bound is not None else [],
             "stopped_at_step": bound.stopped_at if bound is not None else None, "kept_step": kept_step,
-            "verdict": "not a refinement" if warnings else "refined", "warnings": warnings}
+            "verdict": "not a refinement" if warnings else ("refined" if policy else "not measured"),
+            "warnings": warnings}
 
 
 @stage_main("grpo")

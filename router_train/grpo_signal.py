@@ -288,9 +288,11 @@ class PolicyProbe:
         self.trainer, self.temperature, self.batch_size = trainer, temperature, batch_size
         weights = getattr(trainer, "reward_weights", None)
         weights = [1.0] * len(reward_funcs) if weights is None else [float(w) for w in weights]
-        keys = list(dict.fromkeys(prompt_keys(tokenizer, train_rows["prompt"])))
-        order = {k: i for i, k in enumerate(prompt_keys(tokenizer, train_rows["prompt"]))}  # a row per distinct key
-        rows = train_rows.select([order[k] for k in keys])
+        every = prompt_keys(tokenizer, train_rows["prompt"])
+        # one row per distinct prompt (oversampling repeats them)
+        first = {k: i for i, k in reversed(list(enumerate(every)))}
+        keys = list(first)
+        rows = train_rows.select(list(first.values()))
         train_offsets = self._offsets(head, rows)
         logits = action_logits(trainer, trainer.model, keys, batch_size, temperature)
         target = float(np.mean([label == "ESCALATE" for label in rows["label"]]))

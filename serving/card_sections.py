@@ -143,10 +143,15 @@ def grpo_learned_section(signal: Any) -> str:
     if not isinstance(signal, dict):
         return ""
     verdict = signal.get("verdict")
-    text = (f"\n### What GRPO learned\n\n**Verdict: {verdict}.**"
-            + (" This run is not a refinement of the SFT router:\n\n" + "\n".join(
-                f"- {w}" for w in signal.get("warnings") or []) if verdict != "refined" else
-               " The policy's expected validation reward rose (interval above 0).") + "\n\n")
+    warnings = signal.get("warnings") or []
+    if verdict == "refined":
+        why = " The policy's expected validation reward rose (its interval lies above 0)."
+    elif warnings:
+        why = " This run is not a refinement of the SFT router:\n\n" + "\n".join(f"- {w}" for w in warnings)
+    else:
+        why = (" No validation reward was measured (completion text, or no validation rows with rewards): nothing "
+               "here says the run refined the SFT router.")
+    text = f"\n### What GRPO learned\n\n**Verdict: {verdict}.**{why}\n\n"
     rows = {"logged steps": signal.get("logged_steps"),
             "share of zero-variance groups (mean over logged steps)": signal.get("zero_variance_share"),
             "gradient norm (mean / max)": f"{fmt(signal.get('grad_norm_mean'))} / {fmt(signal.get('grad_norm_max'))}",
