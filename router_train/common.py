@@ -226,10 +226,12 @@ class RunResult:
     tokenizer: Any
 
 
-def train_and_save_weights(trainer: Any, output_dir: str | Path) -> dict[str, Any] | None:
+def train_and_save_weights(trainer: Any, output_dir: str | Path,
+                           after_train: Any = None) -> dict[str, Any] | None:
     """Train, then save the weights from every process (sharded/distributed saves need all ranks). Returns the
     train metrics (with global_step and seconds_per_step) on the main process, None on the others: only the main
-    process reports and writes the run's metadata (`save_and_report`)."""
+    process reports and writes the run's metadata (`save_and_report`). `after_train()` runs between the two, on
+    every rank (GRPO puts its best checked weights back there)."""
     # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
     clear_run_meta(output_dir)
     staging = safe_io.refuse_link(Path(output_dir) / SAVE_STAGING)
@@ -238,6 +240,8 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path) -> dict[str, An
         staging.mkdir(parents=True)
     started = time.perf_counter()
     result = trainer.train()
+    if after_train is not None:
+        after_train()
     if getattr(trainer, "trunk", None) is not None:  # SFT's frozen trunk: its states, for the next run to reuse
         trainer.trunk.save()
     steps = trainer.state.global_step

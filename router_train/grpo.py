@@ -1,12 +1,16 @@
 """`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost.
 
 Continues the SFT run's adapter (`router`): from the base model the strict reward tends to give every sample the
-same (negative) reward, i.e. zero variance and zero gradient. A run whose reward variance stays zero is reported
-loudly and recorded in the run's metadata. With `completion: action_token` (the default) the policy is the decision
-token itself (router_train.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a completion is one token.
-The signal head stays out of the sampled policy; when the SFT run has one, it is refit after training on the GRPO
-adapter's margins (`signal_head`), so the GRPO router scores like SFT's: margin x text_weight + head(signals).
-Saves like SFT plus `reward_curves.json`.
+same (negative) reward, i.e. zero variance and zero gradient. With `completion: action_token` (the default) the
+policy is the decision token itself (router_train.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a
+completion is one token, sampled under an action prior that makes it explore (SFT's head beside the margin, then one
+constant so the sampled escalation share starts at the labels'; router_train.grpo_signal). What the run learned is
+measured without sampling (the policy's exact expected reward on the validation rows, before and after, with a
+paired interval), checked every `check_steps` to stop when it no longer rises, and recorded with the zero-variance
+share, gradient norm and sampled escalation rate in the metadata and card (`metrics.grpo_signal`); a run with no
+update or no rise says so and is not reported as a refinement. When the SFT run has a signal head it is refit after
+training on the GRPO adapter's margins (`signal_head`), so the GRPO router scores like SFT's: margin x text_weight +
+head(signals). Saves like SFT plus `reward_curves.json`.
 
 Multi-GPU (vLLM colocated generation): accelerate launch --config_file configs/accelerate/multi_gpu.yaml \
     -m router_train.grpo --config configs/grpo/qwen3_0.6b_gpu.yaml
@@ -21,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from serving.routers.lm_head import action_token_ids
-from serving.signals import FEATURES, SIGNAL_HEAD_FILE, save_logistic
+from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
-from tiermem.runs.run_meta import RUN_META_FILE, RunMeta
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.settings.config import ConfigError, parse_cli
 from tiermem.settings.errors import MissingFileError, stage_main
@@ -50,8 +54,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
 CURVES_FILE = "reward_curves.json"
 COMPLETIONS = ("action_token", "text")
-_CURVE_PREFIXES = ("reward", "rewards/", "reward_parts/", "case/", "decision/", "format/", "frac_reward_zero_std",
-                   "loss", "kl", "entropy", "completions/mean_length", "learning_rate")
+
 
 RECIPE_DEFAULTS: dict[str, Any] = {
     "num_generations": 4,
@@ -83,12 +86,29 @@ class GRPORecipeConfig(RecipeConfig):
     signal_head: bool | None = None
     signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
     minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
+    # The sampled policy's action prior is a logit offset on ESCALATE per prompt (action_token only;
+    # router_train.grpo_signal); without one the margin alone is sampled, which SFT never trained as a policy.
+    # prior_head: add SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
+    prior_head: bool | None = None
+    # one constant more, so the sampled escalation share on the train prompts starts at their label share (null: on)
+    prior_calibrate: bool | None = None
+    # every N steps the policy's exact expected validation reward is checked (0: only before and after training)
+    check_steps: int = 25
+    # stop after this many checks without a gain, keeping the best checked weights (0: run every step, keep the last)
+    patience: int = 3
+    min_gain: float = 0.0  # a check is a gain when it beats the best checked reward by more than this
 
     def __post_init__(self) -> None:
         if self.completion not in COMPLETIONS:
             raise ConfigError(f"completion must be one of {COMPLETIONS}, got {self.completion!r}")
         if self.signal_head_l2 < 0:
             raise ConfigError(f"signal_head_l2 must be >= 0, got {self.signal_head_l2}")
+        if self.completion != "action_token" and (self.prior_head or self.prior_calibrate):
+            raise ConfigError("prior_head and prior_calibrate shape the sampled action token: they need "
+                              "completion=action_token (set them null or false for completion=text)")
+        if self.check_steps < 0 or self.patience < 0 or self.min_gain < 0:
+            raise ConfigError(f"check_steps, patience and min_gain must be >= 0, got {self.check_steps}, "
+                              f"{self.patience}, {self.min_gain}")
 
 
 def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
@@ -159,30 +179,6 @@ def policy_rows(cfg: GRPORecipeConfig, rows: Any) -> Any:
     return rows
 
 
-def refit_head(cfg: GRPORecipeConfig, trainer: Any, tokenizer: Any, natural: Any,
-               val_rows: Any) -> tuple[Any, float, dict[str, Any]]:
-    """The signal head refit on the trained adapter's margins (grpo_policy.refit_signal_head on the natural train
-    rows), the margin's weight beside it chosen on validation as SFT chooses it (sft.choose_text_weight)."""
-    import numpy as np
-
-    from .grpo_policy import margins, refit_signal_head
-    from .sft import SFTRecipeConfig, choose_text_weight
-
-    rows = natural.select([i for i, aug in enumerate(natural["augmented"]) if not aug])
-    margin = margins(trainer, trainer.model, tokenizer, rows["prompt"], cfg.eval_batch_size)
-    escalate = np.array([label == "ESCALATE" for label in rows["label"]], dtype=np.float64)
-    head, fitted = refit_signal_head(np.array(rows["signals"], dtype=np.float64), margin, escalate,
-                                     cfg.signal_head_l2)
-    fit_bias = head.bias
-    choose = SFTRecipeConfig(eval_batch_size=cfg.eval_batch_size)  # loss.text_weight None: chosen on validation
-    text_weight, grid, head = choose_text_weight(choose, trainer.model, tokenizer, head, val_rows)
-    info = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES), "init": "refit on the GRPO adapter's margins",
-            "refit_rows": len(rows), "refit_margin_weight": fitted,
-            "weights": dict(zip(FEATURES, head.weights, strict=True)), "text_weight": text_weight,
-            "text_weight_validation_auroc": grid, "bias_shift": head.bias - fit_bias}
-    return head, text_weight, info
-
-
 def completion_tokens_needed(cfg: GRPORecipeConfig, tokenizer: Any, rows: Any) -> dict[str, int]:
     """Tokens each action's completion needs under the format scope: its prefix, or its longest full target."""
     def count(text: str) -> int:
@@ -196,27 +192,6 @@ def completion_tokens_needed(cfg: GRPORecipeConfig, tokenizer: Any, rows: Any) -
     return needed
 
 
-def reward_curves(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    curves = []
-    for entry in log_history:
-        if "reward" not in entry:
-            continue
-        point = {"step": entry.get("step")}
-        point.update({k: v for k, v in entry.items() if k.startswith(_CURVE_PREFIXES)})
-        curves.append(point)
-    return curves
-
-
-def zero_variance_warning(curves: list[dict[str, Any]]) -> str | None:
-    """A run where every logged step had zero reward spread across each prompt's samples learned nothing."""
-    spreads = [p.get("frac_reward_zero_std") for p in curves if p.get("frac_reward_zero_std") is not None]
-    if spreads and all(s >= 1.0 for s in spreads):
-        return (f"GRPO reward variance was zero at every one of {len(spreads)} logged steps: all samples of each "
-                "prompt got the same reward, so advantages and gradients were zero and the adapter did not learn "
-                "from the rewards. Start from a better SFT adapter, raise temperature or num_generations.")
-    return None
-
-
 def train(cfg: GRPORecipeConfig) -> RunResult:
     args = build_grpo_config(cfg)
     if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
@@ -227,15 +202,25 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
         return _train(cfg, args)
 
 
+def wants_prior_head(cfg: GRPORecipeConfig, sft_info: dict[str, Any] | None) -> bool:
+    has = bool(sft_info and sft_info.get("signal_head"))
+    if cfg.prior_head and not has:
+        raise ConfigError(f"prior_head=true but the router run {cfg.router} has no signal head; set prior_head=null "
+                          "or false")
+    return cfg.completion == "action_token" and (has if cfg.prior_head is None else bool(cfg.prior_head))
+
+
 def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     from transformers import set_seed
 
-    from .grpo_policy import DecisionGRPOTrainer
+    from .grpo_policy import DecisionGRPOTrainer, refit_head
+    from .grpo_signal import CURVE_COLUMNS, reward_curves, summary_line
 
     set_seed(cfg.seed)
     model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
-    refit = wants_signal_head(cfg, sft_info)
-    train_rows, natural, val_rows, data_info = load_reward_rows(cfg, tokenizer, args.eval_strategy != "no", refit)
+    refit, prior_head = wants_signal_head(cfg, sft_info), wants_prior_head(cfg, sft_info)
+    train_rows, natural, val_rows, data_info = load_reward_rows(cfg, tokenizer, cfg.completion == "action_token"
+                                                                or args.eval_strategy != "no", refit or prior_head)
     action_ids = action_token_ids(tokenizer, train_rows["prompt"][0]) if cfg.completion == "action_token" else None
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
                                       args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows),
@@ -252,12 +237,17 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
         peft_config=peft_config,
         action_token=cfg.completion == "action_token",
         frozen_trunk=cfg.frozen_trunk,
+        action_ids=action_ids,
     )
     data_info["frozen_trunk"] = trainer.trunk is not None
+    probe, bound, before = _explore(cfg, args, trainer, tokenizer, reward_funcs, train_rows, val_rows, prior_head)
+    data_info["action_prior"] = probe.info if probe is not None else None
     log.info("GRPO on %d prompts x %d generations, max_completion_length=%d (%s), %s", len(train_rows),
              args.num_generations, args.max_completion_length, cfg.completion,
              "frozen trunk" if trainer.trunk is not None else "full forwards")
-    train_metrics = train_and_save_weights(trainer, cfg.output_dir)
+    kept: dict[str, int] = {}
+    train_metrics = train_and_save_weights(trainer, cfg.output_dir, after_train=None if bound is None else (
+        lambda: kept.update(step=bound.restore(trainer.model, trainer.state.global_step))))
     if train_metrics is None:  # another rank: the main process reports and writes the metadata
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
     head, text_weight = None, 1.0
@@ -265,16 +255,17 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
         head, text_weight, data_info["signal_head"] = refit_head(cfg, trainer, tokenizer, natural, val_rows)
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
     curves = reward_curves(trainer.state.log_history)
-    warning = zero_variance_warning(curves)
-    if warning:
+    learned = _learned(cfg, curves, probe, bound, before, kept.get("step"), head, text_weight, val_rows)
+    for warning in learned["warnings"]:
         log.warning("\n%s\n!!! %s\n%s", "!" * 70, warning, "!" * 70)
+    print(summary_line(learned), flush=True)
     metrics = {
         "train": train_metrics,
         **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight),
-        "warnings": [warning] if warning else [],
+        "warnings": learned["warnings"],
+        "grpo_signal": learned,
         # the curves' headline columns, for the run card (reward_curves.json keeps every logged key)
-        "reward_curve": [{k: p.get(k) for k in ("step", "reward", "reward_std", "frac_reward_zero_std")}
-                         for p in curves],
+        "reward_curve": [{k: p.get(k) for k in CURVE_COLUMNS} for p in curves],
     }
     meta = RunMeta(
         contract_version=contract.CONTRACT_VERSION, base_model=base_spec, stage="grpo", adapter=True,
@@ -287,6 +278,53 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     )
     return save_and_report("grpo", trainer.model, tokenizer, meta, cfg.output_dir,
                            files={CURVES_FILE: json.dumps(curves, indent=1)})
+
+
+def _explore(cfg: GRPORecipeConfig, args: Any, trainer: Any, tokenizer: Any, reward_funcs: list[Any],
+             train_rows: Any, val_rows: Any, prior_head: bool) -> tuple[Any, Any, Any]:
+    """(the policy probe with its prior set on the trainer, the validation check, the validation logits before
+    training); (None, None, None) for completion text, whose policy is TRL's generation."""
+    from .grpo_signal import PolicyProbe, SignalBound, sft_policy_head
+
+    if cfg.completion != "action_token":
+        return None, None, None
+    head = sft_policy_head(cfg.router, read_run_meta(cfg.router))[0] if prior_head else None
+    probe = PolicyProbe(trainer, tokenizer, reward_funcs, temperature=args.temperature,
+                        batch_size=cfg.eval_batch_size, head=head, calibrate=cfg.prior_calibrate is not False,
+                        train_rows=train_rows, val_rows=val_rows, generations=args.num_generations)
+    log.info("GRPO action prior: sampled escalation share %.3f on the train prompts (margin alone %.3f, labels "
+             "%.3f)", probe.info["escalation_share_at_start"], probe.info["escalation_share_without_prior"],
+             probe.info["label_escalation_share"])
+    if probe.val is None:
+        return probe, None, None
+    before = probe.val_logits()
+    bound = SignalBound(probe.val_reward, cfg.check_steps, cfg.patience, cfg.min_gain)
+    bound.start(trainer.model, float(probe.val_expected(before).mean()))
+    trainer.add_callback(bound)
+    return probe, bound, before
+
+
+def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bound: Any, before: Any,
+             kept_step: int | None, head: Any, text_weight: float, val_rows: Any) -> dict[str, Any]:
+    """metrics.grpo_signal: the learning signal over the logged steps and the validation reward before and after."""
+    from .grpo_signal import paired, sft_policy_head, signal_summary, signal_warnings
+
+    summary = signal_summary(curves)
+    policy = router = None
+    if probe is not None and before is not None:
+        after = probe.val_logits()
+        convs = list(val_rows["conv_id"])
+        policy = paired(probe.val_expected(before), probe.val_expected(after), convs, cfg.seed)
+        _, sft_head, sft_weight = (sft_policy_head(cfg.router, read_run_meta(cfg.router)) if cfg.router
+                                   else (None, None, 1.0))
+        router = paired(probe.router_rewards(before, sft_head, sft_weight),
+                        probe.router_rewards(after, head, text_weight), convs, cfg.seed)
+    warnings = signal_warnings(summary, policy)
+    return {**summary, "validation_expected_reward": policy, "validation_router_reward": router,
+            "checks": bound.checks if bound is not None else [],
+            "stopped_at_step": bound.stopped_at if bound is not None else None, "kept_step": kept_step,
+            "verdict": "not a refinement" if warnings else ("refined" if policy else "not measured"),
+            "warnings": warnings}
 
 
 @stage_main("grpo")

@@ -6,15 +6,19 @@ and each sampled completion is that one token, so:
 
 - generation is one next-token distribution per distinct prompt (the `num_generations` samples of a prompt share
   it), read through the frozen trunk when the adapter trains only the top layers (tiermem.models.trunk.FrozenTrunk): the
-  bottom layers run once per prompt, without grad;
+  bottom layers run once per prompt, without grad (without a trunk, one plain forward per distinct prompt);
 - the policy's log-probability of a sampled token is read at the prompt's last position, which does not depend on
   the token, so the training forward runs once per distinct prompt too, through the top layers only;
 - prompts are tokenized as serving tokenizes them (no special tokens added: the chat template holds them), so the
   policy GRPO moves is the serving margin, token for token.
 
+- an action prior (`prior`: a logit offset on ESCALATE's token per prompt, router_train.grpo_signal) is added where
+  the policy is sampled and where its log-probability is read, so the policy GRPO samples and the one it
+  differentiates are the same distribution: SFT's policy (margin + signal head) calibrated to explore.
+
 Anything else the trainer is asked (vLLM, several completion tokens, top-k/top-p sampling, images) takes TRL's own
-path. The signal head stays out of the sampled policy: after training it is refit on the adapter's margins
-(`refit_signal_head`).
+path, where no prior can be added (refused). After training the signal head is refit on the adapter's own margins
+(`refit_signal_head`), the prior left out.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 import torch
 from trl import GRPOTrainer
 
-from serving.signals import FEATURES, LogisticModel, fit_logistic
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic
 from tiermem import contract
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
@@ -39,9 +43,12 @@ MARGIN_FEATURE = "lm_margin"  # the adapter's margin, a column of the refit besi
 class DecisionGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose one-token completions are sampled and scored at the prompt's last position."""
 
-    def __init__(self, *args: Any, action_token: bool, frozen_trunk: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, action_token: bool, frozen_trunk: bool = True,
+                 action_ids: tuple[int, int] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.action_token = action_token
+        self.action_ids = action_ids  # (ANSWER's, ESCALATE's) first token: where the prior is added
+        self.prior: dict[tuple[int, ...], float] = {}  # prompt token ids -> offset on ESCALATE's logit
         self.trunk = None
         if action_token and self.args.max_completion_length != 1:
             raise ValueError("completion action_token reads one completion token: max_completion_length must be 1")
@@ -56,8 +63,14 @@ class DecisionGRPOTrainer(GRPOTrainer):
         args = self.args
         plain_sampling = (not args.top_k and args.top_p == 1.0 and args.min_p is None
                           and args.repetition_penalty == 1.0 and not args.generation_kwargs)
-        return (self.trunk is not None and not self.use_vllm and not self.use_transformers_continuous_batching
+        return (self.action_token and not self.use_vllm and not self.use_transformers_continuous_batching
                 and plain_sampling)
+
+    def set_prior(self, prior: dict[tuple[int, ...], float]) -> None:
+        if prior and not (self._fast() and self.action_ids is not None):
+            raise ValueError("an action prior needs the action-token path (completion action_token, plain sampling, "
+                             "no vLLM): TRL's own generation cannot add it")
+        self.prior = dict(prior)
 
     def _tokenize_prompts(self, prompts: list):
         if self.action_token and prompts and isinstance(prompts[0], str):  # as serving: no special tokens added
@@ -75,7 +88,25 @@ class DecisionGRPOTrainer(GRPOTrainer):
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p):] = 1
         device = self.accelerator.device
-        return self.trunk.logits(model, ids.to(device), mask.to(device), logits_to_keep=1)[:, -1].float()
+        ids, mask = ids.to(device), mask.to(device)
+        if self.trunk is not None:
+            return self.trunk.logits(model, ids, mask, logits_to_keep=1)[:, -1].float()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1,
+                     use_cache=False).logits[:, -1].float()
+
+    def policy_logits(self, model: Any, prompts: Sequence[tuple[int, ...]]) -> torch.Tensor:
+        """prompt_logits with the action prior on ESCALATE's token: the logits the policy samples from."""
+        logits = self.prompt_logits(model, prompts)
+        if not self.prior:
+            return logits
+        try:
+            offsets = torch.tensor([self.prior[tuple(p)] for p in prompts], dtype=logits.dtype, device=logits.device)
+        except KeyError:
+            raise ValueError("a prompt without an action prior: the prior covers every train and eval prompt") from None
+        escalate = torch.zeros_like(logits)
+        escalate[:, self.action_ids[1]] = 1.0
+        return logits + offsets[:, None] * escalate
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if not (self._fast() and not images and not multimodal_fields):
@@ -84,7 +115,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
         rows = [tuple(p) for p in prompt_ids]
         unique = list(dict.fromkeys(rows))
         with torch.no_grad():
-            probs = torch.softmax(self.prompt_logits(self.model, unique) / self.temperature, dim=-1)
+            probs = torch.softmax(self.policy_logits(self.model, unique) / self.temperature, dim=-1)
         index = torch.tensor([unique.index(r) for r in rows])
         tokens = torch.multinomial(probs[index.to(probs.device)], 1).squeeze(-1)
         return [[int(t)] for t in tokens.tolist()], None
@@ -99,7 +130,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
         keep = attention_mask[:, :-1].bool()
         rows = [tuple(input_ids[b, :-1][keep[b]].tolist()) for b in range(input_ids.size(0))]
         unique = list(dict.fromkeys(rows))
-        logp = torch.log_softmax(self.prompt_logits(model, unique) / self.temperature, dim=-1)
+        logp = torch.log_softmax(self.policy_logits(model, unique) / self.temperature, dim=-1)
         logp = logp[torch.tensor([unique.index(r) for r in rows], device=logp.device)]
         token_logp = logp.gather(-1, input_ids[:, -1:].to(logp.device))
         entropy = -(logp.exp() * logp).sum(dim=-1, keepdim=True) if compute_entropy else None
@@ -147,3 +178,24 @@ def refit_signal_head(signals: np.ndarray, margin: np.ndarray, escalate: np.ndar
         train_min=full.train_min[:n] if full.train_min else None,
         train_max=full.train_max[:n] if full.train_max else None)
     return head, float(weight)
+
+
+def refit_head(cfg: Any, trainer: Any, tokenizer: Any, natural: Any,
+               val_rows: Any) -> tuple[Any, float, dict[str, Any]]:
+    """The signal head refit on the trained adapter's margins (refit_signal_head on the natural train rows), the
+    margin's weight beside it chosen on validation as SFT chooses it (sft.choose_text_weight)."""
+    from .sft import SFTRecipeConfig, choose_text_weight
+
+    rows = natural.select([i for i, aug in enumerate(natural["augmented"]) if not aug])
+    margin = margins(trainer, trainer.model, tokenizer, rows["prompt"], cfg.eval_batch_size)
+    escalate = np.array([label == "ESCALATE" for label in rows["label"]], dtype=np.float64)
+    head, fitted = refit_signal_head(np.array(rows["signals"], dtype=np.float64), margin, escalate,
+                                     cfg.signal_head_l2)
+    fit_bias = head.bias
+    choose = SFTRecipeConfig(eval_batch_size=cfg.eval_batch_size)  # loss.text_weight None: chosen on validation
+    text_weight, grid, head = choose_text_weight(choose, trainer.model, tokenizer, head, val_rows)
+    info = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES), "init": "refit on the GRPO adapter's margins",
+            "refit_rows": len(rows), "refit_margin_weight": fitted,
+            "weights": dict(zip(FEATURES, head.weights, strict=True)), "text_weight": text_weight,
+            "text_weight_validation_auroc": grid, "bias_shift": head.bias - fit_bias}
+    return head, text_weight, info

@@ -87,6 +87,9 @@ class SFTRecipeConfig(RecipeConfig):
     # the seed's teacher filter: train only on rows whose teacher decision (labeling's teacher role, or one recorded
     # in the label run's judgments) equals the label; rows without a teacher decision stay. Validation is not filtered
     teacher_filter: bool = False
+    # score the validation rows after every epoch (the AUROC the served score reaches: the best text weight beside
+    # the head, as text_weight null chooses it) and keep the best epoch's adapter and head (ties: the earlier)
+    epoch_choice: bool = True
 
 
 def build_sft_config(cfg: SFTRecipeConfig) -> Any:
@@ -177,6 +180,62 @@ def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: L
     return float(best), grid, shifted
 
 
+def validation_auroc(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel | None,
+                     val_rows: Any) -> float | None:
+    """The validation AUROC of the score serving would give: margin x text weight + head, at the best weight of
+    TEXT_WEIGHTS (or the fixed loss.text_weight); None without rows of both labels."""
+    from tiermem.stats import auroc
+
+    from .decisions import escalation_scores
+
+    labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
+    if not 0 < sum(labels) < len(labels):
+        return None
+    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
+    if head is None:
+        return auroc(margins.tolist(), labels)
+    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
+    weights = TEXT_WEIGHTS if cfg.loss.text_weight is None else (cfg.loss.text_weight,)
+    return max(auroc((w * margins + heads).tolist(), labels) for w in weights)
+
+
+def epoch_choice_callback(cfg: SFTRecipeConfig, trainer: Any, tokenizer: Any, val_rows: Any) -> Any:
+    """A callback scoring validation after each epoch (`validation_auroc`), which keeps the best epoch's trainable
+    weights (adapter and signal head) and puts them back at train end."""
+    import torch
+    from transformers import TrainerCallback
+
+    class EpochChoice(TrainerCallback):
+        def __init__(self) -> None:
+            self.epochs: list[dict[str, Any]] = []
+            self.best: tuple[float, int, dict[str, Any]] | None = None
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
+            head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
+            score = validation_auroc(cfg, trainer.model, tokenizer, head, val_rows)
+            epoch = round(state.epoch or len(self.epochs) + 1)
+            self.epochs.append({"epoch": epoch, "step": state.global_step, "validation_auroc": score})
+            log.info("sft epoch %d: validation AUROC %s", epoch, score)
+            if score is not None and (self.best is None or score > self.best[0]):
+                weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+                self.best = (score, epoch, weights)
+            return control
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if self.best is not None and self.epochs and self.best[1] != self.epochs[-1]["epoch"]:
+                params = dict(trainer.model.named_parameters())
+                with torch.no_grad():
+                    for name, saved in self.best[2].items():
+                        params[name].copy_(saved)
+                log.info("sft: kept epoch %d (validation AUROC %.4f)", self.best[1], self.best[0])
+            return control
+
+        def report(self) -> dict[str, Any]:
+            return {"epochs": self.epochs, "kept_epoch": self.best[1] if self.best else None}
+
+    return EpochChoice()
+
+
 def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
     return [len(tokenizer(p + c)["input_ids"]) for p, c in zip(rows["prompt"], rows["completion"], strict=True)]
 
@@ -233,9 +292,14 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
         signal_head=head_init,
         centre_signal_head=centre_head,
     )
+    choice = epoch_choice_callback(cfg, trainer, tokenizer, val_rows) if cfg.epoch_choice else None
+    if choice is not None:
+        trainer.add_callback(choice)
     train_metrics = train_and_save_weights(trainer, cfg.output_dir)
     if train_metrics is None:  # another rank: the main process reports and writes the metadata
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
+    if choice is not None:
+        train_metrics["epoch_choice"] = choice.report()
     head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
     text_weight = 1.0
     if head is not None:

@@ -117,14 +117,63 @@ def rewards_section(meta: RunMeta) -> str:
         return ""
     text = ("\n## GRPO rewards\n\nThe reward table the policy was optimised against (per sampled decision; "
             "`cost_weight` scales the research cost penalty):\n\n" + table(rewards, ("reward", "value")) + "\n")
+    text += grpo_learned_section(meta.metrics.get("grpo_signal"))
     curve = meta.metrics.get("reward_curve") or []
     if curve:
         text += ("\nReward curve (mean reward of the sampled completions per logged step; `frac_reward_zero_std`: "
                  "share of prompts whose samples all got the same reward, which give no gradient; "
                  "`reward_curves.json` has every logged key):\n\n"
-                 "| step | reward | reward std | frac_reward_zero_std |\n|---|---|---|---|\n" + "\n".join(
+                 "| step | reward | reward std | frac_reward_zero_std | grad norm | sampled escalation |\n"
+                 "|---|---|---|---|---|---|\n" + "\n".join(
                      f"| {fmt(p.get('step'))} | {fmt(p.get('reward'))} | {fmt(p.get('reward_std'))} "
-                     f"| {fmt(p.get('frac_reward_zero_std'))} |" for p in curve) + "\n")
+                     f"| {fmt(p.get('frac_reward_zero_std'))} | {fmt(p.get('grad_norm'))} "
+                     f"| {fmt(p.get('decision/escalation_rate'))} |" for p in curve) + "\n")
+    return text
+
+
+def _interval_cell(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "n/a"
+    cell = fmt(value.get("estimate"))
+    return cell + (f" [{fmt(value['lo'])}, {fmt(value['hi'])}]" if value.get("lo") is not None else "")
+
+
+def grpo_learned_section(signal: Any) -> str:
+    """What GRPO learned (metrics.grpo_signal): its verdict, learning signal, and validation reward before/after."""
+    if not isinstance(signal, dict):
+        return ""
+    verdict = signal.get("verdict")
+    warnings = signal.get("warnings") or []
+    if verdict == "refined":
+        why = " The policy's expected validation reward rose (its interval lies above 0)."
+    elif warnings:
+        why = " This run is not a refinement of the SFT router:\n\n" + "\n".join(f"- {w}" for w in warnings)
+    else:
+        why = (" No validation reward was measured (completion text, or no validation rows with rewards): nothing "
+               "here says the run refined the SFT router.")
+    text = f"\n### What GRPO learned\n\n**Verdict: {verdict}.**{why}\n\n"
+    rows = {"logged steps": signal.get("logged_steps"),
+            "share of zero-variance groups (mean over logged steps)": signal.get("zero_variance_share"),
+            "gradient norm (mean / max)": f"{fmt(signal.get('grad_norm_mean'))} / {fmt(signal.get('grad_norm_max'))}",
+            "sampled escalation rate (first / last logged step)":
+                f"{fmt(signal.get('sampled_escalation_first'))} / {fmt(signal.get('sampled_escalation_last'))}",
+            "stopped at step (no validation gain)": signal.get("stopped_at_step"),
+            "weights kept from step": signal.get("kept_step")}
+    text += table(rows) + "\n"
+    reward_rows = []
+    for key, what in (("validation_expected_reward", "policy's exact expected reward (what GRPO maximizes)"),
+                      ("validation_router_reward", "router's reward at its decisions (score >= 0, uncalibrated)")):
+        value = signal.get(key)
+        if isinstance(value, dict):
+            cells = [_interval_cell(value.get(k)) for k in ("before", "after", "difference")]
+            reward_rows.append(f"| {what} | {' | '.join(cells)} | {value.get('rows')} | {value.get('conversations')} |")
+    if reward_rows:
+        text += ("\nMean reward per validation row under the reward table above, before GRPO (the SFT adapter) and "
+                 "after, with 95% cluster-bootstrap intervals (conversations, then rows; the difference paired). "
+                 "The validation rows also chose the kept step, so the difference leans optimistic; the test split "
+                 "in `make eval` is the held-out comparison.\n\n"
+                 "| measure | before | after | after - before | rows | conversations |\n|---|---|---|---|---|---|\n"
+                 + "\n".join(reward_rows) + "\n")
     return text
 
 

@@ -68,7 +68,7 @@ A **sufficiency router** for a two-tier agent memory (tiermem-router). {cs.intro
 {cs.rewards_section(meta)}
 ## Training and validation metrics
 
-{cs.table({k: v for k, v in meta.metrics.items() if k not in ("log_history", "reward_curve")})}
+{cs.table({k: v for k, v in meta.metrics.items() if k not in ("log_history", "reward_curve", "grpo_signal")})}
 
 ## Evaluation
 

@@ -45,6 +45,36 @@ def build_tiny_model_dir(path: Path, seed: int = 0) -> Path:
     return path
 
 
+
+def build_collapsed_base(path: Path, margin: float = -12.0, answer_logit: float = 20.0) -> Path:
+    """A tiny Llama whose decision token is collapsed onto ANSWER: ESCALATE's logit sits `margin` below ANSWER's on
+    every prompt, both far above every other token (the demo's SFT margin in miniature, built in a second).
+
+    Every attention and MLP output projection is zeroed, so the residual stream at the decision position is the
+    embedding of the output prefix's last token, the same on every prompt; the two action rows of the (tied) output
+    layer are then set along its normed direction. LoRA on o_proj/down_proj starts at zero and can move it."""
+    import torch
+
+    from serving.routers.lm_head import action_token_ids
+    from tiermem.models.specs import load_causal_lm
+
+    build_tiny_model_dir(path)
+    model, tokenizer = load_causal_lm(str(path), device="cpu")
+    answer_id, escalate_id = action_token_ids(tokenizer)
+    last = tokenizer(contract.render_prompt(tokenizer, "q", []) + contract.OUTPUT_PREFIX,
+                     add_special_tokens=False).input_ids[-1]
+    assert last not in (answer_id, escalate_id)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        u = model.model.norm(model.model.embed_tokens.weight[last][None, None])[0, 0]
+        head = model.get_output_embeddings().weight
+        head[answer_id] = answer_logit * u / u.dot(u)
+        head[escalate_id] = (answer_logit + margin) * u / u.dot(u)
+    model.save_pretrained(path)
+    return path
+
 def train_on_completions(model: Any, rows: list[tuple[list[int], list[int]]], pad_id: int, steps: int,
                          lr: float) -> None:
     """Full-batch AdamW on (prompt ids, completion ids) rows, loss on the completions only.

@@ -154,3 +154,26 @@ def test_the_teacher_filter_keeps_rows_whose_teacher_decision_equals_the_label(t
     DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "none"))
     with pytest.raises(data_lib.RecordError, match="teacher_filter left no train row"):
         load_rows(SFTRecipeConfig(data=str(tmp_path / "none"), teacher_filter=True), tokenizer)
+
+
+def test_epoch_choice_keeps_the_best_validation_epoch(monkeypatch):
+    """After each epoch the served score's validation AUROC is read; a later, worse epoch is undone at train end."""
+    from types import SimpleNamespace
+
+    from router_train import sft
+
+    model = torch.nn.Linear(2, 1)
+    trainer = SimpleNamespace(model=model, signal_head=None)
+    scores = iter([0.8, 0.6])
+    monkeypatch.setattr(sft, "validation_auroc", lambda *a, **k: next(scores))
+    choice = sft.epoch_choice_callback(SFTRecipeConfig(), trainer, None, None)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    choice.on_epoch_end(None, SimpleNamespace(epoch=1.0, global_step=3), None)
+    with torch.no_grad():
+        model.weight.fill_(2.0)
+    choice.on_epoch_end(None, SimpleNamespace(epoch=2.0, global_step=6), None)
+    choice.on_train_end(None, None, None)
+    assert torch.equal(model.weight, torch.ones_like(model.weight))  # epoch 1's weights are back
+    assert choice.report() == {"epochs": [{"epoch": 1, "step": 3, "validation_auroc": 0.8},
+                                          {"epoch": 2, "step": 6, "validation_auroc": 0.6}], "kept_epoch": 1}
