@@ -46,7 +46,7 @@ def workdir(tmp_path_factory):
 def _cfg(root, name, loss, **extra) -> sft.SFTRecipeConfig:
     return sft.SFTRecipeConfig(
         model=str(root / "base"), data=str(root / "dataset"), output_dir=str(root / name), lora=LORA,
-        loss=loss, eval_generate_limit=0, metrics_train_rows=6,
+        loss=loss, eval_generate_limit=0, metrics_train_rows=6, epoch_choice=False,  # the fit itself, not a choice
         trainer={"max_steps": 30, "per_device_train_batch_size": 6, "learning_rate": 3e-2, "logging_steps": 1,
                  "lr_scheduler_type": "constant", "warmup_steps": 0}, **extra)
 
