@@ -155,11 +155,12 @@ def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMet
     return fit_logistic(x, y, cfg.loss.signal_head_l2), True
 
 
-def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel,
-                       val_rows: Any) -> tuple[float, dict[str, float] | None, LogisticModel]:
+def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel, val_rows: Any,
+                       trained_weight: float = 1.0) -> tuple[float, dict[str, float] | None, LogisticModel]:
     """The LM margin's weight beside the head: loss.text_weight, or the TEXT_WEIGHTS entry with the best
     validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None, the head with
-    its bias moved by (1 - weight) x the mean validation margin, so the score keeps the trained combination's level
+    its bias moved by (trained_weight - weight) x the mean validation margin, so the score keeps the level of the
+    combination it was fitted in (`head + trained_weight x margin`; SFT trains them at weight 1)
     and the uncalibrated threshold keeps its meaning; the ranking does not change)."""
     from tiermem.stats import auroc
 
@@ -176,7 +177,7 @@ def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: L
     grid = {str(w): auroc((w * margins + heads).tolist(), labels) for w in TEXT_WEIGHTS}
     best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
     log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
-    shifted = dataclasses.replace(head, bias=float(head.bias + (1.0 - best) * margins.mean()))
+    shifted = dataclasses.replace(head, bias=float(head.bias + (trained_weight - best) * margins.mean()))
     return float(best), grid, shifted
 
 
