@@ -47,20 +47,20 @@ class RecordedTeacherRouter(ScoreRouter):
         judged = self.judgments.lookup(question, [contract.as_view(u).text for u in units])
         return None if judged is None else judged.teacher
 
+    def _score(self, decision: Any) -> float:
+        return UNRECORDED_SCORE if decision is None else math.log(decision.p_escalate() / (1 - decision.p_escalate()))
+
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
         check_lengths(questions, summaries)
-        out = []
-        for q, units in zip(questions, summaries, strict=True):
-            d = self._decision(q, units)
-            out.append(UNRECORDED_SCORE if d is None else math.log(d.p_escalate() / (1.0 - d.p_escalate())))
-        return out
+        return [self._score(self._decision(q, units)) for q, units in zip(questions, summaries, strict=True)]
 
     def route_batch(self, questions, summaries, threshold_logit=None):
         check_lengths(questions, summaries)
         t = self._threshold_logit(threshold_logit)
         out = []
-        for q, units, s in zip(questions, summaries, self.score(questions, summaries), strict=True):
-            d = self._decision(q, units)
+        for q, units in zip(questions, summaries, strict=True):
+            d = self._decision(q, units)  # looked up once per question: its score and its decision
+            s = self._score(d)
             if d is None:
                 self.unrecorded += 1
                 out.append(Decision(contract.ACTIONS[1], 1.0, "no recorded decision for these units", False, 0.0, 0,
