@@ -81,6 +81,9 @@ class GRPORecipeConfig(RecipeConfig):
     # (max_completion_length 1); text: the completion is generated JSON, parsed by the contract (rewards.format_scope)
     completion: str = "action_token"
     frozen_trunk: bool = True  # action_token: bottom layers once per prompt when the adapter trains the top ones only
+    # a trunk-state file of the SFT run (its loss.trunk_cache): a prompt that is the start of an SFT row (its prompt
+    # and output prefix) takes that row's first trunk states instead of recomputing them (the trunk is causal)
+    trunk_from: str | None = None
     # refit the signal head on the GRPO adapter's margins (SFT's logistic fit + its validation choice of the margin's
     # weight): null = when the router run has a head; true needs one; false leaves the head out
     signal_head: bool | None = None
@@ -238,8 +241,12 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
         action_token=cfg.completion == "action_token",
         frozen_trunk=cfg.frozen_trunk,
         action_ids=action_ids,
+        trunk_from=cfg.trunk_from,
     )
     data_info["frozen_trunk"] = trainer.trunk is not None
+    if cfg.trunk_from and trainer.trunk is None:
+        raise ConfigError(f"trunk_from={cfg.trunk_from} needs the frozen trunk (completion action_token, frozen_trunk "
+                          "true, an adapter on the top layers only)")
     probe, bound, before = _explore(cfg, args, trainer, tokenizer, reward_funcs, train_rows, val_rows, prior_head)
     data_info["action_prior"] = probe.info if probe is not None else None
     log.info("GRPO on %d prompts x %d generations, max_completion_length=%d (%s), %s", len(train_rows),
@@ -254,6 +261,8 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     if refit:
         head, text_weight, data_info["signal_head"] = refit_head(cfg, trainer, tokenizer, natural, val_rows)
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
+    if trainer.trunk is not None:  # prompts whose bottom layers ran here, and those read from trunk_from
+        data_info["trunk_states"] = {"computed": trainer.trunk.misses, "from_trunk_from": trainer.trunk.reused}
     curves = reward_curves(trainer.state.log_history)
     learned = _learned(cfg, curves, probe, bound, before, kept.get("step"), head, text_weight, val_rows)
     for warning in learned["warnings"]:

@@ -44,7 +44,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose one-token completions are sampled and scored at the prompt's last position."""
 
     def __init__(self, *args: Any, action_token: bool, frozen_trunk: bool = True,
-                 action_ids: tuple[int, int] | None = None, **kwargs: Any) -> None:
+                 action_ids: tuple[int, int] | None = None, trunk_from: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.action_token = action_token
         self.action_ids = action_ids  # (ANSWER's, ESCALATE's) first token: where the prior is added
@@ -57,7 +57,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
                              "mask_truncated_completions would mask them all")
         top = top_layers_holding(self.model, "trainable")
         if action_token and frozen_trunk and top is not None and supports_trunk(self.model):
-            self.trunk = FrozenTrunk(self.model, top)
+            self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from)
 
     def _fast(self) -> bool:
         args = self.args

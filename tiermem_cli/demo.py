@@ -191,8 +191,9 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
         "expected_reward": [("expected_reward", "sft", [
             "--config", cfg.expected_reward_config, f"data={dataset}", f"router={root / 'sft'}",
             f"output_dir={root / 'expected_reward'}", trunk])],
+        # GRPO's prompts are the starts of SFT's rows: their bottom layers are read from SFT's trunk states
         "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, f"data={dataset}", f"router={grpo_from}",
-                                   f"output_dir={root / 'grpo'}"])],
+                                   f"output_dir={root / 'grpo'}", f"trunk_from={root / 'sft' / 'trunk_states.pt'}"])],
         "features": [
             ("features", "fit-features", ["--config", cfg.features_config, f"data={dataset}",
                                           f"output_dir={root / 'features'}"]),

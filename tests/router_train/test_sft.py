@@ -156,6 +156,22 @@ def test_the_teacher_filter_keeps_rows_whose_teacher_decision_equals_the_label(t
         load_rows(SFTRecipeConfig(data=str(tmp_path / "none"), teacher_filter=True), tokenizer)
 
 
+def test_minimal_pairs_false_trains_on_the_natural_rows_only(tmp_path, tokenizer):
+    from tests.helpers.router_fixtures import record
+
+    rows = [record(0, "c1", True, True), record(1, "c1", False, True), record(2, "c2", True, True)]
+    for r, kind in zip(rows, [None, "drop_unit", None], strict=True):  # row 1: a minimal pair of row 0
+        r["augmentation"] = kind
+    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
+    natural, _, info = load_rows(SFTRecipeConfig(data=str(tmp_path / "ds"), minimal_pairs=False), tokenizer)
+    assert natural["qid"] == [rows[0]["qid"], rows[2]["qid"]] and info["train_minimal_pairs"] == 0
+    every, _, info = load_rows(SFTRecipeConfig(data=str(tmp_path / "ds")), tokenizer)
+    assert len(every) == 3 and info["train_minimal_pairs"] == 1
+    DatasetDict({"train": Dataset.from_list(rows[1:2])}).save_to_disk(str(tmp_path / "pairs"))
+    with pytest.raises(data_lib.RecordError, match="minimal_pairs=false left no train row"):
+        load_rows(SFTRecipeConfig(data=str(tmp_path / "pairs"), minimal_pairs=False), tokenizer)
+
+
 def test_epoch_choice_keeps_the_best_validation_epoch(monkeypatch):
     """After each epoch the served score's validation AUROC is read; a later, worse epoch is undone at train end."""
     from types import SimpleNamespace

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from tiermem.runs.safe_io import write_stream
-from tiermem.settings.errors import StoreError, UsageError
+from tiermem.settings.errors import MissingFileError, StoreError, UsageError
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
 
@@ -79,7 +79,8 @@ def _layers(inner: Any, keep: slice):
 class FrozenTrunk:
     """Memoized output of the bottom `len(layers) - top_layers` layers, keyed by the exact token sequence."""
 
-    def __init__(self, model: Any, top_layers: int, batch_size: int = 8, cache_file: str | Path | None = None) -> None:
+    def __init__(self, model: Any, top_layers: int, batch_size: int = 8, cache_file: str | Path | None = None,
+                 prefix_file: str | Path | None = None) -> None:
         if not supports_trunk(model):
             raise UsageError(f"model type {model.config.model_type!r} is not supported by the frozen trunk")
         self.inner = decoder_of(model)
@@ -99,6 +100,37 @@ class FrozenTrunk:
             if saved["fingerprint"] != self.fingerprint:
                 raise UsageError(f"{self.cache_file}: trunk states of another model or split; delete the file")
             self.cache = saved["states"]
+        # Another run's states (SFT's rows, for GRPO's prompts that end where SFT's completions begin), read only:
+        # the trunk is causal, so a sequence's states are the first positions of any longer sequence's states.
+        self.prefix_states: dict[tuple[int, ...], torch.Tensor] = {}
+        self.reused = 0
+        if prefix_file is not None:
+            path = Path(prefix_file)
+            if not path.is_file():
+                raise MissingFileError(f"{path}: no trunk-state file there (a run with loss.trunk_cache writes one)")
+            saved = load_trunk_states(path, self.inner.embed_tokens.weight.device)
+            if saved["fingerprint"] != self.fingerprint:
+                raise UsageError(f"{path}: trunk states of another model or split, not this model's bottom layers")
+            self.prefix_states = saved["states"]
+
+    def _reuse_prefixes(self, rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Fill the cache with every row that starts a sequence of `prefix_states`; returns the rows left."""
+        if not self.prefix_states:
+            return rows
+        left = []
+        by_length: dict[int, list[tuple[int, ...]]] = {}
+        for r in rows:
+            by_length.setdefault(len(r), []).append(r)
+        for n, group in by_length.items():
+            starts = {k[:n]: k for k in self.prefix_states if len(k) >= n}
+            for r in group:
+                donor = starts.get(r)
+                if donor is None:
+                    left.append(r)
+                else:  # a view of the donor's first positions: no copy
+                    self.cache[r] = self.prefix_states[donor][:n]
+                    self.reused += 1
+        return left
 
     def save(self) -> None:
         """Write the states when this run computed new ones (a run that only read them leaves the file alone)."""
@@ -137,7 +169,7 @@ class FrozenTrunk:
         right and left padding both work (the states are computed unpadded, from position 0)."""
         keep = attention_mask.bool()
         rows = [tuple(input_ids[b][keep[b]].tolist()) for b in range(input_ids.size(0))]
-        todo = list(dict.fromkeys(r for r in rows if r not in self.cache))
+        todo = self._reuse_prefixes(list(dict.fromkeys(r for r in rows if r not in self.cache)))
         if todo:
             self._compute(todo)
         first = self.cache[rows[0]]

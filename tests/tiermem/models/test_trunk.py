@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tiermem.models.trunk import FrozenTrunk, right_padded, top_layers_holding
+from tiermem.settings.errors import UsageError
 
 
 def _tiny(num_layers=3, seed=0):
@@ -83,6 +84,27 @@ def test_trunk_states_persist_for_the_same_model_only(tmp_path):
     other = get_peft_model(_tiny(seed=1), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
     with pytest.raises(ValueError, match="another model"):
         FrozenTrunk(other, top_layers=1, cache_file=tmp_path / "t.pt")
+
+
+def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path):
+    # GRPO's prompt is the start of SFT's row (prompt + completion): the causal trunk's states of the shorter
+    # sequence are the longer one's first positions, read from SFT's file instead of recomputed.
+    from tiermem.settings.errors import MissingFileError
+
+    model = _tiny()
+    sft = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "sft.pt")
+    sft.hidden(*right_padded([[5, 6, 7, 8, 9, 10]], pad=0))
+    sft.save()
+    grpo = FrozenTrunk(model, top_layers=1, prefix_file=tmp_path / "sft.pt")
+    ids, mask = right_padded([[5, 6, 7], [4, 6, 7]], pad=0)  # the first starts SFT's row, the second does not
+    fresh = FrozenTrunk(model, top_layers=1).hidden(ids, mask)
+    assert torch.allclose(grpo.hidden(ids, mask), fresh, atol=1e-5)
+    assert (grpo.reused, grpo.misses) == (1, 1)
+    assert torch.allclose(grpo.logits(model, ids, mask), model(input_ids=ids, attention_mask=mask).logits, atol=1e-5)
+    with pytest.raises(UsageError, match="another model"):
+        FrozenTrunk(_tiny(seed=1), top_layers=1, prefix_file=tmp_path / "sft.pt")
+    with pytest.raises(MissingFileError, match="no trunk-state file"):
+        FrozenTrunk(model, top_layers=1, prefix_file=tmp_path / "absent.pt")
 
 
 class _Payload:
