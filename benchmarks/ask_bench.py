@@ -35,7 +35,7 @@ def speed_reader(path: Path) -> Path:
     """The packaged MiniLM with an untrained one-logit head and a floor file bound to it: /ask's cost, not answers."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from router_train.answer_floor import write_floor
+    from router_train.reader.answer_floor import write_floor
     from tiermem.models.specs import resolve_model
     from tiermem.runs import safe_io
 

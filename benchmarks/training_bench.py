@@ -1,7 +1,7 @@
 """Training step time: the recipes' CPU-aware defaults (fp32, no gradient checkpointing) vs TRL's defaults
 (bf16, gradient checkpointing on), SFT and GRPO, a few steps each, same rows, same model.
 
-The trainers are built with the recipes' own config builders (router_train.sft / router_train.grpo), so
+The trainers are built with the recipes' own config builders (router_train.lm.sft / router_train.lm.grpo), so
 the numbers are those of `make sft` / `make grpo` steps; only `max_steps` and the variant differ.
 """
 
@@ -44,7 +44,7 @@ class TrainingBenchConfig:
 
 def _overrides(variant: str) -> tuple[bool, dict[str, Any]]:
     """The variant's flags; without a GPU, transformers refuses bf16 unless use_cpu is set explicitly."""
-    from router_train.common import has_gpu
+    from router_train.lm.common import has_gpu
 
     cpu_defaults, overrides = VARIANTS[variant]
     if not has_gpu():
@@ -81,9 +81,9 @@ def _rows(cfg: TrainingBenchConfig, tokenizer: Any, with_rewards: bool) -> tuple
 
     if cfg.data and Path(cfg.data).exists():
         from labeling.dataset import load_dataset_dict
-        from router_train import data as data_lib
+        from router_train.lm import rows as rows_lib
 
-        rows = data_lib.build_rows(load_dataset_dict(cfg.data), cfg.split, tokenizer,
+        rows = rows_lib.build_rows(load_dataset_dict(cfg.data), cfg.split, tokenizer,
                                    with_rewards=with_rewards, limit=cfg.n_rows)
         if len(rows) >= min(cfg.n_rows, 4):
             return rows, f"{len(rows)} rows of {cfg.data} ({cfg.split})"
@@ -113,7 +113,7 @@ def _summarize(steps: list[float]) -> dict[str, Any]:
 def _sft_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str, Any]:
     from trl import SFTTrainer
 
-    from router_train.sft import SFTRecipeConfig, build_sft_config
+    from router_train.lm.sft import SFTRecipeConfig, build_sft_config
     from tiermem.models.specs import load_causal_lm
 
     cpu_defaults, overrides = _overrides(variant)
@@ -135,8 +135,8 @@ def _sft_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str, 
 def _grpo_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str, Any]:
     from trl import GRPOTrainer
 
-    from router_train.grpo import GRPORecipeConfig, build_grpo_config
-    from router_train.rewards import RewardConfig, build_reward_funcs
+    from router_train.lm.grpo import GRPORecipeConfig, build_grpo_config
+    from router_train.lm.rewards import RewardConfig, build_reward_funcs
     from tiermem.models.specs import load_causal_lm
 
     cpu_defaults, overrides = _overrides(variant)

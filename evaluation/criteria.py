@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from router_train.rewards import RewardConfig, resolve_cost_scale, score_decision
+from router_train.lm.rewards import RewardConfig, resolve_cost_scale, score_decision
 from serving.routers.base import ESCALATE_ALL, decide
 from tiermem.settings.errors import UsageError
 

@@ -5,7 +5,7 @@ record's router units (ranks 1..top_k) and, with `unit_targets.deep_k`, the deep
 top_k+1..deep_k), the record keeps that unit's own `answer_recall`, `gold_in_pages` (gold evidence turns in the
 raw pages the unit links to) and `s_ok` (the evidence rule's summary verdict for the one-unit set), all read from
 `labeling.evidence.compute_signals` over `[unit]`, never recomputed here, so the answer matching the label uses is
-the one every target uses. A unit reader (router_train/unit_reader.py) learns from these exact targets.
+the one every target uses. A unit reader (router_train/reader/unit_reader.py) learns from these exact targets.
 
 Deeper units reach the outputs for train-split conversations only (`for_split`, at the end of a run, because the
 split is reassigned there): validation and test keep exactly what the router sees.

@@ -33,7 +33,7 @@ def test_config_validates(path):
     assert folder in CONFIG_CLASSES, f"no dataclass registered for configs/{folder}/"
     cfg = parse_config(_cls(folder), path)
     if folder in ("sft", "grpo"):  # TRL validates its own trainer keys
-        recipe = importlib.import_module(f"router_train.{folder}")
+        recipe = importlib.import_module(f"router_train.lm.{folder}")
         build = recipe.build_sft_config if folder == "sft" else recipe.build_grpo_config
         build(cfg)
 

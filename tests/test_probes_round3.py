@@ -217,7 +217,7 @@ def test_the_trained_signal_head_clips_as_serving_does():
     import numpy as np
     import torch
 
-    from router_train.objectives import SignalHead
+    from router_train.lm.objectives import SignalHead
 
     model = _narrow_feature_router().model
     from serving.signals import feature_matrix

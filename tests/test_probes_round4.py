@@ -367,7 +367,7 @@ def _reader_rows(targets: list[Any] | None = None, label: Any = "ANSWER") -> lis
     ({"router_summaries": {"text": "t"}}, "field 'router_summaries' must be a list"),
 ])
 def test_unit_reader_records_are_checked_before_any_training(tmp_path, change, needle):
-    from router_train.unit_reader import natural_records
+    from router_train.reader.unit_reader import natural_records
 
     rows = _reader_rows()
     rows[2].update(change)
@@ -379,7 +379,7 @@ def test_unit_reader_records_are_checked_before_any_training(tmp_path, change, n
 
 
 def test_unit_reader_without_any_unit_target_is_a_named_error(tmp_path):
-    from router_train.unit_reader import natural_records, pairs
+    from router_train.reader.unit_reader import natural_records, pairs
     from tiermem.settings.errors import DataError
 
     path = tmp_path / "r.jsonl"
@@ -394,15 +394,15 @@ def test_unit_reader_without_any_unit_target_is_a_named_error(tmp_path):
 
 @pytest.mark.parametrize("override", ["l2=.nan", "learning_rate=.inf", "weight_decay=-.inf", "text_weights=[0, .nan]"])
 def test_non_finite_unit_reader_numbers_are_config_errors(override):
-    from router_train.unit_reader import UnitReaderConfig
+    from router_train.reader.unit_reader import UnitReaderConfig
 
     with pytest.raises(ConfigError, match=rf"{override.split('=')[0]}.*must be a finite number"):
         parse_config(UnitReaderConfig, None, [override])
 
 
 def test_non_finite_numbers_in_any_config_and_trainer_mapping_are_config_errors_exit_2(tmp_path, capsys):
-    from router_train.common import RecipeConfig
     from router_train.fit_features import FitFeaturesConfig
+    from router_train.lm.common import RecipeConfig
     from tiermem_cli import cli
 
     with pytest.raises(ConfigError, match=r"l2: must be a finite number, got nan"):

@@ -340,7 +340,7 @@ def test_every_stage_finds_its_default_config_from_another_directory(tmp_path, m
 
 
 def test_unit_reader_from_another_directory_reads_its_config_and_stops_at_the_data(tmp_path, monkeypatch, capsys):
-    from router_train.unit_reader import main
+    from router_train.reader.unit_reader import main
 
     monkeypatch.chdir(tmp_path)
     assert main([f"data={tmp_path / 'missing'}", f"output_dir={tmp_path / 'reader'}"]) == 2

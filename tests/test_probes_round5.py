@@ -27,7 +27,7 @@ ARGS = ["chat_data=[]", "heldout_articles=1", "epochs=1", "batch_size=8", "log_e
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A tiny base, a reader-pretrain run and its cache (cache/readers/<key>), built once for the module."""
-    from router_train.reader_pretrain import main
+    from router_train.reader.pretrain import main
 
     root = tmp_path_factory.mktemp("built")
     base = tiny_bert(root / "tiny")
@@ -49,7 +49,7 @@ def _cache(tmp_path, built, monkeypatch) -> Path:
 
 
 def _pretrain(built, out, *extra, data=FIXTURE) -> int:
-    from router_train.reader_pretrain import main
+    from router_train.reader.pretrain import main
 
     return main([f"data={data}", f"base={built['base']}", *ARGS, f"output_dir={out}", *extra])
 
@@ -100,13 +100,13 @@ def test_a_verified_hit_copies_and_entries_are_readable_by_every_user(tmp_path, 
 
 def test_the_loser_of_a_race_takes_the_winners_entry_and_a_partial_entry_is_rebuilt(tmp_path, built, monkeypatch,
                                                                                     capsys):
-    from router_train import reader_cache
+    from router_train.reader import pretrain_cache
 
     entry = _cache(tmp_path, built, monkeypatch)
     loser = tmp_path / "loser"
     shutil.copytree(entry, loser)
     (loser / MANIFEST).unlink()
-    reader_cache.store(loser, entry)  # what the second of two runs does after training in full
+    pretrain_cache.store(loser, entry)  # what the second of two runs does after training in full
     assert "another run stored" in capsys.readouterr().err and loser.is_dir() and check_entry(entry, deep=True) is None
     shutil.rmtree(entry)
     entry.mkdir()  # a partial entry left by a killed run
@@ -117,8 +117,8 @@ def test_the_loser_of_a_race_takes_the_winners_entry_and_a_partial_entry_is_rebu
 
 def test_output_dir_over_the_base_or_in_the_cache_is_refused_before_anything_is_written(tmp_path, built, monkeypatch,
                                                                                         capsys):
-    from router_train.reader_pretrain import main as pretrain_main
-    from router_train.unit_reader import main as unit_reader_main
+    from router_train.reader.pretrain import main as pretrain_main
+    from router_train.reader.unit_reader import main as unit_reader_main
 
     entry = _cache(tmp_path, built, monkeypatch)
     base = tmp_path / "base"
@@ -190,7 +190,7 @@ BAD_META = {"heldout null": {"heldout": None}, "config null": {"config": None}, 
 
 @pytest.mark.parametrize("name", list(BAD_FILES))
 def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(name, tmp_path, built):
-    from router_train.answer_floor import main as floor_main
+    from router_train.reader.answer_floor import main as floor_main
     from tiermem.models.floors import ReaderFileError, load_floor
 
     reader = _reader_dir(tmp_path, built)
@@ -206,8 +206,8 @@ def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(na
 
 @pytest.mark.parametrize("name", list(BAD_META))
 def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_path, built, capsys):
-    from router_train.answer_floor import main as floor_main
-    from router_train.unit_reader import pretraining_of
+    from router_train.reader.answer_floor import main as floor_main
+    from router_train.reader.unit_reader import pretraining_of
     from tiermem.models.floors import ReaderFileError
 
     reader = _reader_dir(tmp_path, built)
@@ -221,7 +221,7 @@ def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_pat
 
 
 def test_a_cached_pretrain_file_without_train_pairs_is_a_miss(tmp_path, built, monkeypatch, capsys):
-    from router_train.reader_cache import entry_problem
+    from router_train.reader.pretrain_cache import entry_problem
     from tiermem.models.cache import seal
 
     entry = _cache(tmp_path, built, monkeypatch)
@@ -233,7 +233,7 @@ def test_a_cached_pretrain_file_without_train_pairs_is_a_miss(tmp_path, built, m
 
 
 def test_answer_floor_refuses_held_out_articles_its_training_did_not_hold_out(tmp_path, built, capsys):
-    from router_train.answer_floor import main as floor_main
+    from router_train.reader.answer_floor import main as floor_main
 
     reader = _reader_dir(tmp_path, built)
     meta = json.loads((reader / PRETRAIN_FILE).read_text())
@@ -278,7 +278,7 @@ def _variant(tmp_path, built, how: str) -> Path:
     ("truncated weights", "not a readable safetensors file"), ("99 layers", "config.json does not fit")])
 def test_a_model_directory_that_cannot_be_read_as_it_is_is_a_named_error(how, message, tmp_path, built, monkeypatch,
                                                                          capsys):
-    from router_train.unit_reader import UnitReaderConfig, fresh_reader
+    from router_train.reader.unit_reader import UnitReaderConfig, fresh_reader
     from tiermem.memory.extractive import load_answer_reader
     from tiermem.models.model_dir import ModelDirError
 
@@ -353,8 +353,8 @@ def test_settings_of_another_shape_are_named(tmp_path, monkeypatch, capsys):
     import sys
     import types
 
-    from router_train.reading_data import load_squad_hub
-    from router_train.unit_reader import UnitReaderConfig
+    from router_train.reader.reading_data import load_squad_hub
+    from router_train.reader.unit_reader import UnitReaderConfig
     from tiermem.settings.config import parse_config
     from tiermem.settings.errors import ConfigError, DataError
 

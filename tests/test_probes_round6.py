@@ -102,7 +102,7 @@ BROKEN = {
 
 @pytest.mark.parametrize("how", list(BROKEN))
 def test_answer_floor_reads_the_reader_through_the_checked_loader_and_writes_nothing(how, tmp_path, tiny, capsys):
-    from router_train.chat_floor import main as chat_floor_main
+    from router_train.reader.chat_floor import main as chat_floor_main
     from tiermem.memory.extractive import load_answer_reader
     from tiermem.models.model_dir import ModelDirError
 
@@ -154,7 +154,7 @@ def test_a_span_answer_comes_only_from_a_finite_margin_inside_the_sentence_as_wh
 
 
 def test_a_tampered_stored_floor_is_recalibrated_never_reported_as_current(tmp_path, tiny, capsys):
-    from router_train.chat_floor import main as chat_floor_main
+    from router_train.reader.chat_floor import main as chat_floor_main
     from tiermem.models.floors import load_floor
 
     reader = _reader_run(tmp_path, tiny)
@@ -173,7 +173,7 @@ def test_a_tampered_stored_floor_is_recalibrated_never_reported_as_current(tmp_p
 
 
 def test_a_floor_no_better_than_chance_is_stored_with_a_warning(capsys):
-    from router_train.answer_floor import calibrated_floor
+    from router_train.reader.answer_floor import calibrated_floor
 
     floor = calibrated_floor([-1.0, -2.0, 3.0, 4.0], [True, True, False, False])
     assert floor["youden_j"] < 0 and "no better than chance" in floor["warning"]
@@ -189,7 +189,7 @@ class _Payload:
 def test_a_pickled_base_is_a_named_model_directory_error_and_never_runs(tmp_path, tiny, monkeypatch, capsys):
     import torch
 
-    from router_train.reader_pretrain import main as pretrain_main
+    from router_train.reader.pretrain import main as pretrain_main
     from tiermem.models.model_dir import ModelDirError, check_model_dir
 
     ran = Path("/tmp/tiermem-round6-pickle-ran")

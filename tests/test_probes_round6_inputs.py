@@ -53,7 +53,7 @@ def _utterance(doc, **set_):
     (lambda d: _utterance(d, speakers=["Joey", ""]), "'speakers' must be a non-empty list of names"),
 ])
 def test_a_friendsqa_speaker_answer_is_the_speakers_own_name_else_a_named_error(change, message, tmp_path):
-    from router_train.chat_reading import load_friendsqa
+    from router_train.reader.chat_reading import load_friendsqa
     from tiermem.settings.errors import DataError
 
     with pytest.raises(DataError, match=r"friends\.json data\[0\] \(s01_e01_c01\) paragraphs\[0\]") as got:
@@ -62,7 +62,7 @@ def test_a_friendsqa_speaker_answer_is_the_speakers_own_name_else_a_named_error(
 
 
 def test_a_speaker_answer_of_two_speakers_points_at_the_one_named(tmp_path):
-    from router_train.chat_reading import load_friendsqa
+    from router_train.reader.chat_reading import load_friendsqa
 
     def two(doc):
         doc["data"][0]["paragraphs"][0]["qas"][1]["answers"][0].update(answer_text="Chandler Bing", utterance_id=2)
@@ -83,7 +83,7 @@ def _second_paragraph(doc):
 
 
 def test_every_friendsqa_paragraph_is_read(tmp_path):
-    from router_train.chat_reading import load_friendsqa
+    from router_train.reader.chat_reading import load_friendsqa
 
     qs = load_friendsqa(_write(tmp_path, "f.json", _friends(_second_paragraph)))
     assert {q.qid for q in qs} >= {"f1", "f1-p2", "f3-p2"} and len(qs) == 8
@@ -113,7 +113,7 @@ def _molweni_repeated_id(doc):
                                                       "context": "a: hi ", "qas": [[1]]}]}}, "missing field"),
 ])
 def test_repeated_ids_titles_and_empty_dialogues_are_named(loader, doc, message, tmp_path):
-    from router_train import chat_reading
+    from router_train.reader import chat_reading
     from tiermem.settings.errors import DataError
 
     with pytest.raises(DataError, match="chat.json") as got:
@@ -122,7 +122,7 @@ def test_repeated_ids_titles_and_empty_dialogues_are_named(loader, doc, message,
 
 
 def test_a_lower_casing_that_lengthens_a_turn_is_mapped_not_refused(tmp_path):
-    from router_train.chat_reading import load_molweni
+    from router_train.reader.chat_reading import load_molweni
 
     line = "İstanbul has a new ferry at the pier"
     doc = {"data": {"dialogues": [{"edus": [{"speaker": "Ali", "text": line}],
@@ -141,7 +141,7 @@ def base(tmp_path_factory) -> Path:
 
 
 def _pretrain(base, tmp_path, monkeypatch, chat: list[str], *extra) -> int:
-    from router_train.reader_pretrain import main
+    from router_train.reader.pretrain import main
 
     monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
     return main([f"data={SQUAD}", f"base={base}", "heldout_articles=1", "heldout_dialogues=1", "epochs=1",
@@ -175,7 +175,7 @@ def test_chat_sources_are_checked_like_squad_before_any_training(sources, messag
 
 
 def test_two_molweni_files_keep_their_dialogues_apart(tmp_path):
-    from router_train.chat_reading import load_chat_sources
+    from router_train.reader.chat_reading import load_chat_sources
 
     def other_ids(doc):
         for d in doc["data"]["dialogues"]:
@@ -197,7 +197,7 @@ def test_two_molweni_files_keep_their_dialogues_apart(tmp_path):
 def test_answer_floor_reads_molweni_with_the_one_molweni_reader(text, message, base, tmp_path, capsys):
     import shutil
 
-    from router_train.chat_floor import main as chat_floor_main
+    from router_train.reader.chat_floor import main as chat_floor_main
     from tiermem.runs.rundir import claimed_output_dir
 
     with claimed_output_dir(tmp_path / "reader", "reader-pretrain") as out:

@@ -25,16 +25,16 @@ STAGES: dict[str, tuple[str, str]] = {
     "label": ("labeling.stage:main", "hindsight labeling -> a labeled DatasetDict (shard=i/n: one shard of it)"),
     "label-merge": ("labeling.merge:main", "check the shards of a sharded label run and write its DatasetDict"),
     "audit": ("labeling.audit:main", "a review sheet of sampled labels; with a judge, agreement and Cohen's kappa"),
-    "sft": ("router_train.sft:main", "LoRA SFT of the router (TRL SFTTrainer)"),
-    "grpo": ("router_train.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
+    "sft": ("router_train.lm.sft:main", "LoRA SFT of the router (TRL SFTTrainer)"),
+    "grpo": ("router_train.lm.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
     "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
     "eval": ("evaluation.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
-    "reader-pretrain": ("router_train.reader_pretrain:main", "pre-train the unit reader's base on public answerability "
+    "reader-pretrain": ("router_train.reader.pretrain:main", "pre-train the unit reader's base on public answerability "
                         "data (SQuAD 2.0), cached by data and settings"),
-    "answer-floor": ("router_train.chat_floor:main", "calibrate a reader's \"not stated\" floor for ask on chat "
+    "answer-floor": ("router_train.reader.chat_floor:main", "calibrate a reader's \"not stated\" floor for ask on chat "
                      "questions (LoCoMo train split, Molweni's unanswerable ones), bound to its weights"),
-    "unit-reader": ("router_train.unit_reader:main", "train the unit reader router (cross-encoder per unit + signal "
-                    "head, chosen by leave-one-conversation-out CV)"),
+    "unit-reader": ("router_train.reader.unit_reader:main", "train the unit reader router (cross-encoder per unit + "
+                    "signal head, chosen by leave-one-conversation-out CV)"),
     "fit-features": ("router_train.fit_features:main", "fit the serve-time feature router (or make a top1-score one)"),
     "push": ("serving.hub:main", "push a trained router with its model card to the hub"),
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
@@ -49,14 +49,14 @@ STAGES: dict[str, tuple[str, str]] = {
 CONFIG_CLASSES: dict[str, str] = {
     "label": "labeling.config:LabelConfig",
     "audit": "labeling.audit:AuditConfig",
-    "sft": "router_train.sft:SFTRecipeConfig",
-    "grpo": "router_train.grpo:GRPORecipeConfig",
+    "sft": "router_train.lm.sft:SFTRecipeConfig",
+    "grpo": "router_train.lm.grpo:GRPORecipeConfig",
     "calibrate": "evaluation.calibrate:CalibrateConfig",
     "eval": "evaluation.evaluate:EvalConfig",
     "features": "router_train.fit_features:FitFeaturesConfig",
-    "unit_reader": "router_train.unit_reader:UnitReaderConfig",
-    "reader_pretrain": "router_train.reader_pretrain:ReaderPretrainConfig",
-    "answer_floor": "router_train.chat_floor:ChatFloorConfig",
+    "unit_reader": "router_train.reader.unit_reader:UnitReaderConfig",
+    "reader_pretrain": "router_train.reader.pretrain:ReaderPretrainConfig",
+    "answer_floor": "router_train.reader.chat_floor:ChatFloorConfig",
     "push": "serving.hub:PushConfig",
     "serve": "serving.server:ServeConfig",
     "ingest": "tiermem_cli.ingest:IngestConfig",

@@ -3,7 +3,7 @@
     label -> reader_pretrain -> reader -> sft -> grpo -> features -> calibrate (every router) -> eval (one table)
 
 Each reader it trains (reader_pretrain, reader) is followed by `answer-floor`, ask's "not stated" floor calibrated
-on chat questions and bound to the reader's weights (router_train.chat_floor).
+on chat questions and bound to the reader's weights (router_train.reader.chat_floor).
 
 Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
 proves the real commands work together. The routers compared on the held-out test conversations:

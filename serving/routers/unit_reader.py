@@ -7,7 +7,7 @@ pooled, and a logistic head joins them with the serve-time signals into one log-
     score = bias + signals . w_s + text_weight x (text features . w_t)
 
 The reader is trained on per-unit targets (labeling/unit_targets.py), the head and `text_weight` by
-router_train/unit_reader.py. `score_parts` carries the text part and each signal group's share, so eval reports
+router_train/reader/unit_reader.py. `score_parts` carries the text part and each signal group's share, so eval reports
 what carries the decision. The k units of a question are one batch of short pairs (~60 tokens each), so there is
 no long prompt to cache. One scorer: training metrics, calibrate, eval, serve and the card all call `scored`.
 """

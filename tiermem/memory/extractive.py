@@ -10,7 +10,7 @@ the answer. So on the embedded default (`memory.answerer: auto` with the package
   cross-encoder in one batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
 - The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute); a
   reader that predicts spans (`best_spans`) answers with its span of that sentence, the sentence kept as the quote.
-- Under the reader's calibrated floor (router_train.answer_floor) nothing read states the answer: the ANSWER path
+- Under the reader's calibrated floor (router_train.reader.answer_floor) nothing read states the answer: the ANSWER path
   escalates once (the router's false cache hit is caught here), and the memory is said not to state it when the
   pages do not either.
 
@@ -79,7 +79,7 @@ def router_reader(router: Any) -> AnswerReader | None:
 
 
 def _split(cand: _Candidate, timestamp: str | None = None) -> list[_Candidate]:
-    """One candidate per sentence (router_train.reading_data.sentence_spans) of the candidate's quote; a
+    """One candidate per sentence (router_train.reader.reading_data.sentence_spans) of the candidate's quote; a
     sentence of punctuation only ("...") is no answer and is not read."""
     text = cand.evidence.quote
     return [_Candidate(replace(cand.evidence, quote=text[s:e]), absolutize(text[s:e], timestamp) if timestamp

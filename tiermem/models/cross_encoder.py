@@ -20,7 +20,7 @@ from typing import Any
 
 MAX_PAIR_TOKENS = 128  # question + one clipped unit (200 characters) fits in ~80 word pieces
 MAX_ANSWER_TOKENS = 30  # the longest span the span head may point at
-PRETRAIN_FILE = "reader_pretrain.json"  # a reading pre-training checkpoint's metadata (router_train.reader_pretrain)
+PRETRAIN_FILE = "reader_pretrain.json"  # a reading pre-training checkpoint's metadata (router_train.reader.pretrain)
 SPAN_KEYS = ("qa_outputs.weight", "qa_outputs.bias")  # the span head inside model.safetensors (transformers' names)
 NO_SPAN_MARGIN = -30.0  # a text the span head cannot point into (no text token survived truncation)
 

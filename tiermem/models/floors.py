@@ -2,7 +2,7 @@
 extractive answerer's floor.
 
 - `reader_pretrain.json` (a reader-pretrain checkpoint's metadata) and `answer_floor.json` (router_train.
-  answer_floor) are read by `read_pretrain_meta` / `read_json_object` only: invalid JSON, invalid UTF-8, `null`,
+  reader.answer_floor) are read by `read_pretrain_meta` / `read_json_object` only: invalid JSON, invalid UTF-8, `null`,
   a list, a field of the wrong type is a `ReaderFileError` (exit 5) naming the file and how to rebuild it.
 - A floor is a finite number (not a bool, not a string) and is bound to the digest of the weights it was
   calibrated for (`reader_weights_sha256`), wherever it is stored: `answer_floor.json` or
@@ -22,9 +22,9 @@ from typing import Any
 from tiermem.models.cross_encoder import PRETRAIN_FILE  # a reader-pretrain checkpoint's metadata
 from tiermem.settings.errors import ConfigError, StoreError
 
-FLOOR_FILE = "answer_floor.json"  # router_train.answer_floor writes it
+FLOOR_FILE = "answer_floor.json"  # router_train.reader.answer_floor writes it
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # a reader's weights, in the order transformers loads them
-CALIBRATE = "tiermem-router answer-floor reader={path}"  # router_train.chat_floor: calibrated on conversations
+CALIBRATE = "tiermem-router answer-floor reader={path}"  # router_train.reader.chat_floor: calibrated on conversations
 REBUILD_PRETRAIN = "rebuild the checkpoint: tiermem-router reader-pretrain output_dir={path} (or a new output_dir)"
 
 

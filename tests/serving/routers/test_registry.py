@@ -8,8 +8,8 @@ import pytest
 
 from evaluation.calibrate import CalibrateConfig
 from evaluation.evaluate import EvalConfig
-from router_train.grpo import GRPORecipeConfig
-from router_train.sft import SFTRecipeConfig
+from router_train.lm.grpo import GRPORecipeConfig
+from router_train.lm.sft import SFTRecipeConfig
 from serving.routers import RouterSpec, build
 from serving.routers.fixed import AlwaysEscalate
 from serving.routers.local import LocalRouter

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from router_train import sft
-from router_train.common import LoraSettings
-from router_train.decisions import escalation_scores
+from router_train.lm import sft
+from router_train.lm.common import LoraSettings
+from router_train.lm.decisions import escalation_scores
 from serving.routers import RouterSpec, build
 from serving.routers.lm_head import action_pieces
 from serving.routers.remote import RemoteRouter
@@ -56,7 +56,7 @@ def run(tmp_path_factory):
 
 
 def test_head_is_trained_saved_and_named_in_the_metadata(run):
-    from router_train.objectives import TEXT_WEIGHTS
+    from router_train.lm.objectives import TEXT_WEIGHTS
 
     meta = read_run_meta(run.out)
     info = meta.data["signal_head"]
@@ -228,7 +228,7 @@ def test_a_zero_text_weight_routes_by_the_head_without_running_the_lm(run, tmp_p
 
 
 def test_continuing_a_head_router_starts_from_the_head_as_trained(run):
-    from router_train.sft import initial_signal_head
+    from router_train.lm.sft import initial_signal_head
 
     meta = read_run_meta(run.out)
     cfg = sft.SFTRecipeConfig(loss=sft.LossConfig(kind="decision", signal_head=True))

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from router_train.unit_reader import UnitReaderConfig, choose, pairs
+from router_train.reader.unit_reader import UnitReaderConfig, choose, pairs
 from serving.routers.unit_reader import POOLINGS, pooled
 from tests.helpers.records import rec
 from tests.helpers.tiny_bert import tiny_bert as _tiny_bert
@@ -43,7 +43,7 @@ def _records(split, n, seed, deep):
 def trained(tmp_path_factory):
     from datasets import Dataset, DatasetDict
 
-    from router_train.unit_reader import main
+    from router_train.reader.unit_reader import main
 
     tmp = tmp_path_factory.mktemp("reader")
     splits = {"train": _records("train", 36, 0, True), "validation": _records("validation", 18, 1, False),
@@ -137,7 +137,7 @@ def test_pooling_features():
 def test_a_qid_repeated_in_every_conversation_reads_its_own_logits(tmp_path):
     """The tiermem format reuses q1, q2 in every conversation: out-of-fold logits are keyed by (conversation,
     question), so the CV table is the same as with ids unique across conversations."""
-    from router_train.unit_reader import cross_validate
+    from router_train.reader.unit_reader import cross_validate
 
     cfg = UnitReaderConfig(base=str(_tiny_bert(tmp_path / "tiny")), max_epochs=1, poolings=["max"],
                            text_weights=[1.0], finetune_layers=[0, 1], learning_rate=3e-3)
@@ -153,7 +153,7 @@ def test_a_qid_repeated_in_every_conversation_reads_its_own_logits(tmp_path):
 
 def test_records_without_a_split_are_refused_before_training(tmp_path, capsys):
     """A records file without `split` is every split at once: training and validating on the same rows."""
-    from router_train.unit_reader import main
+    from router_train.reader.unit_reader import main
 
     data = tmp_path / "records.jsonl"
     rows = [{k: v for k, v in r.items() if k != "split"} for r in _records("train", 12, 0, True)]
@@ -182,7 +182,7 @@ def test_reading_says_why_a_row_is_missing(trained):
 
 def test_the_stage_keeps_out_of_fold_scores_that_calibrate_uses(trained, capsys):
     from evaluation.calibrate import main as calibrate_main
-    from router_train.oof_scores import read_oof_scores
+    from router_train.reader.oof_scores import read_oof_scores
 
     data, out, splits = trained
     meta = json.loads((out / "tiermem_router.json").read_text())

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from router_train.answer_floor import calibrated_floor
+from router_train.reader.answer_floor import calibrated_floor
 from tests.helpers.memory_runtime import CFG, build
 from tiermem.data import load_conversations
 from tiermem.data.tiermem_format import EXAMPLE_PATH

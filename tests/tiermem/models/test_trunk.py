@@ -36,7 +36,7 @@ def test_trunk_plus_top_equals_full_model_with_a_top_layer_adapter():
 
 
 def test_a_left_padded_batch_reads_each_rows_last_position_as_the_unpadded_row():
-    # GRPO's decision token (router_train.grpo_policy) reads left-padded prompts at their last position
+    # GRPO's decision token (router_train.lm.grpo_policy) reads left-padded prompts at their last position
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], layers_to_transform=[2]))

@@ -17,7 +17,7 @@ def probe(argv):
     logging.getLogger("bm25s").debug("Building index from tokens")
     logging.getLogger("matplotlib.font_manager").info("generated new fontManager")
     logging.getLogger("urllib3").warning("a library warning")
-    logging.getLogger("router_train.sft").info("our progress line")
+    logging.getLogger("router_train.lm.sft").info("our progress line")
     logging.getLogger("labeling.run").debug("our debug line")
     warnings.warn_explicit("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning,
                            "modeling_utils.py", 3312, module="transformers.modeling_utils")  # as peft triggers it
@@ -41,7 +41,7 @@ def _console(*args: str, env: dict | None = None) -> str:
 
 def test_default_console_is_quiet_but_keeps_ours_and_library_warnings():
     out = _console("probe")
-    assert "INFO router_train.sft: our progress line" in out and "WARNING urllib3: a library warning" in out
+    assert "INFO router_train.lm.sft: our progress line" in out and "WARNING urllib3: a library warning" in out
     assert "Building index from tokens" not in out and "fontManager" not in out and "our debug line" not in out
     assert "is_gradient_checkpointing" not in out  # a library-internal deprecation, not ours to fix
 

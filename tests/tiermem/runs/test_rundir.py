@@ -114,7 +114,7 @@ LOADERS = [("tiermem.models.specs", "load_causal_lm"), ("tiermem.models.specs", 
            ("tiermem.models.specs", "resolve_model"),
            ("labeling.dataset", "load_split"), ("labeling.dataset", "load_dataset_dict"),
            ("tiermem.data.conversations", "load_conversations"), ("serving.routers.spec", "build"),
-           ("tiermem.llm", "build_llm"), ("router_train.grpo", "load_policy")]
+           ("tiermem.llm", "build_llm"), ("router_train.lm.grpo", "load_policy")]
 
 
 def _poison_loaders(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -331,7 +331,7 @@ def test_nested_claims_from_one_thread_are_counted_and_other_threads_are_refused
 
 
 def test_other_ranks_of_a_distributed_launch_share_rank_0s_claim(tmp_path, monkeypatch):
-    from router_train.common import is_launch_leader
+    from router_train.lm.common import is_launch_leader
 
     out = tmp_path / "sft"
     with claimed_output_dir(out, "sft"):  # rank 0
@@ -426,7 +426,7 @@ def test_claim_output_dir_rules(tmp_path):
 
 def test_training_and_eval_refuse_foreign_directories_before_loading_anything(tmp_path, monkeypatch):
     from evaluation import evaluate
-    from router_train import grpo, sft
+    from router_train.lm import grpo, sft
 
     foreign = tmp_path / "foreign"
     foreign.mkdir()

@@ -3,7 +3,7 @@ run directory after the claim.
 
 Two checks. A scan of every module of the packages the CLI's stages live in: a write by plain open(), write_text,
 a library's save_pretrained / save_model / save_to_disk, torch.save or savefig outside safe_io fails it, naming the
-file and line (a new stage, e.g. router_train/reader_pretrain.py, is scanned as soon as it is registered in
+file and line (a new stage, e.g. router_train/reader/pretrain.py, is scanned as soon as it is registered in
 tiermem_cli.cli.STAGES or lives in one of these packages). Then links planted mid-run: audit's sheet and the unit
 reader's model.safetensors / tokenizer.json are refused (exit 4 / RunDirError) and their targets left as they were.
 """
@@ -31,7 +31,7 @@ WRITER_FUNCTIONS = ("torch.save", "os.open", "card.save")
 SAFE_CALLS = ("write_atomic", "write_stream", "save_into", "save_pretrained", "move_into")
 # (file, call) -> why it is safe although it is not inside a safe_io call
 ALLOWED = {
-    ("router_train/common.py", "trainer.save_model"): "every rank saves into the staging folder the main process "
+    ("router_train/lm/common.py", "trainer.save_model"): "every rank saves into the staging folder the main process "
     "made fresh (sharded saves need the same folder on each rank); safe_io.move_into then renames the files in",
 }
 

@@ -10,7 +10,7 @@ from tiermem.settings.config import ConfigError, from_dict, parse_cli
 
 
 def test_scientific_notation_is_a_float_everywhere(tmp_path):
-    from router_train.sft import SFTRecipeConfig, build_sft_config
+    from router_train.lm.sft import SFTRecipeConfig, build_sft_config
 
     cfg = parse_cli(SFTRecipeConfig, ["trainer.learning_rate=1e-3", f"output_dir={tmp_path / 'o'}"])
     assert cfg.trainer["learning_rate"] == 0.001

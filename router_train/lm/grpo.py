@@ -2,9 +2,9 @@
 
 Continues the SFT run's adapter (`router`): from the base model the strict reward tends to give every sample the
 same (negative) reward, i.e. zero variance and zero gradient. With `completion: action_token` (the default) the
-policy is the decision token itself (router_train.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a
+policy is the decision token itself (router_train.lm.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a
 completion is one token, sampled under an action prior that makes it explore (SFT's head beside the margin, then one
-constant so the sampled escalation share starts at the labels'; router_train.grpo_signal). What the run learned is
+constant so the sampled escalation share starts at the labels'; router_train.lm.grpo_signal). What the run learned is
 measured without sampling (the policy's exact expected reward on the validation rows, before and after, with a
 paired interval), checked every `check_steps` to stop when it no longer rises, and recorded with the zero-variance
 share, gradient norm and sampled escalation rate in the metadata and card (`metrics.grpo_signal`); a run with no
@@ -13,7 +13,7 @@ training on the GRPO adapter's margins (`signal_head`), so the GRPO router score
 head(signals). Saves like SFT plus `reward_curves.json`.
 
 Multi-GPU (vLLM colocated generation): accelerate launch --config_file configs/accelerate/multi_gpu.yaml \
-    -m router_train.grpo --config configs/grpo/qwen3_0.6b_gpu.yaml
+    -m router_train.lm.grpo --config configs/grpo/qwen3_0.6b_gpu.yaml
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from .common import (
 from .rewards import build_reward_funcs
 
 log = logging.getLogger(__name__)
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
 CURVES_FILE = "reward_curves.json"
 COMPLETIONS = ("action_token", "text")
 
@@ -90,7 +90,7 @@ class GRPORecipeConfig(RecipeConfig):
     signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
     minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
     # The sampled policy's action prior is a logit offset on ESCALATE per prompt (action_token only;
-    # router_train.grpo_signal); without one the margin alone is sampled, which SFT never trained as a policy.
+    # router_train.lm.grpo_signal); without one the margin alone is sampled, which SFT never trained as a policy.
     # prior_head: add SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
     prior_head: bool | None = None
     # one constant more, so the sampled escalation share on the train prompts starts at their label share (null: on)

@@ -5,8 +5,8 @@ import torch
 from datasets import Dataset, DatasetDict
 
 from labeling.dataset import load_dataset_dict
-from router_train import data as data_lib
-from router_train.sft import SFTRecipeConfig, build_sft_config, load_rows
+from router_train.lm import rows as rows_lib
+from router_train.lm.sft import SFTRecipeConfig, build_sft_config, load_rows
 from tests.helpers.router_fixtures import build_label_dataset, build_tiny_model_dir, record
 from tiermem import contract
 from tiermem.settings.config import ConfigError, parse_cli
@@ -26,16 +26,16 @@ def dataset_dir(tmp_path_factory):
 
 def test_rows_render_through_the_contract_and_skip_unlabeled(dataset_dir, tokenizer):
     data = load_dataset_dict(dataset_dir)
-    rows = data_lib.build_rows(data, "train", tokenizer)
+    rows = rows_lib.build_rows(data, "train", tokenizer)
     assert len(rows) == 6  # record 6 has label None
     first = data["train"][0]
     assert rows[0]["prompt"] == contract.render_prompt(tokenizer, first["question"], first["router_summaries"])
     assert rows[0]["completion"] == first["sft_target"] + tokenizer.eos_token
-    assert data_lib.label_counts(rows) == {"ANSWER": 4, "ESCALATE": 2}
+    assert rows_lib.label_counts(rows) == {"ANSWER": 4, "ESCALATE": 2}
 
 
 def test_reward_rows_carry_reward_columns(dataset_dir, tokenizer):
-    rows = data_lib.build_rows(load_dataset_dict(dataset_dir), "train", tokenizer, with_rewards=True)
+    rows = rows_lib.build_rows(load_dataset_dict(dataset_dir), "train", tokenizer, with_rewards=True)
     assert rows["s_ok"] == [True, True, True, True, False, False]
     assert rows["cost_research_input_tokens"][3] == 2000
 
@@ -44,35 +44,35 @@ def test_balancing_is_seeded_and_train_only(dataset_dir, tokenizer):
     cfg = SFTRecipeConfig(data=str(dataset_dir), balance="oversample", seed=3)
     train, val, info = load_rows(cfg, tokenizer)
     assert info["train_labels"] == {"ANSWER": 4, "ESCALATE": 2}
-    assert data_lib.label_counts(train) == {"ANSWER": 4, "ESCALATE": 4}
-    assert data_lib.label_counts(val) == {"ANSWER": 1, "ESCALATE": 2}  # validation untouched
+    assert rows_lib.label_counts(train) == {"ANSWER": 4, "ESCALATE": 4}
+    assert rows_lib.label_counts(val) == {"ANSWER": 1, "ESCALATE": 2}  # validation untouched
     again, _, _ = load_rows(cfg, tokenizer)
     assert train["qid"] == again["qid"]
-    under = data_lib.balance(train, "undersample", seed=1)
-    assert data_lib.label_counts(under) == {"ANSWER": 4, "ESCALATE": 4}
-    small = data_lib.balance(data_lib.build_rows(load_dataset_dict(dataset_dir), "train", tokenizer),
+    under = rows_lib.balance(train, "undersample", seed=1)
+    assert rows_lib.label_counts(under) == {"ANSWER": 4, "ESCALATE": 4}
+    small = rows_lib.balance(rows_lib.build_rows(load_dataset_dict(dataset_dir), "train", tokenizer),
                              "undersample", seed=1)
-    assert data_lib.label_counts(small) == {"ANSWER": 2, "ESCALATE": 2}
-    with pytest.raises(data_lib.RecordError, match="balance"):
-        data_lib.balance(train, "smote", seed=1)
+    assert rows_lib.label_counts(small) == {"ANSWER": 2, "ESCALATE": 2}
+    with pytest.raises(rows_lib.RecordError, match="balance"):
+        rows_lib.balance(train, "smote", seed=1)
 
 
 def test_bad_records_are_named(tmp_path, tokenizer):
     bad = record(0, "c1", True, True)
     bad["sft_target"] = contract.render_target("ESCALATE", "disagrees with the label")
     DatasetDict({"train": Dataset.from_list([bad])}).save_to_disk(str(tmp_path / "ds"))
-    with pytest.raises(data_lib.RecordError, match=r"record 0 \(qid='c1-q0'\): field 'sft_target'"):
-        data_lib.build_rows(load_dataset_dict(tmp_path / "ds"), "train", tokenizer)
+    with pytest.raises(rows_lib.RecordError, match=r"record 0 \(qid='c1-q0'\): field 'sft_target'"):
+        rows_lib.build_rows(load_dataset_dict(tmp_path / "ds"), "train", tokenizer)
     with pytest.raises(FileNotFoundError, match="make label"):
         load_dataset_dict(tmp_path / "missing")
-    with pytest.raises(data_lib.RecordError, match="no 'validation' split"):
-        data_lib.build_rows(load_dataset_dict(tmp_path / "ds"), "validation", tokenizer)
+    with pytest.raises(rows_lib.RecordError, match="no 'validation' split"):
+        rows_lib.build_rows(load_dataset_dict(tmp_path / "ds"), "validation", tokenizer)
     Dataset.from_list([{"qid": "x", "label": "ANSWER"}]).save_to_disk(str(tmp_path / "single"))
-    with pytest.raises(data_lib.RecordError, match="single split"):
+    with pytest.raises(rows_lib.RecordError, match="single split"):
         load_dataset_dict(tmp_path / "single")
     DatasetDict({"train": Dataset.from_list([{"qid": "x", "label": "ANSWER"}])}).save_to_disk(str(tmp_path / "cols"))
-    with pytest.raises(data_lib.RecordError, match=r"missing column\(s\)"):
-        data_lib.build_rows(load_dataset_dict(tmp_path / "cols"), "train", tokenizer)
+    with pytest.raises(rows_lib.RecordError, match=r"missing column\(s\)"):
+        rows_lib.build_rows(load_dataset_dict(tmp_path / "cols"), "train", tokenizer)
 
 
 def test_trainer_collator_masks_everything_but_the_completion(dataset_dir, tokenizer, tmp_path):
@@ -120,7 +120,7 @@ def test_cpu_defaults_and_user_overrides():
 
 
 def test_trainer_section_is_type_checked_before_any_model_loads(tmp_path, monkeypatch):
-    from router_train import sft
+    from router_train.lm import sft
 
     monkeypatch.setattr("tiermem.models.specs.load_causal_lm", lambda *a, **k: pytest.fail("model loaded"))
     cfg = parse_cli(sft.SFTRecipeConfig, ["trainer.learning_rate='1e-3'", f"output_dir={tmp_path / 'o'}"])
@@ -152,7 +152,7 @@ def test_the_teacher_filter_keeps_rows_whose_teacher_decision_equals_the_label(t
     for r in rows:
         r["teacher_agrees"] = False
     DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "none"))
-    with pytest.raises(data_lib.RecordError, match="teacher_filter left no train row"):
+    with pytest.raises(rows_lib.RecordError, match="teacher_filter left no train row"):
         load_rows(SFTRecipeConfig(data=str(tmp_path / "none"), teacher_filter=True), tokenizer)
 
 
@@ -168,7 +168,7 @@ def test_minimal_pairs_false_trains_on_the_natural_rows_only(tmp_path, tokenizer
     every, _, info = load_rows(SFTRecipeConfig(data=str(tmp_path / "ds")), tokenizer)
     assert len(every) == 3 and info["train_minimal_pairs"] == 1
     DatasetDict({"train": Dataset.from_list(rows[1:2])}).save_to_disk(str(tmp_path / "pairs"))
-    with pytest.raises(data_lib.RecordError, match="minimal_pairs=false left no train row"):
+    with pytest.raises(rows_lib.RecordError, match="minimal_pairs=false left no train row"):
         load_rows(SFTRecipeConfig(data=str(tmp_path / "pairs"), minimal_pairs=False), tokenizer)
 
 
@@ -176,7 +176,7 @@ def test_epoch_choice_keeps_the_best_validation_epoch(monkeypatch):
     """After each epoch the served score's validation AUROC is read; a later, worse epoch is undone at train end."""
     from types import SimpleNamespace
 
-    from router_train import sft
+    from router_train.lm import sft
 
     model = torch.nn.Linear(2, 1)
     trainer = SimpleNamespace(model=model, signal_head=None)

@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from router_train import sft
-from router_train.common import LoraSettings
-from router_train.objectives import LossConfig, balanced_class_weights
+from router_train.lm import sft
+from router_train.lm.common import LoraSettings
+from router_train.lm.objectives import LossConfig, balanced_class_weights
 from tests.helpers.router_fixtures import build_tiny_model_dir, record
 from tiermem.models.trunk import top_layers_holding
 from tiermem.runs.run_meta import read_run_meta
@@ -53,13 +53,13 @@ def _cfg(root, name, loss, **extra) -> sft.SFTRecipeConfig:
 
 def _train_margin(run) -> float:
     """Mean log-odds gap between ESCALATE- and ANSWER-labeled train rows (positive: ranks the right way)."""
-    from router_train.decisions import escalation_scores
+    from router_train.lm.decisions import escalation_scores
 
     meta = read_run_meta(run.output_dir)
     assert meta.metrics["train_decisions"]["n"] == 6
     from datasets import load_from_disk
 
-    from router_train.data import build_rows
+    from router_train.lm.rows import build_rows
 
     rows = build_rows(load_from_disk(str(run.output_dir.parent / "dataset")), "train", run.tokenizer)
     scores = escalation_scores(run.model, run.tokenizer, rows["prompt"])
@@ -86,7 +86,7 @@ def test_decision_objective_fits_the_labels_through_the_frozen_trunk(decision_ru
 
 
 def test_trunk_and_full_forward_give_the_same_loss(workdir):
-    from router_train.objectives import RouterSFTTrainer
+    from router_train.lm.objectives import RouterSFTTrainer
 
     losses = {}
     for trunk in (True, False):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from router_train.reading_data import (
+from router_train.reader.reading_data import (
     heldout_split,
     load_reading_data,
     load_squad_hub,
@@ -20,7 +20,7 @@ from router_train.reading_data import (
 from tests.helpers.tiny_bert import tiny_bert
 from tiermem.settings.errors import ConfigError, DataError
 
-FIXTURE = Path(__file__).parents[1] / "helpers" / "fixtures" / "reading" / "squad2_small.json"
+FIXTURE = Path(__file__).parents[2] / "helpers" / "fixtures" / "reading" / "squad2_small.json"
 
 
 def _by_question(questions):
@@ -102,7 +102,7 @@ def test_the_hub_shape_loads_through_datasets(monkeypatch):
                                            "learning_rate"), ("max_length=4096", "max_length"),
                                            ("batch_size=0", "batch_size"), ("warmup_share=1.5", "warmup_share")])
 def test_a_config_value_out_of_range_is_named(override, key):
-    from router_train.reader_pretrain import ReaderPretrainConfig
+    from router_train.reader.pretrain import ReaderPretrainConfig
     from tiermem.settings.config import parse_config
 
     with pytest.raises(ConfigError, match=key):
@@ -110,7 +110,7 @@ def test_a_config_value_out_of_range_is_named(override, key):
 
 
 def test_a_second_run_is_a_cache_hit_that_says_so(tmp_path, monkeypatch, capsys):
-    from router_train.reader_pretrain import PRETRAIN_FILE, main
+    from router_train.reader.pretrain import PRETRAIN_FILE, main
 
     monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
     base = tiny_bert(tmp_path / "tiny")
@@ -124,7 +124,7 @@ def test_a_second_run_is_a_cache_hit_that_says_so(tmp_path, monkeypatch, capsys)
     assert 0.0 <= meta["heldout"]["pair_auroc"] <= 1.0 and meta["train_pairs"] > 0
     # the extractive answerer's floor, calibrated on the held-out articles, is stored with the checkpoint; the
     # calibration command recomputes the same floor from the checkpoint's data and held-out articles
-    from router_train.answer_floor import FLOOR_FILE, calibrate
+    from router_train.reader.answer_floor import FLOOR_FILE, calibrate
     from tiermem.memory.extractive import load_floor
 
     floor = meta["heldout"]["answer_floor"]

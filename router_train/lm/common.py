@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from router_train.rewards import RewardConfig
+from router_train.lm.rewards import RewardConfig
 from tiermem import contract
 from tiermem.models.specs import make_adapter_portable
 from tiermem.runs import safe_io
@@ -123,19 +123,19 @@ def load_label_rows(cfg: RecipeConfig, tokenizer: Any, empty: str, *, train_rewa
     """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split).
 
     `*_rewards`: keep only rows whose path outcomes are known and bring the columns rewards read; `signals`: add
-    the serve-time features (router_train.data.build_rows); `teacher`: the train rows' `teacher_agrees`. `empty`
+    the serve-time features (router_train.lm.rows.build_rows); `teacher`: the train rows' `teacher_agrees`. `empty`
     says why an empty train split is an error."""
     from labeling.dataset import load_dataset_dict
 
-    from . import data as data_lib
+    from . import rows as rows_lib
 
     dataset = load_dataset_dict(cfg.data)
     source = f"label dataset {cfg.data}"
-    train = data_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=train_rewards,
+    train = rows_lib.build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=train_rewards,
                                 with_signals=signals, with_teacher=teacher, limit=cfg.max_train_rows)
     if len(train) == 0:
-        raise data_lib.RecordError(f"{source}: {empty}")
-    val = (data_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=eval_rewards,
+        raise rows_lib.RecordError(f"{source}: {empty}")
+    val = (rows_lib.build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=eval_rewards,
                                with_signals=signals, limit=cfg.max_eval_rows) if cfg.eval_split in dataset else None)
     return dataset, train, val
 
@@ -144,17 +144,17 @@ def balance_rows(cfg: RecipeConfig, dataset: Any, train: Any, val: Any,
                  minimal_pairs: bool = False) -> tuple[Any, dict[str, Any]]:
     """The train rows balanced by `cfg.balance`, and what the run's metadata records of the rows (`data`);
     `minimal_pairs`: count the train rows that are minimal pairs too."""
-    from . import data as data_lib
+    from . import rows as rows_lib
 
-    balanced = data_lib.balance(train, cfg.balance, cfg.seed)
+    balanced = rows_lib.balance(train, cfg.balance, cfg.seed)
     info = {
         "data": cfg.data,
-        "label_rules": data_lib.label_rules(dataset),
-        "router_input": data_lib.router_input(dataset, cfg.train_split),
-        "train_labels": data_lib.label_counts(train),
+        "label_rules": rows_lib.label_rules(dataset),
+        "router_input": rows_lib.router_input(dataset, cfg.train_split),
+        "train_labels": rows_lib.label_counts(train),
         **({"train_minimal_pairs": int(sum(train["augmented"]))} if minimal_pairs else {}),
-        "train_labels_after_balance": data_lib.label_counts(balanced),
-        "validation_labels": data_lib.label_counts(val) if val is not None else None,
+        "train_labels_after_balance": rows_lib.label_counts(balanced),
+        "validation_labels": rows_lib.label_counts(val) if val is not None else None,
         "balance": cfg.balance,
     }
     return balanced, info

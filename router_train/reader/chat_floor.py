@@ -1,7 +1,7 @@
 """The extractive answerer's floor calibrated on conversations (issue 40): `tiermem-router answer-floor reader=DIR`.
 
-The SQuAD-calibrated floor (router_train.answer_floor) did not transfer to chat sentences: their logits run lower than
-an encyclopedia's. This one is calibrated on chat questions, read the way `ask` reads:
+The SQuAD-calibrated floor (router_train.reader.answer_floor) did not transfer to chat sentences: their logits run
+lower than an encyclopedia's. This one is calibrated on chat questions, read the way `ask` reads:
 
 - the development conversations' train split (LoCoMo format, category 5 left out): per question the turns research
   ranks (BM25 over turns, tiermem.memory.turns, the `turn_k` best), split into sentences and shown to the reader as
@@ -10,8 +10,8 @@ an encyclopedia's. This one is calibrated on chat questions, read the way `ask` 
   shown as `speaker: sentence`.
 
 The best sentence's logit per question is the answerer's own decision; the floor is the threshold with the largest
-Youden's J (router_train.answer_floor.calibrated_floor). It is written to `<reader>/answer_floor.json` bound to the
-sha256 of the reader's weights, so a retrained reader is never held to an old floor (tiermem.memory.extractive
+Youden's J (router_train.reader.answer_floor.calibrated_floor). It is written to `<reader>/answer_floor.json` bound to
+the sha256 of the reader's weights, so a retrained reader is never held to an old floor (tiermem.memory.extractive
 refuses it), and `make demo` recalibrates each reader it trains (skipped while the weights and settings are
 unchanged).
 """
@@ -90,9 +90,10 @@ def _view(turn: Any, start: int, end: int) -> str:
 
 def molweni_items(path: str, n: int, seed: int) -> list[tuple[str, list[str], bool]]:
     """(question, every sentence of its dialogue as `speaker: sentence`, False) for Molweni's unanswerable ones,
-    read by reader-pretrain's Molweni reader (router_train.chat_reading.read_molweni: one reader of the format)."""
-    from router_train.chat_reading import read_molweni
-    from router_train.reading_checks import check_reading_questions
+    read by reader-pretrain's Molweni reader (router_train.reader.chat_reading.read_molweni: one reader of the
+    format)."""
+    from router_train.reader.chat_reading import read_molweni
+    from router_train.reader.checks import check_reading_questions
     from tiermem.text.sentences import sentence_spans
 
     dialogues = read_molweni(path)
@@ -130,7 +131,7 @@ def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, An
 
 
 def _calibrate(cfg: ChatFloorConfig, reader_dir: Path, reader: Any) -> dict[str, Any]:
-    from router_train.answer_floor import calibrated_floor, current_floor, write_floor
+    from router_train.reader.answer_floor import calibrated_floor, current_floor, write_floor
 
     if reader is None:  # the loader `ask` uses: a reader `ask` would refuse is never calibrated
         from tiermem.models.model_dir import load_reader

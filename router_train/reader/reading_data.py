@@ -113,7 +113,7 @@ def load_squad_hub(name: str, split: str) -> list[ReadingQuestion]:
         rows = datasets.load_dataset(name, split=split)
     except Exception as exc:  # offline hub, unknown name or split: say which data set and why
         raise DataError(f"reading data {HUB_PREFIX}{name} (split {split!r}) could not be loaded: {exc}") from None
-    from router_train.reading_checks import hub_answers
+    from router_train.reader.checks import hub_answers
 
     out = []
     for i, row in enumerate(rows):

@@ -3,7 +3,7 @@
 The unit reader (serving/routers/unit_reader.py) asks one question of each retrieved unit: does this text state the
 answer? Seven development conversations (~450 labeled questions) cannot teach that beyond word overlap, so the
 base encoder is first fine-tuned, every layer, as an answerability cross-encoder on public reading data (SQuAD 2.0:
-router_train/reading_data.py). Whole articles are held out and the checkpoint's held-out answerability is
+router_train/reader/reading_data.py). Whole articles are held out and the checkpoint's held-out answerability is
 reported: per pair (does the sentence hold the answer) and per question (does the best sentence of the paragraph
 answer it; unanswerable questions were written to look answerable).
 
@@ -35,7 +35,7 @@ _NOT_IN_KEY = ("data", "chat_data", "output_dir", "cache", "log_every", "score_b
 @dataclass
 class ReaderPretrainConfig:
     data: str = "../shared/data/squad2_dev_half.json"  # SQuAD 2.0 JSON file, or hf:<name> (e.g. hf:rajpurkar/squad_v2)
-    # chat reading data, each in its published shape: molweni:<file> | friendsqa:<file> (router_train/chat_reading.py)
+    # chat reading data, each in its published shape: molweni:<file> | friendsqa:<file> (reader/chat_reading.py)
     chat_data: list[str] = field(default_factory=list)
     span_head: bool = True  # train the extractive span head (start/end + no-answer) beside the classifier
     span_weight: float = 1.0  # the span loss's weight beside the classifier's BCE
@@ -76,7 +76,7 @@ class ReaderPretrainConfig:
             raise ConfigError("data must name a SQuAD 2.0 JSON file or hf:<dataset name>")
         if not (isinstance(self.span_weight, int | float) and 0 <= self.span_weight < float("inf")):
             raise ConfigError(f"span_weight must be a finite number >= 0, got {self.span_weight!r}")
-        from router_train.chat_reading import check_sources
+        from router_train.reader.chat_reading import check_sources
 
         check_sources(self.chat_data)
 
@@ -108,10 +108,10 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
     per question (the best unit's score, every unit scored; answerable = positive; a source whose questions are
     all answerable has none), and gold unit vs the same unit with its answer cut out (the attribute gone) — each
     for the classifier and, with a span head, the span margin. SQuAD's best-sentence logits also calibrate the
-    extractive answerer's floor (router_train.answer_floor)."""
-    from router_train.answer_floor import calibrated_floor
-    from router_train.reading_checks import check_scores
-    from router_train.reading_data import question_pairs
+    extractive answerer's floor (router_train.reader.answer_floor)."""
+    from router_train.reader.answer_floor import calibrated_floor
+    from router_train.reader.checks import check_scores
+    from router_train.reader.reading_data import question_pairs
 
     out: dict[str, Any] = {}
     for source in sorted({q.source for q in questions}):
@@ -145,7 +145,7 @@ def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
 
 def split_sources(cfg: ReaderPretrainConfig, questions: list) -> tuple[list, list, dict[str, list[str]]]:
     """(train, held out, held-out titles per source): whole articles of SQuAD, whole dialogues of each chat."""
-    from router_train.reading_data import heldout_split
+    from router_train.reader.reading_data import heldout_split
     from tiermem.settings.errors import DataError
 
     train, held, titles = [], [], {}
@@ -166,9 +166,9 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
 
     import torch
 
-    from router_train.reader_fit import fit_reader
-    from router_train.reading_checks import check_heldout
-    from router_train.reading_data import all_pairs
+    from router_train.reader.checks import check_heldout
+    from router_train.reader.finetune import fit_reader
+    from router_train.reader.reading_data import all_pairs
     from tiermem.models.floors import weights_sha256
     from tiermem.models.model_dir import load_reader
     from tiermem.runs import safe_io
@@ -215,10 +215,10 @@ def _copy_into(src: Path, out: Path) -> None:
 
 
 def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
-    from router_train import reader_cache
-    from router_train.chat_reading import load_chat_sources
-    from router_train.reading_checks import check_reading_questions
-    from router_train.reading_data import load_reading_data
+    from router_train.reader import pretrain_cache
+    from router_train.reader.chat_reading import load_chat_sources
+    from router_train.reader.checks import check_reading_questions
+    from router_train.reader.reading_data import load_reading_data
     from tiermem.models.floors import read_pretrain_meta
     from tiermem.models.model_dir import check_model_dir, refuse_output_over_input
     from tiermem.models.specs import cache_root, setup_cpu_threads
@@ -238,7 +238,7 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
         key = cache_key(cfg, data_sha, _weights_digest(base))
         cache_dir = claim_cache_dir(cache_root() / "readers", "reader-pretrain") if cfg.cache else None
         entry = cache_dir / key if cache_dir else None
-        hit = reader_cache.lookup(entry)  # verified: every file's digest, no links, the floor bound to the weights
+        hit = pretrain_cache.lookup(entry)  # verified: every file's digest, no links, the floor bound to the weights
         if hit:
             print(f"reader-pretrain: cache hit {entry} (data sha256 {data_sha[:12]}, same base and settings, "
                   "verified): no training", file=sys.stderr, flush=True)
@@ -251,14 +251,14 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
             try:
                 _train(cfg, questions, tmp, meta)
                 if entry is not None:
-                    reader_cache.store(tmp, entry)  # sealed, then atomic; a race lost takes the winner's entry
+                    pretrain_cache.store(tmp, entry)  # sealed, then atomic; a race lost takes the winner's entry
                 else:
                     _copy_into(tmp, out)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         if entry is not None:
-            reader_cache.copy_out(entry, out)  # each file checked against its digest as it is copied
-    meta = read_pretrain_meta(cfg.output_dir, need=reader_cache.NEEDED)
+            pretrain_cache.copy_out(entry, out)  # each file checked against its digest as it is copied
+    meta = read_pretrain_meta(cfg.output_dir, need=pretrain_cache.NEEDED)
     return {"output_dir": cfg.output_dir, "cache_hit": hit,
             "cache_key": key, "heldout": meta["heldout"], "train_pairs": meta["train_pairs"],
             "seconds": meta["seconds"]}

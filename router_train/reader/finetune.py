@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from router_train.reading_checks import check_loss
+from router_train.reader.checks import check_loss
 from tiermem.settings.errors import ConfigError
 
 Pair = tuple[str, str, float]
@@ -236,11 +236,11 @@ def train_epochs(reader: Any, train: Sequence[Sequence[Any]], cfg: Any,
                  bottom: FrozenBottom, after_epoch: Any = None, epochs: int | None = None) -> list[float]:
     """Fine-tune the reader's top layers for `epochs` (default cfg.max_epochs), calling after_epoch(epoch) after
     each; returns the mean loss per epoch. Seeded shuffles; AdamW with weight decay, linear warmup and decay.
-    Pairs are (question, text, target[, span target]) (router_train/reader_targets.py): with a span head, pairs
+    Pairs are (question, text, target[, span target]) (router_train/reader/targets.py): with a span head, pairs
     carrying a span target train it towards that span, the others its margin."""
     import torch
 
-    from router_train.reader_targets import span_token_targets
+    from router_train.reader.targets import span_token_targets
 
     epochs = epochs or cfg.max_epochs
     bottom.freeze(reader)

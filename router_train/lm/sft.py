@@ -4,7 +4,7 @@ Rows are prompt/completion pairs rendered through tiermem.contract; TRL trains o
 The output directory holds the adapter, the tokenizer and tiermem_router.json (contract version, base
 model spec, this config, train/validation decision metrics against the trivial baselines).
 
-Multi-GPU: accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.sft \
+Multi-GPU: accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.sft \
     --config configs/sft/qwen3_0.6b_gpu.yaml
 """
 
@@ -54,7 +54,7 @@ from .objectives import (
 from .rewards import RewardConfig, resolve_cost_scale, score_decision
 
 log = logging.getLogger(__name__)
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sft" / "smollm2_135m_cpu.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sft" / "smollm2_135m_cpu.yaml"
 
 # TRL/transformers arguments the recipe sets unless the YAML's `trainer:` mapping says otherwise.
 RECIPE_DEFAULTS: dict[str, Any] = {

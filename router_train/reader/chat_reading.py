@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from router_train.reading_data import ReadingQuestion, _field
+from router_train.reader.reading_data import ReadingQuestion, _field
 from tiermem.settings.errors import DataError
 
 
@@ -239,10 +239,10 @@ def check_sources(sources: list[str]) -> None:
 
 def load_chat_source(source: str) -> tuple[list[ReadingQuestion], str]:
     """(questions, sha256 of the file) of one `kind:path` chat source, checked as SQuAD's questions are
-    (router_train.reading_checks: a question at all, every context a sentence, valid Unicode)."""
+    (router_train.reader.checks: a question at all, every context a sentence, valid Unicode)."""
     import hashlib
 
-    from router_train.reading_checks import check_reading_questions
+    from router_train.reader.checks import check_reading_questions
 
     kind, path = check_source(source)
     if not Path(path).is_file():

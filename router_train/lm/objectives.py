@@ -9,7 +9,7 @@ decision logit stayed near ln 2 while the template was learned. These losses put
   `lm_weight` x the completion NLL so the JSON format keeps being generated.
 - `expected_reward`: maximize the exact expected reward of the two-action policy at the decision position,
   E[R] = p(ESCALATE) R(ESCALATE) + p(ANSWER) R(ANSWER), with both rewards known per row from labeling
-  (router_train.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
+  (router_train.lm.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
   knows the reward of both actions, so the expectation is exact and its gradient has no variance.
 
 With `loss.signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals

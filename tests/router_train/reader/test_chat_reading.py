@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from router_train.chat_reading import check_source, load_chat_source, load_friendsqa, load_molweni
-from router_train.reading_data import erase, question_pairs
+from router_train.reader.chat_reading import check_source, load_chat_source, load_friendsqa, load_molweni
+from router_train.reader.reading_data import erase, question_pairs
 from tiermem.settings.errors import ConfigError, DataError
 
-FIXTURES = Path(__file__).parents[1] / "helpers" / "fixtures" / "reading"
+FIXTURES = Path(__file__).parents[2] / "helpers" / "fixtures" / "reading"
 
 
 def _q(questions, qid):

@@ -12,7 +12,7 @@ and each sampled completion is that one token, so:
 - prompts are tokenized as serving tokenizes them (no special tokens added: the chat template holds them), so the
   policy GRPO moves is the serving margin, token for token.
 
-- an action prior (`prior`: a logit offset on ESCALATE's token per prompt, router_train.grpo_signal) is added where
+- an action prior (`prior`: a logit offset on ESCALATE's token per prompt, router_train.lm.grpo_signal) is added where
   the policy is sampled and where its log-probability is read, so the policy GRPO samples and the one it
   differentiates are the same distribution: SFT's policy (margin + signal head) calibrated to explore.
 

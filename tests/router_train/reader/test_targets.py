@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from router_train.reader_targets import NO_ANSWER, pairs, span_target, span_token_targets, unit_target
+from router_train.reader.targets import NO_ANSWER, pairs, span_target, span_token_targets, unit_target
 from serving.routers.unit_reader import unit_text
 from tests.helpers.records import rec
 from tests.helpers.tiny_bert import tiny_bert
@@ -60,7 +60,7 @@ def test_pairs_carry_judged_targets_and_spans_and_deeper_units_stay_lexical():
 
 
 def test_the_head_distils_the_teachers_confidence_where_one_was_recorded():
-    from router_train.reader_targets import head_targets
+    from router_train.reader.targets import head_targets
 
     rows = [{"label": "ESCALATE", "teacher": json.dumps({"action": "ANSWER", "confidence": 5})},
             {"label": "ANSWER", "teacher": json.dumps({"action": "ESCALATE", "confidence": 1})},
@@ -107,8 +107,8 @@ def test_cv_compares_every_target_setting_and_trains_the_chosen_one(tmp_path):
 
     from datasets import Dataset, DatasetDict
 
-    from router_train.oof_scores import read_oof_scores
-    from router_train.unit_reader import main
+    from router_train.reader.oof_scores import read_oof_scores
+    from router_train.reader.unit_reader import main
     from tiermem.models.cross_encoder import CrossEncoder
 
     base = tmp_path / "base"

@@ -1,7 +1,7 @@
 """The extractive answerer's floor: the reader logit under which `ask` says the memory does not state the answer.
 
-    python -m router_train.answer_floor reader=runs/reader_pretrain            # a reader-pretrain checkpoint
-    python -m router_train.answer_floor reader=runs/reader pretrain=runs/reader_pretrain   # a unit-reader's reader
+    python -m router_train.reader.answer_floor reader=runs/reader_pretrain           # a reader-pretrain checkpoint
+    python -m router_train.reader.answer_floor reader=runs/reader pretrain=runs/reader_pretrain  # a unit-reader's
 
 Calibrated, not guessed: on the articles the reader-pretrain checkpoint held out of training, every question's
 paragraph is split into sentences and scored; the best sentence's logit is the answerer's own decision ("some
@@ -106,9 +106,9 @@ def _pretrain_meta(pretrain: Path) -> dict[str, Any]:
 
 def check_heldout_articles(questions: Sequence[Any], meta: dict[str, Any], pretrain: Any) -> None:
     """The articles a checkpoint's metadata calls held out are the ones its training held out: the split its
-    config gives (router_train.reading_data.heldout_split) on the data it was trained on. A list holding a training
-    article would calibrate the floor on text the reader was trained on and call it held out."""
-    from router_train.reading_data import heldout_split
+    config gives (router_train.reader.reading_data.heldout_split) on the data it was trained on. A list holding a
+    training article would calibrate the floor on text the reader was trained on and call it held out."""
+    from router_train.reader.reading_data import heldout_split
     from tiermem.models.floors import ReaderFileError
 
     config = meta.get("config")
@@ -129,7 +129,7 @@ def check_heldout_articles(questions: Sequence[Any], meta: dict[str, Any], pretr
 def calibrate(reader_dir: str | Path, pretrain: str | Path | None = None, data: str = "") -> dict[str, Any]:
     """Score the held-out articles of `pretrain` (default: `reader_dir` itself) with the reader in `reader_dir`
     and write its floor to `reader_dir/answer_floor.json`."""
-    from router_train.reading_data import load_reading_data
+    from router_train.reader.reading_data import load_reading_data
     from tiermem.models.model_dir import load_reader
     from tiermem.models.specs import setup_cpu_threads
     from tiermem.runs.rundir import updating_run

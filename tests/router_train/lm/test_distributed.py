@@ -21,7 +21,7 @@ from tests.helpers.router_fixtures import build_label_dataset
 from tests.helpers.servers import free_port
 from tiermem.runs.run_meta import RUN_META_FILE, read_run_meta
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BASE = "packaged:smollm2-135m-instruct"
 LORA = ["lora.r=4", "lora.alpha=8", "lora.dropout=0.0", "lora.target_modules=[q_proj,v_proj]"]
 
@@ -29,11 +29,11 @@ LORA = ["lora.r=4", "lora.alpha=8", "lora.dropout=0.0", "lora.target_modules=[q_
 def _launch(stage: str, args: list[str], processes: int) -> subprocess.CompletedProcess:
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if processes == 1:
-        cmd = [sys.executable, "-m", f"router_train.{stage}", *args]
+        cmd = [sys.executable, "-m", f"router_train.lm.{stage}", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                "--master_port", str(free_port()),  # torchrun's port 0 never rendezvouses
-               "-m", f"router_train.{stage}", *args]
+               "-m", f"router_train.lm.{stage}", *args]
     # its own process group: a run that times out takes its workers with it
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from router_train import grpo, grpo_signal, sft
-from router_train.common import LoraSettings
-from router_train.objectives import LossConfig
+from router_train.lm import grpo, grpo_signal, sft
+from router_train.lm.common import LoraSettings
+from router_train.lm.objectives import LossConfig
 from tests.helpers.router_fixtures import build_collapsed_base, build_label_dataset
 from tiermem.runs.run_meta import CARD_FILE, read_run_meta
 
@@ -52,7 +52,7 @@ def _moved(sft_dir, out) -> bool:
 
 def test_collapsed_policy_gives_no_update_and_says_so(collapsed, caplog, capsys):
     root, sft_dir = collapsed
-    with caplog.at_level(logging.WARNING, logger="router_train.grpo"):
+    with caplog.at_level(logging.WARNING, logger="router_train.lm.grpo"):
         out = _grpo(root, sft_dir, "no_prior", prior_head=False, prior_calibrate=False)
     signal = read_run_meta(out).metrics["grpo_signal"]
     assert signal["zero_variance_share"] == 1.0 and signal["grad_norm_max"] == 0.0

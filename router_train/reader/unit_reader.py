@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from router_train.reader_fit import FrozenBottom, train_epochs
-from router_train.reader_targets import (
+from router_train.reader.finetune import FrozenBottom, train_epochs
+from router_train.reader.targets import (
     HEAD_TARGETS,
     TARGET_SOURCES,
     head_targets,
@@ -60,7 +60,7 @@ class UnitReaderConfig:
     # (a model spec: packaged:, hub id, directory)
     base: str = "runs/reader_pretrain"
     target: str = "recall"  # recall: the unit's answer recall (soft BCE) | s_ok: its one-unit evidence verdict
-    # candidates CV chooses among (router_train/reader_targets.py): lexical (the target above), judged (a careful
+    # candidates CV chooses among (router_train/reader/targets.py): lexical (the target above), judged (a careful
     # reading's unit verdict where the label run read judgments, the lexical target elsewhere), both (their mean)
     target_sources: list[str] = field(default_factory=lambda: ["lexical"])
     # candidates: false | true = judged units also train the span head towards their quoted span (or no answer)
@@ -354,8 +354,8 @@ def out_of_fold_scores(cfg: UnitReaderConfig, records: list[dict[str, Any]], oof
                        best: dict[str, Any]) -> dict[str, Any]:
     """The chosen settings' out-of-fold router scores over every CV record (each conversation scored by a head
     fitted on the other conversations' labeled records, from their out-of-fold unit logits), written for calibrate
-    (router_train/oof_scores.py); returns what the run's metadata keeps of them."""
-    from router_train.oof_scores import loco, write_oof_scores
+    (router_train/reader/oof_scores.py); returns what the run's metadata keeps of them."""
+    from router_train.reader.oof_scores import loco, write_oof_scores
 
     logits = [oof[point_key(best)][_key(r)] for r in records]
     x = head_matrix([r["question"] for r in records], [r["router_summaries"] for r in records], logits,

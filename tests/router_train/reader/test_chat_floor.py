@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from router_train.chat_floor import ChatFloorConfig, calibrate_on_chats, conversation_items, main, molweni_items
+from router_train.reader.chat_floor import ChatFloorConfig, calibrate_on_chats, conversation_items, main, molweni_items
 from tests.helpers.tiny_bert import tiny_bert
 from tiermem.models.floors import load_floor, weights_sha256
 from tiermem.settings.errors import ConfigError

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.tiny_bert import tiny_bert
 
-FIXTURES = Path(__file__).parents[1] / "helpers" / "fixtures" / "reading"
+FIXTURES = Path(__file__).parents[2] / "helpers" / "fixtures" / "reading"
 
 
 def test_span_margin_is_best_span_minus_no_answer():
@@ -33,7 +33,7 @@ def test_span_margin_is_best_span_minus_no_answer():
 
 
 def test_span_token_targets(tmp_path):
-    from router_train.reader_fit import span_targets
+    from router_train.reader.finetune import span_targets
     from tiermem.models.cross_encoder import CrossEncoder
 
     reader = CrossEncoder.load(tiny_bert(tmp_path / "tiny"), span_head=True)
@@ -67,7 +67,7 @@ def test_the_checkpoint_loads_as_a_question_answering_model(tmp_path):
 
 
 def test_pretraining_reads_every_source_and_reports_each(tmp_path, monkeypatch):
-    from router_train.reader_pretrain import PRETRAIN_FILE, main
+    from router_train.reader.pretrain import PRETRAIN_FILE, main
     from tiermem.models.cross_encoder import CrossEncoder
 
     monkeypatch.setenv("TIERMEM_CACHE", str(tmp_path / "cache"))
