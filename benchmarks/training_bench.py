@@ -44,7 +44,7 @@ class TrainingBenchConfig:
 
 def _overrides(variant: str) -> tuple[bool, dict[str, Any]]:
     """The variant's flags; without a GPU, transformers refuses bf16 unless use_cpu is set explicitly."""
-    from router_train.lm.common import has_gpu
+    from router_train.lm.recipe_config import has_gpu
 
     cpu_defaults, overrides = VARIANTS[variant]
     if not has_gpu():

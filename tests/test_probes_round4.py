@@ -402,7 +402,7 @@ def test_non_finite_unit_reader_numbers_are_config_errors(override):
 
 def test_non_finite_numbers_in_any_config_and_trainer_mapping_are_config_errors_exit_2(tmp_path, capsys):
     from router_train.fit_features import FitFeaturesConfig
-    from router_train.lm.common import RecipeConfig
+    from router_train.lm.recipe_config import RecipeConfig
     from tiermem_cli import cli
 
     with pytest.raises(ConfigError, match=r"l2: must be a finite number, got nan"):

@@ -2,7 +2,7 @@
 
 The completion always starts with OUTPUT_PREFIX, so the action is decided by the first token after it.
 Training reports decision accuracy this way (cheap, no sampling), and checks a few greedy generations
-through contract.parse so format failures are visible too.
+through contract.parse so format failures are visible too: a run's `train_decisions` and `validation` metrics.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from router_train.lm.recipe_config import RecipeConfig
 from serving.routers.base import decide
 from tiermem import contract
 from tiermem.stats import auroc
@@ -129,3 +130,37 @@ def evaluate_router(
             "agrees_with_first_token": sum(d.action == p for d, p in zip(parsed, predicted[:k], strict=True)) / k,
         }
     return result
+
+
+def decision_reports(model: Any, tokenizer: Any, train_rows: Any, val_rows: Any, cfg: RecipeConfig,
+                     signal_head: Any = None, text_weight: float = 1.0) -> dict[str, Any]:
+    """The run's `train_decisions` (the first cfg.metrics_train_rows train rows) and `validation` metrics, against
+    the train split's majority label."""
+    majority = majority_label(list(train_rows["label"]))
+    return {
+        "train_decisions": decision_report(model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,
+                                           signal_head, text_weight),
+        "validation": decision_report(model, tokenizer, val_rows, majority, cfg, None, signal_head, text_weight),
+    }
+
+
+def decision_report(
+    model: Any, tokenizer: Any, rows: Any, majority: str | None, cfg: Any, limit: int | None,
+    signal_head: Any = None, text_weight: float = 1.0,
+) -> dict[str, Any] | None:
+    """Decision metrics on a split's rows (first `limit` rows), or None without rows. With a signal head (a
+    serving.signals.LogisticModel), the rows' `signals` column feeds it, as serving's features would."""
+    if rows is None or len(rows) == 0:
+        return None
+    rows = rows.select(range(min(len(rows), limit))) if limit else rows
+    return evaluate_router(model, tokenizer, rows["prompt"], rows["label"], majority,
+                           batch_size=cfg.eval_batch_size, generate_limit=cfg.eval_generate_limit,
+                           signal_head=signal_head, signals=rows["signals"] if signal_head is not None else None,
+                           text_weight=text_weight)
+
+
+def majority_label(labels: list[str]) -> str | None:
+    if not labels:
+        return None
+    counts = {a: labels.count(a) for a in contract.ACTIONS}
+    return max(contract.ACTIONS, key=lambda a: (counts[a], a == "ESCALATE"))  # ties -> ESCALATE (safe side)

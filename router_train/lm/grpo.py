@@ -34,21 +34,11 @@ from tiermem.runs.rundir import launch_run_dir
 from tiermem.settings.config import ConfigError, parse_cli
 from tiermem.settings.errors import MissingFileError, stage_main
 
-from .common import (
-    RecipeConfig,
-    RunResult,
-    balance_rows,
-    build_trl_config,
-    decision_reports,
-    is_launch_leader,
-    load_adapter_run,
-    load_label_rows,
-    save_and_report,
-    train_and_save_weights,
-    trainer_args,
-    training_device,
-)
+from .decisions import decision_reports
+from .recipe_config import RecipeConfig, build_trl_config, trainer_args, training_device
 from .rewards import build_reward_funcs
+from .router_run import RunResult, is_launch_leader, load_adapter_run, save_and_report, train_and_save_weights
+from .rows import balance_rows, load_label_rows
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"

@@ -1,4 +1,4 @@
-"""Label dataset -> prompt/completion rows for SFT and GRPO.
+"""Label dataset -> prompt/completion rows for SFT and GRPO, and the label rows both recipes load and balance.
 
 The labeling stage saves a `datasets.DatasetDict` (train / validation / test, split by conversation).
 Every row the router trains on is rendered through tiermem.contract, so the prompt is byte-identical to
@@ -15,6 +15,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict
 
 from labeling.dataset import RecordError, amount, flag
+from router_train.lm.recipe_config import RecipeConfig
 from serving.signals import feature_matrix
 from tiermem import contract
 
@@ -158,3 +159,41 @@ def label_rules(data: DatasetDict) -> list[str]:
         if "label_rule" in split.column_names:
             rules.update(r for r in split["label_rule"] if r)
     return sorted(rules)
+
+
+def load_label_rows(cfg: RecipeConfig, tokenizer: Any, empty: str, *, train_rewards: bool, eval_rewards: bool,
+                    signals: bool = False, teacher: bool = False) -> tuple[Any, Any, Any]:
+    """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split).
+
+    `*_rewards`: keep only rows whose path outcomes are known and bring the columns rewards read; `signals`: add
+    the serve-time features (build_rows); `teacher`: the train rows' `teacher_agrees`. `empty` says why an empty
+    train split is an error."""
+    from labeling.dataset import load_dataset_dict
+
+    dataset = load_dataset_dict(cfg.data)
+    source = f"label dataset {cfg.data}"
+    train = build_rows(dataset, cfg.train_split, tokenizer, source=source, with_rewards=train_rewards,
+                       with_signals=signals, with_teacher=teacher, limit=cfg.max_train_rows)
+    if len(train) == 0:
+        raise RecordError(f"{source}: {empty}")
+    val = (build_rows(dataset, cfg.eval_split, tokenizer, source=source, with_rewards=eval_rewards,
+                      with_signals=signals, limit=cfg.max_eval_rows) if cfg.eval_split in dataset else None)
+    return dataset, train, val
+
+
+def balance_rows(cfg: RecipeConfig, dataset: Any, train: Any, val: Any,
+                 minimal_pairs: bool = False) -> tuple[Any, dict[str, Any]]:
+    """The train rows balanced by `cfg.balance`, and what the run's metadata records of the rows (`data`);
+    `minimal_pairs`: count the train rows that are minimal pairs too."""
+    balanced = balance(train, cfg.balance, cfg.seed)
+    info = {
+        "data": cfg.data,
+        "label_rules": label_rules(dataset),
+        "router_input": router_input(dataset, cfg.train_split),
+        "train_labels": label_counts(train),
+        **({"train_minimal_pairs": int(sum(train["augmented"]))} if minimal_pairs else {}),
+        "train_labels_after_balance": label_counts(balanced),
+        "validation_labels": label_counts(val) if val is not None else None,
+        "balance": cfg.balance,
+    }
+    return balanced, info

@@ -29,20 +29,7 @@ from tiermem.runs.rundir import launch_run_dir
 from tiermem.settings.config import parse_cli
 from tiermem.settings.errors import stage_main
 
-from .common import (
-    RecipeConfig,
-    RunResult,
-    balance_rows,
-    build_trl_config,
-    decision_reports,
-    is_launch_leader,
-    load_adapter_run,
-    load_label_rows,
-    save_and_report,
-    train_and_save_weights,
-    trainer_args,
-    training_device,
-)
+from .decisions import decision_reports
 from .objectives import (
     REWARD_COLUMNS,
     REWARD_LOSSES,
@@ -51,7 +38,10 @@ from .objectives import (
     RouterSFTTrainer,
     balanced_class_weights,
 )
+from .recipe_config import RecipeConfig, build_trl_config, trainer_args, training_device
 from .rewards import RewardConfig, resolve_cost_scale, score_decision
+from .router_run import RunResult, is_launch_leader, load_adapter_run, save_and_report, train_and_save_weights
+from .rows import balance_rows, load_label_rows
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sft" / "smollm2_135m_cpu.yaml"

@@ -17,7 +17,8 @@ import pytest
 from evaluation import calibrate, evaluate
 from evaluation.report import eval_summary
 from router_train.lm import grpo, sft
-from router_train.lm.common import LoraSettings, load_adapter_run
+from router_train.lm.recipe_config import LoraSettings
+from router_train.lm.router_run import load_adapter_run
 from serving.model_card import check_card, record_eval, refresh_card, save_with_card
 from tests.helpers.router_fixtures import build_tiny_model_dir, edit_run_meta, make_router_run, record
 from tiermem import contract

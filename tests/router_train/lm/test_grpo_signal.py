@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from router_train.lm import grpo, grpo_signal, sft
-from router_train.lm.common import LoraSettings
 from router_train.lm.objectives import LossConfig
+from router_train.lm.recipe_config import LoraSettings
 from tests.helpers.router_fixtures import build_collapsed_base, build_label_dataset
 from tiermem.runs.run_meta import CARD_FILE, read_run_meta
 

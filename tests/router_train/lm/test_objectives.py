@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from router_train.lm import sft
-from router_train.lm.common import LoraSettings
 from router_train.lm.objectives import LossConfig, balanced_class_weights
+from router_train.lm.recipe_config import LoraSettings
 from tests.helpers.router_fixtures import build_tiny_model_dir, record
 from tiermem.models.trunk import top_layers_holding
 from tiermem.runs.run_meta import read_run_meta

@@ -15,8 +15,9 @@ from datasets import load_from_disk
 from safetensors.torch import load_file
 
 from router_train.lm import grpo, sft
-from router_train.lm.common import LoraSettings, load_adapter_run
 from router_train.lm.objectives import LossConfig
+from router_train.lm.recipe_config import LoraSettings
+from router_train.lm.router_run import load_adapter_run
 from tests.helpers.router_fixtures import build_contract_base, build_label_dataset, build_tiny_model_dir
 from tiermem import contract
 from tiermem.runs.run_meta import RUN_META_FILE, read_run_meta

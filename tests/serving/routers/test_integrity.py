@@ -78,7 +78,7 @@ def _flip_4kb(path: Path) -> None:
 def test_save_records_a_digest_of_every_weight_file(lm_run, tmp_path):
     from transformers import AutoTokenizer
 
-    from router_train.lm.common import save_run
+    from router_train.lm.router_run import save_run
     from serving.routers.top1 import Top1ScoreRouter
     from tiermem.runs.run_meta import read_run_meta
 

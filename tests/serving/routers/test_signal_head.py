@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from router_train.lm import sft
-from router_train.lm.common import LoraSettings
 from router_train.lm.decisions import escalation_scores
+from router_train.lm.recipe_config import LoraSettings
 from serving.routers import RouterSpec, build
 from serving.routers.lm_head import action_pieces
 from serving.routers.remote import RemoteRouter

@@ -331,7 +331,7 @@ def test_nested_claims_from_one_thread_are_counted_and_other_threads_are_refused
 
 
 def test_other_ranks_of_a_distributed_launch_share_rank_0s_claim(tmp_path, monkeypatch):
-    from router_train.lm.common import is_launch_leader
+    from router_train.lm.router_run import is_launch_leader
 
     out = tmp_path / "sft"
     with claimed_output_dir(out, "sft"):  # rank 0

@@ -1,0 +1,153 @@
+"""A router run of SFT or GRPO: the adapter run it may start from, training with the save every rank takes part
+in, then the run written (metadata last) and its summary printed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from router_train.lm.recipe_config import training_device
+from tiermem import contract
+from tiermem.models.specs import make_adapter_portable
+from tiermem.runs import safe_io
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta, verify_files
+from tiermem.settings.errors import UsageError
+
+log = logging.getLogger(__name__)
+SAVE_STAGING = ".trainer-save"  # trainer.save_model writes here; the files are then moved into the run
+
+
+def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any, RunMeta]:
+    """Base model + the run's LoRA adapter; refuses a run saved under another contract version."""
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    from tiermem.models.specs import load_causal_lm
+
+    run_dir = Path(run_dir)
+    meta = read_run_meta(run_dir)
+    contract.check_version(meta.contract_version, where=str(run_dir))
+    if not meta.adapter:
+        raise UsageError(f"{run_dir}: holds merged weights, not a LoRA adapter; load it as a model spec instead")
+    verify_files(run_dir, meta)  # GRPO starts from these weights: the same check as serving them
+    base, _ = load_causal_lm(meta.base_model, device=training_device())
+    tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
+    model = PeftModel.from_pretrained(base, str(run_dir), is_trainable=trainable)
+    # The saved config names the base by hub id (portable); in memory it names the local copy just loaded, so
+    # PEFT's save-time vocabulary check reads that copy instead of querying the hub (offline: a warning).
+    for adapter_config in model.peft_config.values():
+        adapter_config.base_model_name_or_path = base.name_or_path
+    model.train(trainable)
+    return model, tokenizer, meta
+
+
+def clear_run_meta(output_dir: str | Path) -> None:
+    """A rerun removes the old metadata when training starts, so a crashed run never looks like a finished one
+    (and a run that fails on its inputs leaves the previous finished run as it was)."""
+    (Path(output_dir) / RUN_META_FILE).unlink(missing_ok=True)
+
+
+def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
+    """Main process, after `trainer.save_model` (which every process calls): tokenizer, the adapter config made
+    portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
+    template, then the metadata with the sha256 of every weight file, written last because it marks a complete
+    run."""
+    from serving.model_card import save_with_card
+
+    safe_io.save_pretrained(tokenizer, output_dir)
+    if meta.adapter:
+        base = make_adapter_portable(output_dir, meta.base_model)
+        if base is None:
+            log.warning("base model %s has no hub id: %s/adapter_config.json names a local path, so plain PEFT "
+                        "loads it only on this machine (our loaders use tiermem_router.json)", meta.base_model,
+                        output_dir)
+    meta.files = file_digests(output_dir)
+    return save_with_card(RunMetaFile.new(output_dir, meta))
+
+
+def is_main_process(trainer: Any) -> bool:
+    return bool(trainer.accelerator.is_main_process)
+
+
+def is_launch_leader() -> bool:
+    """Before the trainer exists: rank 0 of a torchrun / accelerate launch, or a plain single process. Only it
+    locks the run directory; the other ranks of the same run write their shards into it too."""
+    return os.environ.get("RANK", "0").strip() in ("", "0")
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    metrics: dict[str, Any]
+    model: Any  # the trained PeftModel, still in memory
+    tokenizer: Any
+
+
+def train_and_save_weights(trainer: Any, output_dir: str | Path,
+                           after_train: Any = None) -> dict[str, Any] | None:
+    """Train, then save the weights from every process (sharded/distributed saves need all ranks). Returns the
+    train metrics (with global_step and seconds_per_step) on the main process, None on the others: only the main
+    process reports and writes the run's metadata (`save_and_report`). `after_train()` runs between the two, on
+    every rank (GRPO puts its best checked weights back there)."""
+    # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
+    clear_run_meta(output_dir)
+    staging = safe_io.refuse_link(Path(output_dir) / SAVE_STAGING)
+    if is_main_process(trainer):  # the trainer's save writes only inside this folder, made fresh by the stage
+        shutil.rmtree(staging, ignore_errors=True)  # a killed run's partial save
+        staging.mkdir(parents=True)
+    started = time.perf_counter()
+    result = trainer.train()
+    if after_train is not None:
+        after_train()
+    if getattr(trainer, "trunk", None) is not None:  # SFT's frozen trunk: its states, for the next run to reuse
+        trainer.trunk.save()
+    steps = trainer.state.global_step
+    args = trainer.args
+    train_metrics = {**result.metrics, "global_step": steps,
+                     "seconds_per_step": (time.perf_counter() - started) / max(steps, 1),
+                     # data parallel: every process trains on its share of each global batch
+                     "world_size": args.world_size,
+                     "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps
+                     * args.world_size}
+    # Every rank saves into one staging folder (sharded saves need them all); the main process then moves the
+    # files into the run by rename, so the trainer's plain open() never meets a link planted in the run.
+    staging = Path(output_dir) / SAVE_STAGING
+    trainer.save_model(str(staging))
+    trainer.accelerator.wait_for_everyone()
+    if not is_main_process(trainer):
+        return None
+    safe_io.move_into(staging, output_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+    return train_metrics
+
+
+def save_and_report(stage: str, model: Any, tokenizer: Any, meta: RunMeta, output_dir: str | Path,
+                    files: dict[str, str] | None = None) -> RunResult:
+    """Write the run (the recipe's own `files` by name and text, then save_run: metadata last, it marks a finished
+    run) and print its summary line."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {}).items():
+        safe_io.write_atomic(out / name, text)
+    save_run(tokenizer, out, meta)
+    log.info("saved the %s router to %s", stage, out)
+    print_summary(stage, out, meta.metrics)
+    return RunResult(out, meta.metrics, model, tokenizer)
+
+
+def print_summary(stage: str, out: Path, metrics: dict[str, Any]) -> None:
+    val = metrics.get("validation") or {}
+    if val.get("n"):
+        majority = val["baseline_majority_accuracy"]
+        print(f"[{stage}] validation n={val['n']}: decision accuracy {val['accuracy']:.3f} "
+              f"(majority-class {'n/a' if majority is None else f'{majority:.3f}'}, "
+              f"always-escalate {val['baseline_always_escalate_accuracy']:.3f}), "
+              f"escalation rate {val['escalation_rate']:.3f}")
+    else:
+        print(f"[{stage}] no labeled validation rows: no validation metrics")
+    print(f"[{stage}] run saved to {out}")
