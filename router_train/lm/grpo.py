@@ -29,16 +29,23 @@ from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
-from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
+from tiermem.runs.run_meta import RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.settings.config import ConfigError, parse_cli
-from tiermem.settings.errors import MissingFileError, stage_main
+from tiermem.settings.errors import stage_main
 
 from .decisions import decision_reports
-from .recipe_config import RecipeConfig, build_trl_config, trainer_args, training_device
+from .grpo_inputs import (
+    completion_tokens_needed,
+    load_policy,
+    load_reward_rows,
+    policy_rows,
+    wants_prior_head,
+    wants_signal_head,
+)
+from .recipe_config import RecipeConfig, build_trl_config, trainer_args
 from .rewards import build_reward_funcs
-from .router_run import RunResult, is_launch_leader, load_adapter_run, save_and_report, train_and_save_weights
-from .rows import balance_rows, load_label_rows
+from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
@@ -117,74 +124,6 @@ def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
     return args
 
 
-def load_policy(cfg: GRPORecipeConfig) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
-    """(model, tokenizer, base spec, SFT run info, peft_config for a fresh adapter or None)."""
-    from tiermem.models.specs import load_causal_lm
-
-    if cfg.router:
-        if not (Path(cfg.router) / RUN_META_FILE).is_file():
-            raise MissingFileError(
-                f"no SFT router run at {cfg.router} ({RUN_META_FILE} missing): run `make sft` first, or point "
-                "router= at an SFT output directory"
-            )
-        model, tokenizer, meta = load_adapter_run(cfg.router, trainable=True)
-        sft_info = {"sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation"),
-                    "signal_head": bool((meta.data.get("signal_head") or {}).get("file"))}
-        return model, tokenizer, meta.base_model, sft_info, None
-    if not cfg.allow_no_sft:
-        raise ConfigError(
-            "GRPO starts from an SFT adapter: set router= to a `make sft` output, or allow_no_sft=true to start "
-            "from the bare base model (expect zero reward variance there: no learning signal)"
-        )
-    log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n" + "=" * 70,
-                cfg.model)
-    model, tokenizer = load_causal_lm(cfg.model, device=training_device())
-    return model, tokenizer, cfg.model, None, cfg.lora.to_peft()
-
-
-def load_reward_rows(cfg: GRPORecipeConfig, tokenizer: Any, eval_rewards: bool,
-                     signals: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """(balanced train rows, natural train rows, validation rows, data info). Validation keeps every labeled row
-    (as SFT's) unless the trainer evaluates rewards on it."""
-    dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows with known path outcomes in "
-                                          f"{cfg.train_split!r}", train_rewards=True, eval_rewards=eval_rewards,
-                                          signals=signals)
-    if not cfg.minimal_pairs:
-        train = train.select([i for i, aug in enumerate(train["augmented"]) if not aug])
-    balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
-    return balanced, train, val, info
-
-
-def wants_signal_head(cfg: GRPORecipeConfig, sft_info: dict[str, Any] | None) -> bool:
-    has = bool(sft_info and sft_info.get("signal_head"))
-    if cfg.signal_head and not has:
-        raise ConfigError(f"signal_head=true but the router run {cfg.router} has no signal head to refit (an SFT "
-                          "run with loss.signal_head: true has one); set signal_head=null or false")
-    return has if cfg.signal_head is None else bool(cfg.signal_head)
-
-
-def policy_rows(cfg: GRPORecipeConfig, rows: Any) -> Any:
-    """The trainer's prompts: with completion action_token each ends with the contract's output prefix."""
-    columns = ["prompt", "label", "s_ok", "r_ok", "cost_research_input_tokens"]
-    rows = rows.select_columns(columns)
-    if cfg.completion == "action_token":
-        rows = rows.map(lambda row: {"prompt": row["prompt"] + contract.OUTPUT_PREFIX})
-    return rows
-
-
-def completion_tokens_needed(cfg: GRPORecipeConfig, tokenizer: Any, rows: Any) -> dict[str, int]:
-    """Tokens each action's completion needs under the format scope: its prefix, or its longest full target."""
-    def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    if cfg.rewards.format_scope == "action":
-        return {a: count(contract.OUTPUT_PREFIX + a + '"') for a in contract.ACTIONS}
-    needed: dict[str, int] = {}
-    for label, completion in zip(rows["label"], rows["completion"], strict=True):
-        needed[label] = max(needed.get(label, 0), count(completion))  # the eos is part of a finished completion
-    return needed
-
-
 def train(cfg: GRPORecipeConfig) -> RunResult:
     args = build_grpo_config(cfg)
     if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
@@ -193,14 +132,6 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
     with launch_run_dir(cfg.output_dir, "grpo", leader=is_launch_leader()):
         return _train(cfg, args)
-
-
-def wants_prior_head(cfg: GRPORecipeConfig, sft_info: dict[str, Any] | None) -> bool:
-    has = bool(sft_info and sft_info.get("signal_head"))
-    if cfg.prior_head and not has:
-        raise ConfigError(f"prior_head=true but the router run {cfg.router} has no signal head; set prior_head=null "
-                          "or false")
-    return cfg.completion == "action_token" and (has if cfg.prior_head is None else bool(cfg.prior_head))
 
 
 def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:

@@ -183,8 +183,9 @@ def refit_signal_head(signals: np.ndarray, margin: np.ndarray, escalate: np.ndar
 def refit_head(cfg: Any, trainer: Any, tokenizer: Any, natural: Any,
                val_rows: Any) -> tuple[Any, float, dict[str, Any]]:
     """The signal head refit on the trained adapter's margins (refit_signal_head on the natural train rows), the
-    margin's weight beside it chosen on validation as SFT chooses it (sft.choose_text_weight)."""
-    from .sft import SFTRecipeConfig, choose_text_weight
+    margin's weight beside it chosen on validation as SFT chooses it (sft_head.choose_text_weight)."""
+    from .sft import SFTRecipeConfig
+    from .sft_head import choose_text_weight
 
     rows = natural.select([i for i, aug in enumerate(natural["augmented"]) if not aug])
     margin = margins(trainer, trainer.model, tokenizer, rows["prompt"], cfg.eval_batch_size)

@@ -10,17 +10,13 @@ Multi-GPU: accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from labeling.dataset import RecordError
 from serving.routers.lm_head import action_token_ids
-from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic, save_logistic
+from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
@@ -30,18 +26,11 @@ from tiermem.settings.config import parse_cli
 from tiermem.settings.errors import stage_main
 
 from .decisions import decision_reports
-from .objectives import (
-    REWARD_COLUMNS,
-    REWARD_LOSSES,
-    TEXT_WEIGHTS,
-    LossConfig,
-    RouterSFTTrainer,
-    balanced_class_weights,
-)
-from .recipe_config import RecipeConfig, build_trl_config, trainer_args, training_device
-from .rewards import RewardConfig, resolve_cost_scale, score_decision
-from .router_run import RunResult, is_launch_leader, load_adapter_run, save_and_report, train_and_save_weights
-from .rows import balance_rows, load_label_rows
+from .objectives import REWARD_COLUMNS, REWARD_LOSSES, LossConfig, RouterSFTTrainer, balanced_class_weights
+from .recipe_config import RecipeConfig, build_trl_config, trainer_args
+from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights
+from .sft_head import epoch_choice_callback, initial_signal_head, trained_signal_head
+from .sft_inputs import load_model, load_rows, token_lengths
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sft" / "smollm2_135m_cpu.yaml"
@@ -92,153 +81,6 @@ def build_sft_config(cfg: SFTRecipeConfig) -> Any:
     return build_trl_config(SFTConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
 
 
-def with_action_rewards(rows: Any, rewards: RewardConfig, scale: float | None) -> Any:
-    """reward_answer / reward_escalate per row: what each action would earn under the reward table."""
-    def both(row: dict[str, Any]) -> dict[str, float]:
-        return {col: score_decision(action, bool(row["s_ok"]), bool(row["r_ok"]), row["cost_research_input_tokens"],
-                                    rewards, scale).total
-                for col, action in zip(REWARD_COLUMNS, ("ANSWER", "ESCALATE"), strict=True)}
-
-    return rows.map(both)
-
-
-def load_rows(cfg: SFTRecipeConfig, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
-    need_rewards = cfg.loss.kind in REWARD_LOSSES
-    dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows in split {cfg.train_split!r}; nothing "
-                                          "to train on", train_rewards=need_rewards, eval_rewards=False,
-                                          signals=cfg.loss.signal_head, teacher=cfg.teacher_filter)
-    if not cfg.minimal_pairs:
-        train = train.select([i for i, aug in enumerate(train["augmented"]) if not aug])
-        if len(train) == 0:
-            raise RecordError(f"label dataset {cfg.data}: minimal_pairs=false left no train row (every row of split "
-                              f"{cfg.train_split!r} is a minimal pair)")
-    teacher_info = None
-    if cfg.teacher_filter:
-        before = len(train)
-        train = train.filter(lambda row: row["teacher_agrees"] is not False)
-        teacher_info = {"rows_before": before, "kept": len(train), "dropped_teacher_disagrees": before - len(train),
-                        "without_teacher_decision": sum(v is None for v in train["teacher_agrees"])}
-        log.info("teacher filter: %d of %d train rows kept (the teacher's decision equals the label, or none)",
-                 len(train), before)
-        if len(train) == 0:
-            raise RecordError(f"label dataset {cfg.data}: teacher_filter left no train row (the teacher disagrees "
-                              "with every label)")
-    scale = None
-    if need_rewards:
-        scale = resolve_cost_scale(cfg.rewards, train["cost_research_input_tokens"])
-        train = with_action_rewards(train, cfg.rewards, scale)
-    balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
-    info["loss"] = cfg.loss.kind
-    if teacher_info is not None:
-        info["teacher_filter"] = teacher_info
-    if need_rewards:
-        info["cost_scale_tokens"] = scale
-    return balanced, val, info
-
-
-def initial_signal_head(cfg: SFTRecipeConfig, train_rows: Any, init_meta: RunMeta | None,
-                        init_dir: str | None) -> tuple[LogisticModel | None, bool]:
-    """(the head training starts from, whether to centre it against the untrained adapter): the continued
-    router's own head as it was trained, or a logistic regression on the natural train rows' signals."""
-    if not cfg.loss.signal_head:
-        return None, False
-    info = (init_meta.data.get("signal_head") or {}) if init_meta else {}
-    if info.get("file"):
-        # Training combines the head with the margin at weight 1: undo the shift made for the saved text_weight.
-        head = read_logistic(Path(init_dir) / info["file"])
-        return dataclasses.replace(head, bias=head.bias - float(info.get("bias_shift", 0.0))), False
-    natural = [i for i, aug in enumerate(train_rows["augmented"]) if not aug]  # as the head trains: see objectives.py
-    y = np.array([train_rows["label"][i] == "ESCALATE" for i in natural], dtype=np.float64)
-    x = np.array([train_rows["signals"][i] for i in natural], dtype=np.float64)
-    return fit_logistic(x, y, cfg.loss.signal_head_l2), True
-
-
-def choose_text_weight(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel, val_rows: Any,
-                       trained_weight: float = 1.0) -> tuple[float, dict[str, float] | None, LogisticModel]:
-    """The LM margin's weight beside the head: loss.text_weight, or the TEXT_WEIGHTS entry with the best
-    validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None, the head with
-    its bias moved by (trained_weight - weight) x the mean validation margin, so the score keeps the level of the
-    combination it was fitted in (`head + trained_weight x margin`; SFT trains them at weight 1)
-    and the uncalibrated threshold keeps its meaning; the ranking does not change)."""
-    from tiermem.stats import auroc
-
-    from .decisions import escalation_scores
-
-    if cfg.loss.text_weight is not None:
-        return float(cfg.loss.text_weight), None, head
-    labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
-    if not 0 < sum(labels) < len(labels):
-        log.warning("no validation rows with both labels: text_weight stays 1.0")
-        return 1.0, None, head
-    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
-    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
-    grid = {str(w): auroc((w * margins + heads).tolist(), labels) for w in TEXT_WEIGHTS}
-    best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
-    log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
-    shifted = dataclasses.replace(head, bias=float(head.bias + (trained_weight - best) * margins.mean()))
-    return float(best), grid, shifted
-
-
-def validation_auroc(cfg: SFTRecipeConfig, model: Any, tokenizer: Any, head: LogisticModel | None,
-                     val_rows: Any) -> float | None:
-    """The validation AUROC of the score serving would give: margin x text weight + head, at the best weight of
-    TEXT_WEIGHTS (or the fixed loss.text_weight); None without rows of both labels."""
-    from tiermem.stats import auroc
-
-    from .decisions import escalation_scores
-
-    labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
-    if not 0 < sum(labels) < len(labels):
-        return None
-    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
-    if head is None:
-        return auroc(margins.tolist(), labels)
-    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
-    weights = TEXT_WEIGHTS if cfg.loss.text_weight is None else (cfg.loss.text_weight,)
-    return max(auroc((w * margins + heads).tolist(), labels) for w in weights)
-
-
-def epoch_choice_callback(cfg: SFTRecipeConfig, trainer: Any, tokenizer: Any, val_rows: Any) -> Any:
-    """A callback scoring validation after each epoch (`validation_auroc`), which keeps the best epoch's trainable
-    weights (adapter and signal head) and puts them back at train end."""
-    import torch
-    from transformers import TrainerCallback
-
-    class EpochChoice(TrainerCallback):
-        def __init__(self) -> None:
-            self.epochs: list[dict[str, Any]] = []
-            self.best: tuple[float, int, dict[str, Any]] | None = None
-
-        def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
-            head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
-            score = validation_auroc(cfg, trainer.model, tokenizer, head, val_rows)
-            epoch = round(state.epoch or len(self.epochs) + 1)
-            self.epochs.append({"epoch": epoch, "step": state.global_step, "validation_auroc": score})
-            log.info("sft epoch %d: validation AUROC %s", epoch, score)
-            if score is not None and (self.best is None or score > self.best[0]):
-                weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-                self.best = (score, epoch, weights)
-            return control
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
-            if self.best is not None and self.epochs and self.best[1] != self.epochs[-1]["epoch"]:
-                params = dict(trainer.model.named_parameters())
-                with torch.no_grad():
-                    for name, saved in self.best[2].items():
-                        params[name].copy_(saved)
-                log.info("sft: kept epoch %d (validation AUROC %.4f)", self.best[1], self.best[0])
-            return control
-
-        def report(self) -> dict[str, Any]:
-            return {"epochs": self.epochs, "kept_epoch": self.best[1] if self.best else None}
-
-    return EpochChoice()
-
-
-def _token_lengths(rows: Any, tokenizer: Any) -> list[int]:
-    return [len(tokenizer(p + c)["input_ids"]) for p, c in zip(rows["prompt"], rows["completion"], strict=True)]
-
-
 def train(cfg: SFTRecipeConfig) -> RunResult:
     from transformers import set_seed
 
@@ -251,24 +93,10 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
 
 
 def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
-    from tiermem.models.specs import load_causal_lm
-
-    init_meta = None
-    if cfg.router:  # continue an existing router's adapter (its base model wins over cfg.model)
-        model, tokenizer, init_meta = load_adapter_run(cfg.router, trainable=True)
-        base_spec, peft_config = init_meta.base_model, None
-    else:
-        model, tokenizer = load_causal_lm(cfg.model, device=training_device())
-        base_spec, peft_config = cfg.model, cfg.lora.to_peft(model.config.num_hidden_layers)
+    model, tokenizer, base_spec, peft_config, init_meta = load_model(cfg)
     train_rows, val_rows, data_info = load_rows(cfg, tokenizer)
     head_init, centre_head = initial_signal_head(cfg, train_rows, init_meta, cfg.router)
-    lengths = _token_lengths(train_rows, tokenizer)
-    over = sum(n > args.max_length for n in lengths) if args.max_length else 0
-    if over:
-        log.warning("%d of %d train rows exceed max_length=%d tokens and are truncated", over, len(lengths),
-                    args.max_length)
-    data_info.update(train_tokens_max=max(lengths), train_tokens_mean=sum(lengths) / len(lengths),
-                     train_rows_over_max_length=over)
+    data_info.update(token_lengths(train_rows, tokenizer, args.max_length))
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
              data_info["validation_labels"])
     columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.loss.kind in REWARD_LOSSES else [])
@@ -299,18 +127,11 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
         return RunResult(Path(cfg.output_dir), {}, trainer.model, tokenizer)
     if choice is not None:
         train_metrics["epoch_choice"] = choice.report()
-    head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
-    text_weight = 1.0
-    if head is not None:
-        trained_bias = head.bias
-        text_weight, grid, head = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows)
+    head, text_weight = None, 1.0
+    if trainer.signal_head is not None:
+        head, text_weight, data_info["signal_head"] = trained_signal_head(cfg, trainer, tokenizer, val_rows,
+                                                                          head_init, centre_head)
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
-        data_info["signal_head"] = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES),
-                                    "init": "router" if not centre_head else "logistic regression on train",
-                                    "init_weights": dict(zip(FEATURES, head_init.weights, strict=True)),
-                                    "weights": dict(zip(FEATURES, head.weights, strict=True)),
-                                    "text_weight": text_weight, "text_weight_validation_auroc": grid,
-                                    "bias_shift": head.bias - trained_bias}
     metrics = {
         "train": train_metrics,
         **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight),

@@ -6,7 +6,8 @@ from datasets import Dataset, DatasetDict
 
 from labeling.dataset import load_dataset_dict
 from router_train.lm import rows as rows_lib
-from router_train.lm.sft import SFTRecipeConfig, build_sft_config, load_rows
+from router_train.lm.sft import SFTRecipeConfig, build_sft_config
+from router_train.lm.sft_inputs import load_rows
 from tests.helpers.router_fixtures import build_label_dataset, build_tiny_model_dir, record
 from tiermem import contract
 from tiermem.settings.config import ConfigError, parse_cli
@@ -176,13 +177,13 @@ def test_epoch_choice_keeps_the_best_validation_epoch(monkeypatch):
     """After each epoch the served score's validation AUROC is read; a later, worse epoch is undone at train end."""
     from types import SimpleNamespace
 
-    from router_train.lm import sft
+    from router_train.lm import sft_head
 
     model = torch.nn.Linear(2, 1)
     trainer = SimpleNamespace(model=model, signal_head=None)
     scores = iter([0.8, 0.6])
-    monkeypatch.setattr(sft, "validation_auroc", lambda *a, **k: next(scores))
-    choice = sft.epoch_choice_callback(SFTRecipeConfig(), trainer, None, None)
+    monkeypatch.setattr(sft_head, "validation_auroc", lambda *a, **k: next(scores))
+    choice = sft_head.epoch_choice_callback(SFTRecipeConfig(), trainer, None, None)
     with torch.no_grad():
         model.weight.fill_(1.0)
     choice.on_epoch_end(None, SimpleNamespace(epoch=1.0, global_step=3), None)

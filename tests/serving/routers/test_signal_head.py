@@ -228,7 +228,7 @@ def test_a_zero_text_weight_routes_by_the_head_without_running_the_lm(run, tmp_p
 
 
 def test_continuing_a_head_router_starts_from_the_head_as_trained(run):
-    from router_train.lm.sft import initial_signal_head
+    from router_train.lm.sft_head import initial_signal_head
 
     meta = read_run_meta(run.out)
     cfg = sft.SFTRecipeConfig(loss=sft.LossConfig(kind="decision", signal_head=True))

@@ -1,0 +1,134 @@
+"""SFT's signal head and what SFT chooses on validation: the head training starts from, the epoch it keeps, and the
+LM margin's weight beside the head in the served score (margin x text_weight + head(signals)). `cfg` is the SFT
+config (router_train.lm.sft.SFTRecipeConfig) throughout."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic
+from tiermem.runs.run_meta import RunMeta
+
+from .objectives import TEXT_WEIGHTS
+
+log = logging.getLogger(__name__)
+
+
+def initial_signal_head(cfg: Any, train_rows: Any, init_meta: RunMeta | None,
+                        init_dir: str | None) -> tuple[LogisticModel | None, bool]:
+    """(the head training starts from, whether to centre it against the untrained adapter): the continued
+    router's own head as it was trained, or a logistic regression on the natural train rows' signals."""
+    if not cfg.loss.signal_head:
+        return None, False
+    info = (init_meta.data.get("signal_head") or {}) if init_meta else {}
+    if info.get("file"):
+        # Training combines the head with the margin at weight 1: undo the shift made for the saved text_weight.
+        head = read_logistic(Path(init_dir) / info["file"])
+        return dataclasses.replace(head, bias=head.bias - float(info.get("bias_shift", 0.0))), False
+    natural = [i for i, aug in enumerate(train_rows["augmented"]) if not aug]  # as the head trains: see objectives.py
+    y = np.array([train_rows["label"][i] == "ESCALATE" for i in natural], dtype=np.float64)
+    x = np.array([train_rows["signals"][i] for i in natural], dtype=np.float64)
+    return fit_logistic(x, y, cfg.loss.signal_head_l2), True
+
+
+def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel, val_rows: Any,
+                       trained_weight: float = 1.0) -> tuple[float, dict[str, float] | None, LogisticModel]:
+    """The LM margin's weight beside the head: loss.text_weight, or the TEXT_WEIGHTS entry with the best
+    validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None, the head with
+    its bias moved by (trained_weight - weight) x the mean validation margin, so the score keeps the level of the
+    combination it was fitted in (`head + trained_weight x margin`; SFT trains them at weight 1)
+    and the uncalibrated threshold keeps its meaning; the ranking does not change)."""
+    from tiermem.stats import auroc
+
+    from .decisions import escalation_scores
+
+    if cfg.loss.text_weight is not None:
+        return float(cfg.loss.text_weight), None, head
+    labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
+    if not 0 < sum(labels) < len(labels):
+        log.warning("no validation rows with both labels: text_weight stays 1.0")
+        return 1.0, None, head
+    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
+    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
+    grid = {str(w): auroc((w * margins + heads).tolist(), labels) for w in TEXT_WEIGHTS}
+    best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
+    log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
+    shifted = dataclasses.replace(head, bias=float(head.bias + (trained_weight - best) * margins.mean()))
+    return float(best), grid, shifted
+
+
+def validation_auroc(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel | None,
+                     val_rows: Any) -> float | None:
+    """The validation AUROC of the score serving would give: margin x text weight + head, at the best weight of
+    TEXT_WEIGHTS (or the fixed loss.text_weight); None without rows of both labels."""
+    from tiermem.stats import auroc
+
+    from .decisions import escalation_scores
+
+    labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
+    if not 0 < sum(labels) < len(labels):
+        return None
+    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
+    if head is None:
+        return auroc(margins.tolist(), labels)
+    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
+    weights = TEXT_WEIGHTS if cfg.loss.text_weight is None else (cfg.loss.text_weight,)
+    return max(auroc((w * margins + heads).tolist(), labels) for w in weights)
+
+
+def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any) -> Any:
+    """A callback scoring validation after each epoch (`validation_auroc`), which keeps the best epoch's trainable
+    weights (adapter and signal head) and puts them back at train end."""
+    import torch
+    from transformers import TrainerCallback
+
+    class EpochChoice(TrainerCallback):
+        def __init__(self) -> None:
+            self.epochs: list[dict[str, Any]] = []
+            self.best: tuple[float, int, dict[str, Any]] | None = None
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
+            head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
+            score = validation_auroc(cfg, trainer.model, tokenizer, head, val_rows)
+            epoch = round(state.epoch or len(self.epochs) + 1)
+            self.epochs.append({"epoch": epoch, "step": state.global_step, "validation_auroc": score})
+            log.info("sft epoch %d: validation AUROC %s", epoch, score)
+            if score is not None and (self.best is None or score > self.best[0]):
+                weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+                self.best = (score, epoch, weights)
+            return control
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if self.best is not None and self.epochs and self.best[1] != self.epochs[-1]["epoch"]:
+                params = dict(trainer.model.named_parameters())
+                with torch.no_grad():
+                    for name, saved in self.best[2].items():
+                        params[name].copy_(saved)
+                log.info("sft: kept epoch %d (validation AUROC %.4f)", self.best[1], self.best[0])
+            return control
+
+        def report(self) -> dict[str, Any]:
+            return {"epochs": self.epochs, "kept_epoch": self.best[1] if self.best else None}
+
+    return EpochChoice()
+
+
+def trained_signal_head(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any, head_init: LogisticModel,
+                        centre_head: bool) -> tuple[LogisticModel, float, dict[str, Any]]:
+    """(the trained head, shifted for the text weight chosen on validation, that weight, what the run's metadata
+    records of the head: `data.signal_head`)."""
+    head = trainer.signal_head.to_logistic()
+    trained_bias = head.bias
+    text_weight, grid, head = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows)
+    info = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES),
+            "init": "router" if not centre_head else "logistic regression on train",
+            "init_weights": dict(zip(FEATURES, head_init.weights, strict=True)),
+            "weights": dict(zip(FEATURES, head.weights, strict=True)),
+            "text_weight": text_weight, "text_weight_validation_auroc": grid,
+            "bias_shift": head.bias - trained_bias}
+    return head, text_weight, info
