@@ -367,7 +367,7 @@ def _reader_rows(targets: list[Any] | None = None, label: Any = "ANSWER") -> lis
     ({"router_summaries": {"text": "t"}}, "field 'router_summaries' must be a list"),
 ])
 def test_unit_reader_records_are_checked_before_any_training(tmp_path, change, needle):
-    from router_train.reader.unit_reader import natural_records
+    from router_train.reader.unit_inputs import natural_records
 
     rows = _reader_rows()
     rows[2].update(change)
@@ -379,7 +379,8 @@ def test_unit_reader_records_are_checked_before_any_training(tmp_path, change, n
 
 
 def test_unit_reader_without_any_unit_target_is_a_named_error(tmp_path):
-    from router_train.reader.unit_reader import natural_records, pairs
+    from router_train.reader.targets import pairs
+    from router_train.reader.unit_inputs import natural_records
     from tiermem.settings.errors import DataError
 
     path = tmp_path / "r.jsonl"

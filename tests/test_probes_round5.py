@@ -207,7 +207,7 @@ def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(na
 @pytest.mark.parametrize("name", list(BAD_META))
 def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_path, built, capsys):
     from router_train.reader.answer_floor import main as floor_main
-    from router_train.reader.unit_reader import pretraining_of
+    from router_train.reader.unit_inputs import pretraining_of
     from tiermem.models.floors import ReaderFileError
 
     reader = _reader_dir(tmp_path, built)
@@ -278,7 +278,8 @@ def _variant(tmp_path, built, how: str) -> Path:
     ("truncated weights", "not a readable safetensors file"), ("99 layers", "config.json does not fit")])
 def test_a_model_directory_that_cannot_be_read_as_it_is_is_a_named_error(how, message, tmp_path, built, monkeypatch,
                                                                          capsys):
-    from router_train.reader.unit_reader import UnitReaderConfig, fresh_reader
+    from router_train.reader.unit_inputs import fresh_reader
+    from router_train.reader.unit_reader import UnitReaderConfig
     from tiermem.memory.extractive import load_answer_reader
     from tiermem.models.model_dir import ModelDirError
 

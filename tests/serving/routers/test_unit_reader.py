@@ -9,7 +9,9 @@ import random
 
 import pytest
 
-from router_train.reader.unit_reader import UnitReaderConfig, choose, pairs
+from router_train.reader.targets import pairs
+from router_train.reader.unit_cv import choose
+from router_train.reader.unit_reader import UnitReaderConfig
 from serving.routers.unit_reader import POOLINGS, pooled
 from tests.helpers.records import rec
 from tests.helpers.tiny_bert import tiny_bert as _tiny_bert
@@ -137,7 +139,7 @@ def test_pooling_features():
 def test_a_qid_repeated_in_every_conversation_reads_its_own_logits(tmp_path):
     """The tiermem format reuses q1, q2 in every conversation: out-of-fold logits are keyed by (conversation,
     question), so the CV table is the same as with ids unique across conversations."""
-    from router_train.reader.unit_reader import cross_validate
+    from router_train.reader.unit_cv import cross_validate
 
     cfg = UnitReaderConfig(base=str(_tiny_bert(tmp_path / "tiny")), max_epochs=1, poolings=["max"],
                            text_weights=[1.0], finetune_layers=[0, 1], learning_rate=3e-3)

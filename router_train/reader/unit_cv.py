@@ -1,0 +1,178 @@
+"""The unit reader's model selection: leave-one-conversation-out cross-validation over train + validation.
+
+For each conversation a reader is fine-tuned on the other conversations' pairs and scores the held-out one's router
+units after every epoch (out-of-fold unit logits). For each (layers, epochs, targets, text scores, pooling, head
+target, text weight) a head over the serve-time signals and the pooled unit logits is fitted on the other
+conversations and ranks the held-out one; the best mean AUROC wins (fold spread reported, beside the signals-only
+head's). The test split is never read."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tiermem import contract
+from tiermem.models.cross_encoder import CrossEncoder
+from tiermem.settings.errors import DataError
+
+from .finetune import FrozenBottom, train_epochs
+from .targets import head_targets, pairs, parse_targets, targets_name
+from .unit_head import (
+    column_names,
+    first_text_feature,
+    fit_head,
+    head_inputs,
+    head_score,
+    read_units,
+    reads_spans,
+    signal_inputs,
+)
+from .unit_inputs import fresh_reader, question_key
+
+log = logging.getLogger(__name__)
+
+
+def auroc_or_none(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    from tiermem.stats import auroc
+
+    return auroc(list(scores), list(labels)) if 0 < sum(labels) < len(labels) else None
+
+
+def escalate(rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    return np.array([r["label"] == "ESCALATE" for r in rows], dtype=np.float64)
+
+
+def loco_scores(rows: list[dict[str, Any]], x: np.ndarray, text_weight: float, l2: float,
+                text_columns: bool, fit_y: np.ndarray | None = None) -> dict[str, float | None]:
+    """conv -> AUROC (against the labels) of a head fitted on the other conversations' rows (towards `fit_y`,
+    default the labels), scoring this one's."""
+    y = escalate(rows)
+    fit_y = y if fit_y is None else fit_y
+    conv = np.array([r["conv_id"] for r in rows])
+    out: dict[str, float | None] = {}
+    for c in sorted(set(conv)):
+        fit_on, held = conv != c, conv == c
+        head = fit_head(x[fit_on], fit_y[fit_on], l2, column_names(x))
+        score = head_score(head, x[held], text_weight) if text_columns else head.log_odds(x[held])
+        out[str(c)] = auroc_or_none(score.tolist(), (y[held] > 0.5).tolist())
+    return out
+
+
+def summary(per_conv: dict[str, float | None]) -> dict[str, Any]:
+    vals = [v for v in per_conv.values() if v is not None]
+    return {"mean": round(float(np.mean(vals)), 4) if vals else None,
+            "min": round(min(vals), 4) if vals else None, "max": round(max(vals), 4) if vals else None,
+            "std": round(float(np.std(vals)), 4) if vals else None,
+            "per_conversation": {k: None if v is None else round(v, 4) for k, v in per_conv.items()}}
+
+
+def target_settings(cfg: Any) -> list[str]:
+    """The target settings CV compares (targets.targets_name), lexical first."""
+    return [targets_name(source, spans) for source in cfg.target_sources for spans in cfg.span_targets]
+
+
+def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str]
+                   ) -> tuple[dict, dict, dict]:
+    """(out-of-fold unit logits: (layers, epochs, targets) -> (conv, qid) -> logits, the CV table, (layers, epochs,
+    targets) -> the reader weights of the fold trained on exactly `train_convs`, if there is one). Records: the
+    natural ones of cv_splits. Layers 0 is the base as it is (zero-shot: the same logits in every fold, nothing
+    fitted on them; its targets "none")."""
+    import copy
+
+    convs = sorted({str(r["conv_id"]) for r in records})
+    if len(convs) < 2:
+        raise DataError(f"cross-validation over conversations needs >= 2, got {convs}")
+    oof: dict[tuple[int, int, str], dict[tuple[str, str], list[float]]] = {}
+    folds: dict[str, Any] = {}
+    snapshots: dict[tuple[int, int, str], Any] = {}
+    for layers in cfg.finetune_layers:
+        if layers == 0:
+            started = time.perf_counter()
+            logits = read_units(fresh_reader(cfg), records)
+            oof[(0, 0, "none")] = {question_key(r): row for r, row in zip(records, logits, strict=True)}
+            folds["zero-shot"] = {"scored_questions": len(records), "wall_s": round(time.perf_counter() - started, 1)}
+            log.warning("unit-reader CV zero-shot: %d questions scored, %.0f s", len(records),
+                        folds["zero-shot"]["wall_s"])
+            continue
+        bottom = None
+        for targets in target_settings(cfg):
+            source, spans = parse_targets(targets)
+            for e in range(1, cfg.max_epochs + 1):
+                oof[(layers, e, targets)] = {}
+            for c in convs:
+                started = time.perf_counter()
+                held = [r for r in records if str(r["conv_id"]) == c]
+                rest = [r for r in records if str(r["conv_id"]) != c]
+                train = pairs(rest, cfg.target, cfg.deep_negatives, source, spans)
+                reader = fresh_reader(cfg)
+                bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
+                is_final = {str(r["conv_id"]) for r in rest} == train_convs
+
+                def after_epoch(epoch: int, reader: CrossEncoder = reader, held: list = held,
+                                is_final: bool = is_final, key: tuple[int, str] = (layers, targets)):
+                    logits = read_units(reader, held)
+                    oof[(key[0], epoch, key[1])].update({question_key(r): row
+                                                         for r, row in zip(held, logits, strict=True)})
+                    if is_final:
+                        snapshots[(key[0], epoch, key[1])] = copy.deepcopy(
+                            (reader.model.state_dict(), reader.span_head.state_dict() if reader.has_spans else None))
+
+                losses = train_epochs(reader, train, cfg, bottom, after_epoch)
+                name = f"{layers} layer(s), {targets}, held out {c}"
+                folds[name] = {"train_pairs": len(train), "held_questions": len(held), "loss_by_epoch": losses,
+                               "wall_s": round(time.perf_counter() - started, 1)}
+                log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
+                            folds[name]["wall_s"])
+    labeled = [r for r in records if r["label"] in contract.ACTIONS]
+    signals = signal_inputs(labeled)
+    table: dict[str, Any] = {"folds": folds, "signals_only": summary(loco_scores(labeled, signals, 0.0, cfg.l2,
+                                                                                  False)), "grid": []}
+    spans_read = any(len(u) > 1 for row in next(iter(oof.values())).values() for u in row)
+    scores = [t for t in cfg.text_scores if spans_read or not reads_spans(t)]
+    if not scores:
+        raise DataError(f"text_scores {cfg.text_scores} all read the span margin, and the base {cfg.base!r} has no "
+                        "span head")
+    fit_targets = {t: np.array(head_targets(labeled, t)) for t in cfg.head_targets}
+    for (layers, epoch, targets), by_key in oof.items():
+        logits = [by_key[question_key(r)] for r in labeled]
+        for text_scores in scores:
+            for pooling in cfg.poolings:
+                x = head_inputs(labeled, logits, pooling, text_scores)
+                text_alone = [-v for v in first_text_feature(x)]  # high = answered
+                for head_target, fit_y in fit_targets.items():
+                    for w in cfg.text_weights:
+                        table["grid"].append({
+                            "finetune_layers": layers, "epochs": epoch, "targets": targets, "head_target": head_target,
+                            "text_scores": text_scores, "pooling": pooling, "text_weight": w,
+                            **summary(loco_scores(labeled, x, w, cfg.l2, True, fit_y)),
+                            "text_alone_auroc": auroc_or_none(text_alone, (escalate(labeled) > 0.5).tolist())})
+    return oof, table, snapshots
+
+
+def point_key(g: dict[str, Any]) -> tuple[int, int, str]:
+    """A grid point's reader: (layers fine-tuned, epochs, target setting); older grids had lexical targets only."""
+    return (g["finetune_layers"], g["epochs"], g.get("targets", "none" if g["finetune_layers"] == 0 else "lexical"))
+
+
+def choose(table: dict[str, Any]) -> dict[str, Any]:
+    """Best mean LOCO AUROC; ties go to fewer layers fine-tuned, fewer epochs, the smaller text weight, then the
+    grid's order."""
+    scored = [g for g in table["grid"] if g["mean"] is not None]
+    if not scored:
+        raise DataError("cross-validation: no fold had both labels; cannot choose")
+    return max(scored, key=lambda g: (g["mean"], -g["finetune_layers"], -g["epochs"], -g["text_weight"]))
+
+
+def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """The best grid point of each (layers, epochs, targets, text scores): what each fine-tuning step, target
+    setting and each of the reader's scores adds, zero-shot first."""
+    best: dict[tuple[int, int, str, str, str], dict[str, Any]] = {}
+    for g in table["grid"]:
+        k = (*point_key(g), g.get("text_scores", "classifier"), g.get("head_target", "label"))
+        if g["mean"] is not None and (k not in best or g["mean"] > best[k]["mean"]):
+            best[k] = g
+    return [{k: v for k, v in best[key].items() if k != "per_conversation"} for key in sorted(best)]

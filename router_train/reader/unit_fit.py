@@ -1,0 +1,85 @@
+"""The unit reader's final fit at the settings CV chose (`point`: a grid point of the CV table).
+
+The final reader is the CV fold that trained on exactly the train split at the chosen epoch when there is one (the
+model CV measured), else the base fine-tuned once more on the train split. Its head is fitted on the train split's
+out-of-fold unit logits: a reader's logits on its own training questions are overconfident, so a head fitted on
+them would overweight the text; validation stays clean for calibrate. The base reader's own best head is kept beside
+it (what fine-tuning adds), and every CV question's out-of-fold router score is written for calibrate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from serving.signals import LogisticModel
+from tiermem.models.cross_encoder import CrossEncoder
+
+from .finetune import FrozenBottom, train_epochs
+from .targets import head_targets, pairs, parse_targets
+from .unit_cv import choose, point_key
+from .unit_head import fit_head, head_inputs, head_names, head_score, zero_shot_entry
+from .unit_inputs import fresh_reader, question_key
+
+Record = dict[str, Any]
+
+
+def final_reader(cfg: Any, train_records: list[Record], chosen: tuple[int, int, str], snapshots: dict,
+                 table: dict[str, Any], train_convs: set[str]) -> tuple[CrossEncoder, list[float], int]:
+    """(the reader at the chosen (layers, epochs, targets), its loss by epoch, the train split's pair count)."""
+    source, spans = parse_targets(chosen[2]) if chosen[0] > 0 else ("lexical", False)
+    final_pairs = pairs(train_records, cfg.target, cfg.deep_negatives, source, spans)
+    reader = fresh_reader(cfg)
+    losses: list[float] = []
+    if chosen in snapshots:
+        # the fold that held out every other CV conversation trained on exactly the train split: its weights at
+        # the chosen epoch are the model CV measured, so they are the final reader (no second training)
+        model_state, span_state = snapshots[chosen]
+        reader.model.load_state_dict(model_state)
+        if span_state is not None:
+            reader.span_head.load_state_dict(span_state)
+        held_out = next(c for c in table["folds"] if c.startswith(f"{chosen[0]} layer(s), {chosen[2]},")
+                        and c.rsplit(" ", 1)[-1] not in train_convs)
+        losses = table["folds"][held_out]["loss_by_epoch"]
+    elif chosen[0] > 0:
+        losses = train_epochs(reader, final_pairs, cfg, FrozenBottom(reader, chosen[0]), epochs=chosen[1])
+    return reader, losses, len(final_pairs)
+
+
+def final_head(cfg: Any, rows: list[Record], oof: dict, point: dict[str, Any]) -> LogisticModel:
+    """The head at `point`, fitted on the labeled train records' out-of-fold unit logits."""
+    x = head_inputs(rows, [oof[point_key(point)][question_key(r)] for r in rows], point["pooling"],
+                    point["text_scores"])
+    return fit_head(x, np.array(head_targets(rows, point.get("head_target", "label"))), cfg.l2,
+                    head_names(point["pooling"], point["text_scores"]))
+
+
+def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dict) -> dict[str, Any]:
+    """The base reader's own best head, for the run's `extra` (`zero_shot`, `zero_shot_head`), when CV chose a
+    fine-tuned reader; {} otherwise."""
+    zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
+    if not zero_shot:
+        return {}
+    point = choose({"grid": zero_shot})
+    return {"zero_shot": zero_shot_entry(point), "zero_shot_head": final_head(cfg, rows, oof, point)}
+
+
+def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[str, Any]) -> dict[str, Any]:
+    """The chosen settings' out-of-fold router scores over every CV record (each conversation scored by a head
+    fitted on the other conversations' labeled records, from their out-of-fold unit logits), written for calibrate
+    (router_train/reader/oof_scores.py); returns what the run's metadata keeps of them."""
+    from .oof_scores import loco, write_oof_scores
+
+    logits = [oof[point_key(best)][question_key(r)] for r in records]
+    x = head_inputs(records, logits, best["pooling"], best["text_scores"])
+    y = np.array(head_targets(records, best.get("head_target", "label")))  # loco fits on labeled rows only
+    names = head_names(best["pooling"], best["text_scores"])
+
+    def score_held(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
+        return head_score(fit_head(x[fit], y[fit], cfg.l2, names), x[held], best["text_weight"])
+
+    settings = {k: best[k] for k in ("finetune_layers", "epochs", "targets", "head_target", "text_scores", "pooling",
+                                     "text_weight")}
+    return write_oof_scores(cfg.output_dir, records, loco(records, score_held), {
+        "dataset": cfg.data, "splits": list(cfg.cv_splits), "settings": settings,
+        "method": "leave-one-conversation-out: out-of-fold unit logits, head fitted on the other conversations"})
