@@ -27,10 +27,6 @@ from typing import Any
 from tiermem.models.cross_encoder import PRETRAIN_FILE
 from tiermem.settings.errors import ConfigError, stage_main
 
-FORMAT_VERSION = 2  # bump when the pairs or the training change meaning: old cache entries stop matching
-# what the cache key leaves out: where things go and how progress is shown change no weight
-_NOT_IN_KEY = ("data", "chat_data", "output_dir", "cache", "log_every", "score_batch_size")
-
 
 @dataclass
 class ReaderPretrainConfig:
@@ -81,85 +77,6 @@ class ReaderPretrainConfig:
         check_sources(self.chat_data)
 
 
-def _weights_digest(model_dir: Path) -> str:
-    h = hashlib.sha256()
-    for name in sorted(p.name for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin")):
-        with open(model_dir / name, "rb") as fh:
-            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-def cache_key(cfg: ReaderPretrainConfig, data_sha256: str, base_digest: str) -> str:
-    settings = {k: v for k, v in asdict(cfg).items() if k not in _NOT_IN_KEY}
-    blob = json.dumps({"version": FORMAT_VERSION, "data_sha256": data_sha256, "base_weights_sha256": base_digest,
-                       "settings": settings}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:20]
-
-
-def _safe_auroc(scores: list[float], labels: list[bool]) -> float | None:
-    from tiermem.stats import auroc
-
-    return round(auroc(scores, labels), 4) if 0 < sum(labels) < len(labels) else None
-
-
-def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
-    """Answerability on held-out articles and dialogues, per source: per pair (the training pairs' construction),
-    per question (the best unit's score, every unit scored; answerable = positive; a source whose questions are
-    all answerable has none), and gold unit vs the same unit with its answer cut out (the attribute gone) — each
-    for the classifier and, with a span head, the span margin. SQuAD's best-sentence logits also calibrate the
-    extractive answerer's floor (router_train.reader.answer_floor)."""
-    from router_train.reader.answer_floor import calibrated_floor
-    from router_train.reader.checks import check_scores
-    from router_train.reader.reading_data import question_pairs
-
-    out: dict[str, Any] = {}
-    for source in sorted({q.source for q in questions}):
-        qs = [q for q in questions if q.source == source]
-        pairs = [p for q in qs for p in question_pairs(q, negatives=3, erased=True)]
-        units = [(q.question, q.context[s:e]) for q in qs for s, e in q.unit_spans()]
-        flat = list(dict.fromkeys([*units, *((p[0], p[1]) for p in pairs)]))
-        got = reader.read([p[0] for p in flat], [p[1] for p in flat])
-        check_scores([*got.logits, *(got.span_margins or [])], "reader-pretrain")
-        heads = {"classifier": got.logits, **({"span": got.span_margins} if got.span_margins is not None else {})}
-        row: dict[str, Any] = {"questions": len(qs), "answerable": sum(q.answerable for q in qs), "pairs": len(pairs)}
-        plain = [p for q in qs for p in question_pairs(q, negatives=3)]
-        known = set(plain)
-        erased = [p for p in pairs if p not in known] + [p for p in plain if p[2] > 0.5]
-        for head, values in heads.items():
-            score = dict(zip(flat, values, strict=True))
-            best = [max(score[(q.question, q.context[s:e])] for s, e in q.unit_spans()) for q in qs]
-            prefix = "" if head == "classifier" else "span_"
-            row[f"{prefix}pair_auroc"] = _safe_auroc([score[(p[0], p[1])] for p in plain], [p[2] > 0.5 for p in plain])
-            row[f"{prefix}question_auroc"] = _safe_auroc(best, [q.answerable for q in qs])
-            row[f"{prefix}erased_auroc"] = _safe_auroc([score[(p[0], p[1])] for p in erased],
-                                                       [p[2] > 0.5 for p in erased])
-            if source == "squad" and head == "classifier" and row["question_auroc"] is not None:
-                row["answer_floor"] = calibrated_floor(best, [q.answerable for q in qs])  # `ask`'s extractive floor
-        out[source] = row
-    squad = out.get("squad") or {}
-    # the first-level keys read before chat sources existed (unit-reader's card, ask's floor)
-    return {**{k: squad[k] for k in ("questions", "answerable", "pairs", "pair_auroc", "question_auroc",
-                                     "answer_floor") if k in squad}, "by_source": out}
-
-
-def split_sources(cfg: ReaderPretrainConfig, questions: list) -> tuple[list, list, dict[str, list[str]]]:
-    """(train, held out, held-out titles per source): whole articles of SQuAD, whole dialogues of each chat."""
-    from router_train.reader.reading_data import heldout_split
-    from tiermem.settings.errors import DataError
-
-    train, held, titles = [], [], {}
-    for source in sorted({q.source for q in questions}):
-        qs = [q for q in questions if q.source == source]
-        n = cfg.heldout_articles if source == "squad" else cfg.heldout_dialogues
-        try:
-            t, h, names = heldout_split(qs, n, cfg.seed)
-        except DataError as exc:
-            raise DataError(f"{source}: {exc} (heldout_{'articles' if source == 'squad' else 'dialogues'})") from None
-        train, held, titles[source] = train + t, held + h, names
-    return train, held, titles
-
-
 def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[str, Any]) -> None:
     """Fine-tune the base on the training articles' pairs and save the checkpoint with its metadata in `target`."""
     import random
@@ -168,6 +85,7 @@ def _train(cfg: ReaderPretrainConfig, questions: list, target: Path, meta: dict[
 
     from router_train.reader.checks import check_heldout
     from router_train.reader.finetune import fit_reader
+    from router_train.reader.pretrain_heldout import heldout_metrics, split_sources
     from router_train.reader.reading_data import all_pairs
     from tiermem.models.floors import weights_sha256
     from tiermem.models.model_dir import load_reader
@@ -235,7 +153,7 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
         questions, shas = questions + chat, [data_sha, *chat_shas]
         if len(shas) > 1:  # every source's bytes in the key
             data_sha = hashlib.sha256("\n".join(shas).encode()).hexdigest()
-        key = cache_key(cfg, data_sha, _weights_digest(base))
+        key = pretrain_cache.cache_key(cfg, data_sha, pretrain_cache.weights_digest(base))
         cache_dir = claim_cache_dir(cache_root() / "readers", "reader-pretrain") if cfg.cache else None
         entry = cache_dir / key if cache_dir else None
         hit = pretrain_cache.lookup(entry)  # verified: every file's digest, no links, the floor bound to the weights

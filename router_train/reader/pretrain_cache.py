@@ -1,5 +1,6 @@
 """reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>` (issue 41): a hit only for an entry that proves
-itself, a bad entry rebuilt (and said so), a race lost to another run settled by taking its entry.
+itself, a bad entry rebuilt (and said so), a race lost to another run settled by taking its entry. The key is a
+digest of the data's sha256, the base's weights and every training setting (`cache_key`).
 
 An entry is a hit when its files are exactly the ones sealed when it was built, each with its stored sha256
 (tiermem.models.cache), its `reader_pretrain.json` reads (tiermem.models.floors.read_pretrain_meta) and its answer
@@ -8,14 +9,21 @@ rebuilds it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from tiermem.models.cache import check_entry, copy_verified, publish, seal
 from tiermem.models.floors import ReaderFileError, load_floor, read_pretrain_meta
 from tiermem.settings.errors import ConfigError
 
 NEEDED = ("data", "data_sha256", "config", "heldout", "heldout_articles", "train_pairs", "seconds")
+FORMAT_VERSION = 2  # bump when the pairs or the training change meaning: old cache entries stop matching
+# what the cache key leaves out: where things go and how progress is shown change no weight
+_NOT_IN_KEY = ("data", "chat_data", "output_dir", "cache", "log_every", "score_batch_size")
 
 
 def _say(text: str) -> None:
@@ -53,3 +61,22 @@ def store(tmp: Path, entry: Path) -> None:
 
 def copy_out(entry: Path, out: Path) -> None:
     copy_verified(entry, out)
+
+
+def weights_digest(model_dir: Path) -> str:
+    """sha256 over the weight files of a model directory, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(p.name for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin")):
+        with open(model_dir / name, "rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_key(cfg: Any, data_sha256: str, base_digest: str) -> str:
+    """The entry's name: a digest of the format version, the data's sha256, the base's weights and every setting of
+    `cfg` (the reader-pretrain config) that can change a weight."""
+    settings = {k: v for k, v in asdict(cfg).items() if k not in _NOT_IN_KEY}
+    blob = json.dumps({"version": FORMAT_VERSION, "data_sha256": data_sha256, "base_weights_sha256": base_digest,
+                       "settings": settings}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
