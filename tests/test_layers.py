@@ -1,22 +1,31 @@
 """The house rules of the package layout (docs/DESIGN.md, "Layout"): each package is a floor, a module imports only
-from its own floor or the floors below, and no set of modules imports itself in a circle. The ground floor
-(tiermem/) is laid out in rooms by the same rule, and holds no module outside them. Every import counts, including
-the ones inside functions (lazy imports run too)."""
+from its own floor or the floors below, and no set of modules imports itself in a circle. Two floors are laid out in
+rooms by the same rule, and hold no module outside them: the ground floor (tiermem/), its rooms one above the other,
+and router_train/, its rooms side by side: the reader (reader/), the language-model router (lm/) and the features
+router's fit (fit_features.py) share nothing but the floors below, so none imports another. Every import counts,
+including the ones inside functions (lazy imports run too)."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOORS = ["tiermem", "labeling", "serving", "router_train", "evaluation", "tiermem_cli"]  # ground floor first
-# tiermem's rooms, lowest first: how text is matched, settings and errors, how runs are kept, models, conversations,
-# LLM clients, the memory runtime. contract.py and stats.py stay loose and count as rooms of their own.
-ROOMS = ["text", "stats", "settings", "contract", "runs", "models", "data", "llm", "memory"]
+# A floor's rooms, lowest first: a module imports from its own room or a room listed before it. Rooms in one tuple
+# sit side by side: none imports another. A loose module listed here is a room of its own.
+ROOMS: dict[str, list[str | tuple[str, ...]]] = {
+    # how text is matched, settings and errors, how runs are kept, models, conversations, LLM clients, the memory
+    # runtime; contract.py and stats.py stay loose
+    "tiermem": ["text", "stats", "settings", "contract", "runs", "models", "data", "llm", "memory"],
+    # the reader (pre-training, the unit reader router, ask's answer floors), SFT and GRPO, the features router
+    "router_train": [("reader", "lm", "fit_features")],
+}
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -39,8 +48,8 @@ def _imports(path: Path, module: str) -> set[str]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    files = {_module_name(p): p for floor in FLOORS for p in (ROOT / floor).rglob("*.py")}
+def _graph(root: Path = ROOT) -> dict[str, set[str]]:
+    files = {_module_name(p, root): p for floor in FLOORS for p in (root / floor).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
         targets = set()
@@ -53,19 +62,39 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-def _place(module: str) -> tuple[int, int]:
-    """(floor, room): the room counts only on the ground floor; its package's own __init__ sits below every room."""
+def _room(module: str) -> tuple[int, int, str]:
+    """(floor, rank, room): the rank and room count only on a floor laid out in rooms (rooms side by side share a
+    rank); its package's own __init__ sits below every room."""
     floor, _, rest = module.partition(".")
-    room = ROOMS.index(rest.split(".")[0]) if floor == FLOORS[0] and rest else -1
-    return FLOORS.index(floor), room
+    room = rest.split(".")[0]
+    for rank, row in enumerate(ROOMS.get(floor, [])):
+        if room in (row if isinstance(row, tuple) else (row,)):
+            return FLOORS.index(floor), rank, room
+    return FLOORS.index(floor), -1, ""
+
+
+def loose_modules(graph: dict[str, set[str]]) -> list[str]:
+    """Modules of a floor laid out in rooms that live in none of them."""
+    return sorted(m for m in graph if m.partition(".")[0] in ROOMS and "." in m and _room(m)[1] < 0)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`module -> target` for each import up a floor, up a room, or across to a room beside its own."""
+    out = []
+    for module, targets in graph.items():
+        floor, rank, room = _room(module)
+        for target in targets:
+            t_floor, t_rank, t_room = _room(target)
+            sideways = (t_floor, t_rank) == (floor, rank) and rank >= 0 and t_room != room
+            if (t_floor, t_rank) > (floor, rank) or sideways:
+                out.append(f"{module} -> {target}")
+    return sorted(out)
 
 
 def test_no_import_runs_up_a_floor_or_a_room():
     graph = _graph()
-    loose = sorted(m for m in graph if m.startswith(f"{FLOORS[0]}.") and m.split(".")[1] not in ROOMS)
-    assert loose == []  # every ground-floor module lives in a room
-    upward = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts if _place(t) > _place(m))
-    assert upward == []
+    assert loose_modules(graph) == []  # every module of tiermem/ and router_train/ lives in a room
+    assert upward_imports(graph) == []
 
 
 def test_no_import_circle_between_modules():
@@ -88,9 +117,31 @@ def test_no_import_circle_between_modules():
     assert cycles == []
 
 
-def test_the_checker_sees_an_upward_import(tmp_path):
+def _copy_of_the_floors(root: Path) -> Path:
+    for floor in FLOORS:
+        for path in (ROOT / floor).rglob("*.py"):
+            target = root / path.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    return root
+
+
+def test_the_checker_sees_an_upward_import_and_a_loose_module(tmp_path):
     # The check must be able to fail: a lazy import inside a function is found and resolved to its module.
-    path = tmp_path / "tiermem" / "x.py"
-    path.parent.mkdir()
+    path = tmp_path / "x" / "tiermem" / "x.py"
+    path.parent.mkdir(parents=True)
     path.write_text("def f():\n    from serving.router import build\n    from . import contract\n")
     assert _imports(path, "tiermem.x") == {"serving.router.build", "serving.router", "tiermem.contract", "tiermem"}
+    # Planted in a copy of the tree: a module of router_train/ outside its rooms, a reader module reaching into the
+    # LM router's room beside it and up to evaluation/, a ground-floor room importing one above it.
+    root = _copy_of_the_floors(tmp_path / "copy")
+    (root / "router_train" / "stray.py").write_text('"""In no room."""\n')
+    (root / "router_train" / "reader" / "planted.py").write_text(
+        "def f():\n    from router_train.lm.rows import build_rows\n    from evaluation import calibrate\n")
+    (root / "tiermem" / "text" / "planted.py").write_text("from tiermem.models import specs\n")
+    graph = _graph(root)
+    assert loose_modules(graph) == ["router_train.stray"]
+    assert {"router_train.reader.planted -> router_train.lm.rows",
+            "router_train.reader.planted -> evaluation.calibrate",
+            "tiermem.text.planted -> tiermem.models.specs"} <= set(upward_imports(graph))
+    assert all(line.split(" -> ")[0].endswith(".planted") for line in upward_imports(graph))  # and nothing else
