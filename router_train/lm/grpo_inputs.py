@@ -1,6 +1,6 @@
 """What GRPO starts from: the SFT router run's policy (or, when allowed, a fresh adapter on the base), its reward rows
-and the trainer's prompts, and which of the SFT run's signal head it reads. `cfg` is the GRPO config
-(router_train.lm.grpo.GRPORecipeConfig) throughout."""
+and the trainer's prompts, and whether it reads the SFT run's signal head (refit after training, action prior).
+`cfg` is the GRPO config (router_train.lm.grpo.GRPORecipeConfig) throughout."""
 
 from __future__ import annotations
 
