@@ -1,1 +1,1 @@
-"""Training, in rooms side by side: the reader (reader/), the language-model router (lm/), the features router (fit_features.py)."""
+"""Training, in rooms side by side: the reader (reader/), the LM router (lm/), the features router (fit_features.py)."""
