@@ -21,10 +21,12 @@ from tiermem.stats import auroc
 
 
 def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
-                      signal_head: Any = None, signals: Any = None, text_weight: float = 1.0) -> list[float]:
+                      signal_head: Any = None, signals: Any = None, text_weight: float = 1.0,
+                      trunk: Any = None) -> list[float]:
     """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.routers.local.LocalRouter.score_prompts):
     training metrics and serving decisions come from one scorer, so they cannot drift apart. A router with a
-    signal head (a serving.signals.LogisticModel) also needs the prompts' signal rows."""
+    signal head (a serving.signals.LogisticModel) also needs the prompts' signal rows. `trunk`: the training run's
+    FrozenTrunk (tiermem.models.trunk), so a prompt's bottom layers run once per run, not once per report."""
     from serving.routers.local import LocalRouter
 
     if not prompts:
@@ -32,7 +34,7 @@ def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_
     was_training = model.training
     try:
         router = LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size, signal_head=signal_head,
-                             text_weight=text_weight)
+                             text_weight=text_weight, trunk=trunk)
         return router.score_prompts(list(prompts), signals)
     finally:
         model.train(was_training)
@@ -108,9 +110,10 @@ def evaluate_router(
     signal_head: Any = None,
     signals: Any = None,
     text_weight: float = 1.0,
+    trunk: Any = None,
 ) -> dict[str, Any]:
     """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
-    scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals, text_weight)
+    scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals, text_weight, trunk)
     probs = [1.0 / (1.0 + math.exp(-s)) for s in scores]
     predicted = [decide(s, threshold_logit) for s in scores]
     result = decision_metrics(predicted, labels, train_majority)
@@ -133,20 +136,21 @@ def evaluate_router(
 
 
 def decision_reports(model: Any, tokenizer: Any, train_rows: Any, val_rows: Any, cfg: RecipeConfig,
-                     signal_head: Any = None, text_weight: float = 1.0) -> dict[str, Any]:
+                     signal_head: Any = None, text_weight: float = 1.0, trunk: Any = None) -> dict[str, Any]:
     """The run's `train_decisions` (the first cfg.metrics_train_rows train rows) and `validation` metrics, against
     the train split's majority label."""
     majority = majority_label(list(train_rows["label"]))
     return {
         "train_decisions": decision_report(model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,
-                                           signal_head, text_weight),
-        "validation": decision_report(model, tokenizer, val_rows, majority, cfg, None, signal_head, text_weight),
+                                           signal_head, text_weight, trunk),
+        "validation": decision_report(model, tokenizer, val_rows, majority, cfg, None, signal_head, text_weight,
+                                      trunk),
     }
 
 
 def decision_report(
     model: Any, tokenizer: Any, rows: Any, majority: str | None, cfg: Any, limit: int | None,
-    signal_head: Any = None, text_weight: float = 1.0,
+    signal_head: Any = None, text_weight: float = 1.0, trunk: Any = None,
 ) -> dict[str, Any] | None:
     """Decision metrics on a split's rows (first `limit` rows), or None without rows. With a signal head (a
     serving.signals.LogisticModel), the rows' `signals` column feeds it, as serving's features would."""
@@ -156,7 +160,7 @@ def decision_report(
     return evaluate_router(model, tokenizer, rows["prompt"], rows["label"], majority,
                            batch_size=cfg.eval_batch_size, generate_limit=cfg.eval_generate_limit,
                            signal_head=signal_head, signals=rows["signals"] if signal_head is not None else None,
-                           text_weight=text_weight)
+                           text_weight=text_weight, trunk=trunk)
 
 
 def majority_label(labels: list[str]) -> str | None:

@@ -59,6 +59,10 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "per_device_train_batch_size": 8,  # completions per step: 2 prompts x 4 generations
     "learning_rate": 2e-5,
     "beta": 0.0,
+    # TRL's default ("group") divides each group's advantages by its reward std: a wrong ANSWER (-1.5 against +1)
+    # and a wasted ESCALATE (+0.6 against +1) then weigh the same, so the reward table's stakes never reach the
+    # policy (measured: the validation expected reward fell). "none": advantages in the table's units (Dr. GRPO).
+    "scale_rewards": "none",
     "temperature": 1.0,
     "num_train_epochs": 1.0,
     "logging_steps": 1,
@@ -97,6 +101,9 @@ class GRPORecipeConfig(RecipeConfig):
     # stop after this many checks without a gain, keeping the best checked weights (0: run every step, keep the last)
     patience: int = 3
     min_gain: float = 0.0  # a check is a gain when it beats the best checked reward by more than this
+    # stop at a check when the logged share of one-action groups since the last check is above this: such groups have
+    # zero advantage, so the steps left would not move the policy (1.0: never)
+    max_zero_variance: float = 0.5
 
     def __post_init__(self) -> None:
         if self.completion not in COMPLETIONS:
@@ -106,6 +113,8 @@ class GRPORecipeConfig(RecipeConfig):
         if self.completion != "action_token" and (self.prior_head or self.prior_calibrate):
             raise ConfigError("prior_head and prior_calibrate shape the sampled action token: they need "
                               "completion=action_token (set them null or false for completion=text)")
+        if not 0.0 <= self.max_zero_variance <= 1.0:
+            raise ConfigError(f"max_zero_variance is a share of groups in [0, 1], got {self.max_zero_variance}")
         if self.check_steps < 0 or self.patience < 0 or self.min_gain < 0:
             raise ConfigError(f"check_steps, patience and min_gain must be >= 0, got {self.check_steps}, "
                               f"{self.patience}, {self.min_gain}")
@@ -191,7 +200,7 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     print(summary_line(learned), flush=True)
     metrics = {
         "train": train_metrics,
-        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight),
+        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight, trainer.trunk),
         "warnings": learned["warnings"],
         "grpo_signal": learned,
         # the curves' headline columns, for the run card (reward_curves.json keeps every logged key)
@@ -228,7 +237,7 @@ def _explore(cfg: GRPORecipeConfig, args: Any, trainer: Any, tokenizer: Any, rew
     if probe.val is None:
         return probe, None, None
     before = probe.val_logits()
-    bound = SignalBound(probe.val_reward, cfg.check_steps, cfg.patience, cfg.min_gain)
+    bound = SignalBound(probe.val_reward, cfg.check_steps, cfg.patience, cfg.min_gain, cfg.max_zero_variance)
     bound.start(trainer.model, float(probe.val_expected(before).mean()))
     trainer.add_callback(bound)
     return probe, bound, before
@@ -252,7 +261,8 @@ def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bo
     warnings = signal_warnings(summary, policy)
     return {**summary, "validation_expected_reward": policy, "validation_router_reward": router,
             "checks": bound.checks if bound is not None else [],
-            "stopped_at_step": bound.stopped_at if bound is not None else None, "kept_step": kept_step,
+            "stopped_at_step": bound.stopped_at if bound is not None else None,
+            "stop_reason": bound.stop_reason if bound is not None else None, "kept_step": kept_step,
             "verdict": "not a refinement" if warnings else ("refined" if policy else "not measured"),
             "warnings": warnings}
 

@@ -195,7 +195,8 @@ def refit_head(cfg: Any, trainer: Any, tokenizer: Any, natural: Any,
     fit_bias = head.bias
     choose = SFTRecipeConfig(eval_batch_size=cfg.eval_batch_size)  # loss.text_weight None: chosen on validation
     # the refit's combination is head + fitted x margin: the served weight keeps its level, not weight 1's
-    text_weight, grid, head = choose_text_weight(choose, trainer.model, tokenizer, head, val_rows, fitted)
+    text_weight, grid, head = choose_text_weight(choose, trainer.model, tokenizer, head, val_rows, fitted,
+                                                 trunk=trainer.trunk)
     info = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES), "init": "refit on the GRPO adapter's margins",
             "refit_rows": len(rows), "refit_margin_weight": fitted,
             "weights": dict(zip(FEATURES, head.weights, strict=True)), "text_weight": text_weight,

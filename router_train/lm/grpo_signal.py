@@ -153,15 +153,21 @@ def moved(comparison: dict[str, Any] | None) -> str:
 
 class SignalBound(TrainerCallback):
     """Every `every` steps: the policy's expected validation reward (`evaluate`); training stops after `patience`
-    checks without a gain over the best by more than `min_delta` (0 patience: never), and `restore` puts the best
-    checked weights back (the start's included). Each logged step gets one line of what GRPO is learning."""
+    checks without a gain over the best by more than `min_delta` (0 patience: never), or at a check whose logged
+    steps since the last check had a mean share of one-action groups above `max_zero_variance` (the groups no longer
+    compare the two actions: the signal is spent); `restore` puts the best checked weights back (the start's
+    included). Each logged step gets one line of what GRPO is learning."""
 
-    def __init__(self, evaluate: Callable[[], float], every: int, patience: int, min_delta: float) -> None:
+    def __init__(self, evaluate: Callable[[], float], every: int, patience: int, min_delta: float,
+                 max_zero_variance: float = 1.0) -> None:
         self.evaluate, self.every, self.patience, self.min_delta = evaluate, every, patience, min_delta
+        self.max_zero_variance = max_zero_variance
         self.checks: list[dict[str, float]] = []
         self.best: tuple[float, int, dict[str, torch.Tensor] | None] | None = None
         self.since_best = 0
         self.stopped_at: int | None = None
+        self.stop_reason: str | None = None
+        self.window: list[float] = []  # the logged zero-variance shares since the last check
 
     def start(self, model: Any, value: float) -> None:
         """The check before training (`value`: the start's reward, already measured)."""
@@ -181,14 +187,22 @@ class SignalBound(TrainerCallback):
             self._record(state.global_step, value, model)
             log.info("grpo step %d: validation expected reward %.4f (best %.4f at step %d)", state.global_step,
                      value, self.best[0], self.best[1])
+            spent = float(np.mean(self.window)) if self.window else None
+            self.window = []
             if self.patience and self.since_best >= self.patience:
+                self.stop_reason = (f"{self.since_best} checks without a validation gain over step {self.best[1]}")
+            elif spent is not None and spent > self.max_zero_variance:
+                self.stop_reason = (f"the signal is spent: {spent:.2f} of the groups since the last check were one "
+                                    f"action (max_zero_variance {self.max_zero_variance:g})")
+            if self.stop_reason:
                 self.stopped_at = state.global_step
-                log.info("grpo: stopping at step %d, %d checks without a validation gain over step %d",
-                         state.global_step, self.since_best, self.best[1])
+                log.info("grpo: stopping at step %d, %s", state.global_step, self.stop_reason)
                 control.should_training_stop = True
         return control
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> Any:
+        if logs and logs.get("frac_reward_zero_std") is not None:
+            self.window.append(float(logs["frac_reward_zero_std"]))
         if logs and "frac_reward_zero_std" in logs:
             print(f"[grpo] step {state.global_step}: zero-variance groups {_num(logs.get('frac_reward_zero_std'))}, "
                   f"grad norm {_num(logs.get('grad_norm'))}, sampled escalation "

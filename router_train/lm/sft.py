@@ -134,9 +134,11 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
     metrics = {
         "train": train_metrics,
-        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight),
+        **decision_reports(trainer.model, tokenizer, train_rows, val_rows, cfg, head, text_weight, trainer.trunk),
         "log_history": trainer.state.log_history,
     }
+    if trainer.trunk is not None:  # again: the reports added the validation prompts' states, which GRPO reads
+        trainer.trunk.save()
     if metrics["validation"] is None:
         log.warning("no labeled validation rows: validation metrics are missing from this run")
     meta = RunMeta(

@@ -37,7 +37,8 @@ def initial_signal_head(cfg: Any, train_rows: Any, init_meta: RunMeta | None,
 
 
 def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel, val_rows: Any,
-                       trained_weight: float = 1.0) -> tuple[float, dict[str, float] | None, LogisticModel]:
+                       trained_weight: float = 1.0,
+                       trunk: Any = None) -> tuple[float, dict[str, float] | None, LogisticModel]:
     """The LM margin's weight beside the head: loss.text_weight, or the TEXT_WEIGHTS entry with the best
     validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None, the head with
     its bias moved by (trained_weight - weight) x the mean validation margin, so the score keeps the level of the
@@ -53,7 +54,7 @@ def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel
     if not 0 < sum(labels) < len(labels):
         log.warning("no validation rows with both labels: text_weight stays 1.0")
         return 1.0, None, head
-    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
+    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size, trunk=trunk))
     heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
     grid = {str(w): auroc((w * margins + heads).tolist(), labels) for w in TEXT_WEIGHTS}
     best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
@@ -62,7 +63,7 @@ def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel
     return float(best), grid, shifted
 
 
-def validation_auroc(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel | None,
+def validation_auroc(cfg: Any, trainer: Any, tokenizer: Any, head: LogisticModel | None,
                      val_rows: Any) -> float | None:
     """The validation AUROC of the score serving would give: margin x text weight + head, at the best weight of
     TEXT_WEIGHTS (or the fixed loss.text_weight); None without rows of both labels."""
@@ -73,7 +74,8 @@ def validation_auroc(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel |
     labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
     if not 0 < sum(labels) < len(labels):
         return None
-    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size))
+    margins = np.array(escalation_scores(trainer.model, tokenizer, val_rows["prompt"], cfg.eval_batch_size,
+                                         trunk=getattr(trainer, "trunk", None)))
     if head is None:
         return auroc(margins.tolist(), labels)
     heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
@@ -94,7 +96,7 @@ def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any)
 
         def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
             head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
-            score = validation_auroc(cfg, trainer.model, tokenizer, head, val_rows)
+            score = validation_auroc(cfg, trainer, tokenizer, head, val_rows)
             epoch = round(state.epoch or len(self.epochs) + 1)
             self.epochs.append({"epoch": epoch, "step": state.global_step, "validation_auroc": score})
             log.info("sft epoch %d: validation AUROC %s", epoch, score)
@@ -124,7 +126,8 @@ def trained_signal_head(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any, h
     records of the head: `data.signal_head`)."""
     head = trainer.signal_head.to_logistic()
     trained_bias = head.bias
-    text_weight, grid, head = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows)
+    text_weight, grid, head = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows,
+                                                 trunk=getattr(trainer, "trunk", None))
     info = {"file": SIGNAL_HEAD_FILE, "features": list(FEATURES),
             "init": "router" if not centre_head else "logistic regression on train",
             "init_weights": dict(zip(FEATURES, head_init.weights, strict=True)),

@@ -53,7 +53,8 @@ class LocalRouter(Router):
     def __init__(self, model: Any, tokenizer: Any, meta: RunMeta | None = None, mode: str = "fast",
                  threshold_logit: float | None = None, prefix_cache: bool = True, batch_size: int = 8,
                  max_new_tokens: int = 64, trunk_layers: int | None = None, trunk_cache: dict | None = None,
-                 signal_head: LogisticModel | None = None, text_weight: float = 1.0) -> None:
+                 signal_head: LogisticModel | None = None, text_weight: float = 1.0,
+                 trunk: FrozenTrunk | None = None) -> None:
         import torch
 
         if mode not in ("fast", "generate"):
@@ -83,8 +84,9 @@ class LocalRouter(Router):
         # Offline stages that score the same records with several routers of one base (eval, calibrate) share
         # the frozen bottom layers' output: the adapters only differ in the top `trunk_layers` layers. The states
         # live in the caller's `trunk_cache`, so only the routers it was handed to see them.
-        self.trunk = None
-        if trunk_layers and supports_trunk(model):
+        # `trunk`: a training run's own FrozenTrunk over this model (its reports score prompts it has read).
+        self.trunk = trunk
+        if trunk is None and trunk_layers and supports_trunk(model):
             self.trunk = FrozenTrunk(model, trunk_layers, batch_size=batch_size)
             if trunk_cache is not None:
                 self.trunk.cache = trunk_cache.setdefault(self.trunk.fingerprint, {})
@@ -193,7 +195,8 @@ class LocalRouter(Router):
         if self.trunk is not None:
             ids, mask = right_padded(rows, self.tokenizer.pad_token_id)
             last = (mask.sum(dim=1) - 1).to(self.device)
-            with torch.inference_mode():
+            # no_grad, not inference_mode: the states cached here may meet a training run's autograd later
+            with torch.no_grad():
                 logits = self.trunk.logits(self.model, ids.to(self.device), mask.to(self.device),
                                            logits_to_keep=last[:, None])
             picked = logits[:, 0, [self.answer_id, self.escalate_id]].double()

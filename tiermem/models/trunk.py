@@ -100,6 +100,7 @@ class FrozenTrunk:
             if saved["fingerprint"] != self.fingerprint:
                 raise UsageError(f"{self.cache_file}: trunk states of another model or split; delete the file")
             self.cache = saved["states"]
+        self._saved = len(self.cache) if self.cache_file is not None and self.cache_file.is_file() else None
         # Another run's states (SFT's rows, for GRPO's prompts that end where SFT's completions begin), read only:
         # the trunk is causal, so a sequence's states are the first positions of any longer sequence's states.
         self.prefix_states: dict[tuple[int, ...], torch.Tensor] = {}
@@ -114,31 +115,33 @@ class FrozenTrunk:
             self.prefix_states = saved["states"]
 
     def _reuse_prefixes(self, rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-        """Fill the cache with every row that starts a sequence of `prefix_states`; returns the rows left."""
-        if not self.prefix_states:
-            return rows
+        """Fill the cache with every row that starts a longer sequence of `prefix_states` or of the cache itself (a
+        report scoring the prompt of a row this run trained on); returns the rows left."""
         left = []
         by_length: dict[int, list[tuple[int, ...]]] = {}
         for r in rows:
             by_length.setdefault(len(r), []).append(r)
         for n, group in by_length.items():
-            starts = {k[:n]: k for k in self.prefix_states if len(k) >= n}
+            starts = {k[:n]: (source, k) for source in (self.cache, self.prefix_states) for k in source
+                      if len(k) >= n}
             for r in group:
                 donor = starts.get(r)
                 if donor is None:
                     left.append(r)
                 else:  # a view of the donor's first positions: no copy
-                    self.cache[r] = self.prefix_states[donor][:n]
+                    self.cache[r] = donor[0][donor[1]][:n]
                     self.reused += 1
         return left
 
     def save(self) -> None:
-        """Write the states when this run computed new ones (a run that only read them leaves the file alone)."""
-        if self.cache_file is None or (self.misses == 0 and self.cache_file.is_file()):
+        """Write the states when the cache holds sequences the file does not (a run that only read them leaves the
+        file alone)."""
+        if self.cache_file is None or (self._saved == len(self.cache) and self.cache_file.is_file()):
             return
         self.cache_file.parent.mkdir(parents=True, exist_ok=True)
         write_stream(self.cache_file, lambda fh: torch.save({"fingerprint": self.fingerprint, "states": self.cache},
                                                             fh))
+        self._saved = len(self.cache)
 
     @torch.no_grad()
     def _compute(self, rows: list[tuple[int, ...]]) -> None:

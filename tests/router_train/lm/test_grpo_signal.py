@@ -105,3 +105,39 @@ def test_signal_warnings_name_no_update_and_no_rise():
     assert "no update" in grpo_signal.signal_warnings({**flat, "grad_norm_max": 0.0}, up)[0]
     assert "no update" in grpo_signal.signal_warnings({**flat, "zero_variance_share": 1.0}, None)[0]
     assert grpo_signal.moved(up) == "up" and grpo_signal.moved(still) == "not measurably"
+
+
+class _Control:
+    should_training_stop = False
+
+
+class _State:
+    def __init__(self, step: int) -> None:
+        self.global_step = step
+
+
+@pytest.mark.parametrize(("shares", "stops_at"), [([0.3, 0.4, 0.45, 0.5, 0.35, 0.4], None),
+                                                    ([0.3, 0.4, 0.7, 0.8, 0.9, 1.0], 4)])
+def test_the_bound_stops_once_the_groups_since_a_check_are_mostly_one_action(shares, stops_at):
+    model = torch.nn.Linear(2, 1)
+    rewards = iter(np.linspace(1.0, 2.0, 10))  # rising: patience never stops it
+    bound = grpo_signal.SignalBound(lambda: float(next(rewards)), every=2, patience=3, min_delta=0.0,
+                                    max_zero_variance=0.5)
+    bound.start(model, 0.5)
+    control = _Control()
+    for step, share in enumerate(shares, start=1):
+        bound.on_log(None, _State(step), control, logs={"frac_reward_zero_std": share})
+        bound.on_step_end(None, _State(step), control, model=model)
+        if control.should_training_stop:
+            break
+    assert bound.stopped_at == stops_at
+    if stops_at:
+        assert "signal is spent" in bound.stop_reason and control.should_training_stop
+
+
+def test_grpo_scales_advantages_in_the_reward_tables_units_and_checks_the_bound():
+    from tiermem.settings.config import ConfigError
+
+    assert grpo.build_grpo_config(grpo.GRPORecipeConfig(output_dir="x")).scale_rewards == "none"
+    with pytest.raises(ConfigError, match="max_zero_variance"):
+        grpo.GRPORecipeConfig(max_zero_variance=1.5)

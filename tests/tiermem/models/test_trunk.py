@@ -107,6 +107,25 @@ def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path):
         FrozenTrunk(model, top_layers=1, prefix_file=tmp_path / "absent.pt")
 
 
+def test_a_report_on_a_trained_rows_prompt_reads_the_rows_states_and_the_file_keeps_new_ones(tmp_path):
+    model = _tiny()
+    trunk = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "sft.pt")
+    trunk.hidden(*right_padded([[5, 6, 7, 8, 9, 10]], pad=0))  # a row trained on: prompt + completion
+    trunk.save()
+    ids, mask = right_padded([[5, 6, 7], [4, 6, 7]], pad=0)  # its prompt, and a validation prompt
+    fresh = FrozenTrunk(model, top_layers=1).hidden(ids, mask)
+    assert torch.allclose(trunk.hidden(ids, mask), fresh, atol=1e-5)
+    assert (trunk.reused, trunk.misses) == (1, 2)
+    trunk.save()  # the cache holds sequences the file does not: written again
+    stamp = (tmp_path / "sft.pt").stat().st_mtime_ns
+    again = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "sft.pt")
+    assert len(again.cache) == 3
+    again.hidden(ids, mask)  # all read from the file: nothing new, the file is left alone
+    again.save()
+    trunk.save()  # nothing new since its last save either
+    assert again.misses == 0 and (tmp_path / "sft.pt").stat().st_mtime_ns == stamp
+
+
 class _Payload:
     """What a planted trunk cache could hold: unpickling it calls `os.makedirs(marker)`."""
 
