@@ -80,7 +80,7 @@ def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, 
     verdict = judge.judge(q.question, q.answer, ans.answer or "", q.category, fmt)
     research_pages = list(ans.research.pages_read) if ans.research is not None else []
     signals = compute_signals(q.answer, q.category, q.evidence, ans.retrieved, research_pages,
-                              lambda p: page_turns.get(p, []), label_cfg.evidence, fmt)
+                              lambda p: page_turns.get(p, []), label_cfg.evidence, fmt, points=q.points)
     evidence_ok = signals.s_ok if ans.research is None else signals.r_ok  # escalated once: the pages count
     # the two halves of a grounded answer, judged alone: the model's reply, and the extractive quote
     lm_ok = judge.judge(q.question, q.answer, ans.lm_answer or "", q.category, fmt).correct

@@ -14,12 +14,12 @@ from labeling.rules import check_rule
 from labeling.shards import parse_shard
 from labeling.split import SplitSpec
 from labeling.unit_targets import UnitTargetsConfig
-from tiermem.data.conversations import Conversation, detect_file_format
+from tiermem.data.conversations import FORMATS, Conversation, detect_file_format
 from tiermem.llm import LLMConfig
 from tiermem.memory import MemoryConfig
 from tiermem.settings.errors import ConfigError
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / "locomo_local.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / "cpu_default.yaml"
 # Minimal-pair kinds, in the order their records are emitted (labeling/minimal_pairs.py builds them).
 PAIR_KINDS = ("drop_answer", "drop_irrelevant", "bring_answer", "near_miss")
 
@@ -55,7 +55,8 @@ class MinimalPairsConfig:
 @dataclass
 class LabelConfig:
     data_path: str | None = None  # None: the sample conversation shipped in tiermem/data
-    dataset_format: str = "auto"  # auto | locomo | longmemeval | tiermem (your own conversations)
+    # auto | locomo | longmemeval | tiermem (your own conversations) | realmem (a file or a folder of histories)
+    dataset_format: str = "auto"
     conversations: list[str] = field(default_factory=list)  # subset by id; empty = all
     max_conversations: int | None = None
     max_questions_per_conversation: int | None = None
@@ -122,8 +123,8 @@ class LabelConfig:
         if self.llm.coverage is not None and not self.judgments:
             raise ConfigError("llm.coverage writes careful-reading judgments into a file: it needs judgments=PATH "
                               "(a new path, or one a live coverage judge wrote before)")
-        if self.dataset_format not in ("auto", "locomo", "longmemeval", "tiermem"):
-            raise ConfigError(f"dataset_format must be auto|locomo|longmemeval|tiermem, got {self.dataset_format!r}")
+        if self.dataset_format not in FORMATS:
+            raise ConfigError(f"dataset_format must be {'|'.join(FORMATS)}, got {self.dataset_format!r}")
         if self.question_sampling not in ("random", "first"):
             raise ConfigError(f"question_sampling must be random|first, got {self.question_sampling!r}")
         if self.concurrency < 1:

@@ -28,6 +28,7 @@ Evidence rule (defaults in EvidenceConfig):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,13 +48,16 @@ class EvidenceConfig:
     linked_recall_threshold: float = 0.5
     date_order: str = "DMY"  # how numeric dates like 01.02.2024 read: DMY (1 February) or MDY (2 January)
     # research is right when the text it read states the answer, or it read every gold turn; false: gold turns only
-    # (the rule before issue 33: a question without gold turn ids then never has a research verdict)
+    # (a question without gold turn ids then never has a research verdict)
     research_by_text: bool = True
+    # a question that names the memory facts it needs (RealMem's memory_used): the share of them a path must hold
+    # for it to count as right (1.0: every one; point_counts says what "holds" means)
+    points_share: float = 1.0
 
     def __post_init__(self) -> None:
         if self.date_order not in DATE_ORDERS:
             raise ConfigError(f"evidence.date_order must be one of {DATE_ORDERS}, got {self.date_order!r}")
-        for name in ("recall_threshold", "linked_recall_threshold"):
+        for name in ("recall_threshold", "linked_recall_threshold", "points_share"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"evidence.{name} must be in [0, 1], got {value}")
@@ -70,8 +74,10 @@ class EvidenceSignals:
     s_ok: bool
     r_ok: bool | None  # None: neither signal says the research path was right, and no gold turns to check
     research_recall: float | None = None  # None: no research text known (turn ids only) or nothing scorable
-    r_ok_by: str | None = None  # "text" | "gold_turns" | "both": which signal made r_ok true
+    r_ok_by: str | None = None  # "text" | "gold_turns" | "both" | "points": which signal made r_ok true
     person_guard: str | None = None  # how the question's names were resolved (None: it names no person)
+    points_in_summaries: int | None = None  # of the question's gold points (None: it names none)
+    points_in_research: int | None = None
 
 
 @dataclass
@@ -218,6 +224,7 @@ def compute_signals(
     cfg: EvidenceConfig,
     source: str = "locomo",
     question: str | None = None,
+    points: Sequence[Any] = (),
 ) -> EvidenceSignals:
     """`summaries` are the retrieved units (dicts or objects with text, date, page_ids, speakers) in rank order.
     `page_turns`: the conversation's `Reading` (turn ids, the turns' text and its cast), or turn ids alone (then
@@ -240,6 +247,12 @@ def compute_signals(
         (gold, category, source, question, cfg.date_order), research_page_ids,
         lambda units: answer_recall(gold, units, category, source, question, cfg.date_order, reading.cast))
     r_ok, r_ok_by = research_verdict(read_recall, in_research, len(gold_turns), cfg)
+    held: tuple[int, int] | None = None
+    if points:  # the facts the question needs decide, each on its own (a long gold joined is not one fact)
+        held = point_counts(points, summaries, research_page_ids, reading, cfg, question, guard)
+        need = math.ceil(cfg.points_share * len(points) - 1e-9)
+        s_ok, r_ok = held[0] >= need, held[1] >= need
+        r_ok_by = "points" if r_ok else None
     return EvidenceSignals(
         answer_recall=None if recall is None else round(recall, 4),
         n_gold=len(gold_turns),
@@ -250,4 +263,35 @@ def compute_signals(
         research_recall=None if read_recall is None else round(read_recall, 4),
         r_ok_by=r_ok_by,
         person_guard=guard.reason,
+        points_in_summaries=None if held is None else held[0],
+        points_in_research=None if held is None else held[1],
     )
+
+
+_TOPIC_TAG = re.compile(r"【[^】]*】")  # a memory system's topic label ("【Travel Planning】"), not a fact
+
+
+def point_counts(points: Sequence[Any], summaries: Sequence[Any], research_page_ids: Sequence[str], reading: Reading,
+                 cfg: EvidenceConfig, question: str | None, guard: PersonGuard) -> tuple[int, int]:
+    """(points the summaries hold, points the research pages hold). The summaries hold a point when they state it
+    (its answer recall >= recall_threshold) or its source turns all lie in pages linked to units about the question
+    and they state half of it (>= linked_recall_threshold): the evidence rule, per fact. The research pages hold a
+    point when they hold its source turns, or one page states it."""
+    linked = turns_in_pages([p for u in units_about(summaries, question, guard=guard)
+                             for p in (_field(u, "page_ids") or [])], reading.turn_ids)
+    read = turns_in_pages(research_page_ids, reading.turn_ids)
+    in_summaries = in_research = 0
+    for point in points:
+        text = _TOPIC_TAG.sub(" ", point.text)
+        recall = answer_recall(text, summaries, "", "points", question, cfg.date_order, reading.cast) or 0.0
+        sources = set(point.turn_ids)
+        if recall >= cfg.recall_threshold or (sources and sources <= linked and recall >= cfg.linked_recall_threshold):
+            in_summaries += 1
+        if sources and sources <= read:
+            in_research += 1
+            continue
+        page_recall = reading.research_recall(
+            (text, "points", question, cfg.date_order), research_page_ids,
+            lambda units, text=text: answer_recall(text, units, "", "points", question, cfg.date_order, reading.cast))
+        in_research += int(page_recall is not None and page_recall >= cfg.recall_threshold)
+    return in_summaries, in_research

@@ -30,6 +30,7 @@ from typing import Any
 from labeling.config import PAIR_KINDS, LabelConfig
 from labeling.evidence import Reading, compute_signals
 from labeling.question import (
+    LATE_EVIDENCE,
     Context,
     _cost,
     error_record,
@@ -104,7 +105,7 @@ def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[An
 
     def s_ok(units: list[Any]) -> bool:
         return compute_signals(q.answer, q.category, q.evidence, units, pages, page_turns, cfg.evidence,
-                               ctx.fmt, question=q.question).s_ok
+                               ctx.fmt, question=q.question, points=q.points).s_ok
 
     out = []
     original_ids = {u.unit_id for u in shown}
@@ -140,7 +141,7 @@ def label_with_pairs(ctx: Context, memory: Any, conv: Conversation, q: Question,
         ranked = memory.search_summaries(q.question, depth)
     shown = None if ranked is None else {q.qid: ranked[: cfg.memory.top_k]}
     rec = label_question(ctx, memory, conv, q, split, page_turns, count_tokens, shown)
-    if rec["error"]:
+    if rec["error"] or rec["drop_reason"] == LATE_EVIDENCE:
         return [rec]
     out = []
     if cfg.minimal_pairs.enabled:

@@ -36,7 +36,10 @@ def empty_record(conv: Conversation, q: Question, split: str, fmt: str, rule: st
     record: dict[str, Any] = {
         "conv_id": conv.conv_id, "qid": q.qid, "split": split, "source": fmt, "question": q.question,
         "question_date": q.date, "gold_answer": q.answer, "category": str(q.category),
-        "evidence_ids": list(q.evidence), "router_summaries": [], "summary_answer": None, "research_answer": None,
+        "evidence_ids": list(q.evidence), "asked_before": q.asked_before,
+        "question_tags": json.dumps(q.tags, sort_keys=True) if q.tags else None,
+        "n_points": len(q.points) if q.points else None, "points_in_summaries": None, "points_in_research": None,
+        "router_summaries": [], "summary_answer": None, "research_answer": None,
         "research_pages": [], "research_stop": None, "research_parse_failures": None, "summary_f1": None,
         "research_f1": None, "judges": None, "sufficiency": None, "s_ok_outcome": None, "r_ok_outcome": None,
         "s_ok_evidence": None, "r_ok_evidence": None, "answer_recall": None, "gold_in_summary_pages": None,
@@ -154,12 +157,13 @@ def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: 
         rec["sufficiency"] = json.dumps(sufficiency)
 
     signals = compute_signals(q.answer, q.category, q.evidence, rec["router_summaries"], pages_read,
-                              page_turns, cfg.evidence, ctx.fmt, question=q.question)
+                              page_turns, cfg.evidence, ctx.fmt, question=q.question, points=q.points)
     rec.update({"s_ok_evidence": signals.s_ok, "r_ok_evidence": signals.r_ok,
                 "answer_recall": signals.answer_recall, "gold_in_summary_pages": signals.gold_in_summary_pages,
                 "gold_in_research_pages": signals.gold_in_research_pages, "n_gold": signals.n_gold,
                 "research_recall": signals.research_recall, "r_ok_by": signals.r_ok_by,
-                "person_guard": signals.person_guard})
+                "person_guard": signals.person_guard, "points_in_summaries": signals.points_in_summaries,
+                "points_in_research": signals.points_in_research})
     # Conservative: when a sufficiency judge ran, an ANSWER label needs its agreement (None = not run).
     sufficient = None if sufficiency is None else bool(sufficiency["sufficient"])
     by_rule = {"outcome": decide(rec["s_ok_outcome"], rec["r_ok_outcome"], sufficient),
@@ -212,6 +216,13 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
     cfg = ctx.cfg
     started = time.perf_counter()
     rec = empty_record(conv, q, split, ctx.fmt, cfg.label_rule)
+    if late_evidence(memory, q):  # memory as of the question cannot hold what it needs: no label says otherwise
+        for key in ("drop_reason", "drop_reason_evidence", "drop_reason_outcome"):
+            rec[key] = LATE_EVIDENCE
+        rec["answers_generated"], rec["cost_estimated"] = cfg.generate_answers, not cfg.generate_answers
+        rec["label_wall_s"] = round(time.perf_counter() - started, 3)
+        ctx.tick("late_evidence")
+        return rec
     try:
         if cfg.generate_answers:
             _, pages_read = _generated_paths(ctx, memory, q, rec)
@@ -230,6 +241,17 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
         ctx.tick("errors")
     rec["label_wall_s"] = round(time.perf_counter() - started, 3)
     return rec
+
+
+LATE_EVIDENCE = "evidence_after_question"  # the drop reason of a question whose gold evidence comes after it
+
+
+def late_evidence(memory: Any, q: Question) -> list[str]:
+    """The gold turns of `q` said at or after its turn (memory as of the question does not hold them)."""
+    history, before = getattr(memory, "history", None), getattr(memory, "before", None)
+    if q.asked_before is None or history is None or before is None:
+        return []
+    return [t for t in q.evidence if history.position.get(t, before) >= before]
 
 
 def error_record(conv: Conversation, q: Question, split: str, ctx: Context, error: str) -> dict[str, Any]:

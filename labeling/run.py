@@ -191,17 +191,17 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
                     bar.update(1)
                 continue
             ctx.tick("tiers")
-            # each page's turns and the conversation's cast: research is judged by what it read, names by who speaks
-            page_turns = Reading.of_pages(runtime.memory.raw.pages(conv.conv_id))
             try:
-                memory = runtime.memory if _workers(ctx) == 1 else Serialized(
-                    runtime.memory, threading.RLock(), nested=("raw", "summaries", "keyword"))
-                # Without generation, retrieval dominates: embed the conversation's questions in one batch
-                # (to deep_k with minimal pairs on; the router's top_k is a prefix of that ranking).
-                retrieved = None if cfg.generate_answers else dict(zip(
-                    [q.qid for q in todo],
-                    memory.search_summaries_many([q.question for q in todo], retrieval_depth(cfg)), strict=True))
-                work = functools.partial(label_with_pairs, ctx, memory, conv, page_turns=page_turns,
+                # memory as of each question (one view of the tiers per question's turn, nothing rebuilt)
+                views = {q.qid: runtime.memory.as_of(q.asked_before) for q in todo}
+                # Without generation, retrieval dominates: embed the conversation's questions in one batch, each
+                # view keeping its question's vector (research searches with it too); retrieve to deep_k with
+                # minimal pairs on (the router's top_k is a prefix of that ranking).
+                for q, vector in zip(todo, runtime.memory.summaries.embed([q.question for q in todo]), strict=True):
+                    views[q.qid]._query = (q.question, vector)
+                retrieved = None if cfg.generate_answers else {
+                    q.qid: views[q.qid].search_summaries(q.question, retrieval_depth(cfg)) for q in todo}
+                work = functools.partial(_label_as_of, ctx, conv, views, AsOfReadings(), _workers(ctx),
                                          count_tokens=runtime.count_tokens, retrieved=retrieved)
                 for group in _results(ctx, [(q, split) for q in todo], work):
                     for rec in group:  # a question's minimal pairs, then the question itself
@@ -215,6 +215,32 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
         bar.close()
         by_key = {(r["conv_id"], r["qid"]): r for r in store.records()}
     return ctx, by_key, resumed
+
+
+class AsOfReadings:
+    """Each question's `Reading` (its pages' turns and the cast: research is judged by what it read, names by who
+    speaks), one per point in the conversation a question is asked at, shared by the questions asked there."""
+
+    def __init__(self) -> None:
+        self._by_cutoff: dict[int | None, Reading] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, memory: Any) -> Reading:
+        with self._lock:
+            if memory.before not in self._by_cutoff:
+                self._by_cutoff[memory.before] = Reading.of_pages(memory.all_pages())
+            return self._by_cutoff[memory.before]
+
+
+def _label_as_of(ctx: Any, conv: Conversation, views: dict[str, Any], readings: AsOfReadings, workers: int,
+                 q: Question, split: str, **kwargs: Any) -> list[dict[str, Any]]:
+    view = views[q.qid]
+    reading = readings(view)
+    memory = view if workers == 1 else Serialized(view, _SHARED_LOCK, nested=("raw", "summaries", "keyword"))
+    return label_with_pairs(ctx, memory, conv, q, split, page_turns=reading, **kwargs)
+
+
+_SHARED_LOCK = threading.RLock()  # a conversation's views share its SQLite connections and embedder
 
 
 def dataset_records(by_key: dict[tuple[str, str], dict[str, Any]], conversations: list[Conversation],

@@ -20,6 +20,12 @@ ROUTER_SUMMARY = {"unit_id": _S, "text": _S, "score": _F, "date": _S, "page_ids"
 FEATURES = Features({
     "conv_id": _S, "qid": _S, "split": _S, "source": _S, "question": _S, "question_date": _S,
     "gold_answer": _S, "category": _S, "evidence_ids": List(_S),
+    # memory as of the question: the turn it was asked at (it reads only what came before); null = the whole history.
+    # question_tags: what else the data says of it (RealMem: session_type, topic), a JSON string
+    "asked_before": _S, "question_tags": _S,
+    # the memory facts it needs (RealMem's memory_used): how many, and how many the summaries / research pages held
+    # (labeling/evidence.py point_counts); null when the data names none
+    "n_points": _I, "points_in_summaries": _I, "points_in_research": _I,
     "router_summaries": List(ROUTER_SUMMARY),  # the router's input, verbatim and in rank order
     "summary_answer": _S, "research_answer": _S, "research_pages": List(_S), "research_stop": _S,
     "research_parse_failures": _I, "summary_f1": _F, "research_f1": _F,

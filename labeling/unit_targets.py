@@ -45,7 +45,7 @@ def unit_target(unit: Any, rank: int, q: Any, research_pages: Sequence[str], pag
                 evidence: Any, fmt: str) -> dict[str, Any]:
     """One unit's row: what the router would see of it, and the evidence rule's signals over `[unit]` alone."""
     signals = compute_signals(q.answer, q.category, q.evidence, [unit], research_pages, page_turns, evidence, fmt,
-                              question=q.question)
+                              question=q.question, points=q.points)
     score = _field(unit, "score")
     return {"unit_id": str(_field(unit, "unit_id")), "rank": rank, "text": str(_field(unit, "text") or ""),
             "score": None if score is None else round(float(score), 6), "date": _field(unit, "date"),

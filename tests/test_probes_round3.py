@@ -375,7 +375,7 @@ def test_label_help_shows_the_default_and_the_help_text_of_a_key(capsys):
     out = capsys.readouterr().out
     assert "  question_sampling (str, default: 'random')\n      random (seeded) | first" in out
     assert "  memory.embedder (str, default: 'packaged:all-minilm-l6-v2')\n      a model spec, or \"hashing\"" in out
-    assert "configs/label/locomo_local.yaml applied" in out  # the defaults the stage really uses
+    assert "configs/label/cpu_default.yaml applied" in out  # the defaults the stage really uses
 
 
 def test_top_level_help_lists_exactly_the_stage_table_and_the_demo_steps(capsys):

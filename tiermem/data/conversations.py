@@ -33,6 +33,7 @@ from tiermem.data.textfile import read_utf8
 from tiermem.settings.errors import DataError, MissingFileError, UsageError
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
+FORMATS = ("auto", "locomo", "longmemeval", "tiermem", "realmem")
 # LoCoMo's question categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
 LOCOMO_CATEGORIES = frozenset({1, 2, 3, 4, 5})
 
@@ -298,12 +299,30 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
             category=category,
             evidence=evidence,
             date=date if isinstance(date, str) else None,
+            asked_before=_first_after(turns, date) if isinstance(date, str) else None,
         )
         conversations.append(Conversation(qid, turns, [question], str(path), ["user", "assistant"], dropped))
     return conversations
 
 
+def _first_after(turns: list[Turn], date: str) -> str | None:
+    """The first turn dated after `date` (memory as of the question); None when every turn is on or before it."""
+    from tiermem.data.dates import parse_timestamp
+
+    asked = parse_timestamp(date)
+    for turn in turns:
+        moment = parse_timestamp(turn.timestamp)
+        if asked is not None and moment is not None and (moment.tzinfo is None) == (asked.tzinfo is None) \
+                and moment > asked:
+            return turn.turn_id
+    return None
+
+
 def detect_format(data: Any, path: str | Path) -> str:
+    from tiermem.data.realmem import is_realmem
+
+    if is_realmem(data):
+        return "realmem"
     first = data[0] if isinstance(data, list) and data else None
     if isinstance(first, dict) and ("conversation" in first or "sample_id" in first):
         return "locomo"
@@ -311,12 +330,15 @@ def detect_format(data: Any, path: str | Path) -> str:
         return "longmemeval"
     if isinstance(data, dict) and "format" in data:  # tiermem_format validates the name and version
         return "tiermem"
-    raise DataError(f"{path}: neither LoCoMo (sample_id/conversation/qa), LongMemEval (haystack_sessions) nor "
-                    "tiermem ({\"format\": \"tiermem-conversations\", ...}) shaped")
+    raise DataError(f"{path}: neither LoCoMo (sample_id/conversation/qa), LongMemEval (haystack_sessions), RealMem "
+                    "(_metadata/dialogues) nor tiermem ({\"format\": \"tiermem-conversations\", ...}) shaped")
 
 
 def detect_file_format(path: str | Path) -> str:
-    """detect_format for a file; JSONL files are the tiermem format (the only line-delimited one)."""
+    """detect_format for a file; JSONL files are the tiermem format (the only line-delimited one); a directory is a
+    folder of RealMem histories."""
+    if Path(path).is_dir():
+        return "realmem"
     return "tiermem" if Path(path).suffix == ".jsonl" else detect_format(_read_json(path), path)
 
 
@@ -331,8 +353,14 @@ def load_conversations(
     `exclude_categories=None` means the benchmark's default (LoCoMo: category 5; LongMemEval: none).
     """
     path = SAMPLE_PATH if path is None or str(path) == "" else Path(path)
-    if fmt not in ("auto", "locomo", "longmemeval", "tiermem"):
-        raise UsageError(f"unknown benchmark format {fmt!r}; expected auto, locomo, longmemeval or tiermem")
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown benchmark format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if path.is_dir() or fmt == "realmem":  # one history per person: tiermem/data/realmem.py
+        from tiermem.data.realmem import load_realmem
+
+        if fmt not in ("auto", "realmem"):
+            raise DataError(f"{path}: a directory is read as RealMem histories, but the format is set to {fmt!r}")
+        return load_realmem(path, tuple(str(c) for c in exclude_categories or ()))
     if path.suffix == ".jsonl" or fmt == "tiermem":  # your own conversations: tiermem/data/tiermem_format.py
         from tiermem.data.tiermem_format import load_tiermem
 
@@ -345,6 +373,10 @@ def load_conversations(
         raise DataError(f"{path}: a tiermem conversation file, but the format is set to {fmt!r}; "
                         "pass dataset_format=tiermem (or auto)")
     fmt = detect_format(data, path) if fmt == "auto" else fmt
+    if fmt == "realmem":
+        from tiermem.data.realmem import parse_realmem
+
+        return [parse_realmem(data, path, tuple(str(c) for c in exclude_categories or ()))]
     if fmt == "tiermem":
         from tiermem.data.tiermem_format import parse_document
 

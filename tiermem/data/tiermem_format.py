@@ -18,9 +18,18 @@ A JSON file holds one object, a JSONL file one header line then one conversation
         {"id": "q1", "question": "...", "answer": "...",  # answer: string or number
          "evidence": ["t1"],                        # optional: gold turn ids (enables the generator-free rule)
          "category": "single-hop",                  # optional: any label you want metrics broken down by
-         "date": "2024-07-01"}                      # optional: when the question is asked
+         "date": "2024-07-01",                      # optional: when the question is asked
+         "asked_after": "t40"}                      # optional: the memory holds turns up to this one only
+      ],
+      "summaries": [                                # optional: your memory system's own facts, as Tier 1
+        {"id": "m1", "text": "The user lives in Leith.", "source_turns": ["t1"], "date": "2024-06-03"}
       ]
     }
+
+`summaries` are read as Tier 1 (`memory.summaries=imported`, the default when they are present), each linked to
+the pages of its `source_turns` (required, non-empty, known turn ids; the research path follows these links). With
+`asked_after`, the question reads the memory as of that turn: no turn after it, and no summary made from one, is
+retrievable or read; a question whose `evidence` names a later turn is dropped by `label` with that reason.
 
 `timestamp` is the turn's absolute time as you want the memory to show it (dates in the summaries come from it):
 ISO 8601 ("2024-06-03T09:12:00Z", "2024-06-03") or one of the benchmark forms of `tiermem.data.dates`
@@ -45,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.data.dates import timestamp_problem
-from tiermem.data.records import Conversation, Question, Turn
+from tiermem.data.records import Conversation, ImportedUnit, Question, Turn
 from tiermem.data.textfile import jsonl_records, read_utf8
 from tiermem.data.time_order import order_turns
 from tiermem.runs.safe_io import write_atomic
@@ -56,9 +65,10 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 EXAMPLE_PATH = Path(__file__).with_name("example_tiermem.json")
 
-_CONVERSATION_KEYS = {"id", "turns", "questions", "metadata"}
+_CONVERSATION_KEYS = {"id", "turns", "questions", "summaries", "metadata"}
 _TURN_KEYS = {"id", "session", "timestamp", "speaker", "text", "metadata"}
-_QUESTION_KEYS = {"id", "question", "answer", "evidence", "category", "date", "metadata"}
+_QUESTION_KEYS = {"id", "question", "answer", "evidence", "category", "date", "asked_after", "metadata"}
+_SUMMARY_KEYS = {"id", "text", "source_turns", "date", "metadata"}
 
 
 class TiermemFormatError(DataError):
@@ -131,6 +141,7 @@ def parse_conversation(raw: Any, where: str, source: str,
     if repeated:
         raise _fail(where, f"field 'turns': turn id(s) {repeated} repeat")
     turns, reordered = order_turns(turns, lambda message: _fail(where, message))  # sort, and count (time_order)
+    order = [t.turn_id for t in turns]  # time order, empty turns too (asked_after may name one)
     dropped = [t.turn_id for t in turns if not t.text.strip()]
     turns = [t for t in turns if t.text.strip()]
     if not turns:
@@ -165,13 +176,50 @@ def parse_conversation(raw: Any, where: str, source: str,
             raise _fail(qwhere, "field 'category' must be a string or an integer")
         if str(category) in exclude_categories:
             continue
+        after = _string(q, "asked_after", qwhere, required=False)
+        if after is not None and after not in order:
+            raise _fail(qwhere, f"field 'asked_after' names unknown turn id {after!r}")
         asked = _string(q, "date", qwhere, required=False)
         if asked and (problem := timestamp_problem(asked)):  # the day relative answers are read against
             raise _fail(qwhere, f"field 'date' {problem}")
         questions.append(Question(qid=qid, question=_string(q, "question", qwhere), answer=str(answer),
-                                  category=str(category), evidence=list(dict.fromkeys(evidence)), date=asked))
+                                  category=str(category), evidence=list(dict.fromkeys(evidence)), date=asked,
+                                  asked_before=None if after is None else _next_kept(after, order, known)))
     speakers = list(dict.fromkeys(t.speaker for t in turns))
-    return Conversation(conv_id, turns, questions, source, speakers, dropped, reordered)
+    summaries = _summaries(obj.get("summaries", []), where, known, gone)
+    return Conversation(conv_id, turns, questions, source, speakers, dropped, reordered, summaries)
+
+
+def _next_kept(after: str, order: list[str], known: set[str]) -> str | None:
+    """The first kept turn after `after` in time order (what the question may not see); None: it sees them all."""
+    return next((t for t in order[order.index(after) + 1:] if t in known), None)
+
+
+def _summaries(raw: Any, where: str, known: set[str], gone: set[str]) -> list[ImportedUnit]:
+    if not isinstance(raw, list):
+        raise _fail(where, "field 'summaries' must be a list")
+    units, seen = [], set()
+    for i, item in enumerate(raw):
+        swhere = f"{where} summaries[{i}]"
+        item = _object(item, swhere, _SUMMARY_KEYS)
+        unit_id = _string(item, "id", swhere)
+        if unit_id in seen:
+            raise _fail(swhere, f"field 'id': summary id {unit_id!r} repeats")
+        seen.add(unit_id)
+        sources = item.get("source_turns")
+        if not isinstance(sources, list) or not sources or not all(isinstance(t, str) for t in sources):
+            raise _fail(swhere, "field 'source_turns' must be a non-empty list of turn id strings")
+        unknown = [t for t in sources if t not in known and t not in gone]
+        if unknown:
+            raise _fail(swhere, f"field 'source_turns' names unknown turn id(s) {unknown}")
+        sources = [t for t in sources if t in known]
+        if not sources:
+            raise _fail(swhere, "field 'source_turns' names only turns whose text is empty")
+        date = _string(item, "date", swhere, required=False)
+        if date and (problem := timestamp_problem(date)):
+            raise _fail(swhere, f"field 'date' {problem}")
+        units.append(ImportedUnit(unit_id, _string(item, "text", swhere), list(dict.fromkeys(sources)), date))
+    return units
 
 
 def _repeats(ids: Iterable[str]) -> list[str]:
@@ -245,8 +293,23 @@ def to_dict(conv: Conversation) -> dict[str, Any]:
             item["category"] = q.category
         if q.date:
             item["date"] = q.date
+        if q.asked_before is not None:
+            item["asked_after"] = _previous(conv, q.asked_before)
         questions.append(item)
-    return {"id": conv.conv_id, "turns": turns, "questions": questions}
+    out: dict[str, Any] = {"id": conv.conv_id, "turns": turns, "questions": questions}
+    if conv.summaries:
+        out["summaries"] = [{"id": u.unit_id, "text": u.text, "source_turns": list(u.turn_ids),
+                             **({"date": u.date} if u.date else {})} for u in conv.summaries]
+    return out
+
+
+def _previous(conv: Conversation, turn_id: str) -> str:
+    """The last turn before `turn_id` (the tiermem format says what a question sees by its last turn)."""
+    ids = [t.turn_id for t in conv.turns]
+    if turn_id not in ids or ids.index(turn_id) == 0:
+        raise DataError(f"conversation {conv.conv_id!r}: a question asked before turn {turn_id!r} sees no turn; the "
+                        "tiermem format cannot write it")
+    return ids[ids.index(turn_id) - 1]
 
 
 def dump_tiermem(conversations: list[Conversation], path: str | Path) -> Path:

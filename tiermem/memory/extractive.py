@@ -178,7 +178,7 @@ def research_pages(memory: Any, question: str, date: str | None, retrieved: Sequ
     best first: at most max_rounds x pages_per_round. A conversation of no more pages than that is read whole, so
     the reader is not asked to order it."""
     budget = cfg.max_rounds * cfg.pages_per_round
-    if reader is not None and memory.turns is not None and len({p for p, _ in memory.turns.rows}) <= budget:
+    if reader is not None and memory.turns is not None and memory.page_count() <= budget:
         reader = None
     return first_round_pages(memory, question, retrieved, pages_per_round=cfg.pages_per_round,
                              keyword_k=cfg.keyword_k, question_date=date, reader=reader,

@@ -22,13 +22,17 @@ class KeywordIndex:
             self._bm25 = bm25s.BM25()
             self._bm25.index(docs, show_progress=False)
 
-    def search(self, query: str, k: int = 3) -> list[tuple[str, float]]:
-        """(page_id, score) best first; pages that share no term with the query are left out."""
+    def search(self, query: str, k: int = 3, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """(page_id, score) best first; pages that share no term with the query, or not `allowed` (one bool per
+        page), are left out."""
         words = content_words(query)
         if self._bm25 is None or not words or k <= 0:
             return []
         scores = self._bm25.get_scores(words)
-        order = np.argsort(-scores, kind="stable")[:k]  # ties: earlier page first, deterministic
+        order = np.argsort(-scores, kind="stable")  # ties: earlier page first, deterministic
+        if allowed is not None:
+            order = order[allowed[order]]
+        order = order[:k]
         return [(self.page_ids[int(i)], float(scores[i])) for i in order if scores[i] > 0]
 
 

@@ -14,6 +14,9 @@ class MemoryConfig:
     # tier building (these fields, with the conversation, key the tier cache)
     page_tokens: int = 1000
     tokenizer: str = "packaged:smollm2-135m-instruct"  # model spec whose tokenizer sizes pages, or "whitespace"
+    # Tier 1: "imported" (the conversation's own summary units when it brings them, e.g. RealMem's memory points;
+    # else built by `summarizer`) | "extractive" (always built from the raw turns by `summarizer`)
+    summaries: str = "imported"
     summarizer: str = "extractive"  # "extractive" (fast, deterministic) | "llm" (fact extraction)
     keep_ratio: float = 0.3  # extractive: share of a page's sentences kept
     max_units_per_page: int = 16  # extractive
@@ -47,6 +50,8 @@ class MemoryConfig:
     writeback_update_similarity: float = 0.8
 
     def __post_init__(self) -> None:
+        if self.summaries not in ("imported", "extractive"):
+            raise ConfigError(f"memory.summaries must be 'imported' or 'extractive', got {self.summaries!r}")
         if self.summarizer not in ("extractive", "llm"):
             raise ConfigError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
         if self.answer_fallback not in ("extractive", "none"):

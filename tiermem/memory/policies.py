@@ -240,12 +240,15 @@ def time_pages(memory: TwoTierMemory, q: str, question_date: str | None = None) 
     mentions = [m.when for m in find_dates(q, asked.date() if asked else None)]
     if not mentions:
         return []
-    years = sorted({m.year for p in memory.raw.pages(memory.conv_id) for t in p.turns
+    years = sorted({m.year for p in memory.all_pages() for t in p.turns
                     for m in [parse_timestamp(t.timestamp)] if m is not None})
     spans = [s for w in mentions for s in ([w] if w.lo is not None else [w.in_year(y) for y in years])]
     found = list(dict.fromkeys(pid for s in spans if s.lo is not None for pid in memory.pages_between(s.lo, s.hi)))
     rank = {pid: i for i, pid in enumerate(memory.search_pages(q, len(found) * 4 + 8))}
     return sorted(found, key=lambda pid: rank.get(pid, len(rank)))
+
+
+PROVENANCE_RANKS = 20  # imported Tier 1: the summary ranks whose source pages research reads first
 
 
 def _interleave(*orders: Sequence[str]) -> list[str]:
@@ -269,6 +272,12 @@ def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[Retriev
     hits = memory.search_turns(q, turn_k)
     by_turns = pages_by_turns(hits)
     order = _interleave(linked, keyword, by_turns)
+    if getattr(memory, "tier1", "built") == "imported":
+        # a memory system's facts each name their source turn: follow those links first, the retrieved units' and
+        # then the next ranks' (its own search, one query vector), before raw-text search
+        deeper = memory.search_summaries(q, PROVENANCE_RANKS)
+        provenance = list(dict.fromkeys([*linked, *(pid for u in deeper for pid in u.page_ids)]))
+        order = list(dict.fromkeys([*provenance[:pages_per_round], *order]))
     if reader is not None and hits:
         order = list(dict.fromkeys(pages_of(rescore(hits, q, reader))[:pages_per_round] + order))
     timed = time_pages(memory, q, question_date)

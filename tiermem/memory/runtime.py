@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -42,13 +43,16 @@ from tiermem.memory.policies import (
     research_policy,
     summary_policy,
 )
-from tiermem.memory.raw_store import RawPageStore, StoreError, TokenCounter, make_token_counter, paginate
+from tiermem.memory.raw_store import Page, RawPageStore, StoreError, TokenCounter, make_token_counter, paginate
 from tiermem.memory.summaries import (
     Embedder,
     RetrievedUnit,
     SummaryIndex,
+    SummaryUnit,
     build_summarizer,
+    day_of,
     load_embedder_spec,
+    speakers_of,
 )
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
@@ -57,8 +61,14 @@ from tiermem.runs.safe_io import write_atomic, write_stream
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
-TIERS_VERSION = "tiers/5"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers;
-# 5: the turn vectors research ranks turns with (turns.npy, its sha256 in the manifest)
+TIERS_VERSION = "tiers/6"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers;
+# 5: the turn vectors research ranks turns with (turns.npy, its sha256 in the manifest); 6: turn vectors read a
+# turn's first TURN_VECTOR_TOKENS tokens; imported tier-1 units
+# The embedder's training length (all-MiniLM-L6-v2: 128 word pieces): a long turn's vector reads its opening, and a
+# long history embeds in half the time. No LoCoMo turn is longer.
+TURN_VECTOR_TOKENS = 128
+LONG_HISTORY_TURNS = 500  # a history this long shows progress bars while its tiers are built
+log = logging.getLogger(__name__)
 
 
 class RouterLike(Protocol):
@@ -113,13 +123,45 @@ def conversation_hash(conv: Conversation) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def imports_units(conv: Conversation, cfg: MemoryConfig) -> bool:
+    """Whether this conversation's Tier 1 is its own units (memory.summaries=imported and it brings some)."""
+    return cfg.summaries == "imported" and bool(conv.summaries)
+
+
 def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None = None) -> str:
     """Hash of the conversation and every setting that shapes its tiers (the tier cache key)."""
     spec: dict[str, Any] = {"version": TIERS_VERSION, "conversation": conversation_hash(conv),
                             "tiers": cfg.tier_fields()}
-    if cfg.summarizer == "llm":
+    if imports_units(conv, cfg):  # the summarizer's settings then shape nothing; the units do
+        spec["tiers"] = {k: v for k, v in spec["tiers"].items() if k in ("page_tokens", "tokenizer", "embedder")}
+        spec["imported"] = hashlib.sha256(json.dumps([asdict(u) for u in conv.summaries], ensure_ascii=False)
+                                          .encode("utf-8")).hexdigest()
+    elif cfg.summarizer == "llm":
         spec["summarizer_llm"] = getattr(summarizer_llm, "name", None)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def imported_units(conv: Conversation, pages: list[Page]) -> list[SummaryUnit]:
+    """The conversation's own units as Tier 1, each linked to the pages holding its source turns."""
+    where: dict[str, list[str]] = {}
+    turns: dict[str, Any] = {}
+    for page in pages:
+        for turn in page.turns:
+            where.setdefault(turn.turn_id, [])
+            if page.page_id not in where[turn.turn_id]:
+                where[turn.turn_id].append(page.page_id)
+            turns[turn.turn_id] = turn
+    units = []
+    for unit in conv.summaries:
+        missing = [t for t in unit.turn_ids if t not in where]
+        if missing or not unit.turn_ids:
+            raise ValueError(f"conversation {conv.conv_id!r}: summary unit {unit.unit_id!r} links to turn(s) "
+                             f"{missing or '(none)'} that no page holds")
+        page_ids = list(dict.fromkeys(p for t in unit.turn_ids for p in where[t]))
+        date = unit.date or turns[unit.turn_ids[-1]].timestamp
+        units.append(SummaryUnit(unit.unit_id, unit.text, page_ids, list(unit.turn_ids), day_of(date), "imported",
+                                 speakers_of(turns[t] for t in unit.turn_ids)))
+    return units
 
 
 def save_turn_vectors(path: Path, vectors: np.ndarray) -> str:
@@ -172,20 +214,28 @@ class MemoryRuntime:
             raise ValueError(f"conversation {conv.conv_id!r} has no turns")
         count_tokens, embedder = self.count_tokens, self.embedder  # load models outside the ingest timing
         start = time.perf_counter()
+        progress = len(conv.turns) >= LONG_HISTORY_TURNS  # a long history shows where its build stands
         pages = paginate(conv.conv_id, conv.turns, count_tokens, self.cfg.page_tokens)
-        summarizer = build_summarizer(self.cfg.summarizer, self.summarizer_llm, self.cfg.keep_ratio,
-                                      self.cfg.max_units_per_page, self.cfg.summarizer_max_tokens)
-        units = summarizer.summarize_pages(pages)  # LLM errors raise here, before anything is written
+        if imports_units(conv, self.cfg):
+            summarizer: Any = None
+            units = imported_units(conv, pages)
+        else:
+            summarizer = build_summarizer(self.cfg.summarizer, self.summarizer_llm, self.cfg.keep_ratio,
+                                          self.cfg.max_units_per_page, self.cfg.summarizer_max_tokens)
+            units = summarizer.summarize_pages(pages)  # LLM errors raise here, before anything is written
         self.workdir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.workdir.name}.tmp-", dir=self.workdir.parent))
         try:
             with RawPageStore(tmp / "raw.db") as raw:
                 raw.append(pages)
                 root_hash = raw.root_hash()
+            if progress:
+                log.info("tiers of %s: %d turns -> %d pages (%.1f s); embedding %d tier-1 units, then the turns",
+                         conv.conv_id, len(conv.turns), len(pages), time.perf_counter() - start, len(units))
             index = SummaryIndex(tmp / "tier1", embedder)
-            index.add(units)
+            index.add(units, progress=progress)
             turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, index.embed(
-                [turn_text(t) for _, t in page_turns(pages)]))
+                [turn_text(t) for _, t in page_turns(pages)], max_tokens=TURN_VECTOR_TOKENS, progress=progress))
             tier1_root = index.root_hash()
             index.close()
             stats = IngestStats(
@@ -194,7 +244,7 @@ class MemoryRuntime:
                 dict(getattr(summarizer, "stats", {})),
             )
             manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id, "tier_key": self.tier_key(conv),
-                        "tiers": self.cfg.tier_fields(),
+                        "tiers": self.cfg.tier_fields(), "tier1": "imported" if summarizer is None else "built",
                         "root_hash": root_hash, "tier1_root_hash": tier1_root,
                         "turn_vectors_sha256": turn_vectors_sha, "stats": asdict(stats)}
             write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2))
@@ -251,6 +301,7 @@ class MemoryRuntime:
             summaries.close()
             raise
         self.memory = TwoTierMemory.open(conv_id, raw, summaries, self._turn_vectors())
+        self.memory.tier1 = self.manifest.get("tier1", "built")
 
     def _turn_vectors(self) -> np.ndarray | None:
         """The turn vectors written at ingest, checked against the manifest; None for a memory built before them."""
@@ -301,8 +352,12 @@ class MemoryRuntime:
             raise RuntimeError(f"{self.workdir}: nothing ingested yet")
         return self.memory
 
+    def memory_for(self, question: str | Question) -> TwoTierMemory:
+        """The memory a question reads: as of its turn when it says when it was asked, else the whole history."""
+        return self._require().as_of(getattr(question, "asked_before", None))
+
     def retrieve(self, question: str | Question) -> list[RetrievedUnit]:
-        return self._require().search_summaries(question_text(question)[0], self.cfg.top_k)
+        return self.memory_for(question).search_summaries(question_text(question)[0], self.cfg.top_k)
 
     def _configured_reader(self) -> AnswerReader:
         if self._reader is None:
@@ -313,7 +368,7 @@ class MemoryRuntime:
         return answerer_mode(self.cfg.answerer, *((self.llm.backend, self.llm.model) if self.llm else (None, None)))
 
     def answer(self, question: str | Question, router: RouterLike | None = None) -> RuntimeAnswer:
-        memory = self._require()
+        memory = self.memory_for(question)
         extractive = self.answerer() == "extractive"
         if self.llm is None and not extractive:
             raise RuntimeError("MemoryRuntime needs an llm to answer questions")
@@ -352,13 +407,12 @@ class MemoryRuntime:
             if self.cfg.write_back and out.error is None:
                 out.writeback = self.write_back(out.research.linked)
         if out.error is None and not extractive:  # an LLM error stays an error: no quote is passed off as its answer
-            self._ground(out)
+            self._ground(out, memory)
         out.elapsed_s = time.perf_counter() - began
         return out
 
-    def _ground(self, out: RuntimeAnswer) -> None:
+    def _ground(self, out: RuntimeAnswer, memory: TwoTierMemory) -> None:
         """Attach the quote the answer rests on; replace an unusable LM answer by the extractive one."""
-        memory = self._require()
         if out.research is not None:
             candidates = page_candidates(memory.raw.get_many(out.research.pages_read))
             if candidates:  # one batched call of the tier-1 embedder: the question and every sentence read
@@ -381,7 +435,7 @@ class MemoryRuntime:
         """The ANSWER path with this runtime's settings (labeling runs both paths on the same retrieval)."""
         if self.llm is None:
             raise RuntimeError("MemoryRuntime needs an llm to answer questions")
-        return summary_policy(self._require(), question, self.llm, self.cfg.top_k, retrieved=retrieved,
+        return summary_policy(self.memory_for(question), question, self.llm, self.cfg.top_k, retrieved=retrieved,
                               max_tokens=self.cfg.answer_max_tokens)
 
     def research_path(self, question: str | Question, retrieved: list[RetrievedUnit]) -> ResearchResult:
@@ -390,7 +444,8 @@ class MemoryRuntime:
             raise RuntimeError("MemoryRuntime needs an llm to answer questions")
         cfg = self.cfg
         return research_policy(
-            self._require(), question, self.llm, retrieved, cfg.max_rounds, pages_per_round=cfg.pages_per_round,
+            self.memory_for(question), question, self.llm, retrieved, cfg.max_rounds,
+            pages_per_round=cfg.pages_per_round,
             keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
             step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
             structured=cfg.structured_steps, turn_k=cfg.turn_k,

@@ -65,7 +65,7 @@ class SummaryUnit:
     page_ids: list[str]
     turn_ids: list[str]
     date: str | None
-    origin: str  # "extractive" | "llm" | "writeback" | "writeback-update"
+    origin: str  # "extractive" | "llm" | "imported" | "writeback" | "writeback-update"
     # who speaks in the turns it came from (data, never parsed back out of the text): the person guard reads it
     speakers: list[str] = field(default_factory=list)
 
@@ -181,11 +181,20 @@ class SummaryIndex:
         self._position = {u.unit_id: i for i, u in enumerate(self.units)}
         self.matrix = np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        vectors = self.embedder.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+    def embed(self, texts: Sequence[str], max_tokens: int | None = None, progress: bool = False) -> np.ndarray:
+        """Unit vectors of `texts`; `max_tokens` caps what a transformer embedder reads of each (its
+        max_seq_length, restored after); `progress` shows the embedder's progress bar (a long build)."""
+        limit = getattr(self.embedder, "max_seq_length", None)
+        if max_tokens is not None and limit is not None:
+            self.embedder.max_seq_length = min(limit, max_tokens)
+        try:
+            vectors = self.embedder.encode(
+                list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                show_progress_bar=progress,
+            )
+        finally:
+            if max_tokens is not None and limit is not None:
+                self.embedder.max_seq_length = limit
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.maximum(norms, 1e-12)
@@ -197,13 +206,13 @@ class SummaryIndex:
                 f"{self.matrix.shape[1]}-dim ones; rebuild the index with one embedder"
             )
 
-    def add(self, units: Sequence[SummaryUnit]) -> None:
+    def add(self, units: Sequence[SummaryUnit], progress: bool = False) -> None:
         if not units:
             return
         dup = [u.unit_id for u in units if u.unit_id in self._position]
         if dup or len({u.unit_id for u in units}) != len(units):
             raise ValueError(f"{self.directory}: duplicate summary unit id(s) {dup or [u.unit_id for u in units]}")
-        vectors = self.embed([u.text for u in units])
+        vectors = self.embed([u.text for u in units], progress=progress)
         self._check_dim(vectors)
         with self._conn:
             self._conn.executemany(
@@ -261,7 +270,8 @@ class SummaryIndex:
     def __len__(self) -> int:
         return len(self.units)
 
-    def search_vector(self, query: np.ndarray, k: int) -> list[RetrievedUnit]:
+    def search_vector(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[RetrievedUnit]:
+        """The k best units by cosine; `allowed` (one bool per unit) leaves the others out (memory as of a turn)."""
         if not self.units or k <= 0:
             return []
         query = query.reshape(-1)
@@ -270,7 +280,10 @@ class SummaryIndex:
                              f"{self.matrix.shape[1]}; use the embedder the index was built with")
         scores = self.matrix @ query
         # stable sort on -score: ties keep insertion order, so results are deterministic
-        order = np.argsort(-scores, kind="stable")[:k]
+        order = np.argsort(-scores, kind="stable")
+        if allowed is not None:
+            order = order[allowed[order]]
+        order = order[:k]
         return [
             RetrievedUnit(u.unit_id, u.text, float(scores[i]), list(u.page_ids), list(u.turn_ids), u.date,
                           list(u.speakers))
@@ -281,11 +294,14 @@ class SummaryIndex:
     def search(self, query: str, k: int = 5) -> list[RetrievedUnit]:
         return self.search_vector(self.embed([query])[0], k)
 
-    def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[RetrievedUnit]]:
-        """`search` for many queries with one batched embedding call (what labeling a conversation needs)."""
+    def search_many(self, queries: Sequence[str], k: int = 5,
+                    allowed: Sequence[np.ndarray | None] | None = None) -> list[list[RetrievedUnit]]:
+        """`search` for many queries with one batched embedding call (what labeling a conversation needs);
+        `allowed[i]` masks the units query i may see."""
         if not queries:
             return []
-        return [self.search_vector(v, k) for v in self.embed(list(queries))]
+        masks = list(allowed) if allowed is not None else [None] * len(queries)
+        return [self.search_vector(v, k, m) for v, m in zip(self.embed(list(queries)), masks, strict=True)]
 
     def close(self) -> None:
         self._conn.close()

@@ -1,7 +1,15 @@
-"""One conversation's two tiers opened together: raw pages, summary units, the BM25 page index and the turn index."""
+"""One conversation's two tiers opened together: raw pages, summary units, the BM25 page index and the turn index.
+
+Memory as of a question: `memory.as_of(turn_id)` is a view of the same tiers (nothing rebuilt) holding only what
+came before that turn. Its searches leave out every unit with a later source turn, every later turn, and every page
+that holds one for BM25 over pages; a page the question's turn falls in is read cut at it (reached through the turn
+index, a unit's provenance or a time range). No text of a later turn is returned or read through either path; only
+BM25's term statistics are the whole history's (one index per conversation).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import date
 
@@ -9,19 +17,85 @@ import numpy as np
 
 from tiermem.data.dates import parse_timestamp
 from tiermem.memory.keyword import KeywordIndex
-from tiermem.memory.raw_store import Page, RawPageStore
+from tiermem.memory.raw_store import Page, RawPageStore, StoreError
 from tiermem.memory.summaries import RetrievedUnit, SummaryIndex
 from tiermem.memory.turns import TurnHit, TurnIndex
+
+
+class History:
+    """Where each turn stands in the conversation (its position among the pages' turns, in order)."""
+
+    def __init__(self, pages: list[Page]) -> None:
+        self.pages = pages
+        self.position: dict[str, int] = {}
+        for page in pages:
+            for turn in page.turns:
+                self.position.setdefault(turn.turn_id, len(self.position))
+        self.page_first = np.array([self.position[p.turns[0].turn_id] for p in pages], dtype=np.int64)
+        self.page_last = np.array([self.position[p.turns[-1].turn_id] for p in pages], dtype=np.int64)
+        self.row_position = np.array([self.position[t.turn_id] for p in pages for t in p.turns], dtype=np.int64)
+        self._unit_last: np.ndarray = np.zeros(0, dtype=np.int64)
+
+    def cutoff(self, turn_id: str) -> int:
+        if turn_id not in self.position:
+            raise ValueError(f"memory as of turn {turn_id!r}: the conversation's pages hold no such turn")
+        return self.position[turn_id]
+
+    def unit_last(self, summaries: SummaryIndex) -> np.ndarray:
+        """Each unit's last source turn position (units added by write-back included; unknown turns: never)."""
+        if len(self._unit_last) != len(summaries.units):
+            never = np.iinfo(np.int64).max
+            self._unit_last = np.array([max((self.position.get(t, never) for t in u.turn_ids), default=never)
+                                        for u in summaries.units], dtype=np.int64)
+        return self._unit_last
+
+
+class PagesAsOf:
+    """The raw page store as a question sees it: pages before its turn whole, the page it falls in cut there."""
+
+    def __init__(self, store: RawPageStore, history: History, before: int) -> None:
+        self.store, self.history, self.before = store, history, before
+        self.db_path = store.db_path
+        self._visible: list[Page] | None = None
+
+    def get(self, page_id: str) -> Page:
+        page = self.store.get(page_id)
+        turns = tuple(t for t in page.turns if self.history.position[t.turn_id] < self.before)
+        if not turns:
+            raise StoreError(f"{self.db_path}: page {page_id!r} lies after the question's turn; memory as of the "
+                             "question cannot read it")
+        if len(turns) == len(page.turns):
+            return page
+        kept = sum(len(t.text) for t in turns) / max(1, sum(len(t.text) for t in page.turns))
+        return Page(page.page_id, page.conv_id, page.index, turns, max(1, round(page.token_count * kept)))
+
+    def get_many(self, page_ids: list[str]) -> list[Page]:
+        return [self.get(pid) for pid in page_ids]
+
+    def pages(self, conv_id: str | None = None) -> list[Page]:
+        if self._visible is None:
+            self._visible = [self.get(p.page_id) for p, first in zip(self.history.pages, self.history.page_first,
+                                                                     strict=True) if first < self.before]
+        return list(self._visible)
+
+    def close(self) -> None:  # the view owns nothing
+        pass
 
 
 @dataclass
 class TwoTierMemory:
     conv_id: str
-    raw: RawPageStore
+    raw: RawPageStore | PagesAsOf
     summaries: SummaryIndex
     keyword: KeywordIndex
     turns: TurnIndex | None = None  # None: a memory opened without its turn index (research ranks pages only)
     _query: tuple[str, np.ndarray] | None = None  # the last query's vector: summaries and turns embed it once
+    history: History | None = None
+    before: int | None = None  # as of: the turns at positions below this one; None: the whole history
+    # "imported": Tier 1 is the conversation's own units (a memory system's facts), whose provenance research
+    # follows first; "built": made from the pages by a summarizer
+    tier1: str = "built"
+    owner: bool = True  # False: a view (as_of), whose close() leaves the tiers open for the memory it came from
 
     def embed_query(self, query: str) -> np.ndarray:
         if self._query is None or self._query[0] != query:
@@ -32,28 +106,58 @@ class TwoTierMemory:
     def open(cls, conv_id: str, raw: RawPageStore, summaries: SummaryIndex,
              turn_vectors: np.ndarray | None = None) -> TwoTierMemory:
         pages = raw.pages(conv_id)
-        return cls(conv_id, raw, summaries, KeywordIndex(pages), TurnIndex(pages, turn_vectors))
+        return cls(conv_id, raw, summaries, KeywordIndex(pages), TurnIndex(pages, turn_vectors), history=History(pages))
+
+    def as_of(self, turn_id: str | None) -> TwoTierMemory:
+        """The memory a question asked at `turn_id` reads (that turn and every later one left out); None: all."""
+        if turn_id is None:
+            return dataclasses.replace(self, _query=None, owner=False)
+        if self.history is None:
+            raise RuntimeError("as_of needs a memory opened with TwoTierMemory.open")
+        store = self.raw.store if isinstance(self.raw, PagesAsOf) else self.raw
+        before = self.history.cutoff(turn_id)
+        return dataclasses.replace(self, raw=PagesAsOf(store, self.history, before), _query=None, before=before,
+                                   owner=False)
+
+    def _units_allowed(self) -> np.ndarray | None:
+        if self.before is None or self.history is None:
+            return None
+        return self.history.unit_last(self.summaries) < self.before
 
     def search_summaries(self, query: str, k: int) -> list[RetrievedUnit]:
-        return self.summaries.search_vector(self.embed_query(query), k)
+        return self.summaries.search_vector(self.embed_query(query), k, self._units_allowed())
 
-    def search_summaries_many(self, queries: list[str], k: int) -> list[list[RetrievedUnit]]:
-        return self.summaries.search_many(queries, k)
+    def search_summaries_many(self, queries: list[str], k: int,
+                              views: list[TwoTierMemory] | None = None) -> list[list[RetrievedUnit]]:
+        """One batched embedding for many queries; `views[i]` is the memory query i reads (as of its turn)."""
+        masks = None if views is None else [v._units_allowed() for v in views]
+        return self.summaries.search_many(queries, k, masks)
 
     def search_pages(self, query: str, k: int) -> list[str]:
-        return [page_id for page_id, _ in self.keyword.search(query, k)]
+        allowed = None if self.before is None or self.history is None else self.history.page_last < self.before
+        return [page_id for page_id, _ in self.keyword.search(query, k, allowed)]
 
     def search_turns(self, query: str, k: int) -> list[TurnHit]:
         """The k best turns by BM25 and the turn embeddings fused (tiermem.memory.turns); [] without a turn index."""
         if self.turns is None or k <= 0:
             return []
         vector = self.embed_query(query) if self.turns.vectors is not None else None
-        return self.turns.rank(query, vector, k)
+        allowed = None if self.before is None or self.history is None else self.history.row_position < self.before
+        return self.turns.rank(query, vector, k, allowed)
+
+    def all_pages(self) -> list[Page]:
+        """Every page this memory may read, in order (cut at the question in a view); read once, not per call."""
+        if isinstance(self.raw, PagesAsOf) or self.history is None:
+            return self.raw.pages(self.conv_id)
+        return list(self.history.pages)
+
+    def page_count(self) -> int:
+        return len(self.all_pages())
 
     def pages_between(self, lo: date, hi: date) -> list[str]:
         """The pages holding a turn dated in [lo, hi] (days, inclusive), in conversation order."""
         out = []
-        for page in self.raw.pages(self.conv_id):
+        for page in self.all_pages():
             days = {m.date() for m in map(parse_timestamp, {t.timestamp for t in page.turns}) if m is not None}
             if any(lo <= d <= hi for d in days):
                 out.append(page.page_id)
@@ -64,8 +168,10 @@ class TwoTierMemory:
 
     def turn_page(self) -> dict[str, str]:
         """turn id -> page id, for evidence accounting."""
-        return {t.turn_id: p.page_id for p in self.raw.pages(self.conv_id) for t in p.turns}
+        return {t.turn_id: p.page_id for p in self.all_pages() for t in p.turns}
 
     def close(self) -> None:
+        if not self.owner:  # a view: the tiers belong to the memory it was made from
+            return
         self.raw.close()
         self.summaries.close()

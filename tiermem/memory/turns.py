@@ -58,22 +58,29 @@ class TurnIndex:
             self._bm25 = bm25s.BM25()
             self._bm25.index([content_words(turn_text(t)) or [""] for _, t in self.rows], show_progress=False)
 
-    def _bm25_order(self, query: str) -> list[int]:
+    def _bm25_order(self, query: str, allowed: np.ndarray | None = None) -> list[int]:
         words = content_words(query)
         if self._bm25 is None or not words:
             return []
         scores = self._bm25.get_scores(words)
-        return [int(i) for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
+        order = np.argsort(-scores, kind="stable")
+        if allowed is not None:
+            order = order[allowed[order]]
+        return [int(i) for i in order if scores[i] > 0]
 
-    def rank(self, query: str, query_vector: np.ndarray | None = None, k: int = TURN_CANDIDATES) -> list[TurnHit]:
+    def rank(self, query: str, query_vector: np.ndarray | None = None, k: int = TURN_CANDIDATES,
+             allowed: np.ndarray | None = None) -> list[TurnHit]:
         """The `k` best turns by reciprocal-rank fusion of BM25 and the embedding (either alone when the other has
-        nothing); ties go to the earlier turn."""
+        nothing); ties go to the earlier turn. `allowed` (one bool per row) leaves the other turns out."""
         fused: dict[int, float] = {}
-        for rank, i in enumerate(self._bm25_order(query)):
+        for rank, i in enumerate(self._bm25_order(query, allowed)):
             fused[i] = fused.get(i, 0.0) + 1.0 / (RRF_K + rank + 1)
         if self.vectors is not None and query_vector is not None and len(self.rows):
             sims = self.vectors @ np.asarray(query_vector, dtype=np.float32).reshape(-1)
-            for rank, i in enumerate(np.argsort(-sims, kind="stable")[: max(k * 4, 100)]):
+            order = np.argsort(-sims, kind="stable")
+            if allowed is not None:
+                order = order[allowed[order]]
+            for rank, i in enumerate(order[: max(k * 4, 100)]):
                 fused[int(i)] = fused.get(int(i), 0.0) + 1.0 / (RRF_K + rank + 1)
         best = sorted(fused, key=lambda i: (-fused[i], i))[:k]
         return [TurnHit(self.rows[i][0], self.rows[i][1], fused[i]) for i in best]

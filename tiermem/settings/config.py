@@ -226,6 +226,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "ov
         for part in parts[:-1]:
             if isinstance(node.get(part), str):  # a shorthand section overridden key by key
                 node[part] = {SHORTHAND: node[part]}
+            if part in node and node[part] is None:  # a section the config leaves out: its defaults, plus the key
+                node[part] = {}
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{where}: {key!r} goes through a non-mapping value")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 _NUMBER_WORDS = {w: str(i) for i, w in enumerate(
@@ -48,6 +49,7 @@ def _compound_value(words: str) -> str:
     return str(total + current)
 
 
+@functools.lru_cache(maxsize=65536)  # the evidence rule reads each unit and page turn again for every question
 def canonical_numbers(text: str) -> str:
     """Number words as digits ("two" -> 2, "twenty-five" -> 25, "twice" -> 2 times) and every ordinal as '<n>th'
     ("first", "1st")."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _MONTHS = ("january february march april may june july august september october november december "
            "jan feb mar apr jun jul aug sep sept oct nov dec").split()
@@ -96,8 +96,17 @@ def _inside(text: str, names: Iterable[str]) -> set[str]:
     return {fold(n) for n in names if _UNSEGMENTED.search(n) and fold(n) in text.casefold()}
 
 
+@functools.lru_cache(maxsize=262144)  # every question's names are compared with every name the history mentions
 def _collapse(name: str) -> str:
-    return re.sub(r"(.)\1+", r"\1", name)
+    return _DOUBLED.sub(r"\1", name)
+
+
+_DOUBLED = re.compile(r"(.)\1+")
+
+
+@functools.lru_cache(maxsize=262144)
+def _folded(name: str) -> str:
+    return fold(name)
 
 
 def _distance(a: str, b: str) -> int:
@@ -114,7 +123,7 @@ def _distance(a: str, b: str) -> int:
 def same_person(a: str, b: str) -> bool:
     """Whether two written names can be one person: equal once folded, one a short form (prefix of 3+ letters or
     a nickname) of the other, or a spelling variant of a 5+ letter name (module docstring)."""
-    a, b = fold(a), fold(b)
+    a, b = _folded(a), _folded(b)
     if not a or not b:
         return False
     if a == b or b in _NICKS.get(a, ()):
@@ -123,7 +132,9 @@ def same_person(a: str, b: str) -> bool:
         return True
     if min(len(a), len(b)) < 5:
         return False
-    return _distance(_collapse(a), _collapse(b)) <= (2 if min(len(a), len(b)) >= 8 else 1)
+    limit = 2 if min(len(a), len(b)) >= 8 else 1
+    ca, cb = _collapse(a), _collapse(b)
+    return abs(len(ca) - len(cb)) <= limit and _distance(ca, cb) <= limit  # the length gap bounds the distance
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,8 @@ class Cast:
 
     speakers: tuple[str, ...]
     mentioned: tuple[str, ...]
+    # what every question's guard reads of the cast, computed once (a long history mentions thousands of names)
+    _guards: dict[str, PersonGuard] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def of_turns(cls, turns: Iterable[object]) -> Cast:
@@ -142,11 +155,17 @@ class Cast:
             speaker = str(getattr(turn, "speaker", "") or "").strip()
             if speaker:
                 speakers[speaker] = None
-            for sentence in re.split(r"(?<=[.!?])\s+|\n", str(getattr(turn, "text", "") or "")):
-                first = _WORD.search(sentence)
-                mentioned.update(dict.fromkeys(_names(sentence[first.end():] if first else sentence)))
+            mentioned.update(dict.fromkeys(_text_names(str(getattr(turn, "text", "") or ""))))
         folded = {fold(s) for s in speakers}
         return cls(tuple(speakers), tuple(m for m in mentioned if m not in folded))
+
+    @functools.cached_property
+    def folded_speakers(self) -> frozenset[str]:
+        return frozenset(fold(s) for s in self.speakers)
+
+    @functools.cached_property
+    def folded_known(self) -> frozenset[str]:
+        return self.folded_speakers | {fold(m) for m in self.mentioned}
 
     def resolve(self, name: str) -> tuple[str, ...]:
         """The known names `name` can be (speakers first); empty when it matches none. A name that is exactly a
@@ -157,6 +176,16 @@ class Cast:
         return found
 
 
+@functools.lru_cache(maxsize=65536)  # a turn's text is read again by every question asked after it
+def _text_names(text: str) -> tuple[str, ...]:
+    """The names a turn's text mentions: capitalized words not opening a sentence."""
+    found: dict[str, None] = {}
+    for sentence in re.split(r"(?<=[.!?])\s+|\n", text):
+        first = _WORD.search(sentence)
+        found.update(dict.fromkeys(_names(sentence[first.end():] if first else sentence)))
+    return tuple(found)
+
+
 def question_persons(question: str, cast: Cast | None = None) -> tuple[str, ...]:
     """The names a question asks about: its capitalized words past the first that are not question words, months
     or days ('When did Melanie paint a sunrise?' -> melanie), and any word, lower case included, that is one of the
@@ -164,8 +193,7 @@ def question_persons(question: str, cast: Cast | None = None) -> tuple[str, ...]
     first = re.match(r"\s*[A-Za-z][\w'-]*", question)
     found = _names(question[first.end():] if first else question)
     if cast is not None:
-        speakers = {fold(s) for s in cast.speakers}
-        known = speakers | {fold(m) for m in cast.mentioned}
+        speakers, known = cast.folded_speakers, cast.folded_known
         vocative = _VOCATIVE.match(question)
         if vocative and fold(vocative.group(1)) in known:  # 'Melanie, what did you paint?': asked of Melanie
             found.insert(0, fold(vocative.group(1)))
@@ -220,6 +248,8 @@ class PersonGuard:
 def person_guard(question: str | None, cast: Cast | None = None) -> PersonGuard:
     """The guard for `question`. Without a cast (units and pages of no known conversation) every name the question
     gives narrows, as written."""
+    if cast is not None and question in cast._guards:
+        return cast._guards[question]
     persons = question_persons(question, cast) if question else ()
     if cast is None:
         return PersonGuard(persons, tuple((p, ()) for p in persons), ())
@@ -227,7 +257,10 @@ def person_guard(question: str | None, cast: Cast | None = None) -> PersonGuard:
     known = tuple((p, m) for p, m in resolved if m)
     targets = {fold(x) for p, m in known for x in (p, *m)}
     others = tuple(dict.fromkeys(fold(s) for s in cast.speakers if fold(s) not in targets))
-    return PersonGuard(persons, known, tuple(p for p, m in resolved if not m), others)
+    guard = PersonGuard(persons, known, tuple(p for p, m in resolved if not m), others)
+    if question is not None:
+        cast._guards[question] = guard
+    return guard
 
 
 def names_person(text: str, persons: Iterable[str], speakers: Sequence[str] | None = None) -> bool:

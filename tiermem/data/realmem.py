@@ -1,0 +1,222 @@
+"""RealMem histories as they are (`<Person>_dialogues_*.json`): one long user-assistant conversation per person.
+
+What the file holds and what the loader makes of it:
+- Sessions are not stored in time order: they are sorted by their date (`current_time`, "2025-12-19 (Friday)"),
+  stably, so sessions of one day keep their file order. Turn ids say session and position after that sort:
+  `S12:3` is the third turn of the twelfth session (1-based, like LoCoMo's `D12:3`).
+- Every turn is kept, queries and replies too: a later request may need what was said in an earlier one.
+- A query turn (`is_query`) is a question asked *as of* itself (`Question.asked_before` is its own turn id): the
+  memory it reads holds only the turns before it. Its category (`category_name`), `session_type` and `topic` are
+  kept; its gold evidence is the source turns of the memory points the next (Assistant) turn used
+  (`memory_used`), and its gold answer the text of those points, one per line (`Question.points` keeps them apart).
+- A memory point names its source turn twice: `source_turn` (mostly 1-based, sometimes not) and
+  `source_content_snapshot`. The snapshot decides (the turn of the session with exactly that text, the nearest to
+  `source_turn` if several); where no turn has it, `source_turn` is read 1-based when that turn's speaker is the
+  snapshot's role, else 0-based, else the point has no source. `Conversation.load_notes` counts each way.
+- The session's `extracted_memory` points are the conversation's own Tier 1 (`Conversation.summaries`, unit id
+  `S12:m3`: the twelfth session's third point; the files' own `index` repeats), each linked to its source turn; a
+  point with no source is linked to its whole session (it is read once the session has ended).
+A malformed file stops with one DataError naming the file, the session and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tiermem.data.records import Conversation, GoldPoint, ImportedUnit, Question, Turn
+from tiermem.data.textfile import read_utf8
+from tiermem.settings.errors import DataError, MissingFileError
+
+FILE_PATTERN = "*_dialogues_*.json"
+SPEAKERS = ("User", "Assistant")
+_DAY = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})(?:\s*\([A-Za-z]+\))?\s*$")
+
+
+def is_realmem(data: Any) -> bool:
+    return isinstance(data, dict) and "dialogues" in data and "_metadata" in data
+
+
+def realmem_files(path: Path) -> list[Path]:
+    """The history files a path names: itself, or a directory's `*_dialogues_*.json` (sorted by name)."""
+    if path.is_dir():
+        files = sorted(path.glob(FILE_PATTERN))
+        if not files:
+            raise DataError(f"{path}: a directory with no RealMem history ({FILE_PATTERN})")
+        return files
+    if not path.is_file():
+        raise MissingFileError(f"RealMem file not found: {path}")
+    return [path]
+
+
+def load_realmem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> list[Conversation]:
+    """Every history under `path` (a file or a directory of them), one Conversation per person."""
+    conversations = []
+    for file in realmem_files(Path(path)):
+        try:
+            data = json.loads(read_utf8(file))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{file}: not valid JSON: {exc}") from None
+        conversations.append(parse_realmem(data, file, exclude_categories))
+    seen: dict[str, str] = {}
+    for conv in conversations:
+        if conv.conv_id in seen:
+            raise DataError(f"{conv.source}: person {conv.conv_id!r} is also the person of {seen[conv.conv_id]}")
+        seen[conv.conv_id] = conv.source
+    return conversations
+
+
+def _need(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise DataError(f"{where}: missing field '{key}'")
+    value = obj[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise DataError(f"{where}: field '{key}' must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    return value
+
+
+def _day(value: str, where: str) -> str:
+    from tiermem.data.dates import parse_timestamp
+
+    match = _DAY.match(value)
+    if not match or parse_timestamp(match.group(1)) is None:
+        raise DataError(f"{where}: field 'current_time' is {value!r}, not a day such as '2025-12-19 (Friday)'")
+    return match.group(1)
+
+
+def _sessions(data: Any, path: Path) -> tuple[str, list[tuple[str, dict[str, Any], str]]]:
+    """(person, [(session where, session, its day)] sorted by day, stably)."""
+    meta = _need(data, "_metadata", dict, str(path))
+    person = _need(meta, "person_name", str, f"{path}: _metadata")
+    if not person.strip():
+        raise DataError(f"{path}: _metadata: field 'person_name' is empty")
+    raw = _need(data, "dialogues", list, str(path))
+    if not raw:
+        raise DataError(f"{path}: field 'dialogues' is empty")
+    sessions, uuids = [], {}
+    for i, session in enumerate(raw):
+        where = f"{path}: dialogues[{i}]"
+        uuid = _need(session, "session_uuid", str, where)
+        where = f"{path}: session {uuid!r} (dialogues[{i}])"
+        if uuid in uuids:
+            raise DataError(f"{where}: field 'session_uuid' repeats dialogues[{uuids[uuid]}]")
+        uuids[uuid] = i
+        sessions.append((where, session, _day(_need(session, "current_time", str, where), where)))
+    return person, sorted(sessions, key=lambda s: s[2])  # stable: one day's sessions keep their file order
+
+
+def _snapshot_turn(point: dict[str, Any], contents: list[tuple[str, str]], where: str) -> tuple[int | None, str]:
+    """(0-based index of the point's source turn in its session or None, how it was found)."""
+    source = point.get("source_turn")
+    if source is not None and (isinstance(source, bool) or not isinstance(source, int)):
+        raise DataError(f"{where}: field 'source_turn' must be an integer, got {type(source).__name__}")
+    snapshot = point.get("source_content_snapshot")
+    if snapshot is not None and not isinstance(snapshot, str):
+        raise DataError(f"{where}: field 'source_content_snapshot' must be a string")
+    role = point.get("source_role_snapshot")
+    if snapshot:
+        hits = [i for i, (_, text) in enumerate(contents) if text == snapshot]
+        if hits:
+            near = (source - 1) if isinstance(source, int) else 0
+            return min(hits, key=lambda i: (abs(i - near), i)), "snapshot"
+    if isinstance(source, int) and snapshot:
+        for index in (source - 1, source):  # mostly 1-based, sometimes not; the speaker must agree
+            if 0 <= index < len(contents) and contents[index][0] == role:
+                return index, "turn_index"
+    return None, "no_source"
+
+
+def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ...] = ()) -> Conversation:
+    path = Path(path)
+    person, sessions = _sessions(data, path)
+    turns: list[Turn] = []
+    dropped: list[str] = []
+    units: list[ImportedUnit] = []
+    notes: Counter = Counter()
+    by_point: dict[tuple[str, str], list[str]] = {}  # (session uuid, point text) -> source turn ids
+    queries: list[tuple[str, int, str, dict[str, Any], dict[str, Any] | None, str]] = []
+    for n, (where, session, day) in enumerate(sessions, 1):
+        uuid = session["session_uuid"]
+        raw_turns = _need(session, "dialogue_turns", list, where)
+        if not raw_turns:
+            raise DataError(f"{where}: field 'dialogue_turns' is empty")
+        ids, contents = [], []
+        for i, turn in enumerate(raw_turns):
+            twhere = f"{where}: dialogue_turns[{i}]"
+            speaker = _need(turn, "speaker", str, twhere)
+            if speaker not in SPEAKERS:
+                raise DataError(f"{twhere}: field 'speaker' is {speaker!r}; expected one of {list(SPEAKERS)}")
+            text = _need(turn, "content", str, twhere)
+            turn_id = f"S{n}:{i + 1}"
+            ids.append(turn_id)
+            contents.append((speaker, text))
+            if text.strip():
+                turns.append(Turn(turn_id, speaker, text, day, uuid))
+            else:
+                dropped.append(turn_id)
+            is_query = turn.get("is_query", False)
+            if not isinstance(is_query, bool):
+                raise DataError(f"{twhere}: field 'is_query' must be true or false")
+            if is_query:
+                reply = raw_turns[i + 1] if i + 1 < len(raw_turns) else None
+                queries.append((twhere, i, turn_id, turn, reply, day))
+        points = session.get("extracted_memory", [])
+        if not isinstance(points, list):
+            raise DataError(f"{where}: field 'extracted_memory' must be a list")
+        for j, point in enumerate(points):
+            pwhere = f"{where}: extracted_memory[{j}]"
+            text = _need(point, "content", str, pwhere)
+            _need(point, "index", str, pwhere)  # not unique in the published files: the unit id is its place
+            unit_id = f"S{n}:m{j + 1}"
+            owner = _need(point, "session_uuid", str, pwhere)
+            if owner != uuid:
+                raise DataError(f"{pwhere}: field 'session_uuid' is {owner!r}, not its session's {uuid!r}")
+            index, how = _snapshot_turn(point, contents, pwhere)
+            notes[f"points_by_{how}"] += 1
+            sources = [ids[index]] if index is not None else [t for t in ids if t not in dropped]
+            sources = [t for t in sources if t not in dropped] or [t for t in ids if t not in dropped]
+            by_point.setdefault((uuid, text), sources if index is not None else [])
+            if text.strip():
+                units.append(ImportedUnit(unit_id, text, sources, day))
+    questions = []
+    seen_q: set[str] = set()
+    for twhere, i, turn_id, turn, reply, day in queries:
+        qid = _need(turn, "query_id", str, twhere)
+        if qid in seen_q:
+            raise DataError(f"{twhere}: field 'query_id' {qid!r} repeats")
+        seen_q.add(qid)
+        category = _need(turn, "category_name", str, twhere)
+        if category in exclude_categories:
+            continue
+        rwhere = f"{twhere.rsplit(': dialogue_turns', 1)[0]}: dialogue_turns[{i + 1}] (the reply)"
+        if not isinstance(reply, dict) or reply.get("speaker") != "Assistant":
+            raise DataError(f"{twhere}: a query turn must be followed by the Assistant's reply (its memory_used)")
+        used = _need(reply, "memory_used", list, rwhere)
+        points: list[GoldPoint] = []
+        for k, item in enumerate(used):
+            uwhere = f"{rwhere}: memory_used[{k}]"
+            key = (_need(item, "session_uuid", str, uwhere), _need(item, "content", str, uwhere))
+            if key not in by_point:
+                notes["used_points_unmatched"] += 1
+                points.append(GoldPoint(key[1], []))
+                continue
+            if not by_point[key]:
+                notes["used_points_no_source"] += 1
+            points.append(GoldPoint(key[1], list(by_point[key])))
+        if not points:  # nothing says what it needs: no gold to label it by
+            notes["queries_without_points"] += 1
+            continue
+        tags = {k: turn[k] for k in ("session_type", "topic") if isinstance(turn.get(k), str)}
+        evidence = list(dict.fromkeys(t for p in points for t in p.turn_ids))
+        answer = "\n".join(p.text for p in points)
+        questions.append(Question(qid, _need(turn, "content", str, twhere), answer, category, evidence, day,
+                                  asked_before=turn_id, points=points, tags=tags))
+    if not turns:
+        raise DataError(f"{path}: every turn's text is empty; nothing to remember")
+    return Conversation(person, turns, questions, str(path), list(SPEAKERS), dropped, [], units,
+                        {k: v for k, v in sorted(notes.items())})
