@@ -138,9 +138,56 @@ def build_stats(records: list[dict[str, Any]], rule: str, llm_judge: bool = Fals
         "unparseable": sum(1 for r in taught if not json.loads(r["teacher"])["parsed_ok"]),
         "agreement_with_label": _share(r["teacher_agrees"] for r in taught if r["label"]),
     }
+    stats["coverage"] = {"by_conversation": coverage(good, "conv_id", rule), "by_category": coverage(good, "category",
+                                                                                                 rule)}
+    stats["points"] = point_stats(good)
     stats["sft_targets"] = dict(Counter(r["sft_source"] for r in good if r["sft_source"]))
     stats["judgments"] = judged.judged_stats(good)
     return stats
+
+
+def coverage(records: list[dict[str, Any]], key: str, rule: str) -> dict[str, Any]:
+    """Per value of `key` (a person, a category): questions, labeled, the ANSWER share of the labeled, and why the
+    rest were dropped."""
+    out = {}
+    for value in sorted({str(r[key]) for r in records}):
+        rows = [r for r in records if str(r[key]) == value]
+        labels = Counter(r[f"label_{rule}"] for r in rows if r[f"label_{rule}"])
+        labeled = sum(labels.values())
+        out[value] = {"questions": len(rows), "labeled": labeled, "labeled_share": round(labeled / len(rows), 4),
+                      "answer_share": round(labels["ANSWER"] / labeled, 4) if labeled else None,
+                      "dropped": dict(Counter(r[f"drop_reason_{rule}"] for r in rows if not r[f"label_{rule}"]))}
+    return out
+
+
+def point_stats(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Questions that name the memory facts they need: how many facts, and the share each path held."""
+    rows = [r for r in records if r.get("n_points") and r.get("points_in_summaries") is not None]
+    if not rows:
+        return None
+    total = sum(r["n_points"] for r in rows)
+    return {"questions": len(rows), "mean_points": round(total / len(rows), 3),
+            "several_points": sum(1 for r in rows if r["n_points"] > 1),
+            "held_by_summaries": round(sum(r["points_in_summaries"] for r in rows) / total, 4),
+            "held_by_research": round(sum(r["points_in_research"] for r in rows) / total, 4)}
+
+
+def coverage_lines(stats: dict[str, Any]) -> list[str]:
+    lines = []
+    for what, table in (stats.get("coverage") or {}).items():
+        lines += ["", f"Labeled {what.replace('_', ' ')} (rule {stats['label_rule']}):", "",
+                  "| | questions | labeled | share | ANSWER share | dropped (why) |", "|---|---|---|---|---|---|"]
+        lines += [f"| {k} | {c['questions']} | {c['labeled']} | {_fmt(c['labeled_share'])} | "
+                  f"{_fmt(c['answer_share'])} | {', '.join(f'{r}: {n}' for r, n in c['dropped'].items()) or '-'} |"
+                  for k, c in table.items()]
+    points = stats.get("points")
+    if points:
+        lines += ["", f"Memory facts a question needs (its data names them): {points['questions']} questions, "
+                  f"{points['mean_points']} facts each on average ({points['several_points']} need several); "
+                  f"held by the summaries {_fmt(points['held_by_summaries'])}, by the research pages "
+                  f"{_fmt(points['held_by_research'])} of the facts (evidence.points_share decides how many are "
+                  "enough)."]
+    return lines
 
 
 def _ratio(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -202,6 +249,7 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     for name in RULES:
         for cat, c in stats["labels"][name]["by_category"].items():
             lines.append(f"| {name} | {cat} | {c['ANSWER']} | {c['ESCALATE']} | {c['dropped']} |")
+    lines += coverage_lines(stats)
     lines += ["", "## Unlabeled questions by drop reason", "",
               "Share of all questions (errors left out) that each reason leaves without a label.", "",
               "| rule | drop reason | questions | share |", "|---|---|---|---|"]

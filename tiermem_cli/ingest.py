@@ -185,9 +185,10 @@ def main(argv: list[str]) -> int:
     runtime = MemoryRuntime.open_or_build(cfg.workdir, conv, cfg.memory, llm=llm)
     built_s = time.perf_counter() - start
     stats = runtime.manifest["stats"]
+    tier1 = "imported: the conversation's own" if runtime.memory.tier1 == "imported" else cfg.memory.summarizer
     print(f"conversation {conv.conv_id}: {stats['turns']} turns -> {stats['pages']} raw pages "
           f"(<= {cfg.memory.page_tokens} tokens; max {stats['page_tokens_max']}, mean {stats['page_tokens_mean']}) "
-          f"and {len(runtime.memory.summaries)} summary units ({cfg.memory.summarizer})")
+          f"and {len(runtime.memory.summaries)} summary units ({tier1})")
     print(f"tiers: {runtime.workdir} (ingest took {stats['seconds']:.1f} s when built; opened in {built_s:.1f} s)")
     router = None
     if cfg.router:
@@ -209,6 +210,11 @@ def show_answer(runtime: MemoryRuntime, question: Question | str, router: object
     if isinstance(question, Question):
         print(f"question {question.qid} [category {question.category}]: {question.question}")
         print(f"gold answer: {question.answer}   (evidence {', '.join(question.evidence) or 'none'})")
+        if question.asked_before is not None:
+            view = runtime.memory_for(question)
+            print(f"memory as of turn {question.asked_before} (asked there): {len(view.all_pages())} of "
+                  f"{runtime.memory.page_count()} pages, {view.unit_count()} of "
+                  f"{len(runtime.memory.summaries)} summary units")
     else:
         print(f"question (free text): {question}")
         print("gold answer: none: a question of your own has no gold answer or evidence to check the answer against")

@@ -151,6 +151,11 @@ class TwoTierMemory:
             return self.raw.pages(self.conv_id)
         return list(self.history.pages)
 
+    def unit_count(self) -> int:
+        """The summary units this memory may retrieve."""
+        allowed = self._units_allowed()
+        return len(self.summaries) if allowed is None else int(allowed.sum())
+
     def page_count(self) -> int:
         return len(self.all_pages())
 
