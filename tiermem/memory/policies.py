@@ -275,7 +275,7 @@ def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[Retriev
     if getattr(memory, "tier1", "built") == "imported":
         # a memory system's facts each name their source turn: follow those links first, the retrieved units' and
         # then the next ranks' (its own search, one query vector), before raw-text search
-        deeper = memory.search_summaries(q, PROVENANCE_RANKS)
+        deeper = memory.search_summaries_fused(q, PROVENANCE_RANKS)
         provenance = list(dict.fromkeys([*linked, *(pid for u in deeper for pid in u.page_ids)]))
         order = list(dict.fromkeys([*provenance[:pages_per_round], *order]))
     if reader is not None and hits:

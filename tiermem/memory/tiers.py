@@ -18,8 +18,9 @@ import numpy as np
 from tiermem.data.dates import parse_timestamp
 from tiermem.memory.keyword import KeywordIndex
 from tiermem.memory.raw_store import Page, RawPageStore, StoreError
-from tiermem.memory.summaries import RetrievedUnit, SummaryIndex
-from tiermem.memory.turns import TurnHit, TurnIndex
+from tiermem.memory.summaries import RetrievedUnit, SummaryIndex, SummaryUnit
+from tiermem.memory.text import content_words
+from tiermem.memory.turns import RRF_K, TurnHit, TurnIndex
 
 
 class History:
@@ -35,6 +36,7 @@ class History:
         self.page_last = np.array([self.position[p.turns[-1].turn_id] for p in pages], dtype=np.int64)
         self.row_position = np.array([self.position[t.turn_id] for p in pages for t in p.turns], dtype=np.int64)
         self._unit_last: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.unit_terms: UnitTerms | None = None  # BM25 over the units, built on research's first use
 
     def cutoff(self, turn_id: str) -> int:
         if turn_id not in self.position:
@@ -48,6 +50,24 @@ class History:
             self._unit_last = np.array([max((self.position.get(t, never) for t in u.turn_ids), default=never)
                                         for u in summaries.units], dtype=np.int64)
         return self._unit_last
+
+
+class UnitTerms(KeywordIndex):
+    """BM25 over the summary units' text (ids in the `page_ids` slot of the page index it reuses)."""
+
+    def __init__(self, units: list[SummaryUnit]) -> None:
+        self.page_ids = [u.unit_id for u in units]
+        self._bm25 = None
+        if units:
+            import bm25s
+
+            self._bm25 = bm25s.BM25()
+            self._bm25.index([content_words(u.text) or [""] for u in units], show_progress=False)
+
+
+def _retrieved(unit: SummaryUnit, score: float) -> RetrievedUnit:
+    return RetrievedUnit(unit.unit_id, unit.text, score, list(unit.page_ids), list(unit.turn_ids), unit.date,
+                         list(unit.speakers))
 
 
 class PagesAsOf:
@@ -132,6 +152,24 @@ class TwoTierMemory:
         """One batched embedding for many queries; `views[i]` is the memory query i reads (as of its turn)."""
         masks = None if views is None else [v._units_allowed() for v in views]
         return self.summaries.search_many(queries, k, masks)
+
+    def search_summaries_fused(self, query: str, k: int) -> list[RetrievedUnit]:
+        """The k best units by reciprocal-rank fusion of the dense ranking and BM25 over the units' text (research's
+        provenance search: words a vague question shares with a fact count beside its vector)."""
+        dense = self.search_summaries(query, max(4 * k, 100))
+        if self.history is None:
+            return dense[:k]
+        if self.history.unit_terms is None or len(self.history.unit_terms.page_ids) != len(self.summaries.units):
+            self.history.unit_terms = UnitTerms(self.summaries.units)
+        allowed = self._units_allowed()
+        fused: dict[str, float] = {}
+        for rank, unit in enumerate(dense):
+            fused[unit.unit_id] = 1.0 / (RRF_K + rank + 1)
+        for rank, (unit_id, _) in enumerate(self.history.unit_terms.search(query, max(4 * k, 100), allowed)):
+            fused[unit_id] = fused.get(unit_id, 0.0) + 1.0 / (RRF_K + rank + 1)
+        by_id = {u.unit_id: u for u in dense}
+        best = sorted(fused, key=lambda uid: -fused[uid])[:k]
+        return [by_id.get(uid) or _retrieved(self.summaries.get(uid), fused[uid]) for uid in best]
 
     def search_pages(self, query: str, k: int) -> list[str]:
         allowed = None if self.before is None or self.history is None else self.history.page_last < self.before
