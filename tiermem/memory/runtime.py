@@ -8,6 +8,7 @@ it into place, so a crash or an LLM error never leaves a half-ingested workdir b
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -170,6 +171,31 @@ def save_turn_vectors(path: Path, vectors: np.ndarray) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+TURN_VECTOR_CACHE = ".turn_vectors"
+
+
+def cached_turn_vectors(cache: Path | None, embedder: str, texts: list[str], compute: Any) -> np.ndarray:
+    """The turn vectors of `texts`, read from `cache` when an earlier build of the same turns with the same embedder
+    wrote them (checked by digest, shape and finiteness; anything else is recomputed), else computed and kept there.
+    A history's tier variants (imported or extractive Tier 1, other summarizer settings) then embed its turns once."""
+    if cache is None:
+        return compute()
+    key = hashlib.sha256(json.dumps([TIERS_VERSION, embedder, TURN_VECTOR_TOKENS, texts], ensure_ascii=False)
+                         .encode("utf-8")).hexdigest()
+    path, digest = cache / f"{key}.npy", cache / f"{key}.sha256"
+    if path.is_file() and digest.is_file():
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() == digest.read_text(encoding="utf-8").strip():
+            vectors = np.load(io.BytesIO(data), allow_pickle=False)
+            if vectors.ndim == 2 and vectors.shape[0] == len(texts) and np.isfinite(vectors).all():
+                return vectors
+        log.warning("%s: cached turn vectors do not match their digest or shape; computing them again", path)
+    vectors = compute()
+    cache.mkdir(parents=True, exist_ok=True)
+    write_atomic(digest, save_turn_vectors(path, vectors))
+    return vectors
+
+
 class MemoryRuntime:
     def __init__(self, workdir: str | Path, cfg: MemoryConfig | None = None, *, llm: LLM | None = None,
                  embedder: Embedder | None = None, count_tokens: TokenCounter | None = None,
@@ -183,6 +209,7 @@ class MemoryRuntime:
         self._reader = answer_reader  # loaded from cfg.reader on the first extractive answer without a router's
         self.memory: TwoTierMemory | None = None
         self.manifest: dict[str, Any] = {}
+        self.vector_cache: Path | None = None  # turn vectors by content, shared by tiers built in one root
         if (self.workdir / MANIFEST).is_file():
             self._open()
         elif self.workdir.exists() and not self.workdir.is_dir():
@@ -234,8 +261,10 @@ class MemoryRuntime:
                          conv.conv_id, len(conv.turns), len(pages), time.perf_counter() - start, len(units))
             index = SummaryIndex(tmp / "tier1", embedder)
             index.add(units, progress=progress)
-            turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, index.embed(
-                [turn_text(t) for _, t in page_turns(pages)], max_tokens=TURN_VECTOR_TOKENS, progress=progress))
+            texts = [turn_text(t) for _, t in page_turns(pages)]
+            vectors = cached_turn_vectors(self.vector_cache, self.cfg.embedder, texts, lambda: index.embed(
+                texts, max_tokens=TURN_VECTOR_TOKENS, progress=progress))
+            turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, vectors)
             tier1_root = index.root_hash()
             index.close()
             stats = IngestStats(
@@ -331,6 +360,7 @@ class MemoryRuntime:
         key = tier_key(conv, cfg, kwargs.get("summarizer_llm") or kwargs.get("llm"))
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", conv.conv_id)
         runtime = cls(Path(root) / f"{slug}-{key[:16]}", cfg, **kwargs)
+        runtime.vector_cache = Path(root) / TURN_VECTOR_CACHE  # the tier variants of one history share its turns
         if runtime.memory is None:
             try:
                 runtime.ingest(conv)

@@ -1,0 +1,51 @@
+"""A history's tier variants embed its turns once: turn vectors are kept by content in the tiers root."""
+
+import dataclasses
+
+import numpy as np
+
+from tests.helpers.memory_runtime import CFG
+from tests.helpers.realmem_fixture import write
+from tiermem.data.realmem import load_realmem
+from tiermem.memory.raw_store import whitespace_tokens
+from tiermem.memory.runtime import TURN_VECTOR_CACHE, MemoryRuntime
+from tiermem.memory.summaries import HashingEmbedder
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self):
+        super().__init__()
+        self.texts = 0
+
+    def encode(self, sentences, **kwargs):
+        self.texts += len(sentences)
+        return super().encode(sentences, **kwargs)
+
+
+def _build(root, conv, summaries, embedder):
+    cfg = dataclasses.replace(CFG, summaries=summaries, page_tokens=40)
+    return MemoryRuntime.open_or_build(root, conv, cfg, embedder=embedder, count_tokens=whitespace_tokens)
+
+
+def test_the_second_tier_variant_reads_the_turn_vectors_the_first_wrote(tmp_path):
+    conv = load_realmem(write(tmp_path / "rm"))[0]
+    first, second = CountingEmbedder(), CountingEmbedder()
+    imported = _build(tmp_path / "tiers", conv, "imported", first)
+    extractive = _build(tmp_path / "tiers", conv, "extractive", second)
+    rows = len(imported.memory.turns.rows)
+    assert first.texts == len(conv.summaries) + rows  # units, then every turn piece
+    assert second.texts == len(extractive.memory.summaries)  # its units only: the turns came from the cache
+    assert np.array_equal(imported.memory.turns.vectors, extractive.memory.turns.vectors)
+
+
+def test_a_cached_file_that_does_not_match_its_digest_is_computed_again(tmp_path):
+    conv = load_realmem(write(tmp_path / "rm"))[0]
+    _build(tmp_path / "tiers", conv, "imported", CountingEmbedder())
+    for path in (tmp_path / "tiers" / TURN_VECTOR_CACHE).glob("*.npy"):
+        data = bytearray(path.read_bytes())
+        data[-4:] = b"\x00\x00\xc0\x7f"  # a NaN where a coordinate was, digest left as it was
+        path.write_bytes(bytes(data))
+    again = CountingEmbedder()
+    runtime = _build(tmp_path / "tiers", conv, "extractive", again)
+    assert again.texts == len(runtime.memory.summaries) + len(runtime.memory.turns.rows)
+    assert np.isfinite(runtime.memory.turns.vectors).all()
