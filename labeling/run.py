@@ -182,7 +182,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
             if not todo:
                 continue
             try:
-                runtime = MemoryRuntime.open_or_build(tiers_root, conv, cfg.memory, llm=roles["answerer"],
+                runtime = MemoryRuntime.open_or_build(tiers_root, conv, cfg.memory, share_turn_vectors=True,
+                                                      llm=roles["answerer"],
                                                       summarizer_llm=roles["summarizer"], embedder=embedder)
                 embedder = runtime.embedder  # loaded once, shared by every conversation's tiers
             except LLMError as exc:  # the summarizer failed: every question of this conversation is an error

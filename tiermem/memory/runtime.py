@@ -350,17 +350,19 @@ class MemoryRuntime:
 
     @classmethod
     def open_or_build(cls, root: str | Path, conv: Conversation, cfg: MemoryConfig | None = None,
-                      **kwargs: Any) -> MemoryRuntime:
+                      share_turn_vectors: bool = False, **kwargs: Any) -> MemoryRuntime:
         """The conversation's tiers from `root/<conv_id>-<key>`, built there first if absent.
 
         The key hashes the conversation and every config field that shapes the tiers, so a changed
-        summarizer or page size builds a new directory instead of reusing a stale one.
+        summarizer or page size builds a new directory instead of reusing a stale one. `share_turn_vectors` keeps
+        the turn vectors by content in `root/.turn_vectors` for the next variant of the same history (labeling's
+        tier cache; a server building inline conversations keeps nothing it would have to bound).
         """
         cfg = cfg or MemoryConfig()
         key = tier_key(conv, cfg, kwargs.get("summarizer_llm") or kwargs.get("llm"))
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", conv.conv_id)
         runtime = cls(Path(root) / f"{slug}-{key[:16]}", cfg, **kwargs)
-        runtime.vector_cache = Path(root) / TURN_VECTOR_CACHE  # the tier variants of one history share its turns
+        runtime.vector_cache = Path(root) / TURN_VECTOR_CACHE if share_turn_vectors else None
         if runtime.memory is None:
             try:
                 runtime.ingest(conv)

@@ -24,7 +24,8 @@ class CountingEmbedder(HashingEmbedder):
 
 def _build(root, conv, summaries, embedder):
     cfg = dataclasses.replace(CFG, summaries=summaries, page_tokens=40)
-    return MemoryRuntime.open_or_build(root, conv, cfg, embedder=embedder, count_tokens=whitespace_tokens)
+    return MemoryRuntime.open_or_build(root, conv, cfg, share_turn_vectors=True, embedder=embedder,
+                                       count_tokens=whitespace_tokens)
 
 
 def test_the_second_tier_variant_reads_the_turn_vectors_the_first_wrote(tmp_path):
@@ -36,6 +37,14 @@ def test_the_second_tier_variant_reads_the_turn_vectors_the_first_wrote(tmp_path
     assert first.texts == len(conv.summaries) + rows  # units, then every turn piece
     assert second.texts == len(extractive.memory.summaries)  # its units only: the turns came from the cache
     assert np.array_equal(imported.memory.turns.vectors, extractive.memory.turns.vectors)
+
+
+def test_without_sharing_nothing_is_kept_beside_the_tiers(tmp_path):
+    conv = load_realmem(write(tmp_path / "rm"))[0]
+    cfg = dataclasses.replace(CFG, page_tokens=40)
+    MemoryRuntime.open_or_build(tmp_path / "tiers", conv, cfg, embedder=CountingEmbedder(),
+                                count_tokens=whitespace_tokens)
+    assert not (tmp_path / "tiers" / TURN_VECTOR_CACHE).exists()
 
 
 def test_a_cached_file_that_does_not_match_its_digest_is_computed_again(tmp_path):
