@@ -45,7 +45,7 @@ from .grpo_inputs import (
 )
 from .recipe_config import RecipeConfig, build_trl_config, trainer_args
 from .rewards import build_reward_funcs
-from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights
+from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights, trunk_data
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
@@ -192,7 +192,9 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
         head, text_weight, data_info["signal_head"] = refit_head(cfg, trainer, tokenizer, natural, val_rows)
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
     if trainer.trunk is not None:  # prompts whose bottom layers ran here, and those read from trunk_from
-        data_info["trunk_states"] = {"computed": trainer.trunk.misses, "from_trunk_from": trainer.trunk.reused}
+        data_info["trunk_states"] = {"computed": trainer.trunk.misses, "from_trunk_from": trainer.trunk.reused,
+                                     **(trunk_data(trainer.trunk, cfg.output_dir, cfg.trunk_from).get(
+                                         "trunk_states") or {})}
     curves = reward_curves(trainer.state.log_history)
     learned = _learned(cfg, curves, probe, bound, before, kept.get("step"), head, text_weight, val_rows)
     for warning in learned["warnings"]:

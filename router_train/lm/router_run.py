@@ -126,6 +126,22 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path,
     return train_metrics
 
 
+def trunk_data(trunk: Any, output_dir: str | Path, read_from: str | None = None) -> dict[str, Any]:
+    """`data.trunk_states` of a run's metadata: the state file the run wrote (its sha256, which the next run that
+    reads the file checks), or the one it read (`read_from`: GRPO's trunk_from), and what was said of it."""
+    from tiermem.models.trunk_file import RECORD_KEY, trunk_record
+
+    if read_from is not None:
+        path, written, sequences = Path(read_from), False, len(trunk.prefix_states)
+    else:
+        path, written = trunk.cache_file, trunk.writable
+        sequences = len(trunk.cache) if written else trunk.saved or 0
+    if path is None or not path.is_file():
+        return {}
+    record = trunk_record(path, output_dir, trunk.fingerprint, sequences, written)
+    return {RECORD_KEY: {**record, "notes": list(trunk.notes)} if trunk.notes else record}
+
+
 def save_and_report(stage: str, model: Any, tokenizer: Any, meta: RunMeta, output_dir: str | Path,
                     files: dict[str, str] | None = None) -> RunResult:
     """Write the run (the recipe's own `files` by name and text, then save_run: metadata last, it marks a finished

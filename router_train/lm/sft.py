@@ -28,7 +28,7 @@ from tiermem.settings.errors import stage_main
 from .decisions import decision_reports
 from .objectives import REWARD_COLUMNS, REWARD_LOSSES, LossConfig, RouterSFTTrainer, balanced_class_weights
 from .recipe_config import RecipeConfig, build_trl_config, trainer_args
-from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights
+from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights, trunk_data
 from .sft_head import epoch_choice_callback, initial_signal_head, trained_signal_head
 from .sft_inputs import load_model, load_rows, token_lengths
 
@@ -139,6 +139,7 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
     }
     if trainer.trunk is not None:  # again: the reports added the validation prompts' states, which GRPO reads
         trainer.trunk.save()
+        data_info.update(trunk_data(trainer.trunk, cfg.output_dir))
     if metrics["validation"] is None:
         log.warning("no labeled validation rows: validation metrics are missing from this run")
     meta = RunMeta(
