@@ -27,6 +27,7 @@ from typing import Any
 from serving.routers.lm_head import action_token_ids
 from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
+from tiermem.models.adapter import BASE_KEY, base_config_digest
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RunMeta, read_run_meta
@@ -154,6 +155,7 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     refit, prior_head = wants_signal_head(cfg, sft_info), wants_prior_head(cfg, sft_info)
     train_rows, natural, val_rows, data_info = load_reward_rows(cfg, tokenizer, cfg.completion == "action_token"
                                                                 or args.eval_strategy != "no", refit or prior_head)
+    data_info[BASE_KEY] = base_config_digest(model.config)  # which base the adapter is proven over
     action_ids = action_token_ids(tokenizer, train_rows["prompt"][0]) if cfg.completion == "action_token" else None
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
                                       args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows),

@@ -18,6 +18,7 @@ from typing import Any
 from serving.routers.lm_head import action_token_ids
 from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
+from tiermem.models.adapter import BASE_KEY, base_config_digest
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RunMeta
@@ -95,6 +96,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
 def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
     model, tokenizer, base_spec, peft_config, init_meta = load_model(cfg)
     train_rows, val_rows, data_info = load_rows(cfg, tokenizer)
+    data_info[BASE_KEY] = base_config_digest(model.config)  # which base the adapter is proven over
     head_init, centre_head = initial_signal_head(cfg, train_rows, init_meta, cfg.router)
     data_info.update(token_lengths(train_rows, tokenizer, args.max_length))
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
