@@ -32,6 +32,7 @@ from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
+from tiermem.runs.safe_io import check_file_path
 from tiermem.settings.config import ConfigError, parse_cli
 from tiermem.settings.errors import stage_main
 
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
 CURVES_FILE = "reward_curves.json"
 COMPLETIONS = ("action_token", "text")
+SCALE_REWARDS = ("group", "batch", "none")  # what TRL's GRPOTrainer computes advantages with
 
 
 RECIPE_DEFAULTS: dict[str, Any] = {
@@ -128,6 +130,8 @@ def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
     if cfg.completion == "text":
         defaults["max_completion_length"] = 24  # the action comes first; the reason need not finish
     args = build_trl_config(GRPOConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+    if args.scale_rewards not in SCALE_REWARDS:  # TRL reads it only at the first step, once the model is loaded
+        raise ConfigError(f"trainer.scale_rewards must be one of {list(SCALE_REWARDS)}, got {args.scale_rewards!r}")
     if cfg.completion == "action_token" and args.max_completion_length != 1:
         raise ConfigError(f"completion action_token samples the action's first token: trainer.max_completion_length "
                           f"must be 1, got {args.max_completion_length} (completion=text generates the JSON)")
@@ -139,6 +143,8 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
     refuse_output_over_input(cfg.output_dir, "grpo", {"router": cfg.router, "model": cfg.model})
+    if cfg.trunk_from:
+        check_file_path(cfg.trunk_from, "trunk_from")
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
     with launch_run_dir(cfg.output_dir, "grpo", leader=is_launch_leader()):
         return _train(cfg, args)

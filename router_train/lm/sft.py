@@ -23,6 +23,7 @@ from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RunMeta
 from tiermem.runs.rundir import launch_run_dir
+from tiermem.runs.safe_io import check_file_path, refuse_link
 from tiermem.settings.config import parse_cli
 from tiermem.settings.errors import stage_main
 
@@ -86,6 +87,9 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     from transformers import set_seed
 
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
+    if cfg.loss.trunk_cache:  # written after training: a path it could not be written to is named now
+        refuse_link(check_file_path(cfg.loss.trunk_cache, "loss.trunk_cache", may_be_new=True,
+                                    made_here=cfg.output_dir))
     set_seed(cfg.seed)
     refuse_output_over_input(cfg.output_dir, "sft", {"model": cfg.model, "router": cfg.router, "data": cfg.data})
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
