@@ -29,7 +29,6 @@ class RouterOutput:
     escalate: list[float]  # 1 / 0 per case
     scores: list[float] | None  # log-odds (any score where higher = escalate); None: the router gives none
     p: list[float] | None  # fitted probabilities of ESCALATE, for the reliability curve; None: not a probability
-    router_tokens: list[float]
 
 
 def _arrays(cases: Sequence[Case]) -> dict[str, np.ndarray]:
@@ -42,8 +41,8 @@ def _arrays(cases: Sequence[Case]) -> dict[str, np.ndarray]:
     }
 
 
-def _rates(a: Mapping[str, np.ndarray], w: Sequence[float], rtok: Sequence[float], counts: np.ndarray):
-    return stats.policy_rates(w, a["s_ok"], a["r_ok"], a["hard"], a["s_tok"], a["r_tok"], rtok, counts)
+def _rates(a: Mapping[str, np.ndarray], w: Sequence[float], counts: np.ndarray):
+    return stats.policy_rates(w, a["s_ok"], a["r_ok"], a["hard"], a["s_tok"], a["r_tok"], counts)
 
 
 def _num(x: float) -> float | None:
@@ -89,7 +88,7 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
     if len(ranked_only_clusters) != m:
         raise ValueError(f"{m} ranked-only cases but {len(ranked_only_clusters)} clusters")
     for o in outputs:
-        for name in ("escalate", "scores", "p", "router_tokens"):
+        for name in ("escalate", "scores", "p"):
             value = getattr(o, name)
             if value is not None and len(value) != n + m:
                 raise ValueError(f"{o.key}: {len(value)} {name} for {n} replayed + {m} ranked-only cases")
@@ -99,15 +98,14 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
     reps_all = stats.bootstrap_counts(all_clusters, n_boot, seed) if n_boot else np.zeros((0, n + m))
     point, reps = point_all[:, :n], reps_all[:, :n]
     n_clusters = len(set(clusters))
-    zeros = [0.0] * n
     intervals: dict[str, dict[str, Any]] = {}
     rate_reps: dict[str, dict[str, np.ndarray]] = {}
     rate_points: dict[str, dict[str, np.ndarray]] = {}
-    policies = [(o.key, o.escalate[:n], o.router_tokens[:n]) for o in outputs]
-    policies += [(k, list(w), zeros) for k, w in baselines.items()]
-    for key, w, rtok in policies:
-        rate_points[key] = _rates(a, w, rtok, point)
-        rate_reps[key] = _rates(a, w, rtok, reps)
+    policies = [(o.key, o.escalate[:n]) for o in outputs]
+    policies += [(k, list(w)) for k, w in baselines.items()]
+    for key, w in policies:
+        rate_points[key] = _rates(a, w, point)
+        rate_reps[key] = _rates(a, w, reps)
         intervals[key] = {m: stats.interval(_num(rate_points[key][m][0]), rate_reps[key][m], level)
                           for m in RATE_METRICS}
 

@@ -73,12 +73,11 @@ def false_cache_hit_share(cases: Sequence[Case], scores: Sequence[float], percen
 
 def router_ceiling(cases: Sequence[Case], scores: Sequence[float], policy: PolicyMetrics,
                    threshold_logit: float | None, calibrated: str | None,
-                   router_tokens: Sequence[float] | None = None, points: Sequence[SweepPoint] | None = None,
-                   ) -> dict[str, Any]:
+                   points: Sequence[SweepPoint] | None = None) -> dict[str, Any]:
     """One router's ceiling row (flat, the keys tiermem.runs.eval_summary.CEILING_METRICS name, plus the thresholds and
     counts eval.json keeps). `points`: its threshold sweep when eval already ran it."""
     raw = raw_only(cases)
-    points = points if points is not None else sweep_points(cases, scores, router_tokens)
+    points = points if points is not None else sweep_points(cases, scores)
     row: dict[str, Any] = {}
     for w in WITHIN_POINTS:
         best = fewest_tokens_within(points, raw["accuracy"], raw["mean_input_tokens"], w)

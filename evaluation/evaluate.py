@@ -162,6 +162,7 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     wall = round(time.perf_counter() - t0, 3)
     n = len(kept)
     escalate = [1.0 if d.action == "ESCALATE" else 0.0 for d in decisions]
+    # the router's own cost, its own columns: never part of the answering model's tokens or time
     rtok = [float(d.prompt_tokens) for d in decisions]
     rlat = [float(d.latency_s) for d in decisions]
     policy = metrics.replay(cases, escalate[:n], key, rtok[:n], rlat[:n], [d.parsed_ok for d in decisions[:n]])
@@ -185,8 +186,7 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
         if scores is None:
             notes.append(f"{key}: the router gives no score (log-odds or p_escalate); the sweep uses its hard "
                          "decisions (operating point only)")
-        sweep = sweep_of(cases, (scores if scores is not None else escalate)[:n], rtok[:n], rlat[:n],
-                              cfg.recover_shares)
+        sweep = sweep_of(cases, (scores if scores is not None else escalate)[:n], cfg.recover_shares)
     preds = [{"router": key, "conv_id": rec.get("conv_id"), "qid": rec["qid"], "label": rec.get("label"),
               "replayed": i < n, "action": d.action, "score": getattr(d, "score", None), "p_escalate": d.p_escalate,
               "reason": d.reason, "parsed_ok": d.parsed_ok, "latency_s": d.latency_s,
@@ -195,9 +195,9 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
              for i, (rec, d) in enumerate(zip(routed, decisions, strict=True))]
     threshold_used = threshold_logit if threshold_logit is not None else getattr(router, "threshold_logit", None)
     ceiling = None if scores is None else router_ceiling(  # the ranking's ceiling: a threshold chosen on these data
-        cases, scores[:n], policy, threshold_used, calibrated_by(router, threshold_logit), rtok[:n],
+        cases, scores[:n], policy, threshold_used, calibrated_by(router, threshold_logit),
         sweep.points if sweep is not None else None)
-    output = eval_analysis.RouterOutput(key, escalate, scores, probs, rtok)
+    output = eval_analysis.RouterOutput(key, escalate, scores, probs)
     points = {}
     # The router's other calibrated operating points (calibrate's operating_points), each a row of its own; an
     # explicit threshold override means the caller asked for one operating point only.
@@ -209,7 +209,7 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
             sub = f"{key}@{name}"
             points[sub] = {"policy": metrics.replay(cases, esc[:n], sub, rtok[:n], rlat[:n],
                                                     [d.parsed_ok for d in decisions[:n]]),
-                           "output": eval_analysis.RouterOutput(sub, esc, None, None, rtok), "threshold_logit": t,
+                           "output": eval_analysis.RouterOutput(sub, esc, None, None), "threshold_logit": t,
                            "criterion": point.get("criterion")}
     return {"policy": policy, "sweep": sweep, "predictions": preds, "output": output, "wall_s": wall,
             "errors": errors, "threshold_logit": threshold_used, "operating_points": points, "ceiling": ceiling,

@@ -149,8 +149,10 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
                     row = {"conv_id": conv.conv_id, "qid": q.qid, "category": q.category, "policy": policy,
                            "action": ans.action, "answer": ans.answer, "error": ans.error,
                            "router_error": ans.router_error, "router_parsed_ok": ans.router_parsed_ok,
-                           "input_tokens": ans.cost.input_tokens + (int(d.prompt_tokens) if d is not None else 0),
-                           "latency_s": ans.retrieval_s + ans.router_s + ans.cost.wall_s,
+                           # the answering model's; the router's own cost in its own keys, for every router alike
+                           "input_tokens": ans.cost.input_tokens, "latency_s": ans.retrieval_s + ans.cost.wall_s,
+                           "router_tokens": int(d.prompt_tokens) if d is not None else 0,
+                           "router_latency_s": ans.router_s,
                            "p_escalate": getattr(d, "p_escalate", None), "score": getattr(d, "score", None),
                            "parse_failures": ans.research.parse_failures if ans.research is not None else 0,
                            "stop_reason": ans.research.stop_reason if ans.research is not None else None,
@@ -182,7 +184,8 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
              f"- labels were made with rule `{meta['label_rule']}`; both rules are shown", "",
              "| policy | accuracy (outcome) | accuracy (evidence) | LM reply alone | extractive alone "
              "| answer contains gold | fallback rate | parse failures (research steps) | escalation rate "
-             "| mean input tokens | mean latency (s) | errors |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| mean input tokens | mean latency (s) | router tokens | router latency (s) | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for policy in policies:
         m = summary[policy]
         lines.append(f"| {POLICY_TITLES.get(policy, policy)} | {_fmt(m['accuracy_outcome'])} "
@@ -190,7 +193,8 @@ def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> d
                      f"| {_fmt(m['contains_gold'])} "
                      f"| {_fmt(m['fallback_rate'])} | {m['parse_failures']} in {m['researched']} "
                      f"| {_fmt(m['escalation_rate'])} "
-                     f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} | {m['errors']} |")
+                     f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} "
+                     f"| {_fmt(m['mean_router_tokens'], 1)} | {_fmt(m['mean_router_latency_s'], 3)} | {m['errors']} |")
     md_path = out / "live_eval.md"
     write_atomic(md_path, "\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -215,6 +219,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "escalation_rate": sum(r["action"] == "ESCALATE" or bool(r.get("escalated_once")) for r in sub) / len(sub),
             "mean_input_tokens": statistics.mean(r["input_tokens"] for r in sub),
             "mean_latency_s": statistics.mean(r["latency_s"] for r in sub),
+            "mean_router_tokens": statistics.mean(r["router_tokens"] for r in sub),
+            "mean_router_latency_s": statistics.mean(r["router_latency_s"] for r in sub),
             "router_unparseable": sum(r.get("router_parsed_ok") is False for r in sub),
             # grounding (errors count as wrong, as above): the model's reply alone, the extractive quote alone
             "accuracy_lm": sum(bool(r.get("lm_ok")) for r in sub) / len(sub),

@@ -172,10 +172,12 @@ class PolicyMetrics:
     n: int
     accuracy: float
     escalation_rate: float
-    mean_input_tokens: float  # per query, path tokens + the router's own prompt tokens
-    mean_latency_s: float  # per query, path wall time + the router's own latency
-    mean_router_tokens: float
-    mean_router_latency_s: float
+    # per query, the answering model's input tokens on the path taken (never the router's: every router counts
+    # alike, whether it runs a language model or not) and that path's wall time
+    mean_input_tokens: float
+    mean_latency_s: float
+    mean_router_tokens: float  # per query, the tokens the router itself read (its prompt, or its reader's pairs)
+    mean_router_latency_s: float  # per query, the router's own time
     hard_recall: float | None  # share of ESCALATE-labeled cases escalated
     false_cache_hits: float  # ANSWER where only research was right (count; expected count if random)
     false_cache_misses: float  # ESCALATE where the summary path was right
@@ -204,14 +206,14 @@ def _check_weights(cases: Sequence[Case], weights: Sequence[float], name: str) -
     return out
 
 
-def replay_core(cases: Sequence[Case], w: Sequence[float], rtok: Sequence[float],
-                rlat: Sequence[float]) -> dict[str, float]:
+def replay_core(cases: Sequence[Case], w: Sequence[float]) -> dict[str, float]:
+    """Accuracy, escalation rate and the answering model's mean input tokens and latency on the paths taken."""
     n = len(cases)
     if n == 0:
         raise ValueError("no cases to score")
     acc = sum((1 - wi) * c.s_ok + wi * c.r_ok for c, wi in zip(cases, w, strict=True)) / n
-    tok = sum((1 - wi) * c.s_tokens + wi * c.r_tokens + t for c, wi, t in zip(cases, w, rtok, strict=True)) / n
-    lat = sum((1 - wi) * c.s_latency_s + wi * c.r_latency_s + t for c, wi, t in zip(cases, w, rlat, strict=True)) / n
+    tok = sum((1 - wi) * c.s_tokens + wi * c.r_tokens for c, wi in zip(cases, w, strict=True)) / n
+    lat = sum((1 - wi) * c.s_latency_s + wi * c.r_latency_s for c, wi in zip(cases, w, strict=True)) / n
     return {"n": n, "accuracy": acc, "escalation_rate": sum(w) / n, "mean_input_tokens": tok, "mean_latency_s": lat}
 
 
@@ -223,7 +225,8 @@ def replay(
     router_latency_s: Sequence[float] | None = None,
     parsed_ok: Sequence[bool] | None = None,
 ) -> PolicyMetrics:
-    """Score one routing policy. `escalate[i]` is 1 (ESCALATE), 0 (ANSWER) or a probability."""
+    """Score one routing policy. `escalate[i]` is 1 (ESCALATE), 0 (ANSWER) or a probability. The router's own cost
+    (`router_tokens`, `router_latency_s` per case) is its own columns, never added to the paths'."""
     check_replayable(cases, name)
     w = _check_weights(cases, escalate, name)
     zeros = [0.0] * len(cases)
@@ -231,7 +234,7 @@ def replay(
     rlat = [float(t) for t in router_latency_s] if router_latency_s is not None else zeros
     if len(rtok) != len(cases) or len(rlat) != len(cases):
         raise ValueError(f"{name}: router cost lists must have one entry per case")
-    core = replay_core(cases, w, rtok, rlat)
+    core = replay_core(cases, w)
 
     labeled_esc = [wi for c, wi in zip(cases, w, strict=True) if c.label == ESCALATE]
     esc_s_wrong = sum(wi for c, wi in zip(cases, w, strict=True) if not c.s_ok)
@@ -246,7 +249,8 @@ def replay(
     for cat in sorted({c.category for c in cases}):
         idx = [i for i, c in enumerate(cases) if c.category == cat]
         sub = [cases[i] for i in idx]
-        cc = replay_core(sub, [w[i] for i in idx], [rtok[i] for i in idx], [rlat[i] for i in idx])
+        cc = replay_core(sub, [w[i] for i in idx])
+        cc["mean_router_tokens"] = sum(rtok[i] for i in idx) / len(idx)
         cc["summary_only_accuracy"] = sum(c.s_ok for c in sub) / len(sub)
         cc["raw_only_accuracy"] = sum(c.r_ok for c in sub) / len(sub)
         per_category[cat] = cc

@@ -129,15 +129,17 @@ def ranking_table(report: Mapping[str, Any]) -> str:
 
 def headline_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
     head = (
-        "| policy | accuracy | escalation rate | mean input tokens | mean latency (s) | hard-recall "
-        "| false cache hits | false cache misses | RepairRate | RegressRate |"
+        "| policy | accuracy | escalation rate | mean input tokens | mean latency (s) | router tokens "
+        "| router latency (s) | hard-recall | false cache hits | false cache misses | RepairRate | RegressRate |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 12]
     for key in _ordered(policies):
         m = policies[key]
         lines.append(
             f"| {POLICY_TITLES.get(key, key)} | {_fmt(m['accuracy'])} | {_fmt(m['escalation_rate'])} "
-            f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} | {_fmt(m['hard_recall'])} "
+            f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} "
+            f"| {_fmt(m.get('mean_router_tokens'), 1)} | {_fmt(m.get('mean_router_latency_s'), 3)} "
+            f"| {_fmt(m['hard_recall'])} "
             f"| {_fmt(m['false_cache_hits'], 1)} | {_fmt(m['false_cache_misses'], 1)} "
             f"| {_fmt(m['repair_rate'])} | {_fmt(m['regress_rate'])} |"
         )
@@ -255,7 +257,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         out.append("")
     out.append(
         "Accuracy is counterfactual replay: the summary path's correctness when routed ANSWER, the "
-        "research path's when ESCALATE. Tokens and latency include the router's own prompt and time."
+        "research path's when ESCALATE. Input tokens and latency are the answering model's on the path taken; each "
+        "router's own cost (the tokens it read, its time) is in the router columns, counted alike for every router."
     )
     if "routed" in policies:
         r = policies["routed"]
@@ -338,7 +341,7 @@ def write_plot(report: Mapping[str, Any], path: str | Path) -> Path:
                         fmt="none", ecolor=color, elinewidth=0.8, capsize=2, alpha=0.7, zorder=2)
         ax.scatter([m["mean_input_tokens"]], [m["accuracy"]], marker=marker, s=60, color=color, zorder=3,
                    edgecolors="black" if key not in POLICY_ORDER[1:] else None, label=POLICY_TITLES.get(key, key))
-    ax.set_xlabel("mean input tokens per query (incl. router)")
+    ax.set_xlabel("mean input tokens per query (answering model)")
     ax.set_ylabel("accuracy (counterfactual replay)")
     meta = report.get("meta", {})
     level = round(100 * (report.get("uncertainty") or {}).get("level", 0.95))

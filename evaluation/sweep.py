@@ -38,13 +38,9 @@ class SweepResult:
         return d
 
 
-def sweep_points(
-    cases: Sequence[Case],
-    p_escalate: Sequence[float],
-    router_tokens: Sequence[float] | None = None,
-    router_latency_s: Sequence[float] | None = None,
-) -> list[SweepPoint]:
-    """One point per distinct threshold, from never escalating to always escalating.
+def sweep_points(cases: Sequence[Case], p_escalate: Sequence[float]) -> list[SweepPoint]:
+    """One point per distinct threshold, from never escalating to always escalating (the answering model's tokens
+    and latency: the router's own cost does not depend on the threshold).
 
     Tied probabilities escalate together; linear interpolation between points is what a router
     breaking those ties at random would get in expectation.
@@ -52,14 +48,11 @@ def sweep_points(
     if len(p_escalate) != len(cases):
         raise ValueError(f"{len(p_escalate)} probabilities for {len(cases)} cases")
     check_replayable(cases, "sweep")
-    zeros = [0.0] * len(cases)
-    rtok = list(router_tokens) if router_tokens is not None else zeros
-    rlat = list(router_latency_s) if router_latency_s is not None else zeros
     thresholds = [math.inf] + sorted(set(float(p) for p in p_escalate), reverse=True)
     points = []
     for t in thresholds:
         w = [1.0 if decide(p, t) == "ESCALATE" else 0.0 for p in p_escalate]
-        core = replay_core(cases, w, rtok, rlat)
+        core = replay_core(cases, w)
         points.append(
             SweepPoint(t, core["escalation_rate"], core["accuracy"], core["mean_input_tokens"], core["mean_latency_s"])
         )
@@ -120,11 +113,9 @@ def rate_to_recover(
 def sweep(
     cases: Sequence[Case],
     p_escalate: Sequence[float],
-    router_tokens: Sequence[float] | None = None,
-    router_latency_s: Sequence[float] | None = None,
     recover_shares: Sequence[float] = (0.8, 0.95),
 ) -> SweepResult:
-    points = sweep_points(cases, p_escalate, router_tokens, router_latency_s)
+    points = sweep_points(cases, p_escalate)
     weak = sum(c.s_ok for c in cases) / len(cases)
     strong = sum(c.r_ok for c in cases) / len(cases)
     rates = [p.escalation_rate for p in points]

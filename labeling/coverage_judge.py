@@ -13,18 +13,34 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from labeling.dataset import RecordError
-from labeling.judgments import FORMAT, VERDICTS, VERSION, Judgment, parse_judgment, text_digest, units_digest
-from tiermem.data.textfile import read_utf8
+from labeling.judgments import (
+    FORMAT,
+    VERDICTS,
+    VERSION,
+    Judgment,
+    parse_judgment,
+    parse_judgments,
+    text_digest,
+    units_digest,
+)
+from tiermem.data.textfile import decode_utf8, jsonl_records, read_utf8
 from tiermem.llm import LLMError
-from tiermem.runs.safe_io import open_nofollow
+from tiermem.runs.safe_io import check_file_path, open_nofollow
 from tiermem.settings.errors import UsageError
 from tiermem.text.json_text import first_json_object
+
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): one run per judgments file there
+    fcntl = None  # type: ignore[assignment]
 
 WRITER = "tiermem-router label: live coverage judge"
 
@@ -65,11 +81,19 @@ class CoverageJudge:
 
     def judge(self, conv_id: str, qid: str, question: str, gold: str, units: Sequence[Any]) -> dict[str, Any]:
         """One judgment line for these units. LLMError: the call failed, or its reply does not fit the format."""
-        result = self.llm.chat(self.messages(question, gold, units), max_tokens=self.max_tokens, temperature=0.0,
-                               json_schema=COVERAGE_SCHEMA)
-        reply = first_json_object(result.text)
+        messages = self.messages(question, gold, units)
+        params = {"max_tokens": self.max_tokens, "temperature": 0.0, "json_schema": COVERAGE_SCHEMA}
+        result = self.llm.chat(messages, **params)
+        try:
+            return self._line(result.text, conv_id, qid, question, units)
+        except LLMError:
+            self.llm.forget(messages, **params)  # an unfit reply is no answer to keep: a rerun asks again
+            raise
+
+    def _line(self, text: str, conv_id: str, qid: str, question: str, units: Sequence[Any]) -> dict[str, Any]:
+        reply = first_json_object(text)
         if reply is None:
-            raise LLMError(f"coverage judge: no JSON object in its reply {result.text[:120]!r}")
+            raise LLMError(f"coverage judge: no JSON object in its reply {text[:120]!r}")
         texts = [str(_text(u, "text")) for u in units]
         given = {u.get("rank"): u for u in reply.get("units") or [] if isinstance(u, dict)}
         if sorted(k for k in given if isinstance(k, int)) != list(range(1, len(units) + 1)):
@@ -92,18 +116,21 @@ class CoverageJudge:
 
 
 class JudgmentsCache:
-    """The judgments file a live judge appends to: created by the run when absent, appended to only when a live
-    judge created it (its header says so), never through a link; each line flushed and fsynced before use."""
+    """The judgments file a live judge appends to: created by the run when absent (whole, header and all, so a
+    second run never reads it half made), appended to only when a live judge created it (its header says so),
+    never through a link; each line flushed and fsynced before use.
+
+    Several runs may share the file: every append happens under an exclusive lock on it, after reading the lines
+    other writers appended since this run last read it, so a question another run judged first is taken from the
+    file, never appended a second time."""
 
     def __init__(self, path: str | Path) -> None:
         self.path, self.lock = Path(path), threading.Lock()
+        self.read_bytes, self.lines = 0, 0  # how much of the file this run has read: bytes, and lines
         if self.path.is_symlink():
             raise UsageError(f"judgments {self.path}: a symbolic link; the live judge writes no file through a link")
-        if not self.path.exists():
-            header = {"format": FORMAT, "version": VERSION, "writer": WRITER}
-            fd = open_nofollow(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # ours only if we create it
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps(header) + "\n")
+        check_file_path(self.path, "judgments", may_be_new=True)
+        if not self.path.exists() and self._create():
             return
         first = read_utf8(self.path, RecordError).split("\n", 1)[0]
         try:
@@ -115,18 +142,88 @@ class JudgmentsCache:
                              f"writer {WRITER!r}); it is read, never appended to: give llm.coverage a new judgments "
                              "path, or leave llm.coverage out to label with this file alone")
 
-    def append(self, line: dict[str, Any]) -> None:
-        with self.lock, os.fdopen(open_nofollow(self.path, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as f:
-            f.write(json.dumps(line, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    def _create(self) -> bool:
+        """Make the file with its header in one step (a link to a finished file); False when another run made it
+        first."""
+        header = json.dumps({"format": FORMAT, "version": VERSION, "writer": WRITER}) + "\n"
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(header)
+            os.link(tmp, self.path)  # unlike a rename, never replaces a file another run made meanwhile
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    @contextmanager
+    def _locked(self, flags: int, exclusive: bool) -> Iterator[int]:
+        fd = open_nofollow(self.path, flags)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield fd
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def load(self) -> Any:
+        """The whole file as Judgments (a header alone is a file here), remembering how much of it was read."""
+        with self.lock, self._locked(os.O_RDONLY, exclusive=False) as fd:
+            data = _read_from(fd, 0)
+            judgments = parse_judgments(self.path, decode_utf8(data, self.path, RecordError), allow_empty=True)
+            self.read_bytes, self.lines = len(data), data.count(b"\n")
+        return judgments
+
+    def _catch_up(self, fd: int, judgments: Any) -> None:
+        """Add the lines other writers appended since this run last read the file."""
+        data = _read_from(fd, self.read_bytes)
+        if not data:
+            return
+        if not data.endswith(b"\n"):
+            torn = self.lines + data.count(b"\n") + 1
+            raise RecordError(f"{self.path}: line {torn}: cut off (a writer was stopped while appending it); "
+                              "remove that line and rerun")
+        for number, obj in jsonl_records(decode_utf8(data, self.path, RecordError), self.path, RecordError):
+            judgments.add(parse_judgment(obj, f"{self.path}: line {self.lines + number}"))
+        self.read_bytes, self.lines = self.read_bytes + len(data), self.lines + data.count(b"\n")
+
+    def refresh(self, judgments: Any) -> None:
+        """Read what other runs appended, so a question one of them judged is not asked again."""
+        with self.lock, self._locked(os.O_RDONLY, exclusive=False) as fd:
+            self._catch_up(fd, judgments)
+
+    def append(self, line: dict[str, Any], judgments: Any) -> Judgment:
+        """Append `line` and add it to `judgments`, unless another run appended its question first: then theirs."""
+        with self.lock, self._locked(os.O_RDWR | os.O_APPEND, exclusive=True) as fd:
+            self._catch_up(fd, judgments)
+            taken = judgments.by_key.get((line["conv_id"], line["qid"]))
+            if taken is not None:
+                return taken
+            data = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+            judged = parse_judgment(line, f"{self.path}: line {self.lines + 1}")
+            os.write(fd, data)
+            os.fsync(fd)
+            self.read_bytes, self.lines = self.read_bytes + len(data), self.lines + 1
+            judgments.add(judged)
+            return judged
+
+
+def _read_from(fd: int, offset: int) -> bytes:
+    chunks = []
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 def judge_missing(judge: CoverageJudge, cache: JudgmentsCache, judgments: Any, conv_id: str, qid: str,
                   question: str, gold: str, units: Sequence[Any]) -> Judgment:
-    """Judge a question no judgment covers, append it to the cache, and add it to the judgments read."""
-    line = judge.judge(conv_id, qid, question, gold, units)
-    cache.append(line)
-    judged = parse_judgment(line, f"{cache.path}: appended")
-    judgments.add(judged)
-    return judged
+    """The judgment of a question no judgment covered when this run read the file: another run's, appended since,
+    or this judge's, appended to the file and added to the judgments read."""
+    cache.refresh(judgments)
+    judged = judgments.by_key.get((conv_id, qid))
+    if judged is not None:
+        return judged
+    return cache.append(judge.judge(conv_id, qid, question, gold, units), judgments)

@@ -2,14 +2,20 @@
 
 The format (`tiermem-judgments`, version 1) is the seed's conservative coverage judge and its teacher written down:
 line 1 a header `{"format": "tiermem-judgments", "version": 1, ...}`, then per question `conv_id`, `qid`,
-`question`, `units_sha1` (text_digest of the router units' texts joined by "\\n"), `units` (per rank: `unit_id`,
+`question`, `units_sha1` (units_digest of the router units' texts), `units` (per rank: `unit_id`,
 `text_sha1`, `verdict` yes / no / partial: does this unit state the gold answer, `span`: its words that carry it
 or null), `verdict` (could the units together answer without guessing), `reason`, `gold_doubtful` and `teacher`
 (`action`, `confidence` 1-5, `thinking`: decided from the question and units before the gold answer was shown).
 
 A judgment speaks only for the units it read: `Judgments.match` hands one out when the question's router units
-hash to its `units_sha1` (and the question text is the same), and says why not otherwise, so a label run that
-retrieves other units falls back to the lexical rule for that question and counts it, never reusing the verdict.
+hash to its `units_sha1` (and the question text is the same, and the units are as many as it judged), and says why
+not otherwise, so a label run that retrieves other units falls back to the lexical rule for that question and
+counts it, never reusing the verdict.
+
+`units_digest` hashes the texts' JSON list, which no two lists of texts share. Files written before it (the
+shipped `locomo10_dev_judgments.jsonl`) hold the older digest of the texts joined by newlines
+(`legacy_units_digest`), which is read only where it cannot be ambiguous: no unit text holds a newline (then the
+join splits back into the same texts) and the count is the judged one.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from typing import Any
 from labeling.dataset import RecordError
 from tiermem import contract
 from tiermem.data.textfile import jsonl_records, read_utf8
-from tiermem.settings.errors import MissingFileError
+from tiermem.runs.safe_io import check_file_path
+from tiermem.settings.errors import ConfigError, MissingFileError
 
 FORMAT, VERSION = "tiermem-judgments", 1
 VERDICTS = ("yes", "no", "partial")
@@ -36,11 +43,19 @@ MATCH_OUTCOMES = ("matched", "no_judgment", "question_differs", "units_differ")
 
 def text_digest(text: str) -> str:
     """First 16 hex digits of the sha1 of the UTF-8 text: how a judgment names the text it read."""
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]  # a lone surrogate: no crash
 
 
 def units_digest(texts: Sequence[str]) -> str:
-    return text_digest("\n".join(texts))
+    """The digest a judgment names its units by: of their texts as one JSON list (ASCII escapes, so any string,
+    a lone surrogate included, has one encoding)."""
+    return hashlib.sha1(json.dumps(["tiermem-units", 2, *texts]).encode("ascii")).hexdigest()[:16]
+
+
+def legacy_units_digest(texts: Sequence[str]) -> str | None:
+    """The older digest (the texts joined by newlines), or None where it is ambiguous (a text holds a newline:
+    ['a\\nb', 'c'] and ['a', 'b', 'c'] join alike)."""
+    return None if any("\n" in t for t in texts) else text_digest("\n".join(texts))
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,12 @@ class Judgment:
     gold_doubtful: bool
     teacher: TeacherDecision | None
 
+    def reads(self, unit_texts: Sequence[str]) -> bool:
+        """Whether this judgment read exactly these units: as many as it judged, and their digest."""
+        if len(unit_texts) != len(self.units):
+            return False
+        return self.units_sha1 in (units_digest(unit_texts), legacy_units_digest(unit_texts))
+
     @property
     def sufficient(self) -> bool:
         """The conservative reading: only a plain yes says the summaries suffice (partial is no)."""
@@ -105,6 +126,12 @@ def _get(obj: Mapping[str, Any], name: str, kind: Any, where: str, allow_none: b
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise RecordError(f"{where}: field {name!r} must be {names}{' or null' if allow_none else ''}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # JSON's "\ud800" escape: text no UTF-8 file or reply can hold
+            raise RecordError(f"{where}: field {name!r} holds a lone surrogate (U+{ord(value[exc.start]):04X}) at "
+                              f"character {exc.start}: not valid Unicode text") from None
     return value
 
 
@@ -186,23 +213,33 @@ class Judgments:
             return None, "no_judgment"
         if j.question != question:
             return None, "question_differs"
-        if j.units_sha1 != units_digest(unit_texts):
+        if not j.reads(unit_texts):
             return None, "units_differ"
         return j, "matched"
 
     def lookup(self, question: str, unit_texts: Sequence[str]) -> Judgment | None:
         """The judgment of this question over exactly these units, wherever it came from (a router's view: it
         sees no conversation or question id)."""
-        return self.by_units.get((question, units_digest(unit_texts)))
+        for digest in (units_digest(unit_texts), legacy_units_digest(unit_texts)):
+            j = self.by_units.get((question, digest)) if digest else None
+            if j is not None and j.reads(unit_texts):
+                return j
+        return None
 
 
 def load_judgments(path: str | Path, allow_empty: bool = False) -> Judgments:
     """The whole file, or a RecordError naming the file, the line and the field. `allow_empty`: a header alone is
     a file (a live judge's cache before its first judgment)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise MissingFileError(f"judgments file {path} not found (judgments: PATH, a tiermem-judgments .jsonl)")
-    lines = list(jsonl_records(read_utf8(path, RecordError), path, RecordError))
+    check_file_path(path, "judgments")  # a FIFO would block the read for ever, a directory fail inside it
+    return parse_judgments(path, read_utf8(path, RecordError), allow_empty)
+
+
+def parse_judgments(path: str | Path, text: str, allow_empty: bool = False) -> Judgments:
+    """A judgments file's text, read as load_judgments reads the file."""
+    lines = list(jsonl_records(text, path, RecordError))
     if not lines:
         raise RecordError(f"{path}: empty; line 1 must be the header {{\"format\": \"{FORMAT}\", \"version\": 1}}")
     number, header = lines[0]
@@ -217,6 +254,37 @@ def load_judgments(path: str | Path, allow_empty: bool = False) -> Judgments:
 
 
 # ---- what a label run reports -------------------------------------------------------------------
+
+
+def check_covers(path: str | Path, judgments: Judgments, keys: Sequence[tuple[str, str]], allow: bool) -> None:
+    """Before labeling: a judgments file none of whose judgments names one of the selected questions (`keys`:
+    conversation and question ids) is refused unless `allow` (allow_unmatched_judgments)."""
+    if allow or not keys or any(k in judgments.by_key for k in keys):
+        return
+    raise ConfigError(f"judgments {path}: none of its {len(judgments)} judgment(s) names one of the "
+                      f"{len(keys)} selected questions (conv_id and qid): the file of other data? Give the "
+                      "conversations it judged, or allow_unmatched_judgments=true to label by the lexical rule")
+
+
+def check_matched(path: str | Path, stats: dict[str, Any] | None, allow: bool) -> None:
+    """After labeling: a run whose judgments matched none of its questions' units is refused unless `allow` (its
+    records are kept: the rerun with allow_unmatched_judgments=true resumes them)."""
+    if allow or not stats or not stats["questions"] or stats["by_match"]["matched"]:
+        return
+    raise ConfigError(f"judgments {path}: 0 of {stats['questions']} questions judged over their units "
+                      f"({stats['by_match']}): the units this run retrieved are not the ones judged (another "
+                      "memory or top_k?); no dataset written. Rerun with allow_unmatched_judgments=true to label by "
+                      "the lexical rule (the committed records are resumed)")
+
+
+def coverage_line(path: str | Path, stats: dict[str, Any] | None) -> str | None:
+    """The command line's account of the judgments a label run read."""
+    if not stats:
+        return None
+    m = stats["by_match"]
+    return (f"judgments {path}: {m['matched']} of {stats['questions']} questions judged over their units "
+            f"({m['units_differ']} over other units, {m['question_differs']} with another question text, "
+            f"{m['no_judgment']} not judged: the lexical rule for those)")
 
 
 def judged_stats(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

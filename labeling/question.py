@@ -195,14 +195,15 @@ def _judged(ctx: Context, q: Question, rec: dict[str, Any]) -> Judgment | None:
     `judgment`); None when the run reads no judgments or none matches (the lexical rule decides)."""
     if ctx.judgments is None:
         return None
-    judged, rec["judgment_match"] = ctx.judgments.match(rec["conv_id"], rec["qid"], q.question,
-                                                        [u["text"] for u in rec["router_summaries"]])
+    texts = [u["text"] for u in rec["router_summaries"]]
+    judged, rec["judgment_match"] = ctx.judgments.match(rec["conv_id"], rec["qid"], q.question, texts)
     if judged is None and ctx.coverage is not None and rec["judgment_match"] == "no_judgment" \
             and not rec.get("augmentation"):  # a question never judged: the live judge, once (LLMError propagates)
         judge, cache = ctx.coverage
-        judged = judge_missing(judge, cache, ctx.judgments, rec["conv_id"], rec["qid"], q.question, q.answer,
-                               rec["router_summaries"])
-        rec["judgment_match"] = "matched"
+        judge_missing(judge, cache, ctx.judgments, rec["conv_id"], rec["qid"], q.question, q.answer,
+                      rec["router_summaries"])
+        # another run sharing the file may have judged it first, over other units: matched as any judgment
+        judged, rec["judgment_match"] = ctx.judgments.match(rec["conv_id"], rec["qid"], q.question, texts)
     rec["s_ok_by"] = "lexical" if judged is None else "judgment"
     if judged is not None:
         rec["judgment"] = json.dumps(judged.to_record())

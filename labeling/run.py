@@ -40,7 +40,7 @@ from labeling.coverage_judge import CoverageJudge, JudgmentsCache
 from labeling.evidence import Reading
 from labeling.hub import push_dataset
 from labeling.judges import LexicalJudge
-from labeling.judgments import load_judgments
+from labeling.judgments import check_covers, check_matched, load_judgments
 from labeling.minimal_pairs import for_dataset, label_with_pairs, retrieval_depth, with_variants
 from labeling.question import Context, error_record
 from labeling.report import build_stats, write_report
@@ -57,7 +57,7 @@ from tiermem.data.time_order import time_order_stats
 from tiermem.llm import LLMError
 from tiermem.memory import MemoryRuntime
 from tiermem.runs.rundir import RunError, check_output_dir, claim_cache_dir, claim_output_dir, claimed_output_dir
-from tiermem.runs.safe_io import save_into, write_atomic, write_stream
+from tiermem.runs.safe_io import check_file_path, save_into, write_atomic, write_stream
 from tiermem.settings.config import to_dict
 from tiermem.settings.errors import UsageError
 
@@ -92,12 +92,22 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     if cfg.shard is not None:
         check_output_dir(shard_dir(out, *parse_shard(cfg.shard)), "label")
+    check_judgments_file(cfg)
     conversations = selected_conversations(cfg)
+    if cfg.judgments and cfg.llm.coverage is None:  # a live judge covers what the file does not
+        check_covers(cfg.judgments, load_judgments(cfg.judgments),
+                     [(c.conv_id, q.qid) for c in conversations for q in c.questions], cfg.allow_unmatched_judgments)
     if cfg.shard is not None:
         return _run_shard(cfg, roles, embedder, conversations, started)
     # Held until the run ends: a second run on this directory would append every record a second time.
     with claimed_output_dir(out, "label"):
         return _run_claimed(cfg, roles, embedder, conversations, started)
+
+
+def check_judgments_file(cfg: LabelConfig) -> None:
+    """`judgments`: a regular file, or (a live judge writes it) a new path in an existing folder, before any work."""
+    if cfg.judgments:
+        check_file_path(cfg.judgments, "judgments", may_be_new=cfg.llm.coverage is not None)
 
 
 def selected_conversations(cfg: LabelConfig) -> list[Conversation]:
@@ -163,7 +173,7 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
     roles = roles or Roles.from_config(cfg)
     lexical = LexicalJudge(cfg.judge_threshold, cfg.evidence.date_order)
     cache = JudgmentsCache(cfg.judgments) if roles["coverage"] is not None else None  # created here when absent
-    judgments = load_judgments(cfg.judgments, allow_empty=cache is not None) if cfg.judgments else None
+    judgments = cache.load() if cache is not None else load_judgments(cfg.judgments) if cfg.judgments else None
     ctx = Context(cfg, roles, lexical, data_format(cfg, cfg.data_path), judgments=judgments,
                   coverage=None if cache is None else (CoverageJudge(roles["coverage"]), cache))
     # A tiers_dir of its own is a cache other runs may share; the default one lives inside this run.
@@ -308,6 +318,7 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
         write_stream(stage / "all_records.jsonl", lambda fh: fh.writelines(
             (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8") for rec in records))
         stats = build_stats(records, cfg.label_rule, llm_judge=llm_judge)
+        check_matched(cfg.judgments, stats.get("judgments"), cfg.allow_unmatched_judgments)
         dropped_turns = dropped_turns or {}
         stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
                       "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": llm_stats,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from labeling.config import DEFAULT_CONFIG, LabelConfig
-from labeling.run import run
+from labeling.judgments import coverage_line
+from labeling.run import check_judgments_file, run
 from labeling.shards import print_merged
 from tiermem.settings.config import parse_cli
 from tiermem.settings.errors import UsageError
@@ -14,6 +15,7 @@ from tiermem.settings.errors import UsageError
 
 def label(cfg: LabelConfig, roles: Any = None, embedder: Any = None) -> dict[str, Any]:
     """Label as the config says: here (the stats of `run`), or on Ray (the merge's stats)."""
+    check_judgments_file(cfg)
     if cfg.executor == "ray":
         if roles is not None or embedder is not None:
             raise UsageError("executor=ray: every shard builds its roles and embedder from the config in its own "
@@ -44,5 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         pairs = stats["minimal_pairs"]
         print(f"minimal pairs: {pairs['train_rows']} in the train split ({pairs['emitted']} emitted, "
               f"{pairs['held_out']} of validation/test conversations left out)")
+    judged = coverage_line(cfg.judgments, stats.get("judgments"))
+    if judged:
+        print(judged)
     print(f"outputs: {cfg.output_dir}/dataset, all_records.jsonl, stats.json, report.md")
     return 0 if stats["errors"] == 0 else 1

@@ -17,8 +17,8 @@ from tiermem.runs.eval_summary import Interval, ceiling_table
 from tiermem.runs.run_meta import RunMeta
 
 # The eval table's columns: EvalSummary's point metrics, each with its interval where eval.json has one.
-EVAL_COLUMNS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
-                "repair_rate", "regress_rate")
+EVAL_COLUMNS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "mean_router_tokens",
+                "hard_recall", "repair_rate", "regress_rate")
 # what each score router's weights are, for the card's first lines (an LM router: its adapter or merged weights)
 SCORE_WEIGHTS = {
     "unit-reader": "a cross-encoder (base `{reader}`: `model.safetensors`, "

@@ -14,12 +14,13 @@ reads, prints or writes it. HF_ENDPOINT points the client at another hub (the te
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.model_card import render_card, write_run_card
+from serving.model_card import render_card, save_with_card, write_run_card
 from serving.portable import portable_adapter_config, portable_meta
 from tiermem import contract
 from tiermem.models.specs import ADAPTER_CONFIG_FILE, hub_id, make_adapter_portable
@@ -28,8 +29,10 @@ from tiermem.runs.run_meta import (
     RUN_META_FILE,
     SIGNAL_HEAD_FILE,
     RunMeta,
+    RunMetaFile,
     meta_json,
     read_run_meta,
+    sha256_file,
     verify_files,
 )
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
@@ -92,17 +95,44 @@ def required_files(meta: RunMeta) -> list[str]:
     return list(meta.files or {})
 
 
+def pushed_meta(run_dir: Path, meta: RunMeta) -> RunMeta:
+    """The metadata as uploaded (portable_meta), recording the sha256 of the adapter config as uploaded: the pulled
+    router proves the file it holds."""
+    pushed = portable_meta(meta)
+    if pushed.files and ADAPTER_CONFIG_FILE in pushed.files:
+        digest = hashlib.sha256(_pushed_adapter_config(run_dir, meta)).hexdigest()
+        pushed.files = {**pushed.files, ADAPTER_CONFIG_FILE: digest}
+    return pushed
+
+
 def pushed_content(run_dir: Path, meta: RunMeta, name: str, card: str) -> bytes | str:
     """A file as it is uploaded: the metadata, card and adapter config with no path of this machine (the run keeps
     its own, which its loaders read); every other file as it is on disk."""
     if name == RUN_META_FILE:
-        return meta_json(portable_meta(meta)).encode()
+        return meta_json(pushed_meta(run_dir, meta)).encode()
     if name == CARD_FILE:
         return card.encode()
     if name == ADAPTER_CONFIG_FILE:
-        base = hub_id(meta.base_model) or portable_meta(meta).base_model
-        return portable_adapter_config((run_dir / name).read_text(encoding="utf-8"), base).encode()
+        return _pushed_adapter_config(run_dir, meta)
     return str(run_dir / name)
+
+
+def _portable_adapter(run_dir: Path, meta: RunMeta) -> RunMeta:
+    """The run's adapter config naming its base by hub id (make_adapter_portable): checked above, only that name
+    changes, so the run records the new file's sha256 (and goes on proving it)."""
+    make_adapter_portable(run_dir, meta.base_model)
+    digest = sha256_file(run_dir / ADAPTER_CONFIG_FILE)
+    if meta.files is None or meta.files.get(ADAPTER_CONFIG_FILE) in (None, digest):
+        return meta
+    record = RunMetaFile.open(run_dir)
+    record.meta.files = {**(record.meta.files or {}), ADAPTER_CONFIG_FILE: digest}
+    save_with_card(record)
+    return record.meta
+
+
+def _pushed_adapter_config(run_dir: Path, meta: RunMeta) -> bytes:
+    base = hub_id(meta.base_model) or portable_meta(meta).base_model
+    return portable_adapter_config((run_dir / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"), base).encode()
 
 
 def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
@@ -117,9 +147,11 @@ def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
     if get_token() is None:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
     if meta.adapter:  # runs saved before adapters were made portable still name this machine's base path
-        make_adapter_portable(run_dir, meta.base_model)
+        meta = _portable_adapter(run_dir, meta)
     write_run_card(run_dir, meta)  # the run's own card, from the metadata it loads from
-    card = str(render_card(meta, cfg.repo_id, license=cfg.license, datasets=cfg.datasets, tags=cfg.tags))
+    # rendered from the metadata as uploaded (portable_meta leaves it as it is), so the card names its digest
+    card = str(render_card(pushed_meta(run_dir, meta), cfg.repo_id, license=cfg.license, datasets=cfg.datasets,
+                           tags=cfg.tags))
     files = sorted({*push_files(run_dir, meta), RUN_META_FILE, CARD_FILE})
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=pushed_content(run_dir, meta, name, card))
                   for name in files]

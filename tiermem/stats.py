@@ -82,15 +82,14 @@ def weighted_ratio(num: Sequence[float], den: Sequence[float], counts: np.ndarra
 
 def policy_rates(escalate: Sequence[float], s_ok: Sequence[bool], r_ok: Sequence[bool],
                  label_escalate: Sequence[bool], s_tokens: Sequence[float], r_tokens: Sequence[float],
-                 router_tokens: Sequence[float], counts: np.ndarray) -> dict[str, np.ndarray]:
+                 counts: np.ndarray) -> dict[str, np.ndarray]:
     """The eval table's rates per replicate, with metrics.replay's definitions (rates instead of counts for the
-    false cache hits / misses: per question over all replayed questions)."""
+    false cache hits / misses: per question over all replayed questions; the answering model's input tokens)."""
     w = np.asarray(escalate, dtype=np.float64)
     s = np.asarray(s_ok, dtype=np.float64)
     r = np.asarray(r_ok, dtype=np.float64)
     hard = np.asarray(label_escalate, dtype=np.float64)
-    tok = (1 - w) * np.asarray(s_tokens, dtype=np.float64) + w * np.asarray(r_tokens, dtype=np.float64) \
-        + np.asarray(router_tokens, dtype=np.float64)
+    tok = (1 - w) * np.asarray(s_tokens, dtype=np.float64) + w * np.asarray(r_tokens, dtype=np.float64)
     return {
         "accuracy": weighted_mean((1 - w) * s + w * r, counts),
         "escalation_rate": weighted_mean(w, counts),

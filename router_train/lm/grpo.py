@@ -27,10 +27,12 @@ from typing import Any
 from serving.routers.lm_head import action_token_ids
 from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
+from tiermem.models.adapter import BASE_KEY, base_config_digest
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
+from tiermem.runs.safe_io import check_file_path
 from tiermem.settings.config import ConfigError, parse_cli
 from tiermem.settings.errors import stage_main
 
@@ -45,12 +47,13 @@ from .grpo_inputs import (
 )
 from .recipe_config import RecipeConfig, build_trl_config, trainer_args
 from .rewards import build_reward_funcs
-from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights
+from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights, trunk_data
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
 CURVES_FILE = "reward_curves.json"
 COMPLETIONS = ("action_token", "text")
+SCALE_REWARDS = ("group", "batch", "none")  # what TRL's GRPOTrainer computes advantages with
 
 
 RECIPE_DEFAULTS: dict[str, Any] = {
@@ -127,6 +130,8 @@ def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
     if cfg.completion == "text":
         defaults["max_completion_length"] = 24  # the action comes first; the reason need not finish
     args = build_trl_config(GRPOConfig, trainer_args(defaults, cfg.cpu_defaults, cfg.trainer))
+    if args.scale_rewards not in SCALE_REWARDS:  # TRL reads it only at the first step, once the model is loaded
+        raise ConfigError(f"trainer.scale_rewards must be one of {list(SCALE_REWARDS)}, got {args.scale_rewards!r}")
     if cfg.completion == "action_token" and args.max_completion_length != 1:
         raise ConfigError(f"completion action_token samples the action's first token: trainer.max_completion_length "
                           f"must be 1, got {args.max_completion_length} (completion=text generates the JSON)")
@@ -138,6 +143,8 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
     if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
     refuse_output_over_input(cfg.output_dir, "grpo", {"router": cfg.router, "model": cfg.model})
+    if cfg.trunk_from:
+        check_file_path(cfg.trunk_from, "trunk_from")
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
     with launch_run_dir(cfg.output_dir, "grpo", leader=is_launch_leader()):
         return _train(cfg, args)
@@ -154,6 +161,7 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     refit, prior_head = wants_signal_head(cfg, sft_info), wants_prior_head(cfg, sft_info)
     train_rows, natural, val_rows, data_info = load_reward_rows(cfg, tokenizer, cfg.completion == "action_token"
                                                                 or args.eval_strategy != "no", refit or prior_head)
+    data_info[BASE_KEY] = base_config_digest(model.config)  # which base the adapter is proven over
     action_ids = action_token_ids(tokenizer, train_rows["prompt"][0]) if cfg.completion == "action_token" else None
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
                                       args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows),
@@ -192,7 +200,9 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
         head, text_weight, data_info["signal_head"] = refit_head(cfg, trainer, tokenizer, natural, val_rows)
         save_logistic(Path(cfg.output_dir) / SIGNAL_HEAD_FILE, head)
     if trainer.trunk is not None:  # prompts whose bottom layers ran here, and those read from trunk_from
-        data_info["trunk_states"] = {"computed": trainer.trunk.misses, "from_trunk_from": trainer.trunk.reused}
+        data_info["trunk_states"] = {"computed": trainer.trunk.misses, "from_trunk_from": trainer.trunk.reused,
+                                     **(trunk_data(trainer.trunk, cfg.output_dir, cfg.trunk_from).get(
+                                         "trunk_states") or {})}
     curves = reward_curves(trainer.state.log_history)
     learned = _learned(cfg, curves, probe, bound, before, kept.get("step"), head, text_weight, val_rows)
     for warning in learned["warnings"]:

@@ -57,7 +57,9 @@ class DecisionGRPOTrainer(GRPOTrainer):
                              "mask_truncated_completions would mask them all")
         top = top_layers_holding(self.model, "trainable")
         if action_token and frozen_trunk and top is not None and supports_trunk(self.model):
-            self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from)
+            # trunk_from is read only when the SFT run that wrote it recorded its sha256
+            self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from, writer=self.args.output_dir,
+                                     proven=True)
 
     def _fast(self) -> bool:
         args = self.args

@@ -24,6 +24,7 @@ token), so it is the same token serving scores (serving.routers.local reads the 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,8 @@ from trl import SFTTrainer
 from serving.signals import LogisticModel
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 from tiermem.settings.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 TEXT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid loss.text_weight=null chooses from
 REWARD_COLUMNS = ("reward_answer", "reward_escalate")
@@ -136,7 +139,11 @@ class RouterSFTTrainer(SFTTrainer):
         self.trunk = None
         top = top_layers_holding(self.model, "trainable")
         if loss.kind != "lm" and loss.frozen_trunk and top is not None and supports_trunk(self.model):
-            self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache)
+            # read only when the run that wrote it recorded its sha256; what was recomputed or left alone is said
+            self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache, writer=self.args.output_dir,
+                                     proven=True)
+            for note in self.trunk.notes:
+                log.warning("%s", note)
         # After the trunk check: the head's parameters are not in a decoder layer. A submodule of the model, so
         # the trainer's optimizer updates it with the adapter.
         self.signal_head = None

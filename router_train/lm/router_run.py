@@ -13,6 +13,7 @@ from typing import Any
 
 from router_train.lm.recipe_config import training_device
 from tiermem import contract
+from tiermem.models.adapter import BASE_KEY
 from tiermem.models.specs import make_adapter_portable
 from tiermem.runs import safe_io
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta, verify_files
@@ -24,9 +25,9 @@ SAVE_STAGING = ".trainer-save"  # trainer.save_model writes here; the files are 
 
 def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any, RunMeta]:
     """Base model + the run's LoRA adapter; refuses a run saved under another contract version."""
-    from peft import PeftModel
     from transformers import AutoTokenizer
 
+    from tiermem.models.adapter import load_adapter
     from tiermem.models.specs import load_causal_lm
 
     run_dir = Path(run_dir)
@@ -37,7 +38,7 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
     verify_files(run_dir, meta)  # GRPO starts from these weights: the same check as serving them
     base, _ = load_causal_lm(meta.base_model, device=training_device())
     tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
-    model = PeftModel.from_pretrained(base, str(run_dir), is_trainable=trainable)
+    model = load_adapter(base, run_dir, meta, trainable=trainable)
     # The saved config names the base by hub id (portable); in memory it names the local copy just loaded, so
     # PEFT's save-time vocabulary check reads that copy instead of querying the hub (offline: a warning).
     for adapter_config in model.peft_config.values():
@@ -60,6 +61,8 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
     from serving.model_card import save_with_card
 
     safe_io.save_pretrained(tokenizer, output_dir)
+    if meta.adapter and BASE_KEY not in meta.data:
+        raise ValueError(f"the metadata of an adapter run names no base identity (data.{BASE_KEY})")
     if meta.adapter:
         base = make_adapter_portable(output_dir, meta.base_model)
         if base is None:
@@ -124,6 +127,22 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path,
     safe_io.move_into(staging, output_dir)
     shutil.rmtree(staging, ignore_errors=True)
     return train_metrics
+
+
+def trunk_data(trunk: Any, output_dir: str | Path, read_from: str | None = None) -> dict[str, Any]:
+    """`data.trunk_states` of a run's metadata: the state file the run wrote (its sha256, which the next run that
+    reads the file checks), or the one it read (`read_from`: GRPO's trunk_from), and what was said of it."""
+    from tiermem.models.trunk_file import RECORD_KEY, trunk_record
+
+    if read_from is not None:
+        path, written, sequences = Path(read_from), False, len(trunk.prefix_states)
+    else:
+        path, written = trunk.cache_file, trunk.writable
+        sequences = len(trunk.cache) if written else trunk.saved or 0
+    if path is None or not path.is_file():
+        return {}
+    record = trunk_record(path, output_dir, trunk.fingerprint, sequences, written)
+    return {RECORD_KEY: {**record, "notes": list(trunk.notes)} if trunk.notes else record}
 
 
 def save_and_report(stage: str, model: Any, tokenizer: Any, meta: RunMeta, output_dir: str | Path,

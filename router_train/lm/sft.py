@@ -18,17 +18,19 @@ from typing import Any
 from serving.routers.lm_head import action_token_ids
 from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
+from tiermem.models.adapter import BASE_KEY, base_config_digest
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RunMeta
 from tiermem.runs.rundir import launch_run_dir
+from tiermem.runs.safe_io import check_file_path, refuse_link
 from tiermem.settings.config import parse_cli
 from tiermem.settings.errors import stage_main
 
 from .decisions import decision_reports
 from .objectives import REWARD_COLUMNS, REWARD_LOSSES, LossConfig, RouterSFTTrainer, balanced_class_weights
 from .recipe_config import RecipeConfig, build_trl_config, trainer_args
-from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights
+from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights, trunk_data
 from .sft_head import epoch_choice_callback, initial_signal_head, trained_signal_head
 from .sft_inputs import load_model, load_rows, token_lengths
 
@@ -85,6 +87,9 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
     from transformers import set_seed
 
     args = build_sft_config(cfg)  # validates the trainer mapping before any model is loaded
+    if cfg.loss.trunk_cache:  # written after training: a path it could not be written to is named now
+        refuse_link(check_file_path(cfg.loss.trunk_cache, "loss.trunk_cache", may_be_new=True,
+                                    made_here=cfg.output_dir))
     set_seed(cfg.seed)
     refuse_output_over_input(cfg.output_dir, "sft", {"model": cfg.model, "router": cfg.router, "data": cfg.data})
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
@@ -95,6 +100,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
 def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
     model, tokenizer, base_spec, peft_config, init_meta = load_model(cfg)
     train_rows, val_rows, data_info = load_rows(cfg, tokenizer)
+    data_info[BASE_KEY] = base_config_digest(model.config)  # which base the adapter is proven over
     head_init, centre_head = initial_signal_head(cfg, train_rows, init_meta, cfg.router)
     data_info.update(token_lengths(train_rows, tokenizer, args.max_length))
     log.info("SFT on %d rows (%s), validation %s", len(train_rows), data_info["train_labels_after_balance"],
@@ -139,6 +145,7 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
     }
     if trainer.trunk is not None:  # again: the reports added the validation prompts' states, which GRPO reads
         trainer.trunk.save()
+        data_info.update(trunk_data(trainer.trunk, cfg.output_dir))
     if metrics["validation"] is None:
         log.warning("no labeled validation rows: validation metrics are missing from this run")
     meta = RunMeta(

@@ -100,19 +100,16 @@ def head_targets(rows: Sequence[dict[str, Any]], head_target: str) -> list[float
     """Each labeled row's target for the head: 1.0 / 0.0 for ESCALATE / ANSWER, or under `teacher` the recorded
     teacher decision's probability of ESCALATE (labeling.judgments.TeacherDecision.p_escalate), the label where
     the row has no recorded decision."""
-    import json
-
-    from labeling.judgments import TeacherDecision
+    from labeling.teacher import teacher_decision
 
     if head_target not in HEAD_TARGETS:
         raise DataError(f"head target must be one of {HEAD_TARGETS}, got {head_target!r}")
     out = []
-    for r in rows:
+    for i, r in enumerate(rows):
         y = 1.0 if r["label"] == "ESCALATE" else 0.0
-        teacher = json.loads(r["teacher"]) if head_target == "teacher" and r.get("teacher") else None
-        if teacher and teacher.get("confidence") and teacher.get("parsed_ok", True):
-            y = TeacherDecision(teacher["action"], int(teacher["confidence"]), "").p_escalate()
-        out.append(y)
+        decision = (teacher_decision(r.get("teacher"), f"record {i} (qid={r.get('qid')!r})")
+                    if head_target == "teacher" else None)
+        out.append(y if decision is None else decision.p_escalate())
     return out
 
 

@@ -191,14 +191,20 @@ class ScoreRouter(Router):
         this, the rest only `score()`."""
         return self.score(questions, summaries), None, None
 
+    def scored_reading(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> tuple[Any, Any, Any, Any]:
+        """`scored`, and the tokens the router read per question to score it: none for a router that runs no model
+        over the text (a router with a reader overrides this)."""
+        scores, parts, clipped = self.scored(questions, summaries)
+        return scores, parts, clipped, [0] * len(scores)
+
     def route_batch(self, questions, summaries, threshold_logit=None):
         check_lengths(questions, summaries)
         t = self._threshold_logit(threshold_logit)
         started = time.perf_counter()
-        scores, parts, clipped = self.scored(questions, summaries)
+        scores, parts, clipped, tokens = self.scored_reading(questions, summaries)
         dt = (time.perf_counter() - started) / max(len(scores), 1)
         parts, clipped = parts or [None] * len(scores), clipped or [None] * len(scores)
         return [Decision(decide(s, t), sigmoid(s) if self.probabilistic else None,
                          f"{self.kind} score {s:.3f}" + (f" (text {p['text']:.3f})" if p and "text" in p else "")
-                         + f" vs threshold {t:.3f}", True, dt, 0, score=s, score_parts=p, clipped=c)
-                for s, p, c in zip(scores, parts, clipped, strict=True)]
+                         + f" vs threshold {t:.3f}", True, dt, int(n), score=s, score_parts=p, clipped=c)
+                for s, p, c, n in zip(scores, parts, clipped, tokens, strict=True)]

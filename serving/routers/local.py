@@ -132,14 +132,14 @@ class LocalRouter(Router):
                                   f"with kind={meta.router_kind} (or Router.from_pretrained, which reads the kind)")
         trunk_layers = None
         if (run_dir / "adapter_config.json").is_file():
-            from peft import PeftModel
+            from tiermem.models.adapter import load_adapter
 
             base = base_model or meta.base_model
             if base.startswith(LOCAL_BASE):
                 raise RouterLoadError(f"router {path_or_hub_id}: its base model was a {base} on the machine that "
                                       "trained it (no hub id); pass router.base_model=PATH (or base_model=PATH)")
             model, tokenizer = load_causal_lm(base, dtype=dtype, device=device)
-            model = PeftModel.from_pretrained(model, str(run_dir))
+            model = load_adapter(model, run_dir, meta)  # over the base it was trained on, every weight in place
             if trunk_cache is not None:
                 trunk_layers = top_layers_holding(model, "lora")
             if merge:  # one set of weights: no LoRA matmuls per layer at inference

@@ -10,6 +10,7 @@ row asked live.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -59,13 +60,15 @@ class RecordedTeacherRouter(ScoreRouter):
         t = self._threshold_logit(threshold_logit)
         out = []
         for q, units in zip(questions, summaries, strict=True):
+            started = time.perf_counter()
             d = self._decision(q, units)  # looked up once per question: its score and its decision
             s = self._score(d)
+            dt = time.perf_counter() - started  # a lookup: measured as every router's time is, reads no tokens
             if d is None:
                 self.unrecorded += 1
-                out.append(Decision(contract.ACTIONS[1], 1.0, "no recorded decision for these units", False, 0.0, 0,
+                out.append(Decision(contract.ACTIONS[1], 1.0, "no recorded decision for these units", False, dt, 0,
                                     error="no recorded teacher decision for this question over these units",
                                     score=s))
                 continue
-            out.append(Decision(decide(s, t), d.p_escalate(), d.thinking, True, 0.0, 0, score=s))
+            out.append(Decision(decide(s, t), d.p_escalate(), d.thinking, True, dt, 0, score=s))
         return out

@@ -82,15 +82,23 @@ def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Seque
                 ) -> list[list[tuple[float, ...]]]:
     """Every question's unit scores, (classifier logit,) or (classifier logit, span margin) per unit, all pairs of a
     call scored in shared batches (one forward pass gives both)."""
+    return unit_reading(reader, questions, summaries)[0]
+
+
+def unit_reading(reader: CrossEncoder, questions: Sequence[str], summaries: Sequence[Summaries]
+                 ) -> tuple[list[list[tuple[float, ...]]], list[int]]:
+    """unit_logits, and the tokens the reader read for each question (all its units' pairs)."""
     pairs = [(q, unit_text(u)) for q, units in zip(questions, summaries, strict=True) for u in units]
     got = reader.read([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else None
     flat = [] if got is None else (list(zip(got.logits, got.span_margins, strict=True)) if got.span_margins
                                    is not None else [(v,) for v in got.logits])
-    out, start = [], 0
+    read = [] if got is None else got.tokens or [0] * len(flat)
+    out, tokens, start = [], [], 0
     for units in summaries:
         out.append(flat[start: start + len(units)])
+        tokens.append(sum(read[start: start + len(units)]))
         start += len(units)
-    return out
+    return out, tokens
 
 
 def head_matrix(questions: Sequence[str], summaries: Sequence[Summaries], logits: Sequence[Sequence[Any]],
@@ -159,16 +167,21 @@ class UnitReaderRouter(ScoreRouter):
                ) -> tuple[list[float], list[dict[str, float]], list[list[str]]]:
         """The one scorer: log-odds of ESCALATE per question, what it is made of, and the head's inputs clipped to
         the training range. With text weight 0 the reader is not run (the decision is the signals')."""
+        return self.scored_reading(questions, summaries)[:3]
+
+    def scored_reading(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> tuple[Any, Any, Any, Any]:
+        """`scored`, and the tokens the reader read per question (none with text weight 0)."""
         check_lengths(questions, summaries)
         if not len(questions):
-            return [], [], []
-        logits = (unit_logits(self.reader, questions, summaries) if self.text_weight
-                  else [[(NO_UNIT_LOGIT, NO_UNIT_LOGIT)] * len(s) for s in summaries])
+            return [], [], [], []
+        logits, tokens = (unit_reading(self.reader, questions, summaries) if self.text_weight
+                          else ([[(NO_UNIT_LOGIT, NO_UNIT_LOGIT)] * len(s) for s in summaries], [0] * len(summaries)))
         x = head_matrix(questions, summaries, logits, self.pooling, self.text_scores)
         score, parts = head_parts(self.head, x, self.text_weight)
         clipped = self.head.clipped_features(
             x, skip=() if self.text_weight else text_features(self.pooling, self.text_scores))
-        return score.tolist(), [{k: float(v[i]) for k, v in parts.items()} for i in range(len(questions))], clipped
+        return (score.tolist(), [{k: float(v[i]) for k, v in parts.items()} for i in range(len(questions))], clipped,
+                tokens)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
         return self.scored(questions, summaries)[0]

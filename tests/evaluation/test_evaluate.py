@@ -71,7 +71,9 @@ def test_evaluate_records_with_router(dataset_dir, tmp_path):
     # q2, q4 answered from summaries (right); q3 escalated (right); q5 escalated (both wrong)
     assert routed["accuracy"] == pytest.approx(3 / 4)
     assert routed["escalation_rate"] == pytest.approx(0.5)
-    assert routed["mean_input_tokens"] == pytest.approx((200 + 2000 + 200 + 2000) / 4 + 100)
+    # the answering model's tokens; the router's own prompt tokens in their own column
+    assert routed["mean_input_tokens"] == pytest.approx((200 + 2000 + 200 + 2000) / 4)
+    assert routed["mean_router_tokens"] == pytest.approx(100)
     assert report["policies"]["summary_only"]["accuracy"] == pytest.approx(0.5)
     assert report["policies"]["raw_only"]["accuracy"] == pytest.approx(0.5)
     assert report["policies"]["random"]["escalation_rate"] == pytest.approx(0.5)

@@ -29,7 +29,7 @@ def report(tmp_path):
             "label_rule": "outcome", "threshold_logit": 0.5, "plot": str(tmp_path / "eval.png"),
             "notes": ["hand-built records"]}
     return R.build_report(routed=routed, baselines=M.baselines(cases, routed.escalation_rate),
-                          sweep=S.sweep(cases, p, [12] * 5, [0.2] * 5), meta=meta)
+                          sweep=S.sweep(cases, p), meta=meta)
 
 
 def test_json_roundtrip(report, tmp_path):
@@ -38,7 +38,8 @@ def test_json_roundtrip(report, tmp_path):
     assert list(data["policies"]) == ["routed", "summary_only", "raw_only", "oracle", "random"]
     assert data["policies"]["routed"]["accuracy"] == pytest.approx(0.8)  # C and D escalated
     assert data["policies"]["routed"]["unparseable"] == 1
-    assert data["policies"]["routed"]["mean_input_tokens"] == pytest.approx(460 + 12)
+    assert data["policies"]["routed"]["mean_input_tokens"] == pytest.approx(460)  # the router's 12 apart
+    assert data["policies"]["routed"]["mean_router_tokens"] == pytest.approx(12)
     assert data["sweep"]["apgr"] == pytest.approx(1.3)
     assert data["sweep"]["points"][0]["threshold_logit"] is None
     assert data["meta"]["router"] == "unit-router"
@@ -53,7 +54,8 @@ def test_markdown_table(report, tmp_path):
                   "random at routed rate (expected)"):
         assert title in rows, title
     routed_cells = [c.strip() for c in rows["routed"].split("|")[1:-1]]
-    assert routed_cells[1:4] == ["0.800", "0.400", "472.0"]
+    assert routed_cells[1:4] == ["0.800", "0.400", "460.0"]
+    assert routed_cells[5:7] == ["12.0", "0.200"]  # the router's own tokens and latency, in their own columns
     assert [c.strip() for c in rows["summary-only"].split("|")[1:3]] == ["summary-only", "0.400"]
     assert "Unparseable router outputs (counted as ESCALATE): 1" in text
     assert "APGR (average gap recovered over escalation rates 0..1; random = 0.5): 1.300" in text

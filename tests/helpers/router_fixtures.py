@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem import contract
+from tiermem.models.adapter import BASE_KEY, base_config_digest
 from tiermem.models.specs import cache_root
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta
 
@@ -246,6 +247,7 @@ def _build(root: Path) -> None:
     RunMetaFile.new(run_dir, RunMeta(
         contract_version=contract.CONTRACT_VERSION, base_model=str(base_dir), stage="sft",
         training={"recipe": "tests/helpers/router_fixtures.py", "lora_r": 8, "steps": 40},
-        data={"dataset": "tests fixtures", "label_rules": ["evidence"], "train_records": len(FIXTURES)},
+        data={"dataset": "tests fixtures", "label_rules": ["evidence"], "train_records": len(FIXTURES),
+              BASE_KEY: base_config_digest(model.config)},
         metrics={"validation": {"accuracy": 1.0, "escalation_rate": 0.5, "n": len(FIXTURES)}},
         files=file_digests(run_dir))).save()

@@ -4,6 +4,8 @@ The client reads HF_ENDPOINT / HF_HUB_OFFLINE at import time and conftest sets o
 runs in subprocesses with their own environment.
 """
 
+import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -36,8 +38,11 @@ def test_push_pull_round_trip(tmp_path):
         files = repo.commits[repo.refs["main"]]
         for name in ("adapter_model.safetensors", "tokenizer.json"):
             assert files[name] == (local / name).read_bytes(), name
-        # the metadata and adapter config as they travel: the run's, with no path of this machine (class 5)
-        assert files["tiermem_router.json"].decode() == meta_json(portable_meta(read_run_meta(local)))
+        # the metadata and adapter config as they travel: the run's, with no path of this machine (class 5); the
+        # metadata records the sha256 of the adapter config as it travels
+        pushed = portable_meta(read_run_meta(local))
+        assert files["tiermem_router.json"].decode() == meta_json(dataclasses.replace(pushed, files={
+            **pushed.files, "adapter_config.json": hashlib.sha256(files["adapter_config.json"]).hexdigest()}))
         base = read_run_meta(local).base_model  # the fixture's base: a local directory, by absolute path
         for content in files.values():
             assert TOKEN.encode() not in content

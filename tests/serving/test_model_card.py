@@ -24,7 +24,7 @@ from tests.helpers.router_fixtures import build_tiny_model_dir, edit_run_meta, m
 from tiermem import contract
 from tiermem.models.specs import make_adapter_portable
 from tiermem.runs import run_meta
-from tiermem.runs.run_meta import read_run_meta
+from tiermem.runs.run_meta import RunMetaFile, read_run_meta, sha256_file
 
 BASE_ID = "acme/tiny-base"
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
@@ -180,6 +180,9 @@ def test_loaders_never_read_the_adapter_configs_base(tmp_path):
     config = json.loads((run / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct"
     (run / "adapter_config.json").write_text(json.dumps(config))
+    meta = read_run_meta(run)  # as push records it: the adapter config is proven by its digest like the weights
+    meta.files = {**meta.files, "adapter_config.json": sha256_file(run / "adapter_config.json")}
+    RunMetaFile.new(run, meta).save()
     q, s = "When did Caroline move?", [{"text": "Caroline moved to Boston.", "date": None}]
     p = LocalRouter.from_pretrained(run).route(q, s).p_escalate
     assert p == pytest.approx(LocalRouter.from_pretrained(original).route(q, s).p_escalate, abs=1e-6)

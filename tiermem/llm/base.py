@@ -162,6 +162,20 @@ class LLM(ABC):
                     self.cache.put(keys[i], asdict(res) | {"cached": False})
         return out  # type: ignore[return-value]
 
+    def forget(self, messages: Messages, *, max_tokens: int | None = None, temperature: float | None = None,
+               choices: list[str] | None = None, json_schema: dict[str, Any] | None = None,
+               logprobs: bool = False) -> None:
+        """Drop the cached reply of this call (asked with the same arguments): a reply its caller could not use is
+        an error, and an error is never cached, so the next run asks again."""
+        if self.cache is None:
+            return
+        params = CallParams(self.default_max_tokens if max_tokens is None else max_tokens,
+                            self.default_temperature if temperature is None else temperature,
+                            list(choices) if choices else None, json_schema, logprobs)
+        self.cache.delete(self._key(messages, params))
+        with self._stats_lock:
+            self.stats.errors += 1
+
     def chat(self, messages: Messages, **kwargs: Any) -> ChatResult:
         res = self.chat_many([messages], **kwargs)[0]
         if isinstance(res, LLMError):

@@ -36,6 +36,10 @@ class ResponseCache:
             self._db.execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)",
                              (key, json.dumps(value, ensure_ascii=False)))
 
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
+
     def __len__(self) -> int:
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]

@@ -33,6 +33,7 @@ class Reading:
     logits: list[float]
     span_margins: list[float] | None = None
     spans: list[tuple[int, int]] | None = None
+    tokens: list[int] | None = None  # the tokens the encoder read of each pair (truncated, no padding)
 
 
 def span_scores(start: Any, end: Any, text_mask: Any, max_tokens: int = MAX_ANSWER_TOKENS) -> tuple[Any, Any, Any]:
@@ -126,14 +127,16 @@ class CrossEncoder:
         # batches of similar length: a batch pads to its longest pair, and padding is most of a CPU forward pass
         order = sorted(range(len(texts)), key=lambda i: len(questions[i]) + len(texts[i]))
         logits, margins, spans = [0.0] * len(texts), [0.0] * len(texts), [(0, 0)] * len(texts)
+        tokens = [0] * len(texts)
         try:
             with self.torch.inference_mode():
                 for i in range(0, len(order), self.batch_size):
                     idx = order[i: i + self.batch_size]
                     enc = self.encode([questions[j] for j in idx], [texts[j] for j in idx], offsets=self.has_spans)
                     cls, start, end = self.forward(enc)
-                    for j, v in zip(idx, cls.double().tolist(), strict=True):
-                        logits[j] = v
+                    for j, v, n in zip(idx, cls.double().tolist(), enc["attention_mask"].sum(dim=1).tolist(),
+                                       strict=True):
+                        logits[j], tokens[j] = v, int(n)
                     if start is None:
                         continue
                     margin, s, e = span_scores(start.double(), end.double(), self.text_mask(enc))
@@ -144,8 +147,8 @@ class CrossEncoder:
         finally:
             self.model.train(was_training)
         if not self.has_spans:
-            return Reading(logits)
-        return Reading(logits, margins, spans)
+            return Reading(logits, tokens=tokens)
+        return Reading(logits, margins, spans, tokens)
 
     def logits(self, questions: Sequence[str], texts: Sequence[str]) -> list[float]:
         """One classifier logit per (question, unit text) pair, in float64."""

@@ -11,7 +11,6 @@ others (e.g. Gemma multiplies embeddings by sqrt(d)) fall back to full forwards.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -20,8 +19,16 @@ from typing import Any
 
 import torch
 
+from tiermem.models.trunk_file import (
+    FORMAT,
+    VERSION,
+    TrunkCacheError,
+    load_trunk_states,
+    proof,
+    trunk_fingerprint,
+)
 from tiermem.runs.safe_io import write_stream
-from tiermem.settings.errors import MissingFileError, StoreError, UsageError
+from tiermem.settings.errors import MissingFileError, UsageError
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "smollm3")
 
@@ -77,10 +84,17 @@ def _layers(inner: Any, keep: slice):
 
 
 class FrozenTrunk:
-    """Memoized output of the bottom `len(layers) - top_layers` layers, keyed by the exact token sequence."""
+    """Memoized output of the bottom `len(layers) - top_layers` layers, keyed by the exact token sequence.
+
+    `cache_file`: states kept between runs (read when there, written by `save`); `prefix_file`: another run's states,
+    read only. A stage passes `writer` (its run directory, named in a file it writes) and `proven=True`: then a file
+    is read only when the run that wrote it recorded its sha256 (tiermem.models.trunk_file.proof). An unrecorded
+    cache file is recomputed, said so, and rewritten; a cache file another run recorded is read and never rewritten
+    (that run's record stays true); an unrecorded prefix file is refused."""
 
     def __init__(self, model: Any, top_layers: int, batch_size: int = 8, cache_file: str | Path | None = None,
-                 prefix_file: str | Path | None = None) -> None:
+                 prefix_file: str | Path | None = None, writer: str | Path | None = None,
+                 proven: bool = False) -> None:
         if not supports_trunk(model):
             raise UsageError(f"model type {model.config.model_type!r} is not supported by the frozen trunk")
         self.inner = decoder_of(model)
@@ -91,16 +105,19 @@ class FrozenTrunk:
         self.batch_size = batch_size
         self.cache: dict[tuple[int, ...], torch.Tensor] = {}
         self.misses = 0
-        # Reused across stages (SFT, then the expected-reward refinement of the same adapter): the file name holds
-        # what the states depend on, so another base model or split never reads them.
+        self.writer = str(Path(writer).resolve()) if writer else None
+        self.notes: list[str] = []  # what the stage should say about the files it was given
+        # Reused across stages (SFT, then the expected-reward refinement of the same adapter): the fingerprint holds
+        # what the states depend on, so another base model, config or split never reads them.
         self.cache_file = Path(cache_file) if cache_file else None
-        self.fingerprint = trunk_fingerprint(model, self.split)
+        self.fingerprint = trunk_fingerprint(model, self.split, self.inner)
+        self.writable = self.cache_file is not None
+        self.saved: int | None = None  # sequences the cache file held when read or last written
         if self.cache_file is not None and self.cache_file.is_file():
-            saved = load_trunk_states(self.cache_file, self.inner.embed_tokens.weight.device)
-            if saved["fingerprint"] != self.fingerprint:
-                raise UsageError(f"{self.cache_file}: trunk states of another model or split; delete the file")
-            self.cache = saved["states"]
-        self._saved = len(self.cache) if self.cache_file is not None and self.cache_file.is_file() else None
+            saved = self._read(self.cache_file, proven, required=False)
+            if saved is not None:
+                self.cache = saved["states"]
+                self.saved = len(self.cache)
         # Another run's states (SFT's rows, for GRPO's prompts that end where SFT's completions begin), read only:
         # the trunk is causal, so a sequence's states are the first positions of any longer sequence's states.
         self.prefix_states: dict[tuple[int, ...], torch.Tensor] = {}
@@ -109,10 +126,31 @@ class FrozenTrunk:
             path = Path(prefix_file)
             if not path.is_file():
                 raise MissingFileError(f"{path}: no trunk-state file there (a run with loss.trunk_cache writes one)")
-            saved = load_trunk_states(path, self.inner.embed_tokens.weight.device)
-            if saved["fingerprint"] != self.fingerprint:
-                raise UsageError(f"{path}: trunk states of another model or split, not this model's bottom layers")
-            self.prefix_states = saved["states"]
+            self.prefix_states = self._read(path, proven, required=True)["states"]
+
+    def _read(self, path: Path, proven: bool, required: bool) -> dict[str, Any] | None:
+        """The file's states, checked against this model; with `proven`, only when its writer recorded them."""
+        weight = self.inner.embed_tokens.weight
+        saved = load_trunk_states(path, weight.device, weight.shape[0], weight.shape[1], weight.dtype)
+        if saved["fingerprint"] != self.fingerprint:
+            raise UsageError(f"{path}: trunk states of another model (its config or bottom-layer weights differ) "
+                             f"or split, not this model's bottom layers; delete the file to recompute")
+        if not proven:
+            return saved
+        found = proof(path, saved.get("writer"))
+        if found is None:
+            if required:
+                raise TrunkCacheError(f"{path}: no run records this trunk-state file (its writer's "
+                                      "tiermem_router.json holds no sha256 of it: a run stopped before its metadata, "
+                                      "or a file no run wrote); give the trunk file of a finished SFT run")
+            self.notes.append(f"{path}: no run records this trunk-state file (a run stopped before its metadata?): "
+                              "its states are recomputed and the file rewritten")
+            return None
+        run_dir, _ = found
+        if self.writer is not None and run_dir != Path(self.writer):
+            self.writable = False  # that run's record of the file stays true: new states stay in memory
+            self.notes.append(f"{path}: states read from the file {run_dir} wrote; it is left as that run recorded it")
+        return saved
 
     def _reuse_prefixes(self, rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """Fill the cache with every row that starts a longer sequence of `prefix_states` or of the cache itself (a
@@ -135,13 +173,13 @@ class FrozenTrunk:
 
     def save(self) -> None:
         """Write the states when the cache holds sequences the file does not (a run that only read them leaves the
-        file alone)."""
-        if self.cache_file is None or (self._saved == len(self.cache) and self.cache_file.is_file()):
+        file alone, and so does a run reading a file another run recorded)."""
+        if not self.writable or (self.saved == len(self.cache) and self.cache_file.is_file()):
             return
         self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-        write_stream(self.cache_file, lambda fh: torch.save({"fingerprint": self.fingerprint, "states": self.cache},
-                                                            fh))
-        self._saved = len(self.cache)
+        header = {"format": FORMAT, "version": VERSION, "fingerprint": self.fingerprint, "writer": self.writer}
+        write_stream(self.cache_file, lambda fh: torch.save({**header, "states": self.cache}, fh))
+        self.saved = len(self.cache)
 
     @torch.no_grad()
     def _compute(self, rows: list[tuple[int, ...]]) -> None:
@@ -193,40 +231,6 @@ class FrozenTrunk:
         with _layers(self.inner, slice(self.split, None)):
             return model(inputs_embeds=hidden, attention_mask=attention_mask, logits_to_keep=logits_to_keep,
                          use_cache=False, **extra).logits
-
-
-class TrunkCacheError(StoreError):
-    """A trunk-state file that is not one FrozenTrunk.save wrote (unreadable, or a pickle of other objects)."""
-
-
-def load_trunk_states(path: Path, device: Any) -> dict[str, Any]:
-    """`{"fingerprint": str, "states": {token ids: tensor}}` as FrozenTrunk.save wrote it. weights_only=True:
-    the unpickler builds tensors and plain containers only, so a planted file can never run code (torch < 2.6
-    defaults to a full unpickler)."""
-    try:
-        saved = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # UnpicklingError for forbidden globals; RuntimeError / EOFError for a torn file
-        raise TrunkCacheError(f"{path}: not a trunk-state file written by tiermem ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to recompute") from None
-    states = saved.get("states") if isinstance(saved, dict) else None
-    if not (isinstance(saved, dict) and isinstance(saved.get("fingerprint"), str) and isinstance(states, dict)
-            and all(isinstance(k, tuple) and isinstance(v, torch.Tensor) for k, v in states.items())):
-        raise TrunkCacheError(f"{path}: not a trunk-state file written by tiermem (expected fingerprint and "
-                              "states); delete it to recompute")
-    return saved
-
-
-def trunk_fingerprint(model: Any, split: int) -> str:
-    """What the trunk's output depends on: the bottom layers' weights (hashed) and the split."""
-    inner = decoder_of(model)
-    digest = hashlib.sha256(f"{model.config.model_type}:{split}".encode())
-    for module in [inner.embed_tokens, *list(inner.layers)[:split]]:
-        for name, param in sorted(module.named_parameters()):
-            if "lora_" in name:
-                continue
-            digest.update(name.encode())
-            digest.update(param.detach().float().flatten()[:: max(1, param.numel() // 4096)].numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def right_padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 # The point metrics kept per policy: PolicyMetrics' scalars the card shows (eval.json policies[name]).
-POLICY_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "hard_recall",
-                  "false_cache_hits", "false_cache_misses", "repair_rate", "regress_rate")
+POLICY_METRICS = ("accuracy", "escalation_rate", "mean_input_tokens", "mean_latency_s", "mean_router_tokens",
+                  "mean_router_latency_s", "hard_recall", "false_cache_hits", "false_cache_misses", "repair_rate",
+                  "regress_rate")
 RANKING_METRICS = ("auroc", "auprc", "apgr", "ece")
 # The ranking's ceiling kept per router (eval.json ceiling.routers[name], evaluation.ceiling): the fewest tokens
 # within 1 and 2 accuracy points of raw-only at a threshold chosen on the evaluated data, the false-cache-hit share

@@ -5,8 +5,9 @@ threshold, eval adds its summary (`eval`, a tiermem.runs.eval_summary.EvalSummar
 it. Reading and writing live only here so every stage agrees on the format. A stage that changes the file
 holds one `RunMetaFile` for the whole operation: read once, changed in memory, written once with its card.
 
-Integrity: `files` maps every weight/model file a loader reads (`weight_files`) to its sha256, recorded at save
-time by `file_digests` and checked by `verify_files` before any loader opens one. `read_run_meta` checks every
+Integrity: `files` maps every weight/model file a loader reads (`weight_files`), and the adapter config that
+decides how a LoRA adapter's weights are applied, to its sha256, recorded at save time by `file_digests` and
+checked by `verify_files` before any loader opens one. `read_run_meta` checks every
 field's type and range, so a nonsensical value is refused when the router loads, never on a request.
 """
 
@@ -31,11 +32,13 @@ CARD_FILE = "README.md"  # the model card, rendered from this file (serving.mode
 _REQUIRED = ("contract_version", "base_model")
 FEATURE_MODEL_FILE = "feature_model.json"  # the features router's fitted model (serving/feature_router.py)
 SIGNAL_HEAD_FILE = "signal_head.json"  # an LM router's signal head (serving/signals.py), beside its adapter
-# What a loader may read as weights: PEFT adapters, transformers checkpoints (single or sharded), the feature model.
-# Not training_args.bin (a trainer pickle no loader reads) nor trunk caches (*.pt): neither is part of a router.
+ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: rank, alpha, target modules and layers of the adapter weights
+# What a loader may read as weights: PEFT adapters and their config, transformers checkpoints (single or sharded),
+# the feature model. Not training_args.bin (a trainer pickle no loader reads) nor trunk caches (*.pt): neither is
+# part of a router (a run records the trunk file it wrote in data.trunk_states).
 _WEIGHT_PATTERNS = (re.compile(r".+\.safetensors"), re.compile(r"adapter_model\.bin"),
                     re.compile(r"pytorch_model(-\d+-of-\d+)?\.bin"), re.compile(re.escape(FEATURE_MODEL_FILE)),
-                    re.compile(re.escape(SIGNAL_HEAD_FILE)))
+                    re.compile(re.escape(SIGNAL_HEAD_FILE)), re.compile(re.escape(ADAPTER_CONFIG)))
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
 
@@ -241,6 +244,10 @@ def verify_files(run_dir: str | Path, meta: RunMeta) -> None:
             raise IntegrityError(f"{path}: sha256 {actual} differs from the {expected} recorded in {RUN_META_FILE}: "
                                  "the file changed after the router was saved; restore it or retrain")
     unrecorded = [name for name in present if name not in meta.files]
+    if ADAPTER_CONFIG in unrecorded:
+        raise IntegrityError(f"{run_dir}: {RUN_META_FILE} records no sha256 of {ADAPTER_CONFIG} (saved before the "
+                             "adapter config was proven with the weights): retrain the router so that it can be "
+                             "verified")
     if unrecorded:
         raise IntegrityError(f"{run_dir}: weight file(s) {unrecorded} are not recorded in {RUN_META_FILE} files; "
                              "remove them or re-save the router")

@@ -17,12 +17,13 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tiermem.settings.errors import RunDirError
+from tiermem.settings.errors import ConfigError, MissingFileError, RunDirError
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 where the platform has none (Windows has no symlinks to plant there)
 
@@ -32,6 +33,33 @@ def refuse_link(path: str | Path) -> Path:
     if path.is_symlink():
         raise RunDirError(f"{path} is a symbolic link (to {os.readlink(path)}); a stage never writes through a link "
                           "it did not create: remove it and rerun")
+    return path
+
+
+def check_file_path(path: str | Path, key: str, may_be_new: bool = False,
+                    made_here: str | Path | None = None) -> Path:
+    """A file a stage reads (and may write): a regular file, or with `may_be_new` a path not there yet in a folder
+    that exists (or is `made_here`, the folder the stage itself creates). Checked before any work, because reading a
+    FIFO blocks forever and a directory or a missing folder fails only where the file is opened, perhaps after
+    training. A ConfigError (or MissingFileError) names the key and the path."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if not may_be_new:
+            raise MissingFileError(f"{key}={path}: no such file") from None
+        folder = path.parent
+        if folder.is_dir() or (made_here is not None and folder.resolve() == Path(made_here).resolve()):
+            return path
+        raise ConfigError(f"{key}={path}: its folder {folder} does not exist (a new file is made only in an "
+                          "existing folder)") from None
+    except OSError as exc:  # a file where a folder of the path should be, no permission to look
+        raise ConfigError(f"{key}={path}: cannot be read ({exc.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError(f"{key}={path}: a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{key}={path}: not a regular file (a FIFO, socket or device, which a stage would block "
+                          "on or read without end)")
     return path
 
 

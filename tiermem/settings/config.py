@@ -160,6 +160,10 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
         elif dataclasses.is_dataclass(tp) and not (value is None and tp is not hints[name]):
             # e.g. `memory=5` or `memory=null` for a section that is not optional
             raise ConfigError(f"{where}.{name}: expected a mapping of {tp.__name__} settings, got {value!r}")
+        elif value is None and not _nullable(hints[name]):
+            # a dataclass would take it and a later truth test read it as false, a number check raise on it
+            raise ConfigError(f"{where}.{name}: null is not a value of this key (it takes "
+                              f"{getattr(tp, '__name__', tp)}); leave the key out for its default")
         else:
             kwargs[name] = _check_scalar(hints[name], value, f"{where}.{name}")
     try:
@@ -202,6 +206,11 @@ def _is_text(tp: Any) -> bool:
 
 def _is_optional(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _nullable(tp: Any) -> bool:
+    """A key that may be null: declared `X | None`, or of any type."""
+    return tp is Any or tp is type(None) or _is_optional(tp)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides",

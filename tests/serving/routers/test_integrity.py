@@ -82,12 +82,14 @@ def test_save_records_a_digest_of_every_weight_file(lm_run, tmp_path):
     from serving.routers.top1 import Top1ScoreRouter
     from tiermem.runs.run_meta import read_run_meta
 
-    assert _meta(lm_run)["files"] == {"adapter_model.safetensors": _sha256(lm_run / "adapter_model.safetensors")}
+    # the adapter's weights, and its config that decides how they are applied
+    recorded = {name: _sha256(lm_run / name) for name in ("adapter_config.json", "adapter_model.safetensors")}
+    assert _meta(lm_run)["files"] == recorded
     meta = read_run_meta(lm_run)  # what SFT / GRPO hand to save_run after trainer.save_model
     meta.files = None
     (lm_run / "training_args.bin").write_bytes(b"a trainer pickle")  # never a router file
     save_run(AutoTokenizer.from_pretrained(str(lm_run)), lm_run, meta)
-    assert _meta(lm_run)["files"] == {"adapter_model.safetensors": _sha256(lm_run / "adapter_model.safetensors")}
+    assert _meta(lm_run)["files"] == {name: _sha256(lm_run / name) for name in recorded}
 
     feats = _features_run(tmp_path / "features")
     assert _meta(feats)["files"] == {"feature_model.json": _sha256(feats / "feature_model.json")}
