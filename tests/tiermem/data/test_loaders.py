@@ -158,3 +158,11 @@ def test_dev_locomo_loads(locomo_path):
     questions = [q for c in convs for q in c.questions]
     assert {q.category for q in questions} == {"1", "2", "3", "4"}
     assert all(len({t.turn_id for t in c.turns}) == len(c.turns) for c in convs)
+
+
+def test_longmemeval_question_date_is_when_the_memory_is_read(tmp_path):
+    data = json.loads(LME.read_text())
+    assert load_longmemeval(LME)[0].questions[0].asked_before is None  # asked after every session
+    data[0]["question_date"] = "2023/05/21 (Sun) 09:00"  # between the two sessions
+    (q,) = load_longmemeval(_write(tmp_path, data))[0].questions
+    assert q.asked_before == "s-2:0"
