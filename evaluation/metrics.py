@@ -18,6 +18,7 @@ from typing import Any
 
 from labeling import dataset as records
 from labeling.dataset import RecordError
+from labeling.question import LATE_EVIDENCE
 
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
 CORRECTNESS_RULES = ("label_rule", "outcome", "evidence")
@@ -98,9 +99,12 @@ REPLAY, UNREPLAYABLE, SKIPPED = "replay", "unreplayable", "skipped"
 def classify(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> str:
     """The one replay filter: REPLAY (both path verdicts known), UNREPLAYABLE (a verdict is null under `rule`: the
     labeler leaves the evidence rule's research verdict null for a question without gold evidence turns, and a
-    generator-free dataset has no outcome verdicts) or SKIPPED (a labeling error, or unlabeled and
-    include_unlabeled=False). A verdict of the wrong type is not filtered here: to_case raises RecordError."""
+    generator-free dataset has no outcome verdicts) or SKIPPED (a labeling error, a question asked before its gold
+    evidence was said, or unlabeled and include_unlabeled=False). A verdict of the wrong type is not filtered here:
+    to_case raises RecordError."""
     if record.get("error"):
+        return SKIPPED
+    if record.get("drop_reason") == LATE_EVIDENCE:  # asked before its evidence was said: no path was run for it
         return SKIPPED
     if record.get("label") is None and not include_unlabeled:
         return SKIPPED

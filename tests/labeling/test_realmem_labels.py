@@ -60,3 +60,13 @@ def test_points_share_decides_how_many_facts_are_enough():
                                EvidenceConfig(points_share=share), "realmem", points=points) for share in (1.0, 0.5)]
     assert [(s.points_in_summaries, s.points_in_research) for s in signals] == [(1, 1), (1, 1)]
     assert [(s.s_ok, s.r_ok) for s in signals] == [(False, False), (True, True)]
+
+
+def test_eval_skips_a_question_asked_before_its_evidence(tmp_path):
+    from evaluation.metrics import SKIPPED, classify, load_cases
+
+    _, records, _ = _label(tmp_path)
+    late = records["Q-0002"]
+    assert late["cost_summary_input_tokens"] is None and classify(late) == SKIPPED
+    cases = load_cases(list(records.values()))
+    assert [c.qid for c in cases.cases] == ["Q-0001"]
