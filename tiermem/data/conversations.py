@@ -29,7 +29,7 @@ from typing import Any
 
 from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, Question, Turn
-from tiermem.data.textfile import read_utf8
+from tiermem.data.textfile import check_text, read_utf8
 from tiermem.settings.errors import DataError, MissingFileError, UsageError
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
@@ -46,7 +46,7 @@ def _read_json(path: str | Path) -> Any:
         raise MissingFileError(f"benchmark file not found: {path}")
     text = read_utf8(path)  # a UTF-8 byte-order mark is fine; a byte that is not UTF-8 is named by offset
     try:
-        return json.loads(text)
+        return check_text(json.loads(text), str(path))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON: {exc}") from None
     except RecursionError:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.data.records import Conversation, GoldPoint, ImportedUnit, Question, Turn
-from tiermem.data.textfile import read_utf8
+from tiermem.data.textfile import check_text, read_utf8
 from tiermem.settings.errors import DataError, MissingFileError
 
 FILE_PATTERN = "*_dialogues_*.json"
@@ -57,7 +57,7 @@ def load_realmem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
     conversations = []
     for file in realmem_files(Path(path)):
         try:
-            data = json.loads(read_utf8(file))
+            data = check_text(json.loads(read_utf8(file)), str(file))
         except json.JSONDecodeError as exc:
             raise DataError(f"{file}: not valid JSON: {exc}") from None
         conversations.append(parse_realmem(data, file, exclude_categories))

@@ -16,7 +16,7 @@ from typing import Any
 
 from tiermem.settings.errors import DataError
 
-__all__ = ["decode_utf8", "jsonl_lines", "jsonl_records", "read_utf8"]
+__all__ = ["check_text", "decode_utf8", "jsonl_lines", "jsonl_records", "read_utf8"]
 
 
 def decode_utf8(data: bytes, path: str | Path, error: type[Exception] = DataError, bom_ok: bool = True) -> str:
@@ -36,6 +36,27 @@ def read_utf8(path: str | Path, error: type[Exception] = DataError, bom_ok: bool
     return decode_utf8(Path(path).read_bytes(), path, error, bom_ok)
 
 
+def check_text(value: Any, where: str, error: type[Exception] = DataError, at: str = "") -> Any:
+    """`value` (parsed JSON) when every string in it is text that UTF-8 can write; a lone surrogate (a JSON escape
+    such as "\\ud800" with no partner) raises `error` naming `where` and the field's path, before anything is built
+    from it (a record or page holding one could never be written)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = f"U+{ord(value[exc.start]):04X}"
+            raise error(f"{where}: field {at or '(top level)'!r} holds a lone surrogate ({code}) at character "
+                        f"{exc.start}; not text") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(key, where, error, at)
+            check_text(item, where, error, f"{at}.{key}" if at else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_text(item, where, error, f"{at}[{i}]")
+    return value
+
+
 def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
     """(1-based line number, line) for each non-blank line, split on "\\n" only (a trailing "\\r" is dropped)."""
     for number, line in enumerate(text.split("\n"), 1):
@@ -50,7 +71,7 @@ def jsonl_records(text: str, path: str | Path, error: type[Exception] = DataErro
     and the line."""
     for number, line in jsonl_lines(text):
         try:
-            yield number, json.loads(line)
+            yield number, check_text(json.loads(line), f"{path}: line {number}", error)
         except json.JSONDecodeError as exc:
             raise error(f"{path}: line {number}: not valid JSON: {exc}") from None
         except RecursionError:

@@ -55,7 +55,7 @@ from typing import Any
 
 from tiermem.data.dates import timestamp_problem
 from tiermem.data.records import Conversation, ImportedUnit, Question, Turn
-from tiermem.data.textfile import jsonl_records, read_utf8
+from tiermem.data.textfile import check_text, jsonl_records, read_utf8
 from tiermem.data.time_order import order_turns
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings.errors import DataError, MissingFileError
@@ -262,7 +262,7 @@ def load_tiermem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
     text = read_utf8(path, TiermemFormatError)
     if path.suffix != ".jsonl":
         try:
-            data = json.loads(text)
+            data = check_text(json.loads(text), str(path), TiermemFormatError)
         except json.JSONDecodeError as exc:
             raise _fail(str(path), f"not valid JSON: {exc}") from None
         return parse_document(data, path, exclude_categories)

@@ -98,3 +98,24 @@ def test_fixture_texts_are_where_the_tests_say(tmp_path):
     texts = {t.turn_id: t.text for t in _conv(tmp_path).turns}
     assert (texts["S1:3"], texts["S2:1"], texts["S4:1"]) == (MARCH, GUIDE, PASS)
     assert len(history()["dialogues"]) == 4
+
+
+@pytest.mark.parametrize("where", ["realmem", "tiermem", "locomo"])
+def test_a_lone_surrogate_in_a_data_file_is_a_named_error(tmp_path, where):
+    import json
+
+    if where == "realmem":
+        data = edited(lambda d: d["dialogues"][1]["dialogue_turns"][0].update(content="guide \ud800 Aigerim"))
+        path, field = write(tmp_path, data), "dialogues[1].dialogue_turns[0].content"
+    elif where == "tiermem":
+        data = {"format": "tiermem-conversations", "version": 1, "conversations": [{"id": "c", "turns": [
+            {"id": "t1", "session": "s", "timestamp": "2024-01-01", "speaker": "u", "text": "a \udc80 b"}]}]}
+        path, field = tmp_path / "own.json", "conversations[0].turns[0].text"
+        path.write_text(json.dumps(data))
+    else:
+        data = [{"sample_id": "x", "conversation": {"speaker_a": "A\ud800", "speaker_b": "B"}, "qa": []}]
+        path, field = tmp_path / "locomo.json", "[0].conversation.speaker_a"
+        path.write_text(json.dumps(data))
+    with pytest.raises(DataError) as err:
+        load_conversations(path)
+    assert str(path) in str(err.value) and field in str(err.value) and "lone surrogate" in str(err.value)
