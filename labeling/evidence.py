@@ -57,7 +57,9 @@ class EvidenceConfig:
     def __post_init__(self) -> None:
         if self.date_order not in DATE_ORDERS:
             raise ConfigError(f"evidence.date_order must be one of {DATE_ORDERS}, got {self.date_order!r}")
-        for name in ("recall_threshold", "linked_recall_threshold", "points_share"):
+        if not 0.0 < self.points_share <= 1.0:  # 0 would call every path right that holds no fact at all
+            raise ConfigError(f"evidence.points_share must be in (0, 1], got {self.points_share}")
+        for name in ("recall_threshold", "linked_recall_threshold"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"evidence.{name} must be in [0, 1], got {value}")

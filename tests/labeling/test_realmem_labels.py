@@ -70,3 +70,11 @@ def test_eval_skips_a_question_asked_before_its_evidence(tmp_path):
     assert late["cost_summary_input_tokens"] is None and classify(late) == SKIPPED
     cases = load_cases(list(records.values()))
     assert [c.qid for c in cases.cases] == ["Q-0001"]
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
+def test_points_share_must_name_some_facts(share):
+    from tiermem.settings.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="points_share"):
+        EvidenceConfig(points_share=share)

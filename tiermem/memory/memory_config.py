@@ -76,6 +76,6 @@ class MemoryConfig:
             raise ConfigError("writeback_update_similarity must be <= writeback_skip_similarity")
 
     def tier_fields(self) -> dict[str, Any]:
-        keys = ["page_tokens", "tokenizer", "summarizer", "embedder"]
+        keys = ["page_tokens", "tokenizer", "summaries", "summarizer", "embedder"]
         keys += ["keep_ratio", "max_units_per_page"] if self.summarizer == "extractive" else ["summarizer_max_tokens"]
         return {k: getattr(self, k) for k in keys}

@@ -134,7 +134,8 @@ def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None =
     spec: dict[str, Any] = {"version": TIERS_VERSION, "conversation": conversation_hash(conv),
                             "tiers": cfg.tier_fields()}
     if imports_units(conv, cfg):  # the summarizer's settings then shape nothing; the units do
-        spec["tiers"] = {k: v for k, v in spec["tiers"].items() if k in ("page_tokens", "tokenizer", "embedder")}
+        spec["tiers"] = {k: v for k, v in spec["tiers"].items()
+                         if k in ("page_tokens", "tokenizer", "summaries", "embedder")}
         spec["imported"] = hashlib.sha256(json.dumps([asdict(u) for u in conv.summaries], ensure_ascii=False)
                                           .encode("utf-8")).hexdigest()
     elif cfg.summarizer == "llm":
