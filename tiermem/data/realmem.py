@@ -45,7 +45,8 @@ def realmem_files(path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted(path.glob(FILE_PATTERN))
         if not files:
-            raise DataError(f"{path}: a directory with no RealMem history ({FILE_PATTERN})")
+            raise DataError(f"{path}: is a directory with no RealMem history ({FILE_PATTERN}); give a data file or "
+                            "a folder of RealMem histories")
         return files
     if not path.is_file():
         raise MissingFileError(f"RealMem file not found: {path}")

@@ -102,6 +102,8 @@ def config_keys(cls: type, values: Any = None, prefix: str = "") -> list[tuple[s
             section_help = _help_of(cls, f)
             if default is None:  # an optional section left out by default: listed as one key
                 rows.append((key, _type_name(tp), "None", section_help))
+                if f.default_factory is not dataclasses.MISSING:  # on in the class, off in the config applied:
+                    rows += config_keys(base, None, key + ".")  # any of its keys turns it back on
                 continue
             nested = config_keys(base, default, key + ".")
             if section_help:
