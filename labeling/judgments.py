@@ -14,8 +14,9 @@ counts it, never reusing the verdict.
 
 `units_digest` hashes the texts' JSON list, which no two lists of texts share. Files written before it (the
 shipped `locomo10_dev_judgments.jsonl`) hold the older digest of the texts joined by newlines
-(`legacy_units_digest`), which is read only where it cannot be ambiguous: no unit text holds a newline (then the
-join splits back into the same texts) and the count is the judged one.
+(`legacy_units_digest`), which is read only where it cannot be ambiguous: the count is the judged one, and either no
+unit text holds a newline (the join splits back into the same texts) or every unit's own `text_sha1`, rank by rank,
+is its text's (each text proven on its own, wherever the newlines fall).
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ def units_digest(texts: Sequence[str]) -> str:
     return hashlib.sha1(json.dumps(["tiermem-units", 2, *texts]).encode("ascii")).hexdigest()[:16]
 
 
-def legacy_units_digest(texts: Sequence[str]) -> str | None:
-    """The older digest (the texts joined by newlines), or None where it is ambiguous (a text holds a newline:
-    ['a\\nb', 'c'] and ['a', 'b', 'c'] join alike)."""
-    return None if any("\n" in t for t in texts) else text_digest("\n".join(texts))
+def legacy_units_digest(texts: Sequence[str]) -> str:
+    """The older digest: the texts joined by newlines (['a\\nb', 'c'] and ['a', 'b', 'c'] join alike: `Judgment.reads`
+    settles a text holding a newline by the units' own digests)."""
+    return text_digest("\n".join(texts))
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,14 @@ class Judgment:
         """Whether this judgment read exactly these units: as many as it judged, and their digest."""
         if len(unit_texts) != len(self.units):
             return False
-        return self.units_sha1 in (units_digest(unit_texts), legacy_units_digest(unit_texts))
+        if self.units_sha1 == units_digest(unit_texts):
+            return True
+        if self.units_sha1 != legacy_units_digest(unit_texts):
+            return False
+        if not any("\n" in t for t in unit_texts):
+            return True
+        ranked = sorted(self.units, key=lambda u: u.rank)  # a newline in a text: each unit's own digest decides
+        return all(u.text_sha1 == text_digest(t) for u, t in zip(ranked, unit_texts, strict=True))
 
     @property
     def sufficient(self) -> bool:
@@ -221,7 +229,7 @@ class Judgments:
         """The judgment of this question over exactly these units, wherever it came from (a router's view: it
         sees no conversation or question id)."""
         for digest in (units_digest(unit_texts), legacy_units_digest(unit_texts)):
-            j = self.by_units.get((question, digest)) if digest else None
+            j = self.by_units.get((question, digest))
             if j is not None and j.reads(unit_texts):
                 return j
         return None

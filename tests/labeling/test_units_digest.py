@@ -33,10 +33,15 @@ def test_units_joined_by_a_newline_never_match_a_judgment_of_the_split_units(tmp
         assert j.match("c1", "q1", "Where did Ana go?", joined) == (None, "units_differ")
         assert j.lookup("Where did Ana go?", joined) is None
         assert j.match("c1", "q1", "Where did Ana go?", split)[1] == "matched"
-    # a judgment of the joined units under the older digest is ambiguous: it matches neither list
+    # a judgment of the joined units under the older digest: each unit's own digest proves the texts it read
     j = load_judgments(_file(tmp_path, joined, _legacy(joined)))
     assert j.match("c1", "q1", "Where did Ana go?", split) == (None, "units_differ")
-    assert j.match("c1", "q1", "Where did Ana go?", joined) == (None, "units_differ")
+    assert j.match("c1", "q1", "Where did Ana go?", joined)[1] == "matched"
+    # as many units, joined alike, cut elsewhere: the older digest agrees, the units' own digests do not
+    moved = ["Ana went", "to Paris.\nLeo bakes."]
+    assert _legacy(moved) == _legacy(joined)
+    assert j.match("c1", "q1", "Where did Ana go?", moved) == (None, "units_differ")
+    assert j.lookup("Where did Ana go?", moved) is None
     j = load_judgments(_file(tmp_path, joined, units_digest(joined)))  # this version's digest: exact
     assert j.match("c1", "q1", "Where did Ana go?", joined)[1] == "matched"
     assert j.match("c1", "q1", "Where did Ana go?", split) == (None, "units_differ")
