@@ -8,7 +8,6 @@ it into place, so a crash or an LLM error never leaves a half-ingested workdir b
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
@@ -44,30 +43,31 @@ from tiermem.memory.policies import (
     research_policy,
     summary_policy,
 )
-from tiermem.memory.raw_store import Page, RawPageStore, StoreError, TokenCounter, make_token_counter, paginate
+from tiermem.memory.raw_store import RawPageStore, StoreError, TokenCounter, make_token_counter, paginate
 from tiermem.memory.summaries import (
     Embedder,
     RetrievedUnit,
     SummaryIndex,
-    SummaryUnit,
     build_summarizer,
-    day_of,
     load_embedder_spec,
-    speakers_of,
+)
+from tiermem.memory.tier_build import (
+    TURN_VECTOR_CACHE,
+    TURN_VECTOR_TOKENS,
+    cached_turn_vectors,
+    imported_units,
+    save_turn_vectors,
 )
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
 from tiermem.memory.writeback import WriteBack, write_back
-from tiermem.runs.safe_io import write_atomic, write_stream
+from tiermem.runs.safe_io import write_atomic
 
 MANIFEST = "manifest.json"
 # Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
 TIERS_VERSION = "tiers/6"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers;
 # 5: the turn vectors research ranks turns with (turns.npy, its sha256 in the manifest); 6: turn vectors read a
 # turn's first TURN_VECTOR_TOKENS tokens; imported tier-1 units
-# The embedder's training length (all-MiniLM-L6-v2: 128 word pieces): a long turn's vector reads its opening, and a
-# long history embeds in half the time. No LoCoMo turn is longer.
-TURN_VECTOR_TOKENS = 128
 LONG_HISTORY_TURNS = 500  # a history this long shows progress bars while its tiers are built
 log = logging.getLogger(__name__)
 
@@ -143,60 +143,6 @@ def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None =
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def imported_units(conv: Conversation, pages: list[Page]) -> list[SummaryUnit]:
-    """The conversation's own units as Tier 1, each linked to the pages holding its source turns."""
-    where: dict[str, list[str]] = {}
-    turns: dict[str, Any] = {}
-    for page in pages:
-        for turn in page.turns:
-            where.setdefault(turn.turn_id, [])
-            if page.page_id not in where[turn.turn_id]:
-                where[turn.turn_id].append(page.page_id)
-            turns[turn.turn_id] = turn
-    units = []
-    for unit in conv.summaries:
-        missing = [t for t in unit.turn_ids if t not in where]
-        if missing or not unit.turn_ids:
-            raise ValueError(f"conversation {conv.conv_id!r}: summary unit {unit.unit_id!r} links to turn(s) "
-                             f"{missing or '(none)'} that no page holds")
-        page_ids = list(dict.fromkeys(p for t in unit.turn_ids for p in where[t]))
-        date = unit.date or turns[unit.turn_ids[-1]].timestamp
-        units.append(SummaryUnit(unit.unit_id, unit.text, page_ids, list(unit.turn_ids), day_of(date), "imported",
-                                 speakers_of(turns[t] for t in unit.turn_ids)))
-    return units
-
-
-def save_turn_vectors(path: Path, vectors: np.ndarray) -> str:
-    """Write the turn vectors (float32, no pickle) and return the file's sha256."""
-    write_stream(path, lambda fh: np.save(fh, np.asarray(vectors, dtype=np.float32), allow_pickle=False))
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-TURN_VECTOR_CACHE = ".turn_vectors"
-
-
-def cached_turn_vectors(cache: Path | None, embedder: str, texts: list[str], compute: Any) -> np.ndarray:
-    """The turn vectors of `texts`, read from `cache` when an earlier build of the same turns with the same embedder
-    wrote them (checked by digest, shape and finiteness; anything else is recomputed), else computed and kept there.
-    A history's tier variants (imported or extractive Tier 1, other summarizer settings) then embed its turns once."""
-    if cache is None:
-        return compute()
-    key = hashlib.sha256(json.dumps([TIERS_VERSION, embedder, TURN_VECTOR_TOKENS, texts], ensure_ascii=False)
-                         .encode("utf-8")).hexdigest()
-    path, digest = cache / f"{key}.npy", cache / f"{key}.sha256"
-    if path.is_file() and digest.is_file():
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() == digest.read_text(encoding="utf-8").strip():
-            vectors = np.load(io.BytesIO(data), allow_pickle=False)
-            if vectors.ndim == 2 and vectors.shape[0] == len(texts) and np.isfinite(vectors).all():
-                return vectors
-        log.warning("%s: cached turn vectors do not match their digest or shape; computing them again", path)
-    vectors = compute()
-    cache.mkdir(parents=True, exist_ok=True)
-    write_atomic(digest, save_turn_vectors(path, vectors))
-    return vectors
-
-
 class MemoryRuntime:
     def __init__(self, workdir: str | Path, cfg: MemoryConfig | None = None, *, llm: LLM | None = None,
                  embedder: Embedder | None = None, count_tokens: TokenCounter | None = None,
@@ -264,7 +210,7 @@ class MemoryRuntime:
             index.add(units, progress=progress)
             texts = [turn_text(t) for _, t in page_turns(pages)]
             vectors = cached_turn_vectors(self.vector_cache, self.cfg.embedder, texts, lambda: index.embed(
-                texts, max_tokens=TURN_VECTOR_TOKENS, progress=progress))
+                texts, max_tokens=TURN_VECTOR_TOKENS, progress=progress), TIERS_VERSION)
             turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, vectors)
             tier1_root = index.root_hash()
             index.close()

@@ -182,8 +182,7 @@ class SummaryIndex:
         self.matrix = np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
 
     def embed(self, texts: Sequence[str], max_tokens: int | None = None, progress: bool = False) -> np.ndarray:
-        """Unit vectors of `texts`; `max_tokens` caps what a transformer embedder reads of each (its
-        max_seq_length, restored after); `progress` shows the embedder's progress bar (a long build)."""
+        """Unit vectors; `max_tokens` caps what a transformer embedder reads of each; `progress`: its bar."""
         limit = getattr(self.embedder, "max_seq_length", None)
         if max_tokens is not None and limit is not None:
             self.embedder.max_seq_length = min(limit, max_tokens)
