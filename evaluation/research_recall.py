@@ -60,8 +60,9 @@ def measure(cfg: ResearchRecallConfig) -> dict[str, Any]:
         for q in conv.questions:
             if not q.evidence:
                 continue
-            retrieved = mem.search_summaries(q.question, memory.top_k)
-            pages = research_pages(mem, q.question, q.date, retrieved, memory, reader)
+            view = rt.memory_for(q)  # as of the question, when it says when it was asked
+            retrieved = view.search_summaries(q.question, memory.top_k)
+            pages = research_pages(view, q.question, q.date, retrieved, memory, reader)
             read = set(pages)
             signals = compute_signals(q.answer, q.category, q.evidence, [], pages, page_turns, evidence, "locomo")
             rows.append({"conv_id": conv.conv_id, "qid": q.qid, "pages": pages,
