@@ -24,9 +24,10 @@ def test_a_lone_surrogate_in_a_judgments_file_names_its_line_and_field(tmp_path,
     row = judgment("c1", "q1", "When?", ["a", "b"], ["yes", "no"], "yes", ["a", None])
     edit(row)
     path = write(tmp_path / "j.jsonl", [row])  # json.dumps writes the escape: the file itself is ASCII
-    with pytest.raises(RecordError, match=rf"j.jsonl: line 2.*field '{field}' holds a lone surrogate"):
+    # the field is named by its path in the line ('units[0].span', 'teacher.thinking')
+    with pytest.raises(RecordError, match=rf"j.jsonl: line 2.*field '([^']*\.)?{field}' holds a lone surrogate"):
         load_judgments(path)
-    with pytest.raises(RecordError, match=f"field '{field}' holds a lone surrogate"):
+    with pytest.raises(RecordError, match=rf"field '([^']*\.)?{field}' holds a lone surrogate"):
         build(RouterSpec(kind="recorded-teacher", path=str(path), name="teacher"))
 
 
