@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tiermem.data.conversations import _get
 from tiermem.data.records import Conversation, GoldPoint, ImportedUnit, Question, Turn
 from tiermem.data.textfile import check_text, read_utf8
 from tiermem.settings.errors import DataError, MissingFileError
@@ -70,17 +71,6 @@ def load_realmem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
     return conversations
 
 
-def _need(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected an object, got {type(obj).__name__}")
-    if key not in obj:
-        raise DataError(f"{where}: missing field '{key}'")
-    value = obj[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise DataError(f"{where}: field '{key}' must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
-    return value
-
-
 def _day(value: str, where: str) -> str:
     from tiermem.data.dates import parse_timestamp
 
@@ -92,22 +82,22 @@ def _day(value: str, where: str) -> str:
 
 def _sessions(data: Any, path: Path) -> tuple[str, list[tuple[str, dict[str, Any], str]]]:
     """(person, [(session where, session, its day)] sorted by day, stably)."""
-    meta = _need(data, "_metadata", dict, str(path))
-    person = _need(meta, "person_name", str, f"{path}: _metadata")
+    meta = _get(data, "_metadata", dict, str(path))
+    person = _get(meta, "person_name", str, f"{path}: _metadata")
     if not person.strip():
         raise DataError(f"{path}: _metadata: field 'person_name' is empty")
-    raw = _need(data, "dialogues", list, str(path))
+    raw = _get(data, "dialogues", list, str(path))
     if not raw:
         raise DataError(f"{path}: field 'dialogues' is empty")
     sessions, uuids = [], {}
     for i, session in enumerate(raw):
         where = f"{path}: dialogues[{i}]"
-        uuid = _need(session, "session_uuid", str, where)
+        uuid = _get(session, "session_uuid", str, where)
         where = f"{path}: session {uuid!r} (dialogues[{i}])"
         if uuid in uuids:
             raise DataError(f"{where}: field 'session_uuid' repeats dialogues[{uuids[uuid]}]")
         uuids[uuid] = i
-        sessions.append((where, session, _day(_need(session, "current_time", str, where), where)))
+        sessions.append((where, session, _day(_get(session, "current_time", str, where), where)))
     return person, sorted(sessions, key=lambda s: s[2])  # stable: one day's sessions keep their file order
 
 
@@ -143,16 +133,16 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
     queries: list[tuple[str, int, str, dict[str, Any], dict[str, Any] | None, str]] = []
     for n, (where, session, day) in enumerate(sessions, 1):
         uuid = session["session_uuid"]
-        raw_turns = _need(session, "dialogue_turns", list, where)
+        raw_turns = _get(session, "dialogue_turns", list, where)
         if not raw_turns:
             raise DataError(f"{where}: field 'dialogue_turns' is empty")
         ids, contents = [], []
         for i, turn in enumerate(raw_turns):
             twhere = f"{where}: dialogue_turns[{i}]"
-            speaker = _need(turn, "speaker", str, twhere)
+            speaker = _get(turn, "speaker", str, twhere)
             if speaker not in SPEAKERS:
                 raise DataError(f"{twhere}: field 'speaker' is {speaker!r}; expected one of {list(SPEAKERS)}")
-            text = _need(turn, "content", str, twhere)
+            text = _get(turn, "content", str, twhere)
             turn_id = f"S{n}:{i + 1}"
             ids.append(turn_id)
             contents.append((speaker, text))
@@ -171,10 +161,10 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
             raise DataError(f"{where}: field 'extracted_memory' must be a list")
         for j, point in enumerate(points):
             pwhere = f"{where}: extracted_memory[{j}]"
-            text = _need(point, "content", str, pwhere)
-            _need(point, "index", str, pwhere)  # not unique in the published files: the unit id is its place
+            text = _get(point, "content", str, pwhere)
+            _get(point, "index", str, pwhere)  # not unique in the published files: the unit id is its place
             unit_id = f"S{n}:m{j + 1}"
-            owner = _need(point, "session_uuid", str, pwhere)
+            owner = _get(point, "session_uuid", str, pwhere)
             if owner != uuid:
                 raise DataError(f"{pwhere}: field 'session_uuid' is {owner!r}, not its session's {uuid!r}")
             index, how = _snapshot_turn(point, contents, pwhere)
@@ -187,21 +177,21 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
     questions = []
     seen_q: set[str] = set()
     for twhere, i, turn_id, turn, reply, day in queries:
-        qid = _need(turn, "query_id", str, twhere)
+        qid = _get(turn, "query_id", str, twhere)
         if qid in seen_q:
             raise DataError(f"{twhere}: field 'query_id' {qid!r} repeats")
         seen_q.add(qid)
-        category = _need(turn, "category_name", str, twhere)
+        category = _get(turn, "category_name", str, twhere)
         if category in exclude_categories:
             continue
         rwhere = f"{twhere.rsplit(': dialogue_turns', 1)[0]}: dialogue_turns[{i + 1}] (the reply)"
         if not isinstance(reply, dict) or reply.get("speaker") != "Assistant":
             raise DataError(f"{twhere}: a query turn must be followed by the Assistant's reply (its memory_used)")
-        used = _need(reply, "memory_used", list, rwhere)
+        used = _get(reply, "memory_used", list, rwhere)
         points: list[GoldPoint] = []
         for k, item in enumerate(used):
             uwhere = f"{rwhere}: memory_used[{k}]"
-            key = (_need(item, "session_uuid", str, uwhere), _need(item, "content", str, uwhere))
+            key = (_get(item, "session_uuid", str, uwhere), _get(item, "content", str, uwhere))
             if key not in by_point:
                 notes["used_points_unmatched"] += 1
                 points.append(GoldPoint(key[1], []))
@@ -215,7 +205,7 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
         tags = {k: turn[k] for k in ("session_type", "topic") if isinstance(turn.get(k), str)}
         evidence = list(dict.fromkeys(t for p in points for t in p.turn_ids))
         answer = "\n".join(p.text for p in points)
-        questions.append(Question(qid, _need(turn, "content", str, twhere), answer, category, evidence, day,
+        questions.append(Question(qid, _get(turn, "content", str, twhere), answer, category, evidence, day,
                                   asked_before=turn_id, points=points, tags=tags))
     if not turns:
         raise DataError(f"{path}: every turn's text is empty; nothing to remember")

@@ -277,7 +277,12 @@ class MemoryRuntime:
             summaries.close()
             raise
         self.memory = TwoTierMemory.open(conv_id, raw, summaries, self._turn_vectors())
-        self.memory.tier1 = self.manifest.get("tier1", "built")
+        tier1 = self.manifest.get("tier1", "built")  # a memory built before imported units: built
+        if tier1 not in ("imported", "built"):
+            self.memory.close()
+            raise StoreError(f"{self.workdir / MANIFEST}: field 'tier1' is {tier1!r}, not 'imported' or 'built'; "
+                             "rebuild this memory")
+        self.memory.tier1 = tier1
 
     def _turn_vectors(self) -> np.ndarray | None:
         """The turn vectors written at ingest, checked against the manifest; None for a memory built before them."""

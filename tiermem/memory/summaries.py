@@ -282,25 +282,21 @@ class SummaryIndex:
         order = np.argsort(-scores, kind="stable")
         if allowed is not None:
             order = order[allowed[order]]
-        order = order[:k]
-        return [
-            RetrievedUnit(u.unit_id, u.text, float(scores[i]), list(u.page_ids), list(u.turn_ids), u.date,
-                          list(u.speakers))
-            for i in order
-            for u in [self.units[int(i)]]
-        ]
+        return [self.retrieved(self.units[int(i)].unit_id, float(scores[i])) for i in order[:k]]
+
+    def retrieved(self, unit_id: str, score: float) -> RetrievedUnit:
+        """A unit as a search returns it, with `score`."""
+        u = self.get(unit_id)
+        return RetrievedUnit(u.unit_id, u.text, score, list(u.page_ids), list(u.turn_ids), u.date, list(u.speakers))
 
     def search(self, query: str, k: int = 5) -> list[RetrievedUnit]:
         return self.search_vector(self.embed([query])[0], k)
 
-    def search_many(self, queries: Sequence[str], k: int = 5,
-                    allowed: Sequence[np.ndarray | None] | None = None) -> list[list[RetrievedUnit]]:
-        """`search` for many queries with one batched embedding call (what labeling a conversation needs);
-        `allowed[i]` masks the units query i may see."""
+    def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[RetrievedUnit]]:
+        """`search` for many queries with one batched embedding call (what labeling a conversation needs)."""
         if not queries:
             return []
-        masks = list(allowed) if allowed is not None else [None] * len(queries)
-        return [self.search_vector(v, k, m) for v, m in zip(self.embed(list(queries)), masks, strict=True)]
+        return [self.search_vector(v, k) for v in self.embed(list(queries))]
 
     def close(self) -> None:
         self._conn.close()

@@ -65,11 +65,6 @@ class UnitTerms(KeywordIndex):
             self._bm25.index([content_words(u.text) or [""] for u in units], show_progress=False)
 
 
-def _retrieved(unit: SummaryUnit, score: float) -> RetrievedUnit:
-    return RetrievedUnit(unit.unit_id, unit.text, score, list(unit.page_ids), list(unit.turn_ids), unit.date,
-                         list(unit.speakers))
-
-
 class PagesAsOf:
     """The raw page store as a question sees it: pages before its turn whole, the page it falls in cut there."""
 
@@ -147,11 +142,8 @@ class TwoTierMemory:
     def search_summaries(self, query: str, k: int) -> list[RetrievedUnit]:
         return self.summaries.search_vector(self.embed_query(query), k, self._units_allowed())
 
-    def search_summaries_many(self, queries: list[str], k: int,
-                              views: list[TwoTierMemory] | None = None) -> list[list[RetrievedUnit]]:
-        """One batched embedding for many queries; `views[i]` is the memory query i reads (as of its turn)."""
-        masks = None if views is None else [v._units_allowed() for v in views]
-        return self.summaries.search_many(queries, k, masks)
+    def search_summaries_many(self, queries: list[str], k: int) -> list[list[RetrievedUnit]]:
+        return [self.summaries.search_vector(v, k, self._units_allowed()) for v in self.summaries.embed(queries)]
 
     def search_summaries_fused(self, query: str, k: int) -> list[RetrievedUnit]:
         """The k best units by reciprocal-rank fusion of the dense ranking and BM25 over the units' text (research's
@@ -169,7 +161,7 @@ class TwoTierMemory:
             fused[unit_id] = fused.get(unit_id, 0.0) + 1.0 / (RRF_K + rank + 1)
         by_id = {u.unit_id: u for u in dense}
         best = sorted(fused, key=lambda uid: -fused[uid])[:k]
-        return [by_id.get(uid) or _retrieved(self.summaries.get(uid), fused[uid]) for uid in best]
+        return [by_id.get(uid) or self.summaries.retrieved(uid, fused[uid]) for uid in best]
 
     def search_pages(self, query: str, k: int) -> list[str]:
         allowed = None if self.before is None or self.history is None else self.history.page_last < self.before

@@ -58,3 +58,21 @@ def test_a_cached_file_that_does_not_match_its_digest_is_computed_again(tmp_path
     runtime = _build(tmp_path / "tiers", conv, "extractive", again)
     assert again.texts == len(runtime.memory.summaries) + len(runtime.memory.turns.rows)
     assert np.isfinite(runtime.memory.turns.vectors).all()
+
+
+def test_a_manifest_naming_no_tier1_source_is_refused(tmp_path):
+    import json
+
+    import pytest
+
+    from tiermem.memory.runtime import MANIFEST
+    from tiermem.settings.errors import StoreError
+
+    conv = load_realmem(write(tmp_path / "rm"))[0]
+    runtime = _build(tmp_path / "tiers", conv, "imported", CountingEmbedder())
+    runtime.close()
+    path = runtime.workdir / MANIFEST
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "tier1": "made up"}))
+    with pytest.raises(StoreError, match="field 'tier1'"):
+        _build(tmp_path / "tiers", conv, "imported", CountingEmbedder())
