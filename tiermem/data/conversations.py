@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.data.dates import timestamp_problem
+from tiermem.data.fields import get_field as _get
 from tiermem.data.records import Conversation, Question, Turn
 from tiermem.data.textfile import check_text, read_utf8
 from tiermem.settings.errors import DataError, MissingFileError, UsageError
@@ -51,22 +52,6 @@ def _read_json(path: str | Path) -> Any:
         raise DataError(f"{path}: not valid JSON: {exc}") from None
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deeply to be a benchmark file") from None
-
-
-def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected an object, got {type(obj).__name__}")
-    if key not in obj:
-        raise DataError(f"{where}: missing field '{key}'")
-    value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in _as_tuple(kind):
-        names = "/".join(t.__name__ for t in _as_tuple(kind))
-        raise DataError(f"{where}: field '{key}' must be {names}, got {type(value).__name__}")
-    return value
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
 
 
 def _answer_text(value: Any, where: str) -> str:

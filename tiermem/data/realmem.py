@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tiermem.data.conversations import _get
+from tiermem.data.fields import get_field as _get
 from tiermem.data.records import Conversation, GoldPoint, ImportedUnit, Question, Turn
 from tiermem.data.textfile import check_text, read_utf8
 from tiermem.settings.errors import DataError, MissingFileError
