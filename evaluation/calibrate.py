@@ -56,6 +56,7 @@ from evaluation.criteria import (
     threshold_risk_control,
     threshold_token_budget,
 )
+from labeling.dataset import data_paths, same_data
 from router_train.lm.rewards import RewardConfig
 from serving.routers import RouterSpec, as_router_spec, build
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile
@@ -107,7 +108,8 @@ class OperatingPoint:
 @dataclass
 class CalibrateConfig:
     router: RouterSpec = field(default_factory=RouterSpec)  # the router to calibrate (a run directory as shorthand)
-    data: str = "runs/label/dataset"  # DatasetDict saved by `make label`, or a .jsonl of label records
+    # DatasetDict saved by `make label`, or a .jsonl of label records; several: [a, b], pooled, domains kept
+    data: str | list[str] = "runs/label/dataset"
     split: str = "validation"
     # auto: the router's out-of-fold CV scores over every train + validation conversation when its stage wrote them
     # for this `data` (unit reader: oof_scores.json), else the router scores `split`; out_of_fold: require them;
@@ -132,6 +134,7 @@ class CalibrateConfig:
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
+        data_paths(self.data)
         if self.scores_from not in SCORES_FROM:
             raise ConfigError(f"scores_from must be one of {SCORES_FROM}, got {self.scores_from!r}")
         points = [p if isinstance(p, OperatingPoint) else OperatingPoint(**p) for p in self.operating_points]
@@ -213,20 +216,21 @@ def degenerate_warnings(threshold: float, achieved: dict[str, Any]) -> list[str]
             f"says {always} on data like these; check the router's scores and the calibration data"]
 
 
-def load_replayable(data: str, split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
+def load_replayable(data: str | list[str], split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
                     limit: int | None = None) -> list[dict[str, Any]]:
     """The records eval replays: labeled, plus dropped ones whose path correctness is known."""
     return load_calibration_records(data, split, correctness, include_unlabeled, limit)[0]
 
 
-def load_calibration_records(data: str, split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
-                             limit: int | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def load_calibration_records(data: str | list[str], split: str, correctness: str = "label_rule",
+                             include_unlabeled: bool = True, limit: int | None = None
+                             ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """load_replayable's records and the counts of what replay left out (n_error, n_unreplayable)."""
     from evaluation.metrics import replayable_records
-    from labeling.dataset import RecordError, load_split
+    from labeling.dataset import RecordError, data_label, load_split
 
-    path = Path(data)
-    rows = load_split(path, split)
+    path = data_label(data)
+    rows = load_split(data, split)
     for i, row in enumerate(rows):
         for key in ("question", "router_summaries", "label"):
             if key not in row:
@@ -264,13 +268,6 @@ def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: in
     return scores
 
 
-def _same_data(a: Any, b: str) -> bool:
-    try:
-        return str(a) == b or Path(str(a)).expanduser().resolve() == Path(b).expanduser().resolve()
-    except OSError:
-        return False
-
-
 def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
                 ) -> tuple[list[dict[str, Any]], list[float], dict[str, int], dict[str, Any]] | None:
     """(records, scores, counts, source) from the router's out-of-fold CV scores (router_train.reader.oof_scores) when
@@ -289,7 +286,7 @@ def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
                               "calibrate with scores_from=auto or split")
         return None
     data = read_oof_scores(path, recorded)
-    if not _same_data(data.get("dataset"), cfg.data):
+    if not same_data(data.get("dataset"), cfg.data):
         if cfg.scores_from == "out_of_fold":
             raise ConfigError(f"{path}: its out-of-fold scores are of {data.get('dataset')}, not data={cfg.data}")
         notes.append(f"the router's out-of-fold scores are of {data.get('dataset')}, not {cfg.data}: calibrated on "
@@ -356,9 +353,29 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
         if record is None:
             raise MissingFileError(f"{spec.path}: calibration is stored in a local run directory")
 
+        result["scores_file"] = write_scores(record.run_dir, records, scores, source)
         record.meta.calibration = result
         save_with_card(record)  # the run's README.md shows the stored threshold
     return result
+
+
+SCORES_FILE = "calibration_scores.json"  # each calibration record's key, split, domain, label and score
+
+
+def write_scores(run_dir: str | Path, records: Sequence[dict[str, Any]], scores: Sequence[float],
+                 source: dict[str, Any]) -> dict[str, Any]:
+    """The scores the threshold was picked on, beside the run (what the demo compares routers by, per domain,
+    on the questions they all scored); returns what calibration keeps of the file."""
+    from labeling.dataset import domain_of
+    from tiermem.runs.run_meta import sha256_file
+    from tiermem.runs.safe_io import write_atomic
+
+    rows = [{"conv_id": str(r["conv_id"]), "qid": str(r["qid"]), "split": r.get("split"), "domain": domain_of(r),
+             "label": r.get("label"), "score": float(s)} for r, s in zip(records, scores, strict=True)]
+    path = Path(run_dir) / SCORES_FILE
+    write_atomic(path, json.dumps({"format": "tiermem-calibration-scores/1", "scored_on": source["scored_on"],
+                                   "n": len(rows), "records": rows}) + "\n")
+    return {"file": SCORES_FILE, "sha256": sha256_file(path), "n": len(rows)}
 
 
 @stage_main("calibrate")

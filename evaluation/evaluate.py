@@ -29,10 +29,11 @@ from evaluation import analysis as eval_analysis
 from evaluation import metrics
 from evaluation import report as eval_report
 from evaluation.ceiling import calibrated_by, ceiling_report, router_ceiling
+from evaluation.domains import per_domain, split_by_domain
 from evaluation.provenance import data_name, dataset_provenance, machine_info
 from evaluation.reading import reading_steps
 from evaluation.sweep import sweep as sweep_of
-from labeling.dataset import RecordError, load_split
+from labeling.dataset import RecordError, data_label, data_paths, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
 from serving.routers.spec import router_kind_of
 from tiermem import contract
@@ -75,7 +76,9 @@ class LiveConfig:
 
 @dataclass
 class EvalConfig:
-    data: str = "runs/label/dataset"  # DatasetDict dir (save_to_disk) or a labeling records .jsonl (any file)
+    # DatasetDict dir (save_to_disk) or a labeling records .jsonl (any file); several: [a, b], pooled, each
+    # record's domain kept, and eval reports each domain beside the pool
+    data: str | list[str] = "runs/label/dataset"
     split: str = "test"
     correctness: str = "label_rule"  # label_rule | outcome | evidence (see metrics.correctness_fields)
     include_unlabeled: bool = True  # keep records the label rule dropped (both paths wrong) in accuracy
@@ -97,6 +100,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
+        data_paths(self.data)
+        if self.live.enabled and len(data_paths(self.data)) > 1:
+            raise ConfigError("live eval relabels one dataset's conversations: give data one path, not a list")
         # APGR's recovery targets are shares of the raw-only - summary-only gap; a calibration curve needs a bin
         bad = [s for s in self.recover_shares if not (ranges.is_number(s) and 0.0 < s <= 1.0)]
         if bad:
@@ -255,13 +261,13 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     try:
         kept, case_set = metrics.replayable_records(records, cfg.correctness, cfg.include_unlabeled)
     except RecordError as exc:  # the record reader names record and field; the file is known here
-        raise RecordError(f"{cfg.data} [{cfg.split}] {exc}") from None
+        raise RecordError(f"{data_label(cfg.data)} [{cfg.split}] {exc}") from None
     cases = case_set.cases
     held = list(case_set.unreplayable_records)  # labeled, outcome unknown: routed for the ranking metrics only
     if not cases:
         why = (f"; {case_set.n_unreplayable} record(s) have an unknown path verdict under rule "
                f"{cfg.correctness!r}" if case_set.n_unreplayable else "")
-        raise ConfigError(f"no evaluable records in split {cfg.split!r} of {cfg.data}{why}")
+        raise ConfigError(f"no evaluable records in split {cfg.split!r} of {data_label(cfg.data)}{why}")
     label_rules = sorted({str(r.get("label_rule")) for r in kept})
     notes: list[str] = []
     if case_set.n_unreplayable:
@@ -280,7 +286,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
     if any(r.get("conv_id") is None for r in [*kept, *held]):
         notes.append("some records have no conv_id: each is its own cluster in the bootstrap")
     meta: dict[str, Any] = {
-        "dataset": str(cfg.data), "split": cfg.split, "router": router_name, "mode": "replay",
+        "dataset": data_label(cfg.data), "split": cfg.split, "router": router_name, "mode": "replay",
         "correctness_rule": cfg.correctness, "label_rule": ", ".join(label_rules), "n": len(cases),
         "n_conversations": len(set(clusters)),
         "n_error": case_set.n_error, "n_unlabeled": case_set.n_unlabeled,
@@ -395,13 +401,19 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         compare.append((spec.name, other, other.name))
     judgments = None
     if cfg.judgments:
-        from evaluation.judged import ReplayedRouter
         from labeling.judgments import load_judgments
 
         judgments = load_judgments(cfg.judgments)  # a bad file stops the run before any router is asked
+    domains = split_by_domain(records)
+    if judgments is not None or len(domains) > 1:  # scored again below: replayed, not asked again
+        from evaluation.judged import ReplayedRouter
+
         router = None if router is None else ReplayedRouter(router)
         compare = [(key, ReplayedRouter(other), display) for key, other, display in compare]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
+    report["by_domain"] = per_domain(records, lambda rows: evaluate_records(
+        rows, cfg, None if router is None else router.again(), name,
+        [(key, other.again(), display) for key, other, display in compare])[0], report["meta"]["notes"])
     if judgments is not None:
         from evaluation.judged import judged_records, judged_summary
 

@@ -70,6 +70,12 @@ class ReplayedRouter:
 def judged_summary(report: dict[str, Any], coverage: dict[str, Any]) -> dict[str, Any]:
     """eval.json's `judged`: coverage, then per router its AUROC (with interval) and ceiling against the judgments,
     and the paired comparisons of that scoring."""
+    return {**coverage, **subset_summary(report)}
+
+
+def subset_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What eval keeps of a second scoring of the same decisions (against the judgments, or on one domain's
+    records): per router its AUROC (with interval), ceiling and calibrated point, and the paired comparisons."""
     ceiling = (report.get("ceiling") or {}).get("routers") or {}
     rows = {}
     for key, entry in (report.get("ranking") or {}).items():
@@ -80,9 +86,9 @@ def judged_summary(report: dict[str, Any], coverage: dict[str, Any]) -> dict[str
                                               "false_cache_hit_share_top10", "false_cache_hit_share_top20",
                                               "calibrated_accuracy", "calibrated_tokens_fewer_share")}}
     oracle = (report.get("ceiling") or {}).get("oracle") or {}
-    return {**coverage, "n": report["meta"]["n"], "routers": rows, "oracle_tokens_fewer_share":
-            oracle.get("tokens_fewer_share"), "raw_only_accuracy": ((report.get("ceiling") or {}).get("raw_only")
-                                                                    or {}).get("accuracy"),
+    return {"n": report["meta"]["n"], "n_conversations": report["meta"].get("n_conversations"), "routers": rows,
+            "oracle_tokens_fewer_share": oracle.get("tokens_fewer_share"),
+            "raw_only_accuracy": ((report.get("ceiling") or {}).get("raw_only") or {}).get("accuracy"),
             "comparisons": report.get("comparisons") or []}
 
 

@@ -26,31 +26,44 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def data_name(dataset: str | Path, records: Sequence[dict[str, Any]], provenance: dict[str, Any]) -> str:
+def data_name(dataset: str | Path | list[str], records: Sequence[dict[str, Any]], provenance: dict[str, Any]) -> str:
     """The data by what it is, for a model card that travels (never a local path): a hub id as is; local records
     by the conversations file their label run read (its config.yaml) or their own file name, and the sha256 of the
     records themselves, which names the same data on any machine."""
     import hashlib
 
-    path = Path(dataset)
-    if not path.exists():
-        return str(dataset)  # a hub dataset id
+    from labeling.dataset import data_paths
+
+    paths = data_paths(dataset)
+    if not all(Path(p).exists() for p in paths):
+        return str(dataset) if len(paths) == 1 else " + ".join(paths)  # hub dataset ids
     digest = hashlib.sha256()
     for rec in records:
         digest.update(json.dumps(rec, sort_keys=True, default=str).encode())
-    source = provenance.get("data_path")
-    what = (f"label records of {Path(str(source)).name}" if source
-            else f"label records {path.name if path.is_file() else path.name + '/'}")
+    sources = provenance.get("data_path")
+    sources = sources if isinstance(sources, list) else [sources]
+    what = " + ".join(f"label records of {Path(str(source)).name}" if source
+                      else f"label records {Path(p).name if Path(p).is_file() else Path(p).name + '/'}"
+                      for p, source in zip(paths, sources, strict=True))
     return f"{what} ({len(records)} records, sha256 {digest.hexdigest()[:12]})"
 
 
-def dataset_provenance(dataset: str | Path, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def dataset_provenance(dataset: str | Path | list[str], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Which labeling config and router contract made the dataset: the label run's config.yaml next to it (the
     label stage writes it beside `dataset/` and the records JSONL), and the contract version stamped in the records
-    when labeling recorded one."""
+    when labeling recorded one; of several datasets, each key lists theirs in order."""
+    from labeling.dataset import data_paths
+
+    paths = data_paths(dataset)
+    if len(paths) > 1:
+        each = [dataset_provenance(p, records) for p in paths]
+        out = {k: [e.get(k) for e in each] for k in each[0]}
+        versions = sorted({str(v) for v in out["contract_version"] if v})
+        return {**out, "contract_version": ", ".join(versions) or None,
+                "current_contract_version": contract.CONTRACT_VERSION}
     from labeling.config import label_run_config
 
-    config, data, error = label_run_config(dataset)
+    config, data, error = label_run_config(paths[0])
     out: dict[str, Any] = {"label_config": None, "data_path": None, "label_rule_config": None,
                            "contract_version": None, "current_contract_version": contract.CONTRACT_VERSION}
     if config.is_file():

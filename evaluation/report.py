@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evaluation.domains import domain_aurocs, domain_section
 from evaluation.judged import judged_section
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
@@ -76,7 +77,8 @@ def eval_summary(report: Mapping[str, Any], path: str | Path | None = None, date
         "gap": sweep.get("gap"), "auc_accuracy_tokens": sweep.get("auc_accuracy_tokens"),
         "reading": ((report.get("reading") or {}).get("routed") or {}).get("rows") or {},
         "ceiling": {name: {m: row.get(m) for m in CEILING_METRICS}
-                    for name, row in ((report.get("ceiling") or {}).get("routers") or {}).items()}})
+                    for name, row in ((report.get("ceiling") or {}).get("routers") or {}).items()},
+        "by_domain": domain_aurocs(report.get("by_domain"))})
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -212,6 +214,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 "APGR = 0.5)", "", ranking_table(report), ""]
     out += ceiling_section(report.get("ceiling"))
     out += judged_section(report.get("judged"), report.get("ranking") or {})
+    out += domain_section(report.get("by_domain"))
     per_conv = report.get("per_conversation") or {}
     if per_conv:
         keys = list(next(iter(per_conv.values()))["auroc"])

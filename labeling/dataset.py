@@ -42,8 +42,72 @@ def amount(record: Mapping[str, Any], name: str, where: str) -> float:
     return float(value)
 
 
-def load_dataset_dict(path: str | Path) -> Any:
-    """The whole DatasetDict `make label` saved (training reads every split it needs from it)."""
+DataSpec = str | list[str]  # one labeled dataset, or several (`data: [a, b]`): their records pooled, domain kept
+DOMAIN_FIELD = "source"  # a record's domain: the format its conversations came in (locomo, realmem, ...)
+
+
+def data_paths(spec: DataSpec | Path, where: str = "data") -> list[str]:
+    """The labeled datasets a `data` value names, in order: one path, or a non-empty list of distinct paths."""
+    items = [str(spec)] if isinstance(spec, (str, Path)) else spec
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{where}: give a labeled dataset path or a non-empty list of them, got {spec!r}")
+    for i, item in enumerate(items):
+        if not isinstance(item, (str, Path)) or not str(item).strip():
+            raise ConfigError(f"{where}[{i}]: expected a path, got {item!r}")
+    items = [str(i) for i in items]
+    repeated = sorted({i for i in items if items.count(i) > 1})
+    if repeated:  # its records would be counted twice (and refused as duplicate keys)
+        raise ConfigError(f"{where}: {repeated} named more than once")
+    return items
+
+
+def data_label(spec: DataSpec | Path) -> str:
+    """`data` as one string for messages and metadata: the path, or `[a, b]`."""
+    paths = data_paths(spec)
+    return paths[0] if len(paths) == 1 else "[" + ", ".join(paths) + "]"
+
+
+def same_data(a: Any, b: Any) -> bool:
+    """Whether two `data` values name the same datasets (paths compared resolved, in order)."""
+    try:
+        pa, pb = data_paths(a), data_paths(b)
+    except ConfigError:
+        return False
+
+    def same(x: str, y: str) -> bool:
+        try:
+            return x == y or Path(x).expanduser().resolve() == Path(y).expanduser().resolve()
+        except OSError:
+            return False
+    return len(pa) == len(pb) and all(same(x, y) for x, y in zip(pa, pb, strict=True))
+
+
+def domain_of(record: Mapping[str, Any]) -> str:
+    """The record's domain (its `source`; `unknown` where a record has none)."""
+    return str(record.get(DOMAIN_FIELD) or "unknown")
+
+
+def load_dataset_dict(spec: DataSpec | Path) -> Any:
+    """The whole DatasetDict `make label` saved (training reads every split it needs from it); several datasets:
+    one DatasetDict of their records split by split (each split's records pooled, in the order named)."""
+    from datasets import Dataset, DatasetDict
+
+    paths = data_paths(spec)
+    if len(paths) == 1:
+        return _load_one_dataset_dict(paths[0])
+    parts = [_load_one_dataset_dict(p) for p in paths]
+    out = {}
+    for split in dict.fromkeys(name for part in parts for name in part):
+        located = [(f"{p} [{split}] record {i}", rec) for p, part in zip(paths, parts, strict=True)
+                   if split in part for i, rec in enumerate(part[split].to_list())]
+        rows = check_records(located)
+        # every field of every dataset (from_list would keep only the first record's): absent is null
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        out[split] = Dataset.from_dict({k: [r.get(k) for r in rows] for k in columns})
+    return DatasetDict(out)
+
+
+def _load_one_dataset_dict(path: str | Path) -> Any:
     from datasets import DatasetDict, load_from_disk
 
     path = Path(path)
@@ -60,12 +124,21 @@ def load_dataset_dict(path: str | Path) -> Any:
     return data
 
 
-def load_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
-    """Records of one split from a saved DatasetDict directory or a labeling JSONL.
+def load_split(dataset: DataSpec | Path, split: str) -> list[dict[str, Any]]:
+    """Records of one split from a saved DatasetDict directory or a labeling JSONL, or from several of them
+    (pooled in the order named; a key seen in two is refused).
 
     In a JSONL, records carrying a `split` field are filtered by it; a file whose records have none is taken
     to hold one split and is returned whole.
     """
+    paths = data_paths(dataset)
+    if len(paths) > 1:
+        return check_records([(f"{p} [{split}] record {i}", rec) for p in paths
+                              for i, rec in enumerate(_load_one_split(p, split))])
+    return _load_one_split(paths[0], split)
+
+
+def _load_one_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
     path = Path(dataset)
     if not path.exists():
         raise MissingFileError(

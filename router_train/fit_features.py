@@ -20,7 +20,7 @@ from tiermem.settings.errors import DataError, stage_main
 @dataclass
 class FitFeaturesConfig:
     kind: str = "features"  # features (fit a logistic regression) | top1-score (no fitting; a directory to calibrate)
-    data: str = "runs/label/dataset"  # label DatasetDict or JSONL
+    data: str | list[str] = "runs/label/dataset"  # label DatasetDict or JSONL; several: [a, b], pooled
     split: str = "train"
     output_dir: str = "runs/features"
     l2: float = 1.0
@@ -28,6 +28,9 @@ class FitFeaturesConfig:
     eval_splits: list[str] = field(default_factory=lambda: ["validation"])  # AUROC reported in the metrics
 
     def __post_init__(self) -> None:
+        from labeling.dataset import data_paths
+
+        data_paths(self.data)
         if self.kind not in ("features", "top1-score"):
             raise ConfigError(f"kind must be features or top1-score, got {self.kind!r}")
         if self.l2 < 0:

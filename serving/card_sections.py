@@ -218,6 +218,10 @@ def eval_section(meta: RunMeta, local: bool = True) -> str:
         lines += [f"| {name} | " + " | ".join(ci(iv.estimate if iv else None, iv) for iv in
                                              (row.get("text_alone"), row.get("without_text"), row.get("full"))) + " |"
                   for name, row in ev.reading.items()]
+    if ev.by_domain:
+        lines += ["", "On each domain's questions alone (AUROC; `main - x`: the paired difference):", ""]
+        lines += [f"- {domain}: " + "; ".join(f"{k} {ci(iv.estimate if iv else None, iv)}" for k, iv in row.items())
+                  for domain, row in ev.by_domain.items()]
     return "\n".join(lines) + others
 
 

@@ -118,26 +118,29 @@ def save_with_card(record: RunMetaFile) -> Path:
 MAX_OTHER_EVALS = 10  # the card lists the latest ones; eval.json of each run keeps everything
 
 
-def trained_on(meta: RunMeta) -> str | None:
+def trained_on(meta: RunMeta) -> str | list[str] | None:
     """The label data the router was trained from, as its training recorded it (LM routers: data.data; score
-    routers: data.dataset)."""
+    routers: data.dataset): one path or a list of them."""
     value = meta.data.get("data") or meta.data.get("dataset")
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
     return value if isinstance(value, str) and value else None
 
 
-def is_of_record(meta: RunMeta, data: str | Path | None, split: str) -> bool:
+def is_of_record(meta: RunMeta, data: str | Path | list[str] | None, split: str) -> bool:
     """An eval is the router's evaluation of record when it replays the held-out test split of the very data the
-    router was trained from (compared as resolved paths; a hub id as written). Any other data or split is not."""
+    router was trained from (compared as resolved paths, in order; a hub id as written). Any other data or split
+    is not."""
+    from labeling.dataset import same_data
+
     source = trained_on(meta)
     if data is None or source is None or split != "test":
         return False
-    if str(data) == source:
-        return True
-    local, recorded = Path(data), Path(source)
-    return local.exists() and recorded.exists() and local.resolve() == recorded.resolve()
+    return same_data(data, source)
 
 
-def record_eval(run_dir: str | Path | None, summary: EvalSummary, data: str | Path | None = None) -> Path | None:
+def record_eval(run_dir: str | Path | None, summary: EvalSummary,
+                data: str | Path | list[str] | None = None) -> Path | None:
     """Store an eval's summary in the run's tiermem_router.json and refresh the card: as the evaluation of record
     (`eval`) when it replays the test split of the router's own training data (`data`: what eval read), else
     among `other_evals` (one per dataset and split, the latest MAX_OTHER_EVALS), leaving the evaluation of record

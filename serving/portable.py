@@ -67,6 +67,8 @@ def without_local_paths(values: dict[str, Any]) -> dict[str, Any]:
     for key in ("data", "dataset"):
         if isinstance(out.get(key), str):
             out[key] = travelling_data_name(out[key])
+        elif isinstance(out.get(key), list):  # several datasets
+            out[key] = [travelling_data_name(v) if isinstance(v, str) else v for v in out[key]]
     router = out.get("router")
     if isinstance(router, str) and not router.startswith(PORTABLE_PREFIXES) and (
             Path(router).exists() or not HUB_ID.match(router)):

@@ -145,6 +145,21 @@ def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float:
     return float(value)
 
 
+def worst_group_auroc(scores: Sequence[float], positive: Sequence[bool], groups: Sequence[str]) -> float:
+    """The AUROC a model selection ranks by: over one group the plain AUROC; over several (domains), the lowest of
+    the groups' AUROCs, so a choice must hold on every domain. A group without both classes is left out (the
+    pooled AUROC when none has both)."""
+    if len(set(groups)) < 2:
+        return auroc(scores, positive)
+    per = []
+    for g in sorted(set(groups)):
+        idx = [i for i, x in enumerate(groups) if x == g]
+        y = [positive[i] for i in idx]
+        if 0 < sum(y) < len(y):
+            per.append(auroc([scores[i] for i in idx], y))
+    return min(per) if per else auroc(scores, positive)
+
+
 def average_precision_reps(scores: Sequence[float], positive: Sequence[bool], counts: np.ndarray) -> np.ndarray:
     """Average precision (area under the precision-recall steps, tied scores as one step) per replicate."""
     inverse, u = _groups(scores)

@@ -13,8 +13,13 @@ refit on the new margins), with their paired difference (`grpo (from sft)` - `sf
 (`lm`: the SFT recipe without the head) and the exact expected-reward loss (`expected_reward`), and the
 serve-time baselines (feature logistic regression, top-1 score), and the unit reader (`reader`: a cross-encoder
 scores each retrieved unit, pooled and joined with the signals by a head, chosen by cross-validation over
-conversations). The main row is the trained router (unit reader or LM router) with the best validation AUROC
-(`main_router: best`), chosen before the test split is read.
+conversations). The main row is the trained router (unit reader or LM router) with the best worst-domain
+validation AUROC when it is at or above the features router on every domain, else the features router
+(`main_router: best`, tiermem_cli.main_choice), chosen before the test split is read.
+
+Domains: data_path's conversations (LoCoMo), and each `more_data` entry (RealMem) labeled by its own config into
+label_<name>/; every router trains, is calibrated and is evaluated on all of them (`data=[...]`), and eval reports
+each domain beside the pool.
 """
 
 from __future__ import annotations
@@ -70,6 +75,11 @@ class DemoConfig:
     # the eval table's main row (the others are compared against it): a trained router's step name (reader or an
     # LM router), or `best`: the one with the highest validation AUROC in its run metadata
     main_router: str = "best"
+    # more labeled domains beside data_path's: each {name, data_path, label_config}, labeled into <root>/label_<name>;
+    # every router trains, is chosen and is evaluated on all of them (`data: [a, b]`). An absent data_path is left
+    # out, and the demo says so
+    more_data: list[dict[str, str]] = field(default_factory=lambda: [
+        {"name": "realmem", "data_path": "../shared/data/realmem", "label_config": "configs/label/realmem_demo.yaml"}])
     stages: list[str] = field(default_factory=lambda: list(DEFAULT_STEPS))
     # extra key=value overrides per stage, e.g. {"sft": ["trainer.num_train_epochs=1"]}
     overrides: dict[str, list[str]] = field(default_factory=dict)
@@ -83,6 +93,18 @@ class DemoConfig:
         repeated = sorted({s for s in self.stages if self.stages.count(s) > 1})
         if repeated:  # each step runs once, in the pipeline's order, however often it is named
             raise ConfigError(f"demo: stage(s) {repeated} listed more than once; each runs once, in the order {STEPS}")
+        names = []
+        for i, extra in enumerate(self.more_data):
+            if not isinstance(extra, dict) or sorted(extra) != ["data_path", "label_config", "name"] or not all(
+                    isinstance(v, str) and v.strip() for v in extra.values()):
+                raise ConfigError(f"demo: more_data[{i}] must be {{name, data_path, label_config}} (strings), got "
+                                  f"{extra!r}")
+            if not extra["name"].isidentifier():
+                raise ConfigError(f"demo: more_data[{i}].name must be a plain name (it names label_<name>), got "
+                                  f"{extra['name']!r}")
+            names.append(extra["name"])
+        if len(set(names)) != len(names):
+            raise ConfigError(f"demo: more_data names repeat: {names}")
         if self.main_router not in (*MAIN_CANDIDATES, "best"):
             raise ConfigError(f"demo: main_router must be best or one of {tuple(MAIN_CANDIDATES)}, got "
                               f"{self.main_router!r}")
@@ -98,13 +120,44 @@ def trained_routers(cfg: DemoConfig) -> list[str]:
     return [n for n in MAIN_CANDIDATES if n in cfg.stages]
 
 
+def extra_domains(cfg: DemoConfig) -> list[dict[str, str]]:
+    """The more_data entries whose data are here (the others are left out, and said so)."""
+    present = [d for d in cfg.more_data if Path(d["data_path"]).exists()]
+    for d in cfg.more_data:
+        if d not in present:
+            print(f"demo: no data at {d['data_path']!r}; domain {d['name']!r} left out")
+    return present
+
+
+def label_datasets(cfg: DemoConfig) -> list[str]:
+    """Every labeled dataset the demo trains on: data_path's, then each present more_data domain's."""
+    root = Path(cfg.root)
+    return [str(root / "label" / "dataset"), *(str(root / f"label_{d['name']}" / "dataset")
+                                               for d in extra_domains(cfg))]
+
+
+def data_arg(datasets: list[str]) -> str:
+    """`data=` for every stage: one path as it was, several as a list (JSON, which the override reads as YAML)."""
+    return f"data={datasets[0]}" if len(datasets) == 1 else "data=" + json.dumps(datasets)
+
+
 def pick_main_router(cfg: DemoConfig) -> str:
-    """`main_router`, or for `best` the trained router with the highest validation AUROC (ties: step order)."""
+    """`main_router`, or for `best`: when every trained router and the features router were calibrated, the one
+    main_choice serves (best worst-domain validation AUROC, else the features router); otherwise the trained
+    router with the highest validation AUROC in its run metadata (ties: step order)."""
+    from evaluation.calibrate import SCORES_FILE
     from tiermem.runs.run_meta import read_run_meta
+    from tiermem_cli.main_choice import choice_table, choose_main
 
     if cfg.main_router != "best":
         return cfg.main_router
     root = Path(cfg.root)
+    trained = [n for n in trained_routers(cfg) if (root / n).is_dir()]
+    if trained and all((root / n / SCORES_FILE).is_file() for n in [*trained, "features"]):
+        choice = choose_main(root, trained)
+        print(f"demo: main router {choice['served']!r}: {choice['reason']} (validation, per domain)\n"
+              + choice_table(choice))
+        return choice["served"]
     scored = []
     order = list(MAIN_CANDIDATES)
     for name in trained_routers(cfg) or order:
@@ -129,18 +182,20 @@ def eval_args(cfg: DemoConfig) -> list[str]:
     """The eval step's arguments: the main router against every other router the demo made."""
     root = Path(cfg.root)
     main_name = pick_main_router(cfg)
+    kinds = {**MAIN_CANDIDATES, "features": "features"}
     others = [n for n in (trained_routers(cfg) or list(MAIN_CANDIDATES)) if n != main_name and (root / n).is_dir()]
     row = {n: "routed" if n == main_name else n for n in MAIN_CANDIDATES}
     pairs = [[row["grpo"], row["sft"]]] if all((root / n).is_dir() for n in ("grpo", "sft")) and {
         "grpo", "sft"} <= set(trained_routers(cfg) or MAIN_CANDIDATES) else []
     judged = judgments_path(cfg)
     teacher = [{"name": "teacher", "kind": "recorded-teacher", "path": judged}] if judged else []
-    return ["--config", cfg.eval_config, f"data={root / 'label' / 'dataset'}",
-            f"router.kind={MAIN_CANDIDATES[main_name]}", f"router.path={root / main_name}", f"router.name={main_name}",
+    baselines = [n for n in ("features",) if n != main_name]  # the features router may be the main row itself
+    return ["--config", cfg.eval_config, data_arg(label_datasets(cfg)),
+            f"router.kind={kinds[main_name]}", f"router.path={root / main_name}", f"router.name={main_name}",
             f"output_dir={root / 'eval'}", "pairs=" + json.dumps(pairs), "compare=" + json.dumps(
                 [{"name": n, "kind": MAIN_CANDIDATES[n], "path": str(root / n)} for n in others]
-                + [{"name": "features", "kind": "features", "path": str(root / "features")},
-                   {"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}] + teacher),
+                + [{"name": n, "kind": n, "path": str(root / n)} for n in baselines]
+                + [{"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}] + teacher),
             *([f"judgments={judged}"] if judged else [])]
 
 
@@ -148,7 +203,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     """(step name, CLI stage, argv) in order; a step's overrides from cfg.overrides are appended. The eval step's
     argv is None here: it names the main router, which is chosen once the routers are trained (eval_args)."""
     root = Path(cfg.root)
-    dataset = root / "label" / "dataset"
+    data = data_arg(label_datasets(cfg))
     trunk = f"loss.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by the other SFTs
     if cfg.data_path and Path(cfg.data_path).is_file():
         judged = judgments_path(cfg)
@@ -175,32 +230,35 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     chats = ([f"data={cfg.data_path}"] if cfg.data_path and Path(cfg.data_path).is_file()
              else ["data=", "conversations=[]"])
     out: dict[str, list[tuple[str, str, list[str] | None]]] = {
-        "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])],
+        "label": [("label", "label", label_args + [f"output_dir={root / 'label'}"])] + [
+            (f"label {d['name']}", "label", ["--config", d["label_config"], f"data_path={d['data_path']}",
+                                             f"output_dir={root / ('label_' + d['name'])}"])
+            for d in extra_domains(cfg)],
         "reader_pretrain": [("reader_pretrain", "reader-pretrain", [
             "--config", cfg.reader_pretrain_config, f"data={cfg.reading_data}", f"chat_data=[{','.join(chat)}]",
             f"output_dir={root / 'reader_pretrain'}"]),
             ("floor reader_pretrain", "answer-floor", [f"reader={root / 'reader_pretrain'}", *chats])]
         if pretrained else [],
-        "reader": [("reader", "unit-reader", ["--config", cfg.reader_config, f"data={dataset}",
+        "reader": [("reader", "unit-reader", ["--config", cfg.reader_config, data,
                                               f"base={reader_base}", f"output_dir={root / 'reader'}"]),
                    ("floor reader", "answer-floor", [f"reader={root / 'reader'}", *chats])],
-        "sft": [("sft", "sft", ["--config", cfg.sft_config, f"data={dataset}", f"output_dir={root / 'sft'}",
+        "sft": [("sft", "sft", ["--config", cfg.sft_config, data, f"output_dir={root / 'sft'}",
                                 trunk])],
-        "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", f"data={dataset}",
+        "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", data,
                               f"output_dir={root / 'lm'}", trunk])],
         "expected_reward": [("expected_reward", "sft", [
-            "--config", cfg.expected_reward_config, f"data={dataset}", f"router={root / 'sft'}",
+            "--config", cfg.expected_reward_config, data, f"router={root / 'sft'}",
             f"output_dir={root / 'expected_reward'}", trunk])],
         # GRPO's prompts are the starts of SFT's rows: their bottom layers are read from SFT's trunk states
-        "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, f"data={dataset}", f"router={grpo_from}",
+        "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, data, f"router={grpo_from}",
                                    f"output_dir={root / 'grpo'}", f"trunk_from={root / 'sft' / 'trunk_states.pt'}"])],
         "features": [
-            ("features", "fit-features", ["--config", cfg.features_config, f"data={dataset}",
+            ("features", "fit-features", ["--config", cfg.features_config, data,
                                           f"output_dir={root / 'features'}"]),
-            ("top1", "fit-features", ["kind=top1-score", f"data={dataset}", f"output_dir={root / 'top1'}"]),
+            ("top1", "fit-features", ["kind=top1-score", data, f"output_dir={root / 'top1'}"]),
         ],
         "calibrate": [(f"calibrate {name}", "calibrate", ["--config", cfg.calibrate_config, f"router={root / name}",
-                                                          f"data={dataset}"])
+                                                          data])
                       for name in (*trained_routers(cfg), "features", "top1")],
         "eval": [("eval", "eval", None)],
     }
@@ -252,7 +310,12 @@ def _run(cfg: DemoConfig) -> int:
             return rc
     write_timings(root, timings)
     print("\n=== demo: artefacts")
+    from tiermem_cli.main_choice import CHOICE_FILE
+
     for name, path in [("labeled dataset", root / "label" / "dataset"), ("label report", root / "label" / "report.md"),
+                       *[(f"labeled dataset ({d['name']})", root / f"label_{d['name']}" / "dataset")
+                         for d in extra_domains(cfg)],
+                       ("main router choice", root / CHOICE_FILE),
                        *[(f"{n} router (calibrated)", root / n) for n in (*trained_routers(cfg), "features", "top1")],
                        ("eval table", root / "eval" / "eval.md"), ("eval JSON", root / "eval" / "eval.json"),
                        ("trade-off plot", root / "eval" / "eval.png"), ("stage seconds", root / TIMINGS_FILE)]:

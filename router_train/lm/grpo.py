@@ -109,6 +109,7 @@ class GRPORecipeConfig(RecipeConfig):
     max_zero_variance: float = 0.5
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.completion not in COMPLETIONS:
             raise ConfigError(f"completion must be one of {COMPLETIONS}, got {self.completion!r}")
         if self.signal_head_l2 < 0:

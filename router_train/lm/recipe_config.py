@@ -50,7 +50,7 @@ class RecipeConfig:
     """What SFT and GRPO configs share: the label data, splits, adapter, rewards, seeds and metric sizes.
     Each recipe's config (next to its trainer) adds its own fields and passes `trainer:` to TRL's own config."""
 
-    data: str = "runs/label/dataset"  # DatasetDict saved by `make label`
+    data: str | list[str] = "runs/label/dataset"  # DatasetDict saved by `make label`; several: [a, b], pooled
     output_dir: str = "runs/router"
     train_split: str = "train"
     eval_split: str = "validation"
@@ -65,6 +65,11 @@ class RecipeConfig:
     eval_batch_size: int = 8
     eval_generate_limit: int = 16  # greedy generations parsed per split to report format/parse rates
     trainer: dict[str, Any] = field(default_factory=dict)  # passed to TRL's SFTConfig / GRPOConfig, which validate it
+
+    def __post_init__(self) -> None:
+        from labeling.dataset import data_paths
+
+        data_paths(self.data)
 
 
 def has_gpu() -> bool:

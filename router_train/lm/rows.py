@@ -14,7 +14,7 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict
 
-from labeling.dataset import RecordError, amount, flag
+from labeling.dataset import DOMAIN_FIELD, RecordError, amount, domain_of, flag
 from router_train.lm.recipe_config import RecipeConfig
 from serving.signals import feature_matrix
 from tiermem import contract
@@ -76,7 +76,7 @@ def build_rows(
     eos = tokenizer.eos_token
     if not eos:
         raise RecordError("tokenizer has no eos_token: a completion could never end")
-    rows: dict[str, list[Any]] = {k: [] for k in ("prompt", "completion", "label", "qid", "conv_id")}
+    rows: dict[str, list[Any]] = {k: [] for k in ("prompt", "completion", "label", "qid", "conv_id", "domain")}
     if with_rewards:
         rows.update({k: [] for k in REWARD_COLUMNS})
     if with_signals:
@@ -86,8 +86,9 @@ def build_rows(
     # minimal pairs (labeling/minimal_pairs.py) are flagged: the signal head learns from natural retrieval only
     rows["augmented"] = []
     has_aug = "augmentation" in table.column_names
+    domain_column = [DOMAIN_FIELD] if DOMAIN_FIELD in table.column_names else []
     unknown_paths = 0
-    for i, row in enumerate(table.select_columns(list(needed) + (["augmentation"] if has_aug else []))):
+    for i, row in enumerate(table.select_columns(list(needed) + (["augmentation"] if has_aug else []) + domain_column)):
         if row["label"] is None:
             continue
         where = f"{source} split {split!r} record {i} (qid={row['qid']!r})"
@@ -103,10 +104,11 @@ def build_rows(
             except ValueError as exc:
                 raise RecordError(f"{where}: {exc}") from None
         rows["augmented"].append(bool(row.get("augmentation")))
+        rows["domain"].append(domain_of(row))
         if with_teacher:
             rows["teacher_agrees"].append(flag(row, "teacher_agrees", where, allow_none=True))
         for key in rows:
-            if key not in ("prompt", "completion", "signals", "augmented", "teacher_agrees"):
+            if key not in ("prompt", "completion", "signals", "augmented", "teacher_agrees", "domain"):
                 rows[key].append(row[key])
         if limit is not None and len(rows["prompt"]) >= limit:
             break

@@ -44,7 +44,7 @@ def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel
     its bias moved by (trained_weight - weight) x the mean validation margin, so the score keeps the level of the
     combination it was fitted in (`head + trained_weight x margin`; SFT trains them at weight 1)
     and the uncalibrated threshold keeps its meaning; the ranking does not change)."""
-    from tiermem.stats import auroc
+    from tiermem.stats import worst_group_auroc
 
     from .decisions import escalation_scores
 
@@ -56,7 +56,8 @@ def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel
         return 1.0, None, head
     margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size, trunk=trunk))
     heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
-    grid = {str(w): auroc((w * margins + heads).tolist(), labels) for w in TEXT_WEIGHTS}
+    domains = list(val_rows["domain"])  # several domains: each weight by its worst domain's AUROC
+    grid = {str(w): worst_group_auroc((w * margins + heads).tolist(), labels, domains) for w in TEXT_WEIGHTS}
     best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
     log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
     shifted = dataclasses.replace(head, bias=float(head.bias + (trained_weight - best) * margins.mean()))
@@ -67,7 +68,7 @@ def validation_auroc(cfg: Any, trainer: Any, tokenizer: Any, head: LogisticModel
                      val_rows: Any) -> float | None:
     """The validation AUROC of the score serving would give: margin x text weight + head, at the best weight of
     TEXT_WEIGHTS (or the fixed loss.text_weight); None without rows of both labels."""
-    from tiermem.stats import auroc
+    from tiermem.stats import worst_group_auroc
 
     from .decisions import escalation_scores
 
@@ -76,11 +77,12 @@ def validation_auroc(cfg: Any, trainer: Any, tokenizer: Any, head: LogisticModel
         return None
     margins = np.array(escalation_scores(trainer.model, tokenizer, val_rows["prompt"], cfg.eval_batch_size,
                                          trunk=getattr(trainer, "trunk", None)))
+    domains = list(val_rows["domain"])  # several domains: the worst domain's AUROC (what the epoch is chosen by)
     if head is None:
-        return auroc(margins.tolist(), labels)
+        return worst_group_auroc(margins.tolist(), labels, domains)
     heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
     weights = TEXT_WEIGHTS if cfg.loss.text_weight is None else (cfg.loss.text_weight,)
-    return max(auroc((w * margins + heads).tolist(), labels) for w in weights)
+    return max(worst_group_auroc((w * margins + heads).tolist(), labels, domains) for w in weights)
 
 
 def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from labeling.dataset import domain_of
 from tiermem import contract
 from tiermem.models.cross_encoder import CrossEncoder
 from tiermem.settings.errors import DataError
@@ -62,12 +63,21 @@ def loco_scores(rows: list[dict[str, Any]], x: np.ndarray, text_weight: float, l
     return out
 
 
-def summary(per_conv: dict[str, float | None]) -> dict[str, Any]:
+def summary(per_conv: dict[str, float | None], domains: dict[str, str] | None = None) -> dict[str, Any]:
+    """The folds' AUROCs: mean, spread, each conversation's; with `domains` (conv -> domain) of more than one
+    domain, also each domain's mean and the worst of them (`worst_domain`, what `choose` ranks by)."""
     vals = [v for v in per_conv.values() if v is not None]
-    return {"mean": round(float(np.mean(vals)), 4) if vals else None,
-            "min": round(min(vals), 4) if vals else None, "max": round(max(vals), 4) if vals else None,
-            "std": round(float(np.std(vals)), 4) if vals else None,
-            "per_conversation": {k: None if v is None else round(v, 4) for k, v in per_conv.items()}}
+    out = {"mean": round(float(np.mean(vals)), 4) if vals else None,
+           "min": round(min(vals), 4) if vals else None, "max": round(max(vals), 4) if vals else None,
+           "std": round(float(np.std(vals)), 4) if vals else None,
+           "per_conversation": {k: None if v is None else round(v, 4) for k, v in per_conv.items()}}
+    if domains and len(set(domains.values())) > 1:
+        by_domain = {d: [v for c, v in per_conv.items() if domains.get(c) == d and v is not None]
+                     for d in sorted(set(domains.values()))}
+        out["by_domain"] = {d: round(float(np.mean(v)), 4) if v else None for d, v in by_domain.items()}
+        means = list(out["by_domain"].values())
+        out["worst_domain"] = None if None in means else min(means)
+    return out
 
 
 def target_settings(cfg: Any) -> list[str]:
@@ -129,8 +139,9 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
                             folds[name]["wall_s"])
     labeled = [r for r in records if r["label"] in contract.ACTIONS]
     signals = signal_inputs(labeled)
+    domains = {str(r["conv_id"]): domain_of(r) for r in labeled}
     table: dict[str, Any] = {"folds": folds, "signals_only": summary(loco_scores(labeled, signals, 0.0, cfg.l2,
-                                                                                  False)), "grid": []}
+                                                                                  False), domains), "grid": []}
     spans_read = any(len(u) > 1 for row in next(iter(oof.values())).values() for u in row)
     scores = [t for t in cfg.text_scores if spans_read or not reads_spans(t)]
     if not scores:
@@ -148,7 +159,7 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
                         table["grid"].append({
                             "finetune_layers": layers, "epochs": epoch, "targets": targets, "head_target": head_target,
                             "text_scores": text_scores, "pooling": pooling, "text_weight": w,
-                            **summary(loco_scores(labeled, x, w, cfg.l2, True, fit_y)),
+                            **summary(loco_scores(labeled, x, w, cfg.l2, True, fit_y), domains),
                             "text_alone_auroc": auroc_or_none(text_alone, (escalate(labeled) > 0.5).tolist())})
     return oof, table, snapshots
 
@@ -159,11 +170,16 @@ def point_key(g: dict[str, Any]) -> tuple[int, int, str]:
 
 
 def choose(table: dict[str, Any]) -> dict[str, Any]:
-    """Best mean LOCO AUROC; ties go to fewer layers fine-tuned, fewer epochs, the smaller text weight, then the
+    """Best mean LOCO AUROC, or over several domains the best worst-domain mean (a setting must hold on every
+    domain); ties go to the better mean, fewer layers fine-tuned, fewer epochs, the smaller text weight, then the
     grid's order."""
     scored = [g for g in table["grid"] if g["mean"] is not None]
     if not scored:
         raise DataError("cross-validation: no fold had both labels; cannot choose")
+    if all("by_domain" in g for g in scored) and any(g.get("worst_domain") is not None for g in scored):
+        scored = [g for g in scored if g.get("worst_domain") is not None]
+        return max(scored, key=lambda g: (g["worst_domain"], g["mean"], -g["finetune_layers"], -g["epochs"],
+                                          -g["text_weight"]))
     return max(scored, key=lambda g: (g["mean"], -g["finetune_layers"], -g["epochs"], -g["text_weight"]))
 
 

@@ -37,7 +37,8 @@ from .unit_inputs import load_splits, pretraining_of
 
 @dataclass
 class UnitReaderConfig:
-    data: str = "runs/label/dataset"  # label DatasetDict with unit_targets (labeling: unit_targets.enabled)
+    # label DatasetDict with unit_targets (labeling: unit_targets.enabled); several: [a, b], pooled
+    data: str | list[str] = "runs/label/dataset"
     output_dir: str = "runs/reader"
     # the reader's starting point: the reader-pretrain checkpoint (an answerability cross-encoder), or any encoder
     # (a model spec: packaged:, hub id, directory)
@@ -75,6 +76,9 @@ class UnitReaderConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        from labeling.dataset import data_paths
+
+        data_paths(self.data)
         if self.target not in ("recall", "s_ok"):
             raise ConfigError(f"target must be recall or s_ok, got {self.target!r}")
         bad = [t for t in self.target_sources if t not in TARGET_SOURCES]

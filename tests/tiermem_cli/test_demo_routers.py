@@ -80,3 +80,31 @@ def test_every_reader_the_demo_trains_gets_its_chat_floor(tmp_path):
     (tmp_path / "squad.json").write_text("{}")
     plan = steps(DemoConfig(root=str(tmp_path), reading_data=str(tmp_path / "squad.json")))
     assert [n for n, stage, _ in plan if stage == "answer-floor"] == ["floor reader_pretrain", "floor reader"]
+
+
+def test_every_stage_trains_and_is_evaluated_on_both_domains(tmp_path):
+    realmem = tmp_path / "realmem"
+    realmem.mkdir()
+    more = [{"name": "realmem", "data_path": str(realmem), "label_config": "configs/label/realmem_demo.yaml"}]
+    cfg = DemoConfig(root=str(tmp_path), more_data=more, main_router="reader")
+    plan = {name: args for name, _, args in steps(cfg)}
+    assert f"output_dir={tmp_path / 'label_realmem'}" in plan["label realmem"]
+    both = "data=" + json.dumps([str(tmp_path / "label" / "dataset"), str(tmp_path / "label_realmem" / "dataset")])
+    for name in ("reader", "sft", "grpo", "features", "top1", "calibrate reader", "calibrate features"):
+        assert both in plan[name], name
+    assert both in eval_args(cfg)
+    absent = DemoConfig(root=str(tmp_path), more_data=[{**more[0], "data_path": str(tmp_path / "none")}])
+    plan = {name: args for name, _, args in steps(absent)}
+    assert "label realmem" not in plan and f"data={tmp_path / 'label' / 'dataset'}" in plan["sft"]
+
+
+def test_the_features_router_is_the_main_row_when_the_choice_serves_it(tmp_path):
+    from tests.tiermem_cli.test_main_choice import _scores
+
+    cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "features", "calibrate", "eval"], more_data=[])
+    _scores(tmp_path, "features", lambda d, i, y: (1.0 if y else 0.0))
+    _scores(tmp_path, "reader", lambda d, i, y: float(i % 5))
+    args = eval_args(cfg)
+    assert "router.kind=features" in args and f"router.path={tmp_path / 'features'}" in args
+    compare = json.loads(next(a for a in args if a.startswith("compare="))[len("compare="):])
+    assert [c["name"] for c in compare][:2] == ["reader", "top1-score"]  # then the recorded teacher, if judged

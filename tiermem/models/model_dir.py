@@ -189,14 +189,16 @@ def _within(a: Path, b: Path) -> bool:
     return a == b or b in a.parents
 
 
-def refuse_output_over_input(output_dir: str | Path, stage: str, inputs: Mapping[str, str | Path | None],
-                             cache: Path | None = None) -> None:
+def refuse_output_over_input(output_dir: str | Path, stage: str,
+                             inputs: Mapping[str, str | Path | list[str] | None], cache: Path | None = None) -> None:
     """A stage's output directory may not be (or hold, or sit inside) a directory it reads a model or data from,
     nor the model cache: its writes would replace what it is reading, or sit among the cache's entries."""
     if not str(output_dir).strip():
         return  # the claim names an empty output_dir
     out = Path(output_dir).expanduser().resolve()
-    for name, given in inputs.items():
+    named = [(name, item) for name, given in inputs.items()
+             for item in (given if isinstance(given, list) else [given])]  # `data: [a, b]`: each dataset
+    for name, given in named:
         if given is None or not str(given).strip() or not Path(given).expanduser().exists():
             continue
         source = Path(given).expanduser().resolve()

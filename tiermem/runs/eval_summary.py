@@ -83,6 +83,9 @@ class EvalSummary:
     # the ranking's ceiling per router (CEILING_METRICS; a threshold chosen on the evaluated data: not an operating
     # point)
     ceiling: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    # data of several domains (eval.json by_domain): domain -> {router: AUROC interval on that domain alone, and
+    # `main - <router>`: the paired difference}
+    by_domain: dict[str, dict[str, Interval | None]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: Any) -> EvalSummary:
@@ -142,8 +145,8 @@ _READERS: dict[str, Any] = {
     "intervals": lambda v, w: {k: _interval(x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
     "policies": lambda v, w: {k: _build(PolicyEval, x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
     "ranking": lambda v, w: {k: _build(RankingEval, x, f"{w}.{k}") for k, x in _mapping(v, w).items()},
-    "reading": lambda v, w: {k: {p: _interval(iv, f"{w}.{k}.{p}") for p, iv in _mapping(row, f"{w}.{k}").items()}
-                             for k, row in _mapping(v, w).items()},
+    **{key: lambda v, w: {k: {p: _interval(iv, f"{w}.{k}.{p}") for p, iv in _mapping(row, f"{w}.{k}").items()}
+                          for k, row in _mapping(v, w).items()} for key in ("reading", "by_domain")},
     "ceiling": lambda v, w: {k: {m: _number(x, f"{w}.{k}.{m}") for m, x in _mapping(row, f"{w}.{k}").items()}
                              for k, row in _mapping(v, w).items()},
 }

@@ -1,0 +1,98 @@
+"""Eval per domain: when the records come from more than one domain (`data: [locomo, realmem]`; a record's domain
+is its `source`), every router's decisions are scored again on each domain's records alone (replayed, not asked
+again): AUROC with its interval, the ceiling rows, the calibrated point, false cache hits, and the paired
+differences main - each other router, so a router that is good on the pool and weak on one domain shows it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from evaluation.judged import subset_summary
+from labeling.dataset import domain_of
+
+MAIN = "routed"
+
+
+def split_by_domain(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """domain -> its records, in the records' order; one key when the data are of one domain."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(domain_of(r), []).append(r)
+    return dict(sorted(out.items()))
+
+
+def per_domain(records: Sequence[dict[str, Any]], score: Callable[[list[dict[str, Any]]], dict[str, Any]],
+               notes: list[str]) -> dict[str, Any] | None:
+    """domain -> subset_summary of `score(that domain's records)` (a report), None for data of one domain. A
+    domain eval cannot score (no replayable record) is kept with its reason, and noted."""
+    from tiermem.settings.errors import ConfigError
+
+    groups = split_by_domain(records)
+    if len(groups) < 2:
+        return None
+    out: dict[str, Any] = {}
+    for domain, rows in groups.items():
+        try:
+            out[domain] = {"records": len(rows), **subset_summary(score(rows))}
+        except ConfigError as exc:  # e.g. every record of the domain unreplayable under the rule
+            out[domain] = {"records": len(rows), "skipped": str(exc)}
+            notes.append(f"domain {domain}: not scored on its own ({exc})")
+    return out
+
+
+def main_minus(summary: dict[str, Any], other: str, metric: str = "AUROC") -> dict[str, Any] | None:
+    """The paired difference main - `other` of one scoring (analysis writes other - main; flipped here)."""
+    for c in summary.get("comparisons") or []:
+        if c["a"] == other and c["b"] == MAIN and c["metric"] == metric and c.get("estimate") is not None:
+            lo, hi = c.get("lo"), c.get("hi")
+            return {"estimate": -c["estimate"], "lo": None if hi is None else -hi, "hi": None if lo is None else -lo}
+    return None
+
+
+def domain_aurocs(by_domain: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """What the router's card keeps of each domain: every router's AUROC interval and `main - <router>`."""
+    out: dict[str, dict[str, Any]] = {}
+    for domain, entry in (by_domain or {}).items():
+        if "routers" not in entry:
+            continue
+        keep = {"estimate", "lo", "hi"}
+        rows = {k: ({x: v for x, v in r["auroc"].items() if x in keep} if r.get("auroc") else None)
+                for k, r in entry["routers"].items()}
+        rows.update({f"main - {k}": main_minus(entry, k) for k in entry["routers"] if k != MAIN})
+        out[domain] = rows
+    return out
+
+
+def _f(v: Any) -> str:
+    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def _iv(a: dict[str, Any] | None) -> str:
+    if not isinstance(a, dict) or a.get("estimate") is None:
+        return "-"
+    lo, hi = a.get("lo"), a.get("hi")
+    return f"{a['estimate']:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
+
+
+def domain_section(by_domain: dict[str, Any] | None) -> list[str]:
+    """eval.md's section: each router on each domain's records alone, with main - router per domain."""
+    if not by_domain:
+        return []
+    out = ["### Per domain (each domain's records alone; the same decisions)", "",
+           "The ceiling columns are CEILINGS (threshold chosen on these data); `main - router` is the paired AUROC "
+           "difference on that domain (bootstrap over its conversations).", "",
+           "| domain | router | questions (conversations) | AUROC | main - router, AUROC | fewest tokens within 1 pt "
+           "| false cache hits, 10% most confident | calibrated: accuracy | calibrated: tokens fewer |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for domain, entry in by_domain.items():
+        if "skipped" in entry:
+            out.append(f"| {domain} | - | {entry['records']} | not scored: {entry['skipped']} | | | | | |")
+            continue
+        for key, row in entry["routers"].items():
+            diff = "" if key == MAIN else _iv(main_minus(entry, key))
+            out.append(f"| {domain} | {key} | {entry['n']} ({entry.get('n_conversations')}) | {_iv(row['auroc'])} "
+                       f"| {diff} | {_f(row['tokens_fewer_share_within_1pt'])} "
+                       f"| {_f(row['false_cache_hit_share_top10'])} | {_f(row['calibrated_accuracy'])} "
+                       f"| {_f(row['calibrated_tokens_fewer_share'])} |")
+    return [*out, ""]

@@ -1,0 +1,49 @@
+"""The demo's main router by its worst domain: served only when at or above the features router on every domain's
+validation questions, else the features router is served; each domain's paired difference has its interval."""
+
+import json
+
+import pytest
+
+from evaluation.calibrate import SCORES_FILE
+from tiermem_cli.main_choice import CHOICE_FILE, choice_table, choose_main
+
+
+def _scores(root, name, score):
+    rows = []
+    for domain in ("locomo", "realmem"):
+        for i in range(40):
+            y = i % 2 == 0
+            rows.append({"conv_id": f"{domain}-c{i % 4}", "qid": f"{domain}-{i}", "split": "validation",
+                         "domain": domain, "label": "ESCALATE" if y else "ANSWER", "score": score(domain, i, y)})
+    rows.append({"conv_id": "t", "qid": "t0", "split": "test", "domain": "locomo", "label": "ANSWER", "score": 9.0})
+    (root / name).mkdir(parents=True)
+    (root / name / SCORES_FILE).write_text(json.dumps({"records": rows}))
+
+
+def test_a_router_below_features_on_one_domain_is_not_served(tmp_path):
+    _scores(tmp_path, "features", lambda d, i, y: (1.0 if y else 0.0) if d == "realmem" or i % 3 else 0.5)
+    _scores(tmp_path, "reader", lambda d, i, y: (1.0 if y else 0.0) if d == "locomo" or i % 4 else 0.0)  # 0.75
+    _scores(tmp_path, "sft", lambda d, i, y: 0.0)  # 0.5 on both
+    choice = choose_main(tmp_path, ["reader", "sft"])
+    assert choice["candidate"] == "reader" and choice["served"] == "features"
+    row = choice["by_router"]["reader"]["locomo"]
+    assert row["n"] == 40 and row["auroc"] == 1.0 and row["difference"]["estimate"] == pytest.approx(
+        1.0 - row["features_auroc"])
+    assert row["difference"]["lo"] <= row["difference"]["estimate"] <= row["difference"]["hi"]
+    assert json.loads((tmp_path / CHOICE_FILE).read_text())["served"] == "features"
+    assert "| reader | realmem |" in choice_table(choice)
+
+
+def test_a_router_at_or_above_features_everywhere_is_served(tmp_path):
+    _scores(tmp_path, "features", lambda d, i, y: float(i % 5))
+    _scores(tmp_path, "reader", lambda d, i, y: (1.0 if y else 0.0))
+    choice = choose_main(tmp_path, ["reader"])
+    assert choice["served"] == "reader" and choice["worst_domain_auroc"]["reader"] == 1.0
+
+
+def test_a_router_never_calibrated_is_named(tmp_path):
+    _scores(tmp_path, "features", lambda d, i, y: 0.0)
+    (tmp_path / "reader").mkdir()
+    with pytest.raises(Exception, match=SCORES_FILE):
+        choose_main(tmp_path, ["reader"])

@@ -1,0 +1,98 @@
+"""The demo's main router, chosen by its worst domain: each trained router and the features router are compared on
+the validation questions they all scored when calibrated (calibration_scores.json; the unit reader's are its
+out-of-fold scores), domain by domain. The trained router with the best worst-domain AUROC is the candidate; it is
+served only when its AUROC is at or above the features router's on every domain, else the features router is
+served and the demo says so. Each domain's paired difference (candidate - features) has a bootstrap interval over
+that domain's conversations. The test split is never read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiermem import contract, stats
+from tiermem.settings.errors import DataError
+
+BASELINE = "features"
+CHOICE_FILE = "main_choice.json"
+SPLIT = "validation"
+
+
+def validation_scores(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(conv_id, qid) -> the calibration record (domain, label, score) of the labeled validation questions."""
+    from evaluation.calibrate import SCORES_FILE
+
+    path = run_dir / SCORES_FILE
+    if not path.is_file():
+        raise DataError(f"{path}: not found; run calibrate on this router first (it writes the scores it used)")
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["records"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path}: not a calibration scores file ({exc})") from None
+    return {(r["conv_id"], r["qid"]): r for r in rows if r.get("split") == SPLIT and r.get("label") in contract.ACTIONS}
+
+
+def compare(candidate: dict, baseline: dict, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Per domain, on the questions both scored: each AUROC and the paired difference candidate - baseline with
+    its 95% interval (conversations resampled)."""
+    keys = sorted(set(candidate) & set(baseline))
+    out: dict[str, Any] = {}
+    for domain in sorted({candidate[k]["domain"] for k in keys}):
+        ks = [k for k in keys if candidate[k]["domain"] == domain]
+        y = [candidate[k]["label"] == "ESCALATE" for k in ks]
+        if not 0 < sum(y) < len(y):
+            out[domain] = {"n": len(ks), "note": "one label only: no AUROC"}
+            continue
+        a, b = [candidate[k]["score"] for k in ks], [baseline[k]["score"] for k in ks]
+        counts = stats.bootstrap_counts([k[0] for k in ks], n_boot=n_boot, seed=seed)
+        diff = stats.auroc_reps(a, y, counts) - stats.auroc_reps(b, y, counts)
+        out[domain] = {"n": len(ks), "n_conversations": len({k[0] for k in ks}), "auroc": stats.auroc(a, y),
+                       f"{BASELINE}_auroc": stats.auroc(b, y),
+                       "difference": stats.interval(stats.auroc(a, y) - stats.auroc(b, y), diff)}
+    return out
+
+
+def choose_main(root: Path, candidates: Sequence[str]) -> dict[str, Any]:
+    """The choice and its table (written to <root>/main_choice.json): `served` is a candidate or `features`."""
+    from tiermem.runs.safe_io import write_atomic
+
+    baseline = validation_scores(root / BASELINE)
+    table = {name: compare(validation_scores(root / name), baseline) for name in candidates}
+    domains = sorted({d for t in table.values() for d in t})
+    worst = {n: min((t[d].get("auroc", float("-inf")) for d in domains if d in t), default=float("-inf"))
+             for n, t in table.items()}
+    best = max(candidates, key=lambda n: worst[n])  # ties: step order
+    holds = all(d in table[best] and table[best][d].get("auroc") is not None
+                and table[best][d]["auroc"] >= table[best][d][f"{BASELINE}_auroc"] for d in domains)
+    choice = {"split": SPLIT, "domains": domains, "candidate": best, "served": best if holds else BASELINE,
+              "worst_domain_auroc": {n: (None if not np.isfinite(v) else v) for n, v in worst.items()},
+              "by_router": table,
+              "reason": (f"{best} has the best worst-domain validation AUROC and is at or above the features router "
+                         "on every domain" if holds else
+                         f"{best} has the best worst-domain validation AUROC but is below the features router on "
+                         "some domain: the features router is served")}
+    write_atomic(root / CHOICE_FILE, json.dumps(choice, indent=2) + "\n")
+    return choice
+
+
+def _signed(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.3f}"
+
+
+def choice_table(choice: dict[str, Any]) -> str:
+    lines = ["| router | domain | questions (conversations) | AUROC | features AUROC | router - features [95%] |",
+             "|---|---|---|---|---|---|"]
+    for name, table in choice["by_router"].items():
+        for domain, row in table.items():
+            if "auroc" not in row:
+                lines.append(f"| {name} | {domain} | {row['n']} | {row.get('note')} | | |")
+                continue
+            d = row["difference"]
+            lines.append(f"| {name} | {domain} | {row['n']} ({row['n_conversations']}) | {row['auroc']:.3f} | "
+                         f"{row[f'{BASELINE}_auroc']:.3f} | {_signed(d['estimate'])} "
+                         f"[{_signed(d['lo'])}, {_signed(d['hi'])}] |")
+    return "\n".join(lines)
