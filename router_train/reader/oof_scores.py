@@ -28,8 +28,8 @@ from tiermem.settings.errors import DataError
 OOF_SCORES_FILE = "oof_scores.json"
 FORMAT = "tiermem out-of-fold router scores v1"
 # what replay and calibration read of a label record (evaluation.metrics.to_case / classify, calibration clusters)
-REPLAY_FIELDS = ("qid", "conv_id", "split", "source", "category", "label", "error", "s_ok", "r_ok", "s_ok_outcome",
-                 "r_ok_outcome", "s_ok_evidence", "r_ok_evidence", "cost_summary_input_tokens",
+REPLAY_FIELDS = ("qid", "conv_id", "split", "source", "category", "label", "drop_reason", "error", "s_ok", "r_ok",
+                 "s_ok_outcome", "r_ok_outcome", "s_ok_evidence", "r_ok_evidence", "cost_summary_input_tokens",
                  "cost_research_input_tokens", "cost_summary_wall_s", "cost_research_wall_s")
 
 

@@ -109,3 +109,22 @@ def test_a_router_without_out_of_fold_scores(run, capsys):
 
 def kept_file(router):
     return read_oof_scores(router, read_run_meta(router).extra["oof_scores"])
+
+
+def test_out_of_fold_records_keep_what_replay_reads_of_a_question_asked_before_its_evidence(tmp_path):
+    """A RealMem request asked before its evidence was said has no path costs; replay skips it by its drop_reason,
+    which the out-of-fold file must carry (it once did not, and calibration refused the record's null cost)."""
+    from evaluation.metrics import replayable_records
+    from labeling.question import LATE_EVIDENCE
+    from tests.helpers.records import rec
+
+    late = {**rec("q9", "c1", None, None, None, "train"), "drop_reason": LATE_EVIDENCE,
+            "cost_summary_input_tokens": None, "cost_research_input_tokens": None, "source": "realmem"}
+    records = [rec("q1", "c1", True, True, "ANSWER", "train"), late]
+    write_oof_scores(tmp_path, records, [0.1, 0.2], {"dataset": "d", "splits": ["train"]})
+    import json
+
+    stored = json.loads((tmp_path / OOF_SCORES_FILE).read_text())["records"]
+    assert stored[1]["drop_reason"] == LATE_EVIDENCE and stored[1]["source"] == "realmem"
+    kept, _ = replayable_records(stored, "label_rule", True)
+    assert [r["qid"] for r in kept] == ["q1"]
