@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evaluation.judged import subset_summary
+from evaluation.judged import _auroc as _iv
+from evaluation.judged import _f, subset_summary
 from labeling.dataset import domain_of
 
 MAIN = "routed"
@@ -62,17 +63,6 @@ def domain_aurocs(by_domain: dict[str, Any] | None) -> dict[str, dict[str, Any]]
         rows.update({f"main - {k}": main_minus(entry, k) for k in entry["routers"] if k != MAIN})
         out[domain] = rows
     return out
-
-
-def _f(v: Any) -> str:
-    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
-def _iv(a: dict[str, Any] | None) -> str:
-    if not isinstance(a, dict) or a.get("estimate") is None:
-        return "-"
-    lo, hi = a.get("lo"), a.get("hi")
-    return f"{a['estimate']:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
 
 
 def domain_section(by_domain: dict[str, Any] | None) -> list[str]:
