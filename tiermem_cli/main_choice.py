@@ -31,9 +31,22 @@ def validation_scores(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
         raise DataError(f"{path}: not found; run calibrate on this router first (it writes the scores it used)")
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))["records"]
+        if not isinstance(rows, list):
+            raise TypeError("records is not a list")
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{path}: not a calibration scores file ({exc})") from None
-    return {(r["conv_id"], r["qid"]): r for r in rows if r.get("split") == SPLIT and r.get("label") in contract.ACTIONS}
+    out = {}
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or r.get("split") != SPLIT or r.get("label") not in contract.ACTIONS:
+            continue
+        for name in ("conv_id", "qid", "domain"):
+            if not isinstance(r.get(name), str):
+                raise DataError(f"{path}: record {i}: field {name!r} must be a string, got {r.get(name)!r}")
+        score = r.get("score")
+        if isinstance(score, bool) or not isinstance(score, int | float) or not np.isfinite(score):
+            raise DataError(f"{path}: record {i}: field 'score' must be a finite number, got {score!r}")
+        out[(r["conv_id"], r["qid"])] = r
+    return out
 
 
 def compare(candidate: dict, baseline: dict, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:

@@ -11,16 +11,11 @@ import pytest
 from evaluation import evaluate as E
 from evaluation.report import render_markdown
 from tests.evaluation.test_evaluate import RECORDS
+from tests.evaluation.test_evaluate import Decision as _Decision
 
 
 @dataclass
-class Decision:
-    action: str
-    p_escalate: float
-    reason: str
-    parsed_ok: bool
-    latency_s: float
-    prompt_tokens: int
+class Decision(_Decision):
     score: float | None = None
 
 

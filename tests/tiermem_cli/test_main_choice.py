@@ -47,3 +47,10 @@ def test_a_router_never_calibrated_is_named(tmp_path):
     (tmp_path / "reader").mkdir()
     with pytest.raises(Exception, match=SCORES_FILE):
         choose_main(tmp_path, ["reader"])
+
+
+def test_a_scores_file_with_a_bad_score_is_named_with_its_record(tmp_path):
+    _scores(tmp_path, "features", lambda d, i, y: 0.0)
+    _scores(tmp_path, "reader", lambda d, i, y: float("nan") if i == 3 else 0.0)
+    with pytest.raises(Exception, match=r"record 3: field 'score' must be a finite number"):
+        choose_main(tmp_path, ["reader"])
