@@ -1,4 +1,4 @@
-"""`POST /ask` latency through the real HTTP server (issue 40): the memory runtime warm. The first request sends the
+"""`POST /ask` latency through the real HTTP server: the memory runtime warm. The first request sends the
 shipped example's conversation inline (the server builds or opens its tiers and loads the embedder and the reader:
 the one cold request of the process), then `requests` questions are asked by conv_id, warm, on each policy.
 

@@ -136,8 +136,9 @@ def _grpo_variant(cfg: TrainingBenchConfig, variant: str, out: str) -> dict[str,
     from trl import GRPOTrainer
 
     from router_train.lm.grpo import GRPORecipeConfig, build_grpo_config
-    from router_train.lm.rewards import RewardConfig, build_reward_funcs
+    from router_train.lm.rewards import build_reward_funcs
     from tiermem.models.specs import load_causal_lm
+    from tiermem.rewards import RewardConfig
 
     cpu_defaults, overrides = _overrides(variant)
     recipe = GRPORecipeConfig(model=cfg.model, output_dir=out, cpu_defaults=cpu_defaults, trainer={

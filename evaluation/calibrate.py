@@ -12,7 +12,7 @@ counts them (`n_unreplayable`).
 Criteria:
 
 - `max_reward` (default): the threshold with the largest total reward under the GRPO reward table
-  (router_train.lm.rewards: RewardConfig + score_decision). Every record knows both paths' outcomes, so both
+  (tiermem.rewards: RewardConfig + score_decision). Every record knows both paths' outcomes, so both
   actions' rewards are exact; ties go to the higher threshold (fewer escalations).
 - `token_budget`: the best replayed accuracy with mean path input tokens <= `value` (ties: fewer tokens).
 - `hard_recall`: the largest threshold escalating at least `value` of the ESCALATE-labeled records.
@@ -57,8 +57,8 @@ from evaluation.criteria import (
     threshold_token_budget,
 )
 from labeling.dataset import data_paths, same_data
-from router_train.lm.rewards import RewardConfig
 from serving.routers import RouterSpec, as_router_spec, build
+from tiermem.rewards import RewardConfig
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
 from tiermem.settings.errors import ConfigError, MissingFileError, stage_main

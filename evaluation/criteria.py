@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from router_train.lm.rewards import RewardConfig, resolve_cost_scale, score_decision
 from serving.routers.base import ESCALATE_ALL, decide
+from tiermem.rewards import RewardConfig, resolve_cost_scale, score_decision
 from tiermem.settings.errors import UsageError
 
 ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evaluation.judged import _auroc as _iv
-from evaluation.judged import _f, subset_summary
 from labeling.dataset import domain_of
+from labeling.judgments.report import _auroc as _iv
+from labeling.judgments.report import _f, subset_summary
 
 MAIN = "routed"
 

@@ -93,7 +93,7 @@ class EvalConfig:
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     reliability_bins: int = 10
     output_dir: str = "runs/eval"
-    # a careful-reading judgments file (labeling/judgments.py): every router is also scored against the judged
+    # a careful-reading judgments file (labeling/judgments/format.py): every router is also scored against the judged
     # verdicts of the records whose units it read (AUROC, ceiling, false cache hits; eval.json `judged`)
     judgments: str | None = None
     live: LiveConfig = field(default_factory=LiveConfig)
@@ -401,12 +401,12 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         compare.append((spec.name, other, other.name))
     judgments = None
     if cfg.judgments:
-        from labeling.judgments import load_judgments
+        from labeling.judgments.format import load_judgments
 
         judgments = load_judgments(cfg.judgments)  # a bad file stops the run before any router is asked
     domains = split_by_domain(records)
     if judgments is not None or len(domains) > 1:  # scored again below: replayed, not asked again
-        from evaluation.judged import ReplayedRouter
+        from labeling.judgments.report import ReplayedRouter
 
         router = None if router is None else ReplayedRouter(router)
         compare = [(key, ReplayedRouter(other), display) for key, other, display in compare]
@@ -415,7 +415,7 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         rows, cfg, None if router is None else router.again(), name,
         [(key, other.again(), display) for key, other, display in compare])[0], report["meta"]["notes"])
     if judgments is not None:
-        from evaluation.judged import judged_records, judged_summary
+        from labeling.judgments.report import judged_records, judged_summary
 
         rows, coverage = judged_records(records, judgments)
         if not rows:

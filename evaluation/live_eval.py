@@ -87,7 +87,7 @@ def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, 
     extractive_ok = (judge.judge(q.question, q.answer, ans.extractive_answer, q.category, fmt).correct
                      if ans.extractive_answer else False)
     # F1 punishes a whole quoted sentence for its length; "contains" asks whether it states the gold answer
-    # (the share of gold tokens in it, as the evidence rule reads summaries), the done-when of issue 27
+    # (the share of gold tokens in it, as the evidence rule reads summaries)
     contains = answer_recall(q.answer, [{"text": ans.answer or ""}], q.category, fmt)
     return {"outcome_ok": verdict.correct, "f1": verdict.score, "evidence_ok": evidence_ok, "lm_ok": lm_ok,
             "extractive_ok": extractive_ok,
@@ -97,8 +97,8 @@ def _judged(q: Any, ans: Any, page_turns: dict[str, list[str]], label_cfg: Any, 
 def run_live(cfg: Any, router: Any, router_name: str, answerer: Any = None) -> dict[str, Path]:
     """`answerer`: the LLM for both paths; None builds the label config's answerer without its cache."""
     from evaluation.report import POLICY_TITLES, _fmt
+    from labeling.answer_judges import LexicalJudge
     from labeling.config import data_format
-    from labeling.judges import LexicalJudge
     from tiermem.llm import build_llm
     from tiermem.memory import MemoryRuntime
     from tiermem.memory.extractive import answerer_mode, load_answer_reader

@@ -9,7 +9,6 @@ When cross-validation chose the zero-shot reader, the router itself is the zero-
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,38 +17,6 @@ from tiermem import contract
 
 ZERO_SHOT = "zero-shot (pre-trained only)"
 FINE_TUNED = "fine-tuned on the conversations"
-
-
-def zero_shot_router(router: Any) -> Any | None:
-    """The run's zero-shot variant (its base reader + signal_head_zero_shot.json), when the run kept one and the
-    base checkpoint is still where the run found it."""
-    from serving.routers.unit_reader import UnitReaderRouter
-    from serving.signals import read_logistic
-    from tiermem.models.model_dir import load_reader
-    from tiermem.models.specs import ModelSpecError, resolve_model
-
-    extra = getattr(getattr(router, "meta", None), "extra", None) or {}
-    info, run_dir = extra.get("zero_shot"), getattr(router, "run_dir", None)
-    if not info or run_dir is None or not (Path(run_dir) / info["head"]).is_file():
-        return None
-    try:
-        base = resolve_model(str(extra.get("reader_base")))
-    except ModelSpecError:  # the base moved or is not resolvable here: the row is left out (and said so)
-        return None
-    reader = load_reader(base, "reader_base=", batch_size=router.reader.batch_size, head_optional=True)  # checked
-    return UnitReaderRouter(reader, read_logistic(Path(run_dir) / info["head"]), info["pooling"], info["text_weight"],
-                            text_scores=info.get("text_scores", "classifier"))
-
-
-def _parts(router: Any, records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """(full score, text part) per record, the text part at weight 1 so a zero text weight still shows the reader."""
-    from serving.routers.unit_reader import head_matrix, head_parts, unit_logits
-
-    qs, units = [r["question"] for r in records], [r["router_summaries"] for r in records]
-    x = head_matrix(qs, units, unit_logits(router.reader, qs, units), router.pooling, router.text_scores)
-    full, _ = head_parts(router.head, x, router.text_weight)  # the head clips to its training range itself
-    _, parts = head_parts(router.head, x, 1.0)
-    return full, parts["text"]
 
 
 def reading_steps(router: Any, records: Sequence[dict[str, Any]], n_boot: int = 1000, seed: int = 0
@@ -67,7 +34,7 @@ def reading_steps(router: Any, records: Sequence[dict[str, Any]], n_boot: int = 
     variants = {FINE_TUNED if chosen.get("finetune_layers", 1) else ZERO_SHOT: router}
     note = None
     if chosen.get("finetune_layers", 1):
-        zs = zero_shot_router(router)
+        zs = router.zero_shot()
         if zs is not None:
             variants = {ZERO_SHOT: zs, **variants}
         else:
@@ -80,7 +47,7 @@ def reading_steps(router: Any, records: Sequence[dict[str, Any]], n_boot: int = 
               else np.zeros((0, len(labeled))))
     rows, reps = {}, {}
     for name, r in variants.items():
-        full, text = _parts(r, labeled)
+        full, text = r.reading_parts([x["question"] for x in labeled], [x["router_summaries"] for x in labeled])
         row = {}
         for part, score in (("text_alone", text), ("without_text", full - r.text_weight * text),
                             ("full", full)):

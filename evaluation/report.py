@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.domains import domain_aurocs, domain_section
-from evaluation.judged import judged_section
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
+from labeling.judgments.report import judged_section
 from tiermem.runs.eval_summary import CEILING_METRICS, POLICY_METRICS, RANKING_METRICS, EvalSummary, ceiling_table
 from tiermem.runs.safe_io import write_atomic, write_stream
 

@@ -1,4 +1,4 @@
-"""`python -m evaluation.research_recall`: research recall without any language model (issue 40).
+"""`python -m evaluation.research_recall`: research recall without any language model.
 
 For every question with gold evidence on the named conversations: the pages research reads within its bound (the
 extractive path's `research_pages`: `memory.max_rounds x memory.pages_per_round` pages; with `reader=` a reader

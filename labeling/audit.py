@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from labeling.answer_judges import SufficiencyJudge
 from labeling.dataset import action_label, check_records, jsonl_label_records, record_key, summary_units, text
-from labeling.judges import SufficiencyJudge
 from labeling.report import unlabeled, unlabeled_lines
 from tiermem import stats
 from tiermem.llm import LLMConfig, LLMError

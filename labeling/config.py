@@ -31,7 +31,7 @@ class LLMRoles:
     judge: LLMConfig | None = None  # CORRECT/WRONG judge; None = lexical judge alone
     sufficiency: LLMConfig | None = None  # strict sufficiency judge; None = not run
     teacher: LLMConfig | None = None  # router-contract teacher; None = templated SFT targets
-    # conservative coverage judge (labeling/coverage_judge.py): judges the questions `judgments` does not cover yet
+    # conservative coverage judge (labeling/judgments/live.py): judges the questions `judgments` does not cover yet
     # and appends them to that file, its cache; None = the file's judgments alone
     coverage: LLMConfig | None = None
 
@@ -74,7 +74,7 @@ class LabelConfig:
     # per-unit targets (labeling/unit_targets.py): each retrieved unit's own answer recall and gold turns;
     # unit_targets.deep_k also labels ranks top_k+1..deep_k (train split only) for a unit reader to learn from
     unit_targets: UnitTargetsConfig = field(default_factory=UnitTargetsConfig)
-    # a careful-reading judgments file (labeling/judgments.py, format tiermem-judgments): where a question's router
+    # a careful-reading judgments file (labeling/judgments/, format tiermem-judgments): where a question's router
     # units hash to a judgment's, its summary verdict (s_ok), per-unit verdicts and spans and its teacher decision
     # come from the judgment, the lexical evidence rule elsewhere; each record's `s_ok_by` says which decided.
     # r_ok keeps its rule (the research pages were not judged). None = the lexical rule everywhere

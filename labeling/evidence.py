@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labeling.judges import scoring_gold, stem_word, stemmed_tokens
+from labeling.answer_judges import scoring_gold, stem_word, stemmed_tokens
 from tiermem.memory.summaries import day_of
 from tiermem.memory.text import content_words
 from tiermem.settings.errors import ConfigError

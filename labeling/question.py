@@ -12,11 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from labeling.answer_judges import LexicalJudge, LLMJudge, SufficiencyJudge, Verdict, all_correct, verdicts_json
 from labeling.config import LabelConfig
-from labeling.coverage_judge import judge_missing
 from labeling.evidence import Reading, compute_signals
-from labeling.judges import LexicalJudge, LLMJudge, SufficiencyJudge, Verdict, all_correct, verdicts_json
-from labeling.judgments import Judgment, Judgments
+from labeling.judgments.format import Judgment, Judgments
+from labeling.judgments.live import judge_missing
 from labeling.roles import Roles
 from labeling.rules import decide
 from labeling.schema import PATH_COST_FIELDS

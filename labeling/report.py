@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from labeling import judgments as judged
+from labeling.judgments import format as judged
 from labeling.rules import RULES
 from labeling.schema import PATH_COST_FIELDS
 from labeling.unit_targets import report_lines

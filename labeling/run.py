@@ -35,12 +35,12 @@ from typing import Any
 
 import yaml
 
+from labeling.answer_judges import LexicalJudge
 from labeling.config import LabelConfig, data_format, select
-from labeling.coverage_judge import CoverageJudge, JudgmentsCache
 from labeling.evidence import Reading
 from labeling.hub import push_dataset
-from labeling.judges import LexicalJudge
-from labeling.judgments import check_covers, check_matched, load_judgments
+from labeling.judgments.format import check_covers, check_matched, load_judgments
+from labeling.judgments.live import CoverageJudge, JudgmentsCache
 from labeling.minimal_pairs import for_dataset, label_with_pairs, retrieval_depth, with_variants
 from labeling.question import Context, error_record
 from labeling.report import build_stats, write_report

@@ -10,7 +10,7 @@ PATH_COST_FIELDS = ("input_tokens", "output_tokens", "llm_calls", "wall_s", "pag
 # one retrieved unit's own target (labeling/unit_targets.py): the evidence rule over a one-unit summary set
 UNIT_TARGET = {"unit_id": _S, "rank": _I, "text": _S, "score": _F, "date": _S, "page_ids": List(_S),
                "speakers": List(_S), "answer_recall": _F, "gold_in_pages": _I, "s_ok": _B,
-               # a careful reading of the unit (labeling/judgments.py), null where it was not judged: yes / no /
+               # a careful reading of the unit (labeling/judgments/format.py), null where it was not judged: yes / no /
                # partial, and the unit's words that carry the answer
                "verdict": _S, "span": _S}
 
@@ -39,7 +39,7 @@ FEATURES = Features({
     "label_rule": _S, "label": _S, "drop_reason": _S, "s_ok": _B, "r_ok": _B, "sufficiency_veto": _B,
     # which decided s_ok (and so the label): "judgment" (a careful-reading judgment of these exact units) or
     # "lexical" (the label rule); null when the run read no judgments. judgment_match: why a judgment was or was
-    # not used (labeling/judgments.py MATCH_OUTCOMES); judgment: its verdicts as a JSON string
+    # not used (labeling/judgments/format.py MATCH_OUTCOMES); judgment: its verdicts as a JSON string
     "s_ok_by": _S, "judgment_match": _S, "judgment": _S,
     "answers_generated": _B, "cost_estimated": _B,  # false / true: generator-free labels, research cost estimated
     "teacher": _S, "teacher_agrees": _B, "sft_target": _S, "sft_source": _S,  # teacher: JSON string

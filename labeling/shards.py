@@ -91,7 +91,7 @@ def print_merged(cfg: Any, stats: dict[str, Any]) -> None:
     print(f"merged {stats['shards']['count']} shards: {stats['records']} questions ({stats['errors']} errors); "
           f"rule {cfg.label_rule}: ANSWER {counts.get('ANSWER', 0)}, ESCALATE {counts.get('ESCALATE', 0)}, "
           f"dropped {counts.get('dropped', 0)}")
-    from labeling.judgments import coverage_line
+    from labeling.judgments.format import coverage_line
 
     judged = coverage_line(cfg.judgments, stats.get("judgments"))
     if judged:

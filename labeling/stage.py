@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from labeling.config import DEFAULT_CONFIG, LabelConfig
-from labeling.judgments import coverage_line
+from labeling.judgments.format import coverage_line
 from labeling.run import check_judgments_file, run
 from labeling.shards import print_merged
 from tiermem.settings.config import parse_cli

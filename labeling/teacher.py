@@ -23,7 +23,7 @@ class TeacherOutput:
     parsed_ok: bool
     valid_json: bool
     confidence: int | None = None  # 1..5 where the teacher said how sure it was (a recorded decision)
-    source: str = "llm"  # "llm" (asked in this run) | "tiermem-judgments" (a recorded decision, labeling/judgments.py)
+    source: str = "llm"  # "llm" (asked in this run) | "tiermem-judgments" (a recorded decision, labeling/judgments/)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -39,7 +39,7 @@ def ask_teacher(llm: Any, question: str, summaries: Sequence[Any], max_tokens: i
 def recorded_teacher(decision: Any) -> TeacherOutput:
     """A teacher decision recorded in a judgments file (made from the question and units alone, before the gold
     answer was shown), in the shape of a live teacher's output: its thinking is the contract's reason."""
-    from labeling.judgments import FORMAT
+    from labeling.judgments.format import FORMAT
 
     text = contract.render_target(decision.action, decision.thinking)
     return TeacherOutput(text, decision.action, decision.thinking, parsed_ok=True, valid_json=True,
@@ -48,12 +48,12 @@ def recorded_teacher(decision: Any) -> TeacherOutput:
 
 def teacher_decision(value: Any, where: str) -> Any:
     """A label record's `teacher` field (TeacherOutput.to_dict as a JSON string, or null), checked: the decision
-    with its confidence (labeling.judgments.TeacherDecision) when one was given and read, else None. A field of
+    with its confidence (labeling.judgments.format.TeacherDecision) when one was given and read, else None. A field of
     another shape is a RecordError naming `where` and the field."""
     import json
 
     from labeling.dataset import RecordError
-    from labeling.judgments import TeacherDecision
+    from labeling.judgments.format import TeacherDecision
 
     if value is None:
         return None

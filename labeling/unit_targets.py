@@ -19,7 +19,7 @@ from typing import Any
 
 from labeling.dataset import RecordError, flag, summary_units
 from labeling.evidence import Reading, compute_signals
-from labeling.judgments import VERDICTS
+from labeling.judgments.format import VERDICTS
 from tiermem.settings.errors import ConfigError
 
 

@@ -13,6 +13,7 @@ from serving.routers.features import FeatureRouter
 from serving.routers.top1 import Top1ScoreRouter
 from serving.signals import FEATURES, feature_matrix, fit_logistic
 from tiermem import contract
+from tiermem.settings import ranges
 from tiermem.settings.config import ConfigError
 from tiermem.settings.errors import DataError, stage_main
 
@@ -33,8 +34,7 @@ class FitFeaturesConfig:
         data_paths(self.data)
         if self.kind not in ("features", "top1-score"):
             raise ConfigError(f"kind must be features or top1-score, got {self.kind!r}")
-        if self.l2 < 0:
-            raise ConfigError(f"l2 must be >= 0, got {self.l2}")
+        ranges.non_negative(self.l2, "l2", ConfigError)
 
 
 def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:

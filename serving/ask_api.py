@@ -1,4 +1,4 @@
-"""POST /ask: the memory runtime served warm (issue 40). What `tiermem-router ask` prints, as JSON, with the models
+"""POST /ask: the memory runtime served warm. What `tiermem-router ask` prints, as JSON, with the models
 (embedder, reader, router) loaded once per process and each conversation's tiers opened once.
 
     POST /ask {"question": "...", "conv_id": "conv-26"}                    # a conversation already ingested

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from serving import card_sections as cs
+from serving.card_usage import usage_section
 from serving.portable import portable_meta, travelling_data_name, without_local_paths
 from tiermem.models.specs import PACKAGED_HUB_IDS
 from tiermem.runs.eval_summary import EvalSummary
@@ -82,7 +83,7 @@ A **sufficiency router** for a two-tier agent memory (tiermem-router). {cs.intro
 
 ## How to use
 
-{cs.usage_section(meta, ref, cs.base_hub_id(meta) if cs.is_lm(meta) else None)}
+{usage_section(meta, ref, cs.base_hub_id(meta) if cs.is_lm(meta) else None)}
 ## Limitations
 
 {cs.limitations(meta)}

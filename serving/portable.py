@@ -1,5 +1,5 @@
-"""What a router looks like once it leaves this machine: nothing pushed names a path of the machine that pushed it
-(issue 34, class 5). `portable_meta` is the tiermem_router.json that push uploads (and the card is rendered from),
+"""What a router looks like once it leaves this machine: nothing pushed names a path of the machine that pushed it.
+`portable_meta` is the tiermem_router.json that push uploads (and the card is rendered from),
 `portable_adapter_config` the adapter_config.json; the run directory itself keeps its local values, which its
 loaders read."""
 

@@ -70,7 +70,7 @@ class ServeConfig:
     max_queue: int = 32  # per lane (route / chat): running + waiting requests; 503 beyond
     queue_timeout_s: float = 10.0  # a request that cannot start within this gets 503
     route_batch_size: int = 16  # /route requests scored together when they queue up
-    ask: AskServeConfig = field(default_factory=AskServeConfig)  # POST /ask: the memory runtime, warm (issue 40)
+    ask: AskServeConfig = field(default_factory=AskServeConfig)  # POST /ask: the memory runtime, warm
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)

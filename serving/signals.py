@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tiermem.models.logistic import sigmoid
 from tiermem.runs.run_meta import FEATURE_MODEL_FILE, SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings.errors import ConfigError, DataError, RouterLoadError
@@ -241,7 +242,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, class_weight: st
     penalty[-1] = 0.0
     beta = np.zeros(z.shape[1])
     for _ in range(max_iter):
-        p = 1.0 / (1.0 + np.exp(-(z @ beta)))
+        p = sigmoid(z @ beta)
         grad = z.T @ (sw * (p - y)) + penalty * beta
         hess = (z * (sw * p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(z.shape[1])
         step = np.linalg.solve(hess, grad)

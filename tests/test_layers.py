@@ -17,8 +17,8 @@ FLOORS = ["tiermem", "labeling", "serving", "router_train", "evaluation", "tierm
 # sit side by side: none imports another. A loose module listed here is a room of its own.
 ROOMS: dict[str, list[str | tuple[str, ...]]] = {
     # how text is matched, settings and errors, how runs are kept, models, conversations, LLM clients, the memory
-    # runtime; contract.py and stats.py stay loose
-    "tiermem": ["text", "stats", "settings", "contract", "runs", "models", "data", "llm", "memory"],
+    # runtime; contract.py, rewards.py and stats.py stay loose
+    "tiermem": ["text", "stats", "settings", "contract", "rewards", "runs", "models", "data", "llm", "memory"],
     # the reader (pre-training, the unit reader router, ask's answer floors), SFT and GRPO, the features router
     "router_train": [("reader", "lm", "fit_features")],
 }

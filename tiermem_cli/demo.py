@@ -48,7 +48,7 @@ class DemoConfig:
     root: str = "runs"
     data_path: str | None = "../shared/data/locomo10_dev.json"  # falls back to the shipped sample when absent
     label_config: str = "configs/label/locomo_cpu_evidence.yaml"
-    # careful-reading judgments of data_path's questions (labeling/judgments.py): eval scores every router against
+    # careful-reading judgments of data_path's questions (labeling/judgments/): eval scores every router against
     # them beside the labels and shows the recorded teacher as a row. Absent (or the sample labeled) -> no such rows
     judgments: str | None = "../shared/data/locomo10_dev_judgments.jsonl"
     # true: label with the judgments too (their summary verdicts, unit verdicts, spans and teacher decisions where
@@ -108,11 +108,6 @@ class DemoConfig:
         if self.main_router not in (*MAIN_CANDIDATES, "best"):
             raise ConfigError(f"demo: main_router must be best or one of {tuple(MAIN_CANDIDATES)}, got "
                               f"{self.main_router!r}")
-
-
-def lm_routers(cfg: DemoConfig) -> list[str]:
-    """The LM routers this demo trains, in step order."""
-    return [n for n in LM_ROUTERS if n in cfg.stages]
 
 
 def trained_routers(cfg: DemoConfig) -> list[str]:
@@ -225,7 +220,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     if pretrained and len(chat) < len(cfg.chat_reading_data):
         print(f"demo: chat reading data not found, left out of the pre-training: "
               f"{[c for c in cfg.chat_reading_data if c not in chat]}")
-    # ask's "not stated" floor, calibrated on chat questions for each reader trained (issue 40): every reader the
+    # ask's "not stated" floor, calibrated on chat questions for each reader trained: every reader the
     # demo leaves answers `ask` with no manual step; skipped while a reader's weights and the settings are unchanged
     chats = ([f"data={cfg.data_path}"] if cfg.data_path and Path(cfg.data_path).is_file()
              else ["data=", "conversations=[]"])

@@ -7,7 +7,6 @@ through contract.parse so format failures are visible too: a run's `train_decisi
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +16,8 @@ import torch
 from router_train.lm.recipe_config import RecipeConfig
 from serving.routers.base import decide
 from tiermem import contract
+from tiermem.models.logistic import sigmoid
+from tiermem.models.torch_state import eval_mode
 from tiermem.stats import auroc
 
 
@@ -31,20 +32,10 @@ def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_
 
     if not prompts:
         return []
-    was_training = model.training
-    try:
+    with eval_mode(model):
         router = LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size, signal_head=signal_head,
                              text_weight=text_weight, trunk=trunk)
         return router.score_prompts(list(prompts), signals)
-    finally:
-        model.train(was_training)
-
-
-def escalation_probs(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
-                     signal_head: Any = None, signals: Any = None) -> list[float]:
-    """P(ESCALATE) renormalized over the two actions' first tokens (sigmoid of the log-odds)."""
-    return [1.0 / (1.0 + math.exp(-s))
-            for s in escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals)]
 
 
 @torch.no_grad()
@@ -53,22 +44,20 @@ def generate_decisions(
 ) -> list[contract.ParsedDecision]:
     """Greedy generations parsed by the contract (left padding, as generate expects)."""
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     decisions = []
     try:
-        for start in range(0, len(prompts), batch_size):
-            batch = tokenizer(list(prompts[start : start + batch_size]), return_tensors="pt", padding=True).to(device)
-            generated = model.generate(
-                **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-            )
-            texts = tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-            decisions += [contract.parse(t) for t in texts]
+        with eval_mode(model):
+            for start in range(0, len(prompts), batch_size):
+                batch = tokenizer(list(prompts[start: start + batch_size]), return_tensors="pt",
+                                  padding=True).to(device)
+                generated = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                           pad_token_id=tokenizer.pad_token_id)
+                texts = tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+                decisions += [contract.parse(t) for t in texts]
     finally:
         tokenizer.padding_side = side
-        model.train(was_training)
     return decisions
 
 
@@ -114,7 +103,7 @@ def evaluate_router(
 ) -> dict[str, Any]:
     """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
     scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals, text_weight, trunk)
-    probs = [1.0 / (1.0 + math.exp(-s)) for s in scores]
+    probs = [sigmoid(s) for s in scores]
     predicted = [decide(s, threshold_logit) for s in scores]
     result = decision_metrics(predicted, labels, train_majority)
     result["threshold_logit"] = threshold_logit

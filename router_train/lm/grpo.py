@@ -4,7 +4,7 @@ Continues the SFT run's adapter (`router`): from the base model the strict rewar
 same (negative) reward, i.e. zero variance and zero gradient. With `completion: action_token` (the default) the
 policy is the decision token itself (router_train.lm.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a
 completion is one token, sampled under an action prior that makes it explore (SFT's head beside the margin, then one
-constant so the sampled escalation share starts at the labels'; router_train.lm.grpo_signal). What the run learned is
+constant so the sampled escalation share starts at the labels'; router_train.lm.grpo_learning). What the run learned is
 measured without sampling (the policy's exact expected reward on the validation rows, before and after, with a
 paired interval), checked every `check_steps` to stop when it no longer rises, and recorded with the zero-variance
 share, gradient norm and sampled escalation rate in the metadata and card (`metrics.grpo_signal`); a run with no
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from serving.routers.lm_head import action_token_ids
+from serving.routers.lm_head import action_token_ids, head_as_trained
 from serving.signals import SIGNAL_HEAD_FILE, save_logistic
 from tiermem import contract
 from tiermem.models.adapter import BASE_KEY, base_config_digest
@@ -33,6 +33,7 @@ from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path
+from tiermem.settings import ranges
 from tiermem.settings.config import ConfigError, parse_cli
 from tiermem.settings.errors import stage_main
 
@@ -94,7 +95,7 @@ class GRPORecipeConfig(RecipeConfig):
     signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
     minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
     # The sampled policy's action prior is a logit offset on ESCALATE per prompt (action_token only;
-    # router_train.lm.grpo_signal); without one the margin alone is sampled, which SFT never trained as a policy.
+    # router_train.lm.grpo_learning); without one the margin alone is sampled, which SFT never trained as a policy.
     # prior_head: add SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
     prior_head: bool | None = None
     # one constant more, so the sampled escalation share on the train prompts starts at their label share (null: on)
@@ -112,16 +113,12 @@ class GRPORecipeConfig(RecipeConfig):
         super().__post_init__()
         if self.completion not in COMPLETIONS:
             raise ConfigError(f"completion must be one of {COMPLETIONS}, got {self.completion!r}")
-        if self.signal_head_l2 < 0:
-            raise ConfigError(f"signal_head_l2 must be >= 0, got {self.signal_head_l2}")
         if self.completion != "action_token" and (self.prior_head or self.prior_calibrate):
             raise ConfigError("prior_head and prior_calibrate shape the sampled action token: they need "
                               "completion=action_token (set them null or false for completion=text)")
-        if not 0.0 <= self.max_zero_variance <= 1.0:
-            raise ConfigError(f"max_zero_variance is a share of groups in [0, 1], got {self.max_zero_variance}")
-        if self.check_steps < 0 or self.patience < 0 or self.min_gain < 0:
-            raise ConfigError(f"check_steps, patience and min_gain must be >= 0, got {self.check_steps}, "
-                              f"{self.patience}, {self.min_gain}")
+        ranges.probability(self.max_zero_variance, "max_zero_variance (a share of groups)", ConfigError)
+        for name in ("signal_head_l2", "check_steps", "patience", "min_gain"):
+            ranges.non_negative(getattr(self, name), name, ConfigError)
 
 
 def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
@@ -136,6 +133,9 @@ def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
     if cfg.completion == "action_token" and args.max_completion_length != 1:
         raise ConfigError(f"completion action_token samples the action's first token: trainer.max_completion_length "
                           f"must be 1, got {args.max_completion_length} (completion=text generates the JSON)")
+    if cfg.completion == "action_token" and args.mask_truncated_completions:
+        raise ConfigError("completion action_token: every one-token completion is cut by the length limit, so "
+                          "trainer.mask_truncated_completions would mask them all")
     return args
 
 
@@ -154,8 +154,8 @@ def train(cfg: GRPORecipeConfig) -> RunResult:
 def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     from transformers import set_seed
 
+    from .grpo_learning import CURVE_COLUMNS, reward_curves, summary_line
     from .grpo_policy import DecisionGRPOTrainer, refit_head
-    from .grpo_signal import CURVE_COLUMNS, reward_curves, summary_line
 
     set_seed(cfg.seed)
     model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
@@ -234,21 +234,23 @@ def _explore(cfg: GRPORecipeConfig, args: Any, trainer: Any, tokenizer: Any, rew
              train_rows: Any, val_rows: Any, prior_head: bool) -> tuple[Any, Any, Any]:
     """(the policy probe with its prior set on the trainer, the validation check, the validation logits before
     training); (None, None, None) for completion text, whose policy is TRL's generation."""
-    from .grpo_signal import PolicyProbe, SignalBound, sft_policy_head
+    from .grpo_learning import PolicyProbe, RewardPlateauStop
 
     if cfg.completion != "action_token":
         return None, None, None
-    head = sft_policy_head(cfg.router, read_run_meta(cfg.router))[0] if prior_head else None
+    head = head_as_trained(cfg.router, read_run_meta(cfg.router))[0] if prior_head else None
     probe = PolicyProbe(trainer, tokenizer, reward_funcs, temperature=args.temperature,
                         batch_size=cfg.eval_batch_size, head=head, calibrate=cfg.prior_calibrate is not False,
                         train_rows=train_rows, val_rows=val_rows, generations=args.num_generations)
+    if probe.prior:
+        trainer.set_prior(probe.prior)
     log.info("GRPO action prior: sampled escalation share %.3f on the train prompts (margin alone %.3f, labels "
              "%.3f)", probe.info["escalation_share_at_start"], probe.info["escalation_share_without_prior"],
              probe.info["label_escalation_share"])
     if probe.val is None:
         return probe, None, None
     before = probe.val_logits()
-    bound = SignalBound(probe.val_reward, cfg.check_steps, cfg.patience, cfg.min_gain, cfg.max_zero_variance)
+    bound = RewardPlateauStop(probe.val_reward, cfg.check_steps, cfg.patience, cfg.min_gain, cfg.max_zero_variance)
     bound.start(trainer.model, float(probe.val_expected(before).mean()))
     trainer.add_callback(bound)
     return probe, bound, before
@@ -257,7 +259,7 @@ def _explore(cfg: GRPORecipeConfig, args: Any, trainer: Any, tokenizer: Any, rew
 def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bound: Any, before: Any,
              kept_step: int | None, head: Any, text_weight: float, val_rows: Any) -> dict[str, Any]:
     """metrics.grpo_signal: the learning signal over the logged steps and the validation reward before and after."""
-    from .grpo_signal import paired, sft_policy_head, signal_summary, signal_warnings
+    from .grpo_learning import paired, signal_summary, signal_warnings
 
     summary = signal_summary(curves)
     policy = router = None
@@ -265,7 +267,7 @@ def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bo
         after = probe.val_logits()
         convs = list(val_rows["conv_id"])
         policy = paired(probe.val_expected(before), probe.val_expected(after), convs, cfg.seed)
-        _, sft_head, sft_weight = (sft_policy_head(cfg.router, read_run_meta(cfg.router)) if cfg.router
+        _, sft_head, sft_weight = (head_as_trained(cfg.router, read_run_meta(cfg.router)) if cfg.router
                                    else (None, None, 1.0))
         router = paired(probe.router_rewards(before, sft_head, sft_weight),
                         probe.router_rewards(after, head, text_weight), convs, cfg.seed)

@@ -13,36 +13,30 @@ from tiermem.runs.run_meta import RUN_META_FILE
 from tiermem.settings.config import ConfigError
 from tiermem.settings.errors import MissingFileError
 
-from .recipe_config import training_device
-from .router_run import load_adapter_run
-from .rows import balance_rows, load_label_rows
+from .router_run import start_model
+from .rows import balance_rows, load_label_rows, natural_rows
 
 log = logging.getLogger(__name__)
 
 
 def load_policy(cfg: Any) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
     """(model, tokenizer, base spec, SFT run info, peft_config for a fresh adapter or None)."""
-    from tiermem.models.specs import load_causal_lm
-
-    if cfg.router:
-        if not (Path(cfg.router) / RUN_META_FILE).is_file():
-            raise MissingFileError(
-                f"no SFT router run at {cfg.router} ({RUN_META_FILE} missing): run `make sft` first, or point "
-                "router= at an SFT output directory"
-            )
-        model, tokenizer, meta = load_adapter_run(cfg.router, trainable=True)
-        sft_info = {"sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation"),
-                    "signal_head": bool((meta.data.get("signal_head") or {}).get("file"))}
-        return model, tokenizer, meta.base_model, sft_info, None
-    if not cfg.allow_no_sft:
+    if cfg.router and not (Path(cfg.router) / RUN_META_FILE).is_file():
+        raise MissingFileError(f"no SFT router run at {cfg.router} ({RUN_META_FILE} missing): run `make sft` first, "
+                               "or point router= at an SFT output directory")
+    if not cfg.router and not cfg.allow_no_sft:
         raise ConfigError(
             "GRPO starts from an SFT adapter: set router= to a `make sft` output, or allow_no_sft=true to start "
             "from the bare base model (expect zero reward variance there: no learning signal)"
         )
-    log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n" + "=" * 70,
-                cfg.model)
-    model, tokenizer = load_causal_lm(cfg.model, device=training_device())
-    return model, tokenizer, cfg.model, None, cfg.lora.to_peft()
+    if not cfg.router:
+        log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n"
+                    + "=" * 70, cfg.model)
+    model, tokenizer, base_spec, peft_config, meta = start_model(cfg)
+    sft_info = None if meta is None else {
+        "sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation"),
+        "signal_head": bool((meta.data.get("signal_head") or {}).get("file"))}
+    return model, tokenizer, base_spec, sft_info, peft_config
 
 
 def load_reward_rows(cfg: Any, tokenizer: Any, eval_rewards: bool,
@@ -53,7 +47,7 @@ def load_reward_rows(cfg: Any, tokenizer: Any, eval_rewards: bool,
                                           f"{cfg.train_split!r}", train_rewards=True, eval_rewards=eval_rewards,
                                           signals=signals)
     if not cfg.minimal_pairs:
-        train = train.select([i for i, aug in enumerate(train["augmented"]) if not aug])
+        train = natural_rows(train)
     balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
     return balanced, train, val, info
 

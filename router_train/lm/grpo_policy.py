@@ -12,7 +12,7 @@ and each sampled completion is that one token, so:
 - prompts are tokenized as serving tokenizes them (no special tokens added: the chat template holds them), so the
   policy GRPO moves is the serving margin, token for token.
 
-- an action prior (`prior`: a logit offset on ESCALATE's token per prompt, router_train.lm.grpo_signal) is added where
+- an action prior (`prior`: a logit offset on ESCALATE's token per prompt, router_train.lm.grpo_learning) is added where
   the policy is sampled and where its log-probability is read, so the policy GRPO samples and the one it
   differentiates are the same distribution: SFT's policy (margin + signal head) calibrated to explore.
 
@@ -34,6 +34,7 @@ from trl import GRPOTrainer
 
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic
 from tiermem import contract
+from tiermem.models.torch_state import eval_mode, left_padded
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
 log = logging.getLogger(__name__)
@@ -50,16 +51,13 @@ class DecisionGRPOTrainer(GRPOTrainer):
         self.action_ids = action_ids  # (ANSWER's, ESCALATE's) first token: where the prior is added
         self.prior: dict[tuple[int, ...], float] = {}  # prompt token ids -> offset on ESCALATE's logit
         self.trunk = None
-        if action_token and self.args.max_completion_length != 1:
-            raise ValueError("completion action_token reads one completion token: max_completion_length must be 1")
-        if action_token and self.args.mask_truncated_completions:
-            raise ValueError("completion action_token: every one-token completion is cut by the length limit, so "
-                             "mask_truncated_completions would mask them all")
         top = top_layers_holding(self.model, "trainable")
         if action_token and frozen_trunk and top is not None and supports_trunk(self.model):
             # trunk_from is read only when the SFT run that wrote it recorded its sha256
             self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from, writer=self.args.output_dir,
                                      proven=True)
+        if self._fast() and self.rollout_func is None:  # TRL's public generation hook (its constructor's argument)
+            self.rollout_func = self.sample_actions
 
     def _fast(self) -> bool:
         args = self.args
@@ -74,21 +72,11 @@ class DecisionGRPOTrainer(GRPOTrainer):
                              "no vLLM): TRL's own generation cannot add it")
         self.prior = dict(prior)
 
-    def _tokenize_prompts(self, prompts: list):
-        if self.action_token and prompts and isinstance(prompts[0], str):  # as serving: no special tokens added
-            return self.processing_class(text=prompts, add_special_tokens=False)["input_ids"], None, {}
-        return super()._tokenize_prompts(prompts)
-
     def prompt_logits(self, model: Any, prompts: Sequence[tuple[int, ...]]) -> torch.Tensor:
         """[len(prompts), vocab] next-token logits at each prompt's end, through the trunk (left-padded, true
         positions). Grad flows when enabled."""
-        pad = self.processing_class.pad_token_id
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), 0 if pad is None else pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left-padded: logits_to_keep=1 reads every row's last real position
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
+        # left-padded: logits_to_keep=1 reads every row's last real position
+        ids, mask = left_padded(prompts, self.processing_class.pad_token_id)
         device = self.accelerator.device
         ids, mask = ids.to(device), mask.to(device)
         if self.trunk is not None:
@@ -110,17 +98,18 @@ class DecisionGRPOTrainer(GRPOTrainer):
         escalate[:, self.action_ids[1]] = 1.0
         return logits + offsets[:, None] * escalate
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if not (self._fast() and not images and not multimodal_fields):
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)
+    def sample_actions(self, prompts: list[str], trainer: Any = None) -> dict[str, Any]:
+        """TRL's `rollout_func`: each prompt tokenized as serving tokenizes it (no special tokens added: the chat
+        template holds them) and one action token sampled from the policy (prior included), one next-token
+        distribution per distinct prompt. No sampling log-probs: TRL then applies no importance correction."""
+        prompt_ids = self.processing_class(text=list(prompts), add_special_tokens=False)["input_ids"]
         rows = [tuple(p) for p in prompt_ids]
         unique = list(dict.fromkeys(rows))
         with torch.no_grad():
             probs = torch.softmax(self.policy_logits(self.model, unique) / self.temperature, dim=-1)
         index = torch.tensor([unique.index(r) for r in rows])
         tokens = torch.multinomial(probs[index.to(probs.device)], 1).squeeze(-1)
-        return [[int(t)] for t in tokens.tolist()], None
+        return {"prompt_ids": prompt_ids, "completion_ids": [[int(t)] for t in tokens.tolist()], "logprobs": None}
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **forward):
@@ -150,17 +139,12 @@ def margins(trainer: Any, model: Any, tokenizer: Any, prompts: Sequence[str], ba
         return np.array(escalation_scores(model, tokenizer, list(prompts), batch_size), dtype=np.float64)
     answer_id, escalate_id = action_token_ids(tokenizer, prompts[0])
     out: list[float] = []
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(prompts), batch_size):
-                chunk = [tuple(tokenizer(p + contract.OUTPUT_PREFIX, add_special_tokens=False).input_ids)
-                         for p in prompts[start:start + batch_size]]
-                logits = trainer.prompt_logits(model, chunk)
-                out += (logits[:, escalate_id] - logits[:, answer_id]).tolist()
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, len(prompts), batch_size):
+            chunk = [tuple(tokenizer(p + contract.OUTPUT_PREFIX, add_special_tokens=False).input_ids)
+                     for p in prompts[start:start + batch_size]]
+            logits = trainer.prompt_logits(model, chunk)
+            out += (logits[:, escalate_id] - logits[:, answer_id]).tolist()
     return np.array(out, dtype=np.float64)
 
 
@@ -186,10 +170,11 @@ def refit_head(cfg: Any, trainer: Any, tokenizer: Any, natural: Any,
                val_rows: Any) -> tuple[Any, float, dict[str, Any]]:
     """The signal head refit on the trained adapter's margins (refit_signal_head on the natural train rows), the
     margin's weight beside it chosen on validation as SFT chooses it (sft_head.choose_text_weight)."""
+    from .rows import natural_rows
     from .sft import SFTRecipeConfig
     from .sft_head import choose_text_weight
 
-    rows = natural.select([i for i, aug in enumerate(natural["augmented"]) if not aug])
+    rows = natural_rows(natural)
     margin = margins(trainer, trainer.model, tokenizer, rows["prompt"], cfg.eval_batch_size)
     escalate = np.array([label == "ESCALATE" for label in rows["label"]], dtype=np.float64)
     head, fitted = refit_signal_head(np.array(rows["signals"], dtype=np.float64), margin, escalate,

@@ -9,7 +9,7 @@ decision logit stayed near ln 2 while the template was learned. These losses put
   `lm_weight` x the completion NLL so the JSON format keeps being generated.
 - `expected_reward`: maximize the exact expected reward of the two-action policy at the decision position,
   E[R] = p(ESCALATE) R(ESCALATE) + p(ANSWER) R(ANSWER), with both rewards known per row from labeling
-  (router_train.lm.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
+  (tiermem.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
   knows the reward of both actions, so the expectation is exact and its gradient has no variance.
 
 With `loss.signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
@@ -35,6 +35,7 @@ from trl import SFTTrainer
 
 from serving.signals import LogisticModel
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
+from tiermem.settings import ranges
 from tiermem.settings.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -70,13 +71,9 @@ class LossConfig:
             raise ConfigError(f"loss.class_weight must be balanced|none, got {self.class_weight!r}")
         if self.signal_head and self.kind == "lm":
             raise ConfigError("loss.signal_head needs a decision loss (decision or expected_reward), not lm")
-        if self.text_weight is not None and not (math.isfinite(self.text_weight) and self.text_weight >= 0):
-            raise ConfigError(f"loss.text_weight must be a finite number >= 0 or null, got {self.text_weight}")
-        if self.signal_head_l2 < 0:
-            raise ConfigError(f"loss.signal_head_l2 must be >= 0, got {self.signal_head_l2}")
-        if self.lm_weight < 0 or self.mass_weight < 0:
-            raise ConfigError(f"loss.lm_weight and mass_weight must be >= 0, got {self.lm_weight}, "
-                              f"{self.mass_weight}")
+        for name in ("signal_head_l2", "lm_weight", "mass_weight") + (("text_weight",) if self.text_weight is not None
+                                                                       else ()):
+            ranges.non_negative(getattr(self, name), f"loss.{name}", ConfigError)
 
 
 class SignalHead(torch.nn.Module):

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from router_train.lm.rewards import RewardConfig
+from tiermem.rewards import RewardConfig
 from tiermem.settings.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from router_train.lm.recipe_config import training_device
-from tiermem import contract
 from tiermem.models.adapter import BASE_KEY
 from tiermem.models.specs import make_adapter_portable
 from tiermem.runs import safe_io
-from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta, verify_files
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta
 from tiermem.settings.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -24,27 +23,33 @@ SAVE_STAGING = ".trainer-save"  # trainer.save_model writes here; the files are 
 
 
 def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any, RunMeta]:
-    """Base model + the run's LoRA adapter; refuses a run saved under another contract version."""
-    from transformers import AutoTokenizer
+    """A router run's adapter to train on, loaded and checked as serving loads it (serving's one adapter loader)."""
+    from serving.routers.base import open_run_dir
+    from serving.routers.local import load_adapter_model
 
-    from tiermem.models.adapter import load_adapter
-    from tiermem.models.specs import load_causal_lm
-
-    run_dir = Path(run_dir)
-    meta = read_run_meta(run_dir)
-    contract.check_version(meta.contract_version, where=str(run_dir))
+    meta = open_run_dir(run_dir, where=str(run_dir))
     if not meta.adapter:
         raise UsageError(f"{run_dir}: holds merged weights, not a LoRA adapter; load it as a model spec instead")
-    verify_files(run_dir, meta)  # GRPO starts from these weights: the same check as serving them
-    base, _ = load_causal_lm(meta.base_model, device=training_device())
-    tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
-    model = load_adapter(base, run_dir, meta, trainable=trainable)
+    model, tokenizer = load_adapter_model(run_dir, meta, device=training_device(), trainable=trainable)
     # The saved config names the base by hub id (portable); in memory it names the local copy just loaded, so
     # PEFT's save-time vocabulary check reads that copy instead of querying the hub (offline: a warning).
     for adapter_config in model.peft_config.values():
-        adapter_config.base_model_name_or_path = base.name_or_path
+        adapter_config.base_model_name_or_path = model.get_base_model().name_or_path
     model.train(trainable)
     return model, tokenizer, meta
+
+
+def start_model(cfg: Any) -> tuple[Any, Any, str, Any, RunMeta | None]:
+    """What SFT and GRPO train: (model, tokenizer, base model spec, peft_config for a new adapter or None, the
+    continued run's metadata or None). A router run (`cfg.router`) is continued, its base winning over cfg.model;
+    else a new LoRA adapter (cfg.lora) on cfg.model."""
+    from tiermem.models.specs import load_causal_lm
+
+    if cfg.router:
+        model, tokenizer, meta = load_adapter_run(cfg.router, trainable=True)
+        return model, tokenizer, meta.base_model, None, meta
+    model, tokenizer = load_causal_lm(cfg.model, device=training_device())
+    return model, tokenizer, cfg.model, cfg.lora.to_peft(model.config.num_hidden_layers), None
 
 
 def clear_run_meta(output_dir: str | Path) -> None:
@@ -58,7 +63,7 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
     portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
     template, then the metadata with the sha256 of every weight file, written last because it marks a complete
     run."""
-    from serving.model_card import save_with_card
+    from serving.routers.score_run import write_score_run
 
     safe_io.save_pretrained(tokenizer, output_dir)
     if meta.adapter and BASE_KEY not in meta.data:
@@ -69,8 +74,7 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
             log.warning("base model %s has no hub id: %s/adapter_config.json names a local path, so plain PEFT "
                         "loads it only on this machine (our loaders use tiermem_router.json)", meta.base_model,
                         output_dir)
-    meta.files = file_digests(output_dir)
-    return save_with_card(RunMetaFile.new(output_dir, meta))
+    return write_score_run(output_dir, meta)
 
 
 def is_main_process(trainer: Any) -> bool:

@@ -125,6 +125,11 @@ def router_input(dataset: DatasetDict, split: str) -> dict[str, Any]:
     return {"top_k": max((len(s) for s in rows), default=0), **contract.limits()}
 
 
+def natural_rows(rows: Dataset) -> Dataset:
+    """The rows of natural retrieval: minimal pairs (`augmented`) left out, as the signal head is fitted on."""
+    return rows.select([i for i, aug in enumerate(rows["augmented"]) if not aug])
+
+
 def label_counts(rows: Dataset) -> dict[str, int]:
     counts = Counter(rows["label"]) if len(rows) else Counter()
     return {action: counts.get(action, 0) for action in contract.ACTIONS}

@@ -30,9 +30,16 @@ from tiermem.settings.errors import stage_main
 from .decisions import decision_reports
 from .objectives import REWARD_COLUMNS, REWARD_LOSSES, LossConfig, RouterSFTTrainer, balanced_class_weights
 from .recipe_config import RecipeConfig, build_trl_config, trainer_args
-from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights, trunk_data
+from .router_run import (
+    RunResult,
+    is_launch_leader,
+    save_and_report,
+    start_model,
+    train_and_save_weights,
+    trunk_data,
+)
 from .sft_head import epoch_choice_callback, initial_signal_head, trained_signal_head
-from .sft_inputs import load_model, load_rows, token_lengths
+from .sft_inputs import load_rows, token_lengths
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sft" / "smollm2_135m_cpu.yaml"
@@ -98,7 +105,7 @@ def train(cfg: SFTRecipeConfig) -> RunResult:
 
 
 def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
-    model, tokenizer, base_spec, peft_config, init_meta = load_model(cfg)
+    model, tokenizer, base_spec, peft_config, init_meta = start_model(cfg)
     train_rows, val_rows, data_info = load_rows(cfg, tokenizer)
     data_info[BASE_KEY] = base_config_digest(model.config)  # which base the adapter is proven over
     head_init, centre_head = initial_signal_head(cfg, train_rows, init_meta, cfg.router)

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic, read_logistic
+from serving.routers.lm_head import head_as_trained, served_score
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic
 from tiermem.runs.run_meta import RunMeta
 
 from .objectives import TEXT_WEIGHTS
+from .rows import natural_rows
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +27,11 @@ def initial_signal_head(cfg: Any, train_rows: Any, init_meta: RunMeta | None,
     if not cfg.loss.signal_head:
         return None, False
     info = (init_meta.data.get("signal_head") or {}) if init_meta else {}
-    if info.get("file"):
-        # Training combines the head with the margin at weight 1: undo the shift made for the saved text_weight.
-        head = read_logistic(Path(init_dir) / info["file"])
-        return dataclasses.replace(head, bias=head.bias - float(info.get("bias_shift", 0.0))), False
-    natural = [i for i, aug in enumerate(train_rows["augmented"]) if not aug]  # as the head trains: see objectives.py
-    y = np.array([train_rows["label"][i] == "ESCALATE" for i in natural], dtype=np.float64)
-    x = np.array([train_rows["signals"][i] for i in natural], dtype=np.float64)
+    if info.get("file"):  # training combines the head with the margin at weight 1: the head as it was trained
+        return head_as_trained(init_dir, init_meta)[0], False
+    natural = natural_rows(train_rows)  # as the head trains: see objectives.py
+    y = np.array([label == "ESCALATE" for label in natural["label"]], dtype=np.float64)
+    x = np.array(natural["signals"], dtype=np.float64)
     return fit_logistic(x, y, cfg.loss.signal_head_l2), True
 
 
@@ -57,7 +56,8 @@ def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel
     margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size, trunk=trunk))
     heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
     domains = list(val_rows["domain"])  # several domains: each weight by its worst domain's AUROC
-    grid = {str(w): worst_group_auroc((w * margins + heads).tolist(), labels, domains) for w in TEXT_WEIGHTS}
+    grid = {str(w): worst_group_auroc(served_score(margins, heads, w).tolist(), labels, domains)
+            for w in TEXT_WEIGHTS}
     best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
     log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
     shifted = dataclasses.replace(head, bias=float(head.bias + (trained_weight - best) * margins.mean()))
@@ -82,14 +82,15 @@ def validation_auroc(cfg: Any, trainer: Any, tokenizer: Any, head: LogisticModel
         return worst_group_auroc(margins.tolist(), labels, domains)
     heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
     weights = TEXT_WEIGHTS if cfg.loss.text_weight is None else (cfg.loss.text_weight,)
-    return max(worst_group_auroc((w * margins + heads).tolist(), labels, domains) for w in weights)
+    return max(worst_group_auroc(served_score(margins, heads, w).tolist(), labels, domains) for w in weights)
 
 
 def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any) -> Any:
     """A callback scoring validation after each epoch (`validation_auroc`), which keeps the best epoch's trainable
     weights (adapter and signal head) and puts them back at train end."""
-    import torch
     from transformers import TrainerCallback
+
+    from tiermem.models.torch_state import restore_trainable, trainable_snapshot
 
     class EpochChoice(TrainerCallback):
         def __init__(self) -> None:
@@ -103,16 +104,12 @@ def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any)
             self.epochs.append({"epoch": epoch, "step": state.global_step, "validation_auroc": score})
             log.info("sft epoch %d: validation AUROC %s", epoch, score)
             if score is not None and (self.best is None or score > self.best[0]):
-                weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-                self.best = (score, epoch, weights)
+                self.best = (score, epoch, trainable_snapshot(trainer.model))
             return control
 
         def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
             if self.best is not None and self.epochs and self.best[1] != self.epochs[-1]["epoch"]:
-                params = dict(trainer.model.named_parameters())
-                with torch.no_grad():
-                    for name, saved in self.best[2].items():
-                        params[name].copy_(saved)
+                restore_trainable(trainer.model, self.best[2])
                 log.info("sft: kept epoch %d (validation AUROC %.4f)", self.best[1], self.best[0])
             return control
 

@@ -1,6 +1,5 @@
-"""What SFT trains: the model it starts from (a new adapter on the base, or a router run's adapter continued) and
-its rows (the label rows, filtered by the teacher and the minimal-pairs setting, with both actions' rewards for the
-reward losses)."""
+"""What SFT trains on: its rows (the label rows, filtered by the teacher and the minimal-pairs setting, with both
+actions' rewards for the reward losses)."""
 
 from __future__ import annotations
 
@@ -8,29 +7,12 @@ import logging
 from typing import Any
 
 from labeling.dataset import RecordError
+from tiermem.rewards import RewardConfig, resolve_cost_scale, score_decision
 
 from .objectives import REWARD_COLUMNS, REWARD_LOSSES
-from .recipe_config import training_device
-from .rewards import RewardConfig, resolve_cost_scale, score_decision
-from .router_run import load_adapter_run
-from .rows import balance_rows, load_label_rows
+from .rows import balance_rows, load_label_rows, natural_rows
 
 log = logging.getLogger(__name__)
-
-
-def load_model(cfg: Any) -> tuple[Any, Any, str, Any, Any]:
-    """(model, tokenizer, base model spec, peft_config for a new adapter or None, the continued run's metadata or
-    None). `cfg`: the SFT config; continuing a router run (`cfg.router`), its base model wins over cfg.model."""
-    from tiermem.models.specs import load_causal_lm
-
-    init_meta = None
-    if cfg.router:  # continue an existing router's adapter (its base model wins over cfg.model)
-        model, tokenizer, init_meta = load_adapter_run(cfg.router, trainable=True)
-        base_spec, peft_config = init_meta.base_model, None
-    else:
-        model, tokenizer = load_causal_lm(cfg.model, device=training_device())
-        base_spec, peft_config = cfg.model, cfg.lora.to_peft(model.config.num_hidden_layers)
-    return model, tokenizer, base_spec, peft_config, init_meta
 
 
 def with_action_rewards(rows: Any, rewards: RewardConfig, scale: float | None) -> Any:
@@ -49,7 +31,7 @@ def load_rows(cfg: Any, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
                                           "to train on", train_rewards=need_rewards, eval_rewards=False,
                                           signals=cfg.loss.signal_head, teacher=cfg.teacher_filter)
     if not cfg.minimal_pairs:
-        train = train.select([i for i, aug in enumerate(train["augmented"]) if not aug])
+        train = natural_rows(train)
         if len(train) == 0:
             raise RecordError(f"label dataset {cfg.data}: minimal_pairs=false left no train row (every row of split "
                               f"{cfg.train_split!r} is a minimal pair)")

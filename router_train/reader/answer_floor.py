@@ -101,7 +101,7 @@ def _pretrain_meta(pretrain: Path) -> dict[str, Any]:
     if not path.is_file():
         raise MissingFileError(f"{path} not found: the floor is calibrated on a reader-pretrain checkpoint's held-out "
                                "articles (make reader-pretrain)")
-    return read_pretrain_meta(pretrain, need=("data", "data_sha256", "heldout_articles"))  # one reader (issue 41)
+    return read_pretrain_meta(pretrain, need=("data", "data_sha256", "heldout_articles"))  # one reader
 
 
 def check_heldout_articles(questions: Sequence[Any], meta: dict[str, Any], pretrain: Any) -> None:

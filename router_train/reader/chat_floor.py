@@ -1,4 +1,4 @@
-"""The extractive answerer's floor calibrated on conversations (issue 40): `tiermem-router answer-floor reader=DIR`.
+"""The extractive answerer's floor calibrated on conversations: `tiermem-router answer-floor reader=DIR`.
 
 The SQuAD-calibrated floor (router_train.reader.answer_floor) did not transfer to chat sentences: their logits run
 lower than an encyclopedia's. This one is calibrated on chat questions, read the way `ask` reads:
@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tiermem.settings import ranges
 from tiermem.settings.errors import ConfigError, DataError, MissingFileError, stage_main
 
 METHOD = ("chat: youden on the best sentence's logit; LoCoMo train questions whose gold turn is among the turns "
@@ -48,8 +49,7 @@ class ChatFloorConfig:
         if not self.reader:
             raise ConfigError("reader must name a reader directory")
         for name in ("max_questions", "max_molweni", "turn_k"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+            ranges.non_negative(getattr(self, name), name, ConfigError)
         if self.turn_k < 1:
             raise ConfigError("turn_k must be >= 1")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.models.cross_encoder import PRETRAIN_FILE
+from tiermem.settings import ranges
 from tiermem.settings.errors import ConfigError, stage_main
 
 
@@ -70,8 +71,7 @@ class ReaderPretrainConfig:
                               f"{self.learning_rate}, {self.weight_decay}, {self.warmup_share}")
         if not self.data:
             raise ConfigError("data must name a SQuAD 2.0 JSON file or hf:<dataset name>")
-        if not (isinstance(self.span_weight, int | float) and 0 <= self.span_weight < float("inf")):
-            raise ConfigError(f"span_weight must be a finite number >= 0, got {self.span_weight!r}")
+        ranges.non_negative(self.span_weight, "span_weight", ConfigError)
         from router_train.reader.chat_reading import check_sources
 
         check_sources(self.chat_data)
@@ -184,11 +184,11 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
 
 @stage_main("reader-pretrain")
 def main(argv: list[str]) -> int:
+    from tiermem.runs.logs import print_result
     from tiermem.settings.config import parse_cli
 
-    cfg = parse_cli(ReaderPretrainConfig, argv, default_config="configs/reader_pretrain/default.yaml")
-    print(json.dumps(pretrain(cfg), indent=2))
-    return 0
+    return print_result(pretrain(parse_cli(ReaderPretrainConfig, argv,
+                                           default_config="configs/reader_pretrain/default.yaml")))
 
 
 if __name__ == "__main__":

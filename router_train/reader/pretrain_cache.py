@@ -1,4 +1,4 @@
-"""reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>` (issue 41): a hit only for an entry that proves
+"""reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>`: a hit only for an entry that proves
 itself, a bad entry rebuilt (and said so), a race lost to another run settled by taking its entry. The key is a
 digest of the data's sha256, the base's weights and every training setting (`cache_key`).
 

@@ -2,7 +2,7 @@
 
 A unit's target says how far it states the question's answer:
 - `lexical`: the label rule's own measure of the unit alone (its answer recall, or its one-unit verdict `s_ok`);
-- `judged`: a careful reading of the unit (labeling/judgments.py: yes 1, partial 0.5, no 0), the lexical target
+- `judged`: a careful reading of the unit (labeling/judgments/format.py: yes 1, partial 0.5, no 0), the lexical target
   where the unit was not judged (deeper ranks, questions whose units the judgments did not read);
 - `both`: the mean of the two where both exist.
 With span targets on, a judged unit also tells the span head which words answer: the quoted span (a judged yes or
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labeling.judgments import VERDICT_TARGET
+from labeling.judgments.format import VERDICT_TARGET
 from serving.routers.unit_reader import unit_text
 from tiermem.settings.errors import DataError
 
@@ -98,7 +98,7 @@ def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int, s
 
 def head_targets(rows: Sequence[dict[str, Any]], head_target: str) -> list[float]:
     """Each labeled row's target for the head: 1.0 / 0.0 for ESCALATE / ANSWER, or under `teacher` the recorded
-    teacher decision's probability of ESCALATE (labeling.judgments.TeacherDecision.p_escalate), the label where
+    teacher decision's probability of ESCALATE (labeling.judgments.format.TeacherDecision.p_escalate), the label where
     the row has no recorded decision."""
     from labeling.teacher import teacher_decision
 

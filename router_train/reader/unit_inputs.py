@@ -65,7 +65,7 @@ def fresh_reader(cfg: Any) -> CrossEncoder:
     from tiermem.models.model_dir import load_reader
 
     torch.manual_seed(cfg.seed)  # the classification head's initialization
-    # its own tokenizer, a config that fits its weights, readable files (issue 41): else a named error
+    # its own tokenizer, a config that fits its weights, readable files: else a named error
     return load_reader(cfg.base, "base=", batch_size=cfg.score_batch_size, head_optional=True)
 
 
@@ -79,7 +79,7 @@ def pretraining_of(base: str) -> dict[str, Any] | None:
     path = Path(base) / PRETRAIN_FILE
     if not path.is_file():
         return None
-    meta = read_pretrain_meta(base)  # the one reader of the file: a malformed one is named (issue 41)
+    meta = read_pretrain_meta(base)  # the one reader of the file: a malformed one is named
     data = str(meta.get("data"))
     return {"base": meta.get("base"), "data": data if data.startswith("hf:") else Path(data).name,
             "data_sha256": meta.get("data_sha256"),

@@ -19,7 +19,6 @@ Every step reaches the router's scoring through unit_head.py, so what it measure
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -160,11 +159,10 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
 
 @stage_main("unit-reader")
 def main(argv: list[str]) -> int:
+    from tiermem.runs.logs import print_result
     from tiermem.settings.config import parse_cli
 
-    cfg = parse_cli(UnitReaderConfig, argv, default_config="configs/unit_reader/default.yaml")
-    print(json.dumps(train(cfg), indent=2))
-    return 0
+    return print_result(train(parse_cli(UnitReaderConfig, argv, default_config="configs/unit_reader/default.yaml")))
 
 
 if __name__ == "__main__":

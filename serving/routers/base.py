@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tiermem import contract
+from tiermem.models.logistic import logit, sigmoid  # noqa: F401  (the routers' p_escalate and thresholds)
 from tiermem.runs.run_meta import RunMeta, read_run_meta, verify_files
 from tiermem.settings.errors import UsageError
 
@@ -45,25 +46,6 @@ class Decision:
     # the signals that were outside the range the router was trained on and were clipped to it (feature names);
     # None when the router reads no signals
     clipped: list[str] | None = None
-
-
-def sigmoid(x: float) -> float:
-    """Numerically stable logistic function (no overflow for large |x|)."""
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
-
-
-def logit(p: float) -> float:
-    """Inverse of sigmoid, for a probability a person or the HTTP API gave; 0 and 1 map to -inf / +inf."""
-    if not 0.0 <= p <= 1.0:
-        raise UsageError(f"probability must be in [0, 1], got {p}")
-    if p == 0.0:
-        return -math.inf
-    if p == 1.0:
-        return math.inf
-    return math.log(p) - math.log1p(-p)
 
 
 def decide(score: float, threshold_logit: float) -> str:

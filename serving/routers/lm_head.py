@@ -1,15 +1,17 @@
 """What an LM router reads besides its weights: the first token of each action (the fast path's two logits, an
-endpoint's log-probs) and the signal head that SFT trains beside the adapter (added to their margin)."""
+endpoint's log-probs) and the signal head that SFT trains beside the adapter (added to their margin), and the one
+place the served score is written (`served_score`)."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from serving.signals import FEATURES, LogisticModel, read_logistic
 from tiermem import contract
 from tiermem.runs.run_meta import RunMeta
+from tiermem.settings import ranges
 from tiermem.settings.errors import RouterLoadError
 
 
@@ -40,9 +42,7 @@ def action_pieces(tokenizer: Any) -> dict[str, str]:
 
 def check_text_weight(value: Any) -> float:
     """The LM margin's weight beside a signal head: a finite number >= 0 (named error at load, never per request)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise RouterLoadError(f"signal head: text_weight must be a finite number >= 0, got {value!r}")
-    return float(value)
+    return ranges.non_negative(value, "signal head: text_weight", RouterLoadError)
 
 
 def check_head_features(head: LogisticModel) -> LogisticModel:
@@ -59,3 +59,21 @@ def read_signal_head(run_dir: str | Path, meta: RunMeta) -> tuple[LogisticModel 
         return None, 1.0
     head = check_head_features(read_logistic(Path(run_dir) / saved["file"]))
     return head, check_text_weight(saved.get("text_weight", 1.0))
+
+
+def served_score(margin: Any, head_log_odds: Any = None, text_weight: float = 1.0) -> Any:
+    """An LM router's log-odds of ESCALATE, the one place it is written: the LM's margin weighted beside the signal
+    head's log-odds, `text_weight x margin + head(signals)`; the margin alone for a router without a head. Floats or
+    numpy arrays (every scorer, report and reward of the LM routers calls this)."""
+    return margin if head_log_odds is None else text_weight * margin + head_log_odds
+
+
+def head_as_trained(run_dir: str | Path, meta: RunMeta) -> tuple[LogisticModel | None, LogisticModel | None, float]:
+    """(the head as training combined it with the margin, at weight 1; the served head; the served text weight) of a
+    router run, or (None, None, 1.0) without a head. The served head's bias was moved for its text weight
+    (`signal_head.bias_shift`, sft_head.choose_text_weight); the first is the head with that move undone."""
+    served, text_weight = read_signal_head(run_dir, meta)
+    if served is None:
+        return None, None, 1.0
+    shift = float((meta.data.get("signal_head") or {}).get("bias_shift", 0.0))
+    return dataclasses.replace(served, bias=served.bias - shift), served, text_weight

@@ -30,10 +30,17 @@ from serving.routers.base import (
     open_run_dir,
     sigmoid,
 )
-from serving.routers.lm_head import action_token_ids, check_head_features, check_text_weight, read_signal_head
+from serving.routers.lm_head import (
+    action_token_ids,
+    check_head_features,
+    check_text_weight,
+    read_signal_head,
+    served_score,
+)
 from serving.signals import FEATURES, LogisticModel, feature_matrix
 from tiermem import contract
-from tiermem.models.trunk import FrozenTrunk, right_padded, supports_trunk, top_layers_holding
+from tiermem.models.torch_state import left_padded, right_padded
+from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 from tiermem.runs.run_meta import RunMeta
 from tiermem.settings.errors import MissingFileError, RouterLoadError, UsageError
 
@@ -132,24 +139,17 @@ class LocalRouter(Router):
                                   f"with kind={meta.router_kind} (or Router.from_pretrained, which reads the kind)")
         trunk_layers = None
         if (run_dir / "adapter_config.json").is_file():
-            from tiermem.models.adapter import load_adapter
-
-            base = base_model or meta.base_model
-            if base.startswith(LOCAL_BASE):
-                raise RouterLoadError(f"router {path_or_hub_id}: its base model was a {base} on the machine that "
-                                      "trained it (no hub id); pass router.base_model=PATH (or base_model=PATH)")
-            model, tokenizer = load_causal_lm(base, dtype=dtype, device=device)
-            model = load_adapter(model, run_dir, meta)  # over the base it was trained on, every weight in place
+            model, tokenizer = load_adapter_model(run_dir, meta, base_model=base_model, device=device, dtype=dtype)
             if trunk_cache is not None:
                 trunk_layers = top_layers_holding(model, "lora")
             if merge:  # one set of weights: no LoRA matmuls per layer at inference
                 model = model.merge_and_unload()
         elif (run_dir / "config.json").is_file():
             model, tokenizer = load_causal_lm(str(run_dir), dtype=dtype, device=device)
+            if (run_dir / "tokenizer_config.json").is_file():
+                tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
         else:
             raise RouterLoadError(f"{run_dir}: neither adapter_config.json (LoRA) nor config.json (merged model)")
-        if (run_dir / "tokenizer_config.json").is_file():
-            tokenizer = AutoTokenizer.from_pretrained(str(run_dir))  # the chat template training rendered with
         head, text_weight = read_signal_head(run_dir, meta)
         return cls(model, tokenizer, meta=meta, mode=mode, threshold_logit=threshold_logit, batch_size=batch_size,
                    prefix_cache=prefix_cache, trunk_layers=trunk_layers, trunk_cache=trunk_cache, signal_head=head,
@@ -257,7 +257,7 @@ class LocalRouter(Router):
             rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts[i: i + self.batch_size]]
             out += [0.0] * len(rows) if skip_lm else self._score(rows)
         if self.signal_head is not None:
-            out = [self.text_weight * m + h for m, h in zip(out, self.head_log_odds(signals), strict=True)]
+            out = [served_score(m, h, self.text_weight) for m, h in zip(out, self.head_log_odds(signals), strict=True)]
         return out
 
     def _fast(self, questions, summaries, threshold_logit: float) -> list[Decision]:
@@ -283,7 +283,7 @@ class LocalRouter(Router):
                          for i, m in enumerate(margins)]
             dt = (time.perf_counter() - started) / len(rows)
             for m, h, part, row, clip in zip(margins, heads, parts, rows, clipped, strict=True):
-                score = (self.text_weight * m + h) if self.signal_head is not None else m
+                score = served_score(m, h if self.signal_head is not None else None, self.text_weight)
                 action = decide(score, threshold_logit)
                 why = (f"log-odds {score:.3f} (text {self.text_weight:g} x {m:.3f} + signals {h:.3f})"
                        if self.signal_head is not None
@@ -300,8 +300,7 @@ class LocalRouter(Router):
         enc = [self._encode(p) for p in prompts]
         width = max(len(e) for e in enc)
         pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc], device=self.device)  # left pad
-        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc], device=self.device)
+        input_ids, mask = (t.to(self.device) for t in left_padded(enc, pad))
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens or self.max_new_tokens,
@@ -348,3 +347,25 @@ class LocalRouter(Router):
         if self.mode == "generate":  # the model's own greedy decision; the threshold does not apply
             return self._generate(list(questions), list(summaries))
         return self._fast(list(questions), list(summaries), self._threshold_logit(threshold_logit))
+
+
+def load_adapter_model(run_dir: str | Path, meta: RunMeta, *, base_model: str | None = None, device: Any = None,
+                       dtype: Any = None, trainable: bool = False) -> tuple[Any, Any]:
+    """(PeftModel, tokenizer) of a router run checked by `open_run_dir`: its LoRA adapter over the base it was
+    trained on, every weight in place (tiermem.models.adapter), with the tokenizer whose chat template training
+    rendered with. The one adapter loader: serving loads a router with it, SFT and GRPO continue one."""
+    from transformers import AutoTokenizer
+
+    from tiermem.models.adapter import load_adapter
+    from tiermem.models.specs import load_causal_lm
+
+    run_dir = Path(run_dir)
+    base = base_model or meta.base_model
+    if base.startswith(LOCAL_BASE):
+        raise RouterLoadError(f"router {run_dir}: its base model was a {base} on the machine that trained it (no "
+                              "hub id); pass router.base_model=PATH (or base_model=PATH)")
+    model, tokenizer = load_causal_lm(base, dtype=dtype, device=device)
+    model = load_adapter(model, run_dir, meta, trainable=trainable)
+    if (run_dir / "tokenizer_config.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
+    return model, tokenizer

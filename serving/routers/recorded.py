@@ -1,5 +1,5 @@
 """The teacher's recorded decisions as a router: what a careful reader decided from the question and the units
-alone, read from a judgments file (labeling/judgments.py), so eval can show how far each router is from it.
+alone, read from a judgments file (labeling/judgments/format.py), so eval can show how far each router is from it.
 
 The score is the log-odds of the decision's probability of ESCALATE (confidence c of 1..5 on its side: 0.5 + 0.09 c),
 so calibration and the ceiling rows treat it as any score router. Units no decision was recorded for escalate
@@ -38,7 +38,7 @@ class RecordedTeacherRouter(ScoreRouter):
 
     @classmethod
     def from_spec(cls, spec: Any, trunk_cache: dict[str, Any] | None = None) -> RecordedTeacherRouter:
-        from labeling.judgments import load_judgments
+        from labeling.judgments.format import load_judgments
 
         router = cls(load_judgments(spec.path), spec.threshold_logit)
         router.name = f"{cls.kind}:{Path(spec.path).name}"

@@ -15,7 +15,7 @@ ROUTER_KINDS: dict[str, str] = {
     "local": "serving.routers.local:LocalRouter",  # a LoRA adapter or merged LM, in process
     "remote": "serving.routers.remote:RemoteRouter",  # the adapter behind an OpenAI-compatible endpoint
     "teacher": "serving.routers.teacher:TeacherRouter",  # any chat LLM prompted with the contract
-    # a teacher's decisions recorded in a judgments file (labeling/judgments.py), read back by question and units
+    # a teacher's decisions recorded in a judgments file (labeling/judgments/format.py), read back by question and units
     "recorded-teacher": "serving.routers.recorded:RecordedTeacherRouter",
     "features": "serving.routers.features:FeatureRouter",  # logistic regression on serve-time signals
     "top1-score": "serving.routers.top1:Top1ScoreRouter",  # the top-1 retrieval score against a cutoff

@@ -19,7 +19,13 @@ from serving.routers.base import (
     error_decision,
     sigmoid,
 )
-from serving.routers.lm_head import action_pieces, check_head_features, check_text_weight, read_signal_head
+from serving.routers.lm_head import (
+    action_pieces,
+    check_head_features,
+    check_text_weight,
+    read_signal_head,
+    served_score,
+)
 from serving.signals import LogisticModel, feature_matrix
 from tiermem import contract
 from tiermem.runs.run_meta import read_run_meta
@@ -132,7 +138,7 @@ class RemoteRouter(Router):
                 clipped = None
                 if self.signal_head is not None:
                     x = feature_matrix([question], [summaries])
-                    margin = self.text_weight * margin + float(self.signal_head.log_odds(x)[0])
+                    margin = served_score(margin, float(self.signal_head.log_odds(x)[0]), self.text_weight)
                     clipped = self.signal_head.clipped_features(x)[0]
                 action = decide(margin, threshold_logit)
                 return Decision(action, sigmoid(margin), parsed.reason, True, dt, tokens, score=margin,

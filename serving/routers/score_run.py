@@ -18,8 +18,9 @@ def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], ext
 
 
 def write_score_run(run_dir: str | Path, meta: RunMeta) -> Path:
-    """The run's card (it describes this kind of router; calibrate, eval and push rewrite it), then the metadata,
-    written last with the digest of every file just written (calibration keeps them)."""
+    """Every router run's last write (the LM routers' too, router_train.lm.router_run.save_run): the card (it
+    describes this kind of router; calibrate, eval and push rewrite it), then the metadata, written last with the
+    digest of every file in the directory, since it marks a finished run."""
     from serving.model_card import save_with_card
 
     run_dir = Path(run_dir)

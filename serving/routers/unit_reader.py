@@ -34,6 +34,7 @@ from tiermem import contract
 from tiermem.models.cross_encoder import CrossEncoder
 from tiermem.models.model_dir import load_reader
 from tiermem.runs.run_meta import SIGNAL_HEAD_FILE
+from tiermem.settings import ranges
 from tiermem.settings.errors import RouterLoadError
 
 # pooling name -> the text features it gives the head, computed from a question's unit logits in rank order
@@ -148,9 +149,8 @@ class UnitReaderRouter(ScoreRouter):
 
     def __init__(self, reader: CrossEncoder, head: LogisticModel, pooling: str, text_weight: float,
                  threshold_logit: float | None = None, text_scores: str = "classifier") -> None:
-        if not (isinstance(text_weight, int | float) and math.isfinite(text_weight) and text_weight >= 0):
-            raise RouterLoadError(f"unit reader: text_weight must be a finite number >= 0, got {text_weight!r}")
-        self.reader, self.pooling, self.text_weight = reader, pooling, float(text_weight)
+        self.reader, self.pooling = reader, pooling
+        self.text_weight = ranges.non_negative(text_weight, "unit reader: text_weight", RouterLoadError)
         self.head = check_head(head, pooling, "unit reader", text_scores)
         if 1 in TEXT_SCORES[text_scores] and not reader.has_spans:
             raise RouterLoadError(f"unit reader: text_scores {text_scores!r} needs a reader with a span head")
@@ -185,6 +185,32 @@ class UnitReaderRouter(ScoreRouter):
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
         return self.scored(questions, summaries)[0]
+
+    def reading_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(score, the reader's text part at weight 1) per question: the reader runs even at text weight 0, so
+        what it reads shows beside the score (what eval reports reading adds)."""
+        check_lengths(questions, summaries)
+        x = head_matrix(questions, summaries, unit_logits(self.reader, questions, summaries), self.pooling,
+                        self.text_scores)
+        return head_parts(self.head, x, self.text_weight)[0], head_parts(self.head, x, 1.0)[1]["text"]
+
+    def zero_shot(self) -> UnitReaderRouter | None:
+        """This run's zero-shot variant (its base reader, as pre-trained, with the head fitted beside it,
+        signal_head_zero_shot.json), when the run kept one and the base is still where the run found it."""
+        from tiermem.models.specs import ModelSpecError, resolve_model
+
+        extra = getattr(getattr(self, "meta", None), "extra", None) or {}
+        info, run_dir = extra.get("zero_shot"), getattr(self, "run_dir", None)
+        if not info or run_dir is None or not (Path(run_dir) / info["head"]).is_file():
+            return None
+        try:
+            base = resolve_model(str(extra.get("reader_base")))
+        except ModelSpecError:  # the base moved or is not resolvable here: no variant (eval says so)
+            return None
+        reader = load_reader(base, "reader_base=", batch_size=self.reader.batch_size, head_optional=True)
+        return UnitReaderRouter(reader, read_logistic(Path(run_dir) / info["head"]), info["pooling"],
+                                info["text_weight"], text_scores=info.get("text_scores", "classifier"))
 
     def save(self, run_dir: str | Path, data: dict[str, Any], metrics: dict[str, Any],
              extra: dict[str, Any]) -> Path:

@@ -81,7 +81,7 @@ def test_max_reward_picks_the_best_total_reward():
 
 
 def test_max_reward_follows_the_table():
-    from router_train.lm.rewards import RewardConfig
+    from tiermem.rewards import RewardConfig
 
     # a heavy waste penalty: escalating B (both right) earns 1 - 3 = -2 instead of ANSWER's +1: gain -3.0
     cfg = RewardConfig(waste=3.0)

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from evaluation import evaluate as E
-from evaluation.judged import ReplayedRouter, judged_records
-from labeling.judgments import load_judgments
+from labeling.judgments.format import load_judgments
+from labeling.judgments.report import ReplayedRouter, judged_records
 from serving.routers import RouterSpec, build
 from tests.helpers.records import rec
 from tests.labeling.test_judgments import judgment, write
@@ -80,7 +80,7 @@ def test_eval_scores_every_router_against_the_judgments_without_asking_it_again(
     judged_report, _ = E.evaluate_records(rows, cfg, router.again(), "counting",
                                           [("teacher", ReplayedRouter(teacher).again(), "teacher")])
     assert counting.asked == 10  # the second scoring replayed every decision
-    from evaluation.judged import judged_summary
+    from labeling.judgments.report import judged_summary
 
     summary = judged_summary(judged_report, coverage)
     labeled = [r for r in rows if r["label"]]

@@ -1,6 +1,6 @@
 import pytest
 
-from labeling.judges import (
+from labeling.answer_judges import (
     LexicalJudge,
     LLMJudge,
     SufficiencyJudge,

@@ -8,7 +8,7 @@ import pytest
 
 from labeling.config import LabelConfig
 from labeling.dataset import RecordError
-from labeling.judgments import FORMAT, load_judgments, text_digest, units_digest
+from labeling.judgments.format import FORMAT, load_judgments, text_digest, units_digest
 from labeling.roles import Roles
 from labeling.run import run
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder

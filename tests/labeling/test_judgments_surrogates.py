@@ -8,7 +8,7 @@ import json
 import pytest
 
 from labeling.dataset import RecordError
-from labeling.judgments import load_judgments
+from labeling.judgments.format import load_judgments
 from serving.routers.spec import RouterSpec, build
 from tests.labeling.test_judgments import judgment, write
 

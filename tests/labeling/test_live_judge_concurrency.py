@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
-from labeling.judgments import load_judgments
+from labeling.judgments.format import load_judgments
 from tests.labeling.test_judgments import _label_live
 from tiermem.llm import ScriptedLLM
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labeling.judgments import load_judgments, text_digest, units_digest
+from labeling.judgments.format import load_judgments, text_digest, units_digest
 from serving.routers.spec import RouterSpec, build
 from tests.labeling.test_judgments import judgment, write
 

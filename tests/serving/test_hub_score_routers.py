@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.hub_client import TOKEN, _env, _run
 from tests.helpers.hub_server import local_hub
-from tests.test_probes_round4_push import _dataset
+from tests.test_probes_push import _dataset
 
 pytestmark = pytest.mark.slow
 

@@ -1,11 +1,11 @@
-"""The extractive answerer: the reader picks the sentence of what was read that answers the question (issue 35).
+"""The extractive answerer: the reader picks the sentence of what was read that answers the question.
 
 The packaged 135M LM costs most of `ask`'s seconds and adds little: the quote grounding falls back to is usually
 the answer. So on the embedded default (`memory.answerer: auto` with the packaged local model) no LM is called:
 
 - ANSWER: the sentences of the top-k summary units; ESCALATE: the sentences of the pages the raw index gives
   (tiermem.memory.policies.first_round_pages: first the pages of the turns the reader scores best among the few
-  dozen that BM25 and the turn embeddings rank first (issue 40), then time range, provenance links of the retrieved
+  dozen that BM25 and the turn embeddings rank first, then time range, provenance links of the retrieved
   units, BM25; at most max_rounds x pages_per_round pages), all scored against the question by the answerability
   cross-encoder in one batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
 - The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute); a
@@ -36,7 +36,7 @@ from tiermem.settings.errors import ConfigError, MissingFileError
 from tiermem.text.sentences import sentence_spans
 
 ANSWERERS = ("extractive", "llm", "auto")
-__all__ = ["CALIBRATE", "FLOOR_FILE", "load_floor"]  # the one reader of floors is tiermem.models.floors (issue 41)
+__all__ = ["CALIBRATE", "FLOOR_FILE", "load_floor"]  # the one reader of floors is tiermem.models.floors
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:

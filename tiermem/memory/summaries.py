@@ -292,12 +292,6 @@ class SummaryIndex:
     def search(self, query: str, k: int = 5) -> list[RetrievedUnit]:
         return self.search_vector(self.embed([query])[0], k)
 
-    def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[RetrievedUnit]]:
-        """`search` for many queries with one batched embedding call (what labeling a conversation needs)."""
-        if not queries:
-            return []
-        return [self.search_vector(v, k) for v in self.embed(list(queries))]
-
     def close(self) -> None:
         self._conn.close()
 

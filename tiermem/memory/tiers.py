@@ -142,9 +142,6 @@ class TwoTierMemory:
     def search_summaries(self, query: str, k: int) -> list[RetrievedUnit]:
         return self.summaries.search_vector(self.embed_query(query), k, self._units_allowed())
 
-    def search_summaries_many(self, queries: list[str], k: int) -> list[list[RetrievedUnit]]:
-        return [self.summaries.search_vector(v, k, self._units_allowed()) for v in self.summaries.embed(queries)]
-
     def search_summaries_fused(self, query: str, k: int) -> list[RetrievedUnit]:
         """The k best units by reciprocal-rank fusion of the dense ranking and BM25 over the units' text (research's
         provenance search: words a vague question shares with a fact count beside its vector)."""

@@ -1,4 +1,4 @@
-"""Research that finds the turn (issue 40): candidate turns ranked by BM25 and the embedding index over turns, fused
+"""Research that finds the turn: candidate turns ranked by BM25 and the embedding index over turns, fused
 by reciprocal rank, then (when a reader is given) the best few dozen scored against the question by the reader; the
 pages holding the best-scored turns are the pages research reads first.
 

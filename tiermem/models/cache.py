@@ -1,4 +1,4 @@
-"""A model cache entry that proves what it hands out (issue 41): `$TIERMEM_CACHE/<kind>/<key>/`, a checkpoint
+"""A model cache entry that proves what it hands out: `$TIERMEM_CACHE/<kind>/<key>/`, a checkpoint
 built once and copied into run directories.
 
 - When an entry is built its files are listed with their sha256 in `tiermem_cache_manifest.json` (`seal`).

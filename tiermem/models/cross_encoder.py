@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tiermem.models.torch_state import eval_mode
+
 MAX_PAIR_TOKENS = 128  # question + one clipped unit (200 characters) fits in ~80 word pieces
 MAX_ANSWER_TOKENS = 30  # the longest span the span head may point at
 PRETRAIN_FILE = "reader_pretrain.json"  # a reading pre-training checkpoint's metadata (router_train.reader.pretrain)
@@ -112,40 +114,30 @@ class CrossEncoder:
 
     def eval_forward(self, enc: Any) -> tuple[Any, Any, Any]:
         """forward() in eval mode without gradients (what scoring computes)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with self.torch.inference_mode():
-                return self.forward(enc)
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), self.torch.inference_mode():
+            return self.forward(enc)
 
     def read(self, questions: Sequence[str], texts: Sequence[str]) -> Reading:
         """Every pair's classifier logit (float64) and, with a span head, span margin and best span; eval mode."""
-        was_training = self.model.training
-        self.model.eval()
         # batches of similar length: a batch pads to its longest pair, and padding is most of a CPU forward pass
         order = sorted(range(len(texts)), key=lambda i: len(questions[i]) + len(texts[i]))
         logits, margins, spans = [0.0] * len(texts), [0.0] * len(texts), [(0, 0)] * len(texts)
         tokens = [0] * len(texts)
-        try:
-            with self.torch.inference_mode():
-                for i in range(0, len(order), self.batch_size):
-                    idx = order[i: i + self.batch_size]
-                    enc = self.encode([questions[j] for j in idx], [texts[j] for j in idx], offsets=self.has_spans)
-                    cls, start, end = self.forward(enc)
-                    for j, v, n in zip(idx, cls.double().tolist(), enc["attention_mask"].sum(dim=1).tolist(),
-                                       strict=True):
-                        logits[j], tokens[j] = v, int(n)
-                    if start is None:
-                        continue
-                    margin, s, e = span_scores(start.double(), end.double(), self.text_mask(enc))
-                    offsets = enc["offset_mapping"].tolist()
-                    for r, j in enumerate(idx):
-                        margins[j] = float(margin[r])
-                        spans[j] = (int(offsets[r][int(s[r])][0]), int(offsets[r][int(e[r])][1]))
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), self.torch.inference_mode():
+            for i in range(0, len(order), self.batch_size):
+                idx = order[i: i + self.batch_size]
+                enc = self.encode([questions[j] for j in idx], [texts[j] for j in idx], offsets=self.has_spans)
+                cls, start, end = self.forward(enc)
+                for j, v, n in zip(idx, cls.double().tolist(), enc["attention_mask"].sum(dim=1).tolist(),
+                                   strict=True):
+                    logits[j], tokens[j] = v, int(n)
+                if start is None:
+                    continue
+                margin, s, e = span_scores(start.double(), end.double(), self.text_mask(enc))
+                offsets = enc["offset_mapping"].tolist()
+                for r, j in enumerate(idx):
+                    margins[j] = float(margin[r])
+                    spans[j] = (int(offsets[r][int(s[r])][0]), int(offsets[r][int(e[r])][1]))
         if not self.has_spans:
             return Reading(logits, tokens=tokens)
         return Reading(logits, margins, spans, tokens)

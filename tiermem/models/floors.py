@@ -1,4 +1,4 @@
-"""The reader's files the package writes and reads back (issue 41): one reader per file, and one reader of the
+"""The reader's files the package writes and reads back: one reader per file, and one reader of the
 extractive answerer's floor.
 
 - `reader_pretrain.json` (a reader-pretrain checkpoint's metadata) and `answer_floor.json` (router_train.

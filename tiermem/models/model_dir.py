@@ -1,4 +1,4 @@
-"""A model directory checked before it is loaded, and load errors named (issue 41).
+"""A model directory checked before it is loaded, and load errors named.
 
 transformers loads what it finds: a directory without tokenizer files gets an empty tokenizer that reads every
 word as `[UNK]`, a `config.json` of 99 layers over weights of 2 initializes 97 at random, a truncated weights file

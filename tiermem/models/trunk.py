@@ -12,13 +12,13 @@ others (e.g. Gemma multiplies embeddings by sqrt(d)) fall back to full forwards.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from tiermem.models.torch_state import right_padded
 from tiermem.models.trunk_file import (
     FORMAT,
     VERSION,
@@ -191,14 +191,9 @@ class FrozenTrunk:
             try:
                 for start in range(0, len(rows), self.batch_size):
                     chunk = rows[start:start + self.batch_size]
-                    width = max(len(r) for r in chunk)
-                    ids = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-                    mask = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-                    for i, r in enumerate(chunk):
-                        ids[i, : len(r)] = torch.tensor(r)
-                        mask[i, : len(r)] = 1
+                    ids, mask = right_padded(chunk, 0)
                     captured.clear()
-                    self.inner(input_ids=ids, attention_mask=mask, use_cache=False)
+                    self.inner(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
                     for i, r in enumerate(chunk):  # right padding: real positions never attend to pads
                         self.cache[r] = captured[-1][i, : len(r)].detach().clone()
             finally:
@@ -232,12 +227,3 @@ class FrozenTrunk:
             return model(inputs_embeds=hidden, attention_mask=attention_mask, logits_to_keep=logits_to_keep,
                          use_cache=False, **extra).logits
 
-
-def right_padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(list(r))
-        mask[i, : len(r)] = 1
-    return ids, mask

@@ -11,9 +11,11 @@ imported, which would undo a `setLevel` made before that import.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
+from typing import Any
 
 from tiermem.settings.errors import UsageError
 
@@ -76,3 +78,9 @@ def setup_logging(verbose: bool = False) -> None:
     # transformers and datasets log through their own handlers; keep them at warnings unless asked.
     for name in ("transformers", "datasets", "huggingface_hub"):
         logging.getLogger(name).setLevel(libraries)
+
+
+def print_result(result: Any) -> int:
+    """A stage's result on stdout as indented JSON (what the command prints last), and its exit code 0."""
+    print(json.dumps(result, indent=2), flush=True)
+    return 0

@@ -69,6 +69,24 @@ def write_atomic(path: str | Path, data: str | bytes, encoding: str = "utf-8") -
     return write_stream(path, lambda fh: fh.write(payload))
 
 
+def create_exclusive(path: str | Path, data: str, encoding: str = "utf-8") -> bool:
+    """Make `path` holding `data` in one step, only if nothing is there: written beside it, then hard-linked into
+    place (unlike a rename, a link never replaces a file another process made meanwhile). False when one was."""
+    path = Path(path)
+    prefix, _, suffix = staging_pattern(path.name).partition("*")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
+            fh.write(data)
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 def open_nofollow(path: str | Path, flags: int, mode: int = 0o644) -> int:
     """os.open with O_NOFOLLOW: a link at `path` is a RunDirError, never followed."""
     path = Path(path)

@@ -50,6 +50,14 @@ def probability(value: Any, where: str, error: Error) -> float:
     return number
 
 
+def non_negative(value: Any, where: str, error: Error) -> float:
+    """A finite number >= 0: a weight, a penalty, an L2 strength, a count of steps."""
+    number = finite(value, where, error, "a finite number >= 0")
+    if number < 0:
+        raise error(f"{where} must be a finite number >= 0, got {number:g}")
+    return number
+
+
 def retrieval_score(value: Any, where: str, error: Error) -> float:
     number = finite(value, where, error, SCORE_MEANING)
     if not SCORE_MIN - SCORE_SLACK <= number <= SCORE_MAX + SCORE_SLACK:

@@ -12,7 +12,7 @@ distance of 1, or 2 for names of 8+ letters: 'Muhhamed' = 'Muhammad', 'Kate' != 
 speaker and no mentioned name (a place, a title, a typo beyond repair) does not narrow the units: the guard says so
 in its reason instead of dropping every unit. Abbreviated months and days ('Jan', 'Sept', 'Tue') are dates.
 
-The cast is data and wins over those rules (issue 41): a speaker named May, June, Will or Sun is a person (the
+The cast is data and wins over those rules: a speaker named May, June, Will or Sun is a person (the
 calendar and modal words are names only for words no speaker bears); a name that is exactly one speaker's does not
 take in another speaker by the spelling rules (Dan is not Danielle, Maria not Mario, when both speak); a name in
 lower case counts unless a determiner makes it a noun ('the bill', 'my will'); a question that opens by addressing

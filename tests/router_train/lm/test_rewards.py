@@ -2,15 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from router_train.lm.rewards import (
-    DecisionReward,
-    FormatReward,
-    RewardConfig,
-    build_reward_funcs,
-    resolve_cost_scale,
-    score_decision,
-)
+from router_train.lm.rewards import DecisionReward, FormatReward, build_reward_funcs
 from tiermem import contract
+from tiermem.rewards import RewardConfig, resolve_cost_scale, score_decision
 
 ANSWER = contract.render_target("ANSWER", "stated")
 ESCALATE = contract.render_target("ESCALATE", "missing")

@@ -15,7 +15,8 @@ from router_train.lm import grpo, sft
 from router_train.lm.objectives import LossConfig
 from router_train.lm.recipe_config import LoraSettings
 from tests.helpers.router_fixtures import build_label_dataset, build_tiny_model_dir
-from tiermem.models.trunk import FrozenTrunk, TrunkCacheError, right_padded
+from tiermem.models.torch_state import right_padded
+from tiermem.models.trunk import FrozenTrunk, TrunkCacheError
 from tiermem.runs.run_meta import RUN_META_FILE, read_run_meta, sha256_file
 from tiermem.settings.errors import UsageError
 

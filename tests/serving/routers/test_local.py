@@ -204,9 +204,7 @@ def test_memory_runtime_answers_with_a_loaded_router(tmp_path, fast):
 def test_training_metrics_and_serving_share_one_scorer_with_a_bos_adding_tokenizer(fast):
     """Train/serve skew guard: router_train.lm.decisions (validation metrics during training) and the serving
     router read identical scores and action tokens even when the tokenizer adds BOS by default."""
-    import math
-
-    from router_train.lm.decisions import escalation_probs, escalation_scores
+    from router_train.lm.decisions import escalation_scores
     from serving.routers.lm_head import action_token_ids
 
     tok = _BosTokenizer(fast.tokenizer)
@@ -217,5 +215,4 @@ def test_training_metrics_and_serving_share_one_scorer_with_a_bos_adding_tokeniz
     assert fast.model.training  # the scorer restores train mode
     fast.model.eval()
     assert trained == pytest.approx(served, abs=1e-5)
-    assert escalation_probs(fast.model, tok, prompts) == pytest.approx([1 / (1 + math.exp(-s)) for s in served])
     assert action_token_ids(tok, prompts[0]) == (fast.answer_id, fast.escalate_id)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tiermem.models.trunk import FrozenTrunk, right_padded, top_layers_holding
+from tiermem.models.torch_state import right_padded
+from tiermem.models.trunk import FrozenTrunk, top_layers_holding
 from tiermem.settings.errors import UsageError
 
 

@@ -85,13 +85,13 @@ def test_eval_judgments_a_fifo_is_named(tmp_path):
 
 
 def test_a_trunk_cache_or_trunk_from_that_is_no_file_is_named_before_any_model_loads(tmp_path, monkeypatch):
-    from router_train.lm import grpo_inputs, sft_inputs
+    from router_train.lm import grpo_inputs, router_run
 
     def no_model(*_a, **_k):
         raise AssertionError("a model was loaded")
 
-    for module in (sft, sft_inputs, grpo, grpo_inputs):
-        for name in ("load_model", "load_policy"):
+    for module in (sft, router_run, grpo, grpo_inputs):
+        for name in ("start_model", "load_policy"):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, no_model)
     (tmp_path / "cache_dir").mkdir()

@@ -5,8 +5,8 @@ from datetime import date
 
 import pytest
 
+from labeling.answer_judges import LexicalJudge
 from labeling.evidence import answer_recall, units_about
-from labeling.judges import LexicalJudge
 from tiermem.text.answer_match import canonical_numbers, find_dates, states
 from tiermem.text.persons import names_person, question_persons
 

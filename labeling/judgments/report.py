@@ -1,6 +1,6 @@
 """`eval judgments=PATH`: every router's decisions scored a second time, against careful-reading judgments.
 
-The labels say what a rule made of the gold answer; a judgment (labeling/judgments.py) says whether a careful
+The labels say what a rule made of the gold answer; a judgment (labeling/judgments/format.py) says whether a careful
 reader found the answer in exactly those units. Where a test record's units hash to a judgment's, its summary
 verdict becomes the judged one (partial counts as no) and its label follows the label rule's decision with that
 verdict and the record's own research verdict; records without a matching judgment are left out and counted.
@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from labeling.judgments import MATCH_OUTCOMES, Judgments
+from labeling.judgments.format import MATCH_OUTCOMES, Judgments
 from labeling.rules import decide
 
 

@@ -1,5 +1,5 @@
 """The live coverage judge: a conservative LLM judge that writes careful-reading judgments for the questions a
-judgments file does not cover yet, in the file's own format (labeling/judgments.py), the file its cache.
+judgments file does not cover yet, in the file's own format (labeling/judgments/format.py), the file its cache.
 
 With `llm.coverage` and `judgments: PATH`, a question with no judgment is judged once, from its gold answer and
 its router units: a verdict per unit (does this unit state the gold answer: yes / no / partial, and its exact words
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from labeling.dataset import RecordError
-from labeling.judgments import (
+from labeling.judgments.format import (
     FORMAT,
     VERDICTS,
     VERSION,
@@ -33,7 +32,7 @@ from labeling.judgments import (
 )
 from tiermem.data.textfile import decode_utf8, jsonl_records, read_utf8
 from tiermem.llm import LLMError
-from tiermem.runs.safe_io import check_file_path, open_nofollow
+from tiermem.runs.safe_io import check_file_path, create_exclusive, open_nofollow
 from tiermem.settings.errors import UsageError
 from tiermem.text.json_text import first_json_object
 
@@ -145,18 +144,7 @@ class JudgmentsCache:
     def _create(self) -> bool:
         """Make the file with its header in one step (a link to a finished file); False when another run made it
         first."""
-        header = json.dumps({"format": FORMAT, "version": VERSION, "writer": WRITER}) + "\n"
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            os.fchmod(fd, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(header)
-            os.link(tmp, self.path)  # unlike a rename, never replaces a file another run made meanwhile
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        return create_exclusive(self.path, json.dumps({"format": FORMAT, "version": VERSION, "writer": WRITER}) + "\n")
 
     @contextmanager
     def _locked(self, flags: int, exclusive: bool) -> Iterator[int]:

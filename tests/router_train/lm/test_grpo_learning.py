@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from router_train.lm import grpo, grpo_signal, sft
+from router_train.lm import grpo, grpo_learning, sft
 from router_train.lm.objectives import LossConfig
 from router_train.lm.recipe_config import LoraSettings
 from tests.helpers.router_fixtures import build_collapsed_base, build_label_dataset
@@ -86,25 +86,25 @@ def test_the_action_prior_makes_the_collapsed_start_explore_and_update(collapsed
 
 def test_exact_expected_reward_and_calibrated_shift():
     logits = np.array([[2.0, -1.0, -5.0], [0.0, 1.0, -5.0], [1.0, 1.0, -9.0]])
-    shift = grpo_signal.calibrated_shift(logits, np.zeros(3), 0.5, 1.0)
-    assert grpo_signal.escalation_share(logits, shift, 1.0).mean() == pytest.approx(0.5, abs=1e-9)
-    probs = grpo_signal.action_probs(logits, np.zeros(3), 1.0)
+    shift = grpo_learning.calibrated_shift(logits, np.zeros(3), 0.5, 1.0)
+    assert grpo_learning.escalation_share(logits, shift, 1.0).mean() == pytest.approx(0.5, abs=1e-9)
+    probs = grpo_learning.action_probs(logits, np.zeros(3), 1.0)
     assert probs.sum(axis=1) == pytest.approx(np.ones(3))
     z = np.exp([2.0, -1.0, -5.0])
     assert probs[0] == pytest.approx(z / z.sum())
     rewards = np.array([[1.0, 0.6, -1.0]] * 3)
-    assert grpo_signal.expected_reward(probs, rewards) == pytest.approx(probs @ rewards[0])
+    assert grpo_learning.expected_reward(probs, rewards) == pytest.approx(probs @ rewards[0])
 
 
 def test_signal_warnings_name_no_update_and_no_rise():
     flat = {"zero_variance_share": 0.3, "grad_norm_max": 0.5}
     up = {"rows": 9, "conversations": 2, "difference": {"estimate": 0.1, "lo": 0.02, "hi": 0.2}}
     still = {**up, "difference": {"estimate": 0.01, "lo": -0.05, "hi": 0.07}}
-    assert grpo_signal.signal_warnings(flat, up) == []
-    assert "did not rise" in grpo_signal.signal_warnings(flat, still)[0]
-    assert "no update" in grpo_signal.signal_warnings({**flat, "grad_norm_max": 0.0}, up)[0]
-    assert "no update" in grpo_signal.signal_warnings({**flat, "zero_variance_share": 1.0}, None)[0]
-    assert grpo_signal.moved(up) == "up" and grpo_signal.moved(still) == "not measurably"
+    assert grpo_learning.signal_warnings(flat, up) == []
+    assert "did not rise" in grpo_learning.signal_warnings(flat, still)[0]
+    assert "no update" in grpo_learning.signal_warnings({**flat, "grad_norm_max": 0.0}, up)[0]
+    assert "no update" in grpo_learning.signal_warnings({**flat, "zero_variance_share": 1.0}, None)[0]
+    assert grpo_learning.moved(up) == "up" and grpo_learning.moved(still) == "not measurably"
 
 
 class _Control:
@@ -121,7 +121,7 @@ class _State:
 def test_the_bound_stops_once_the_groups_since_a_check_are_mostly_one_action(shares, stops_at):
     model = torch.nn.Linear(2, 1)
     rewards = iter(np.linspace(1.0, 2.0, 10))  # rising: patience never stops it
-    bound = grpo_signal.SignalBound(lambda: float(next(rewards)), every=2, patience=3, min_delta=0.0,
+    bound = grpo_learning.RewardPlateauStop(lambda: float(next(rewards)), every=2, patience=3, min_delta=0.0,
                                     max_zero_variance=0.5)
     bound.start(model, 0.5)
     control = _Control()

@@ -1,7 +1,7 @@
-"""Probe table, round five (docs/probes.md, issue 41), the reader's stages: a cache that proves what it hands out,
+"""Probe table (docs/probes.md), the reader's stages: a cache that proves what it hands out,
 floors and model directories checked where they are read, the files the package wrote read back by one reader
 each, reading data checked before training. A tiny random BERT stands in for MiniLM (tests/helpers/tiny_bert.py);
-whose fact by the cast, Ray's bounds and the rest: tests/test_probes_round5_cast.py."""
+whose fact by the cast, Ray's bounds and the rest: tests/test_probes_cast_ray.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Probe table, round six (docs/probes.md, issue 48), the inputs: chat data read by one reader per format and checked
+"""Probe table (docs/probes.md), the inputs: chat data read by one reader per format and checked
 like SQuAD before any training, FriendsQA speaker answers as given, `ask` / `demo` / `serve` arguments that were
-dropped or accepted silently. The readers themselves: tests/test_probes_round6.py."""
+dropped or accepted silently. The readers themselves: tests/test_probes_reader_loading.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 34 ("Reliability, round four"), classes 1, 5, 12, 17, 18 and 19, with our own inputs: every router kind
+"""Probe table (docs/probes.md), pushing routers, with our own inputs: every router kind
 pushes with a card of its kind, nothing pushed names a local path, non-finite calibration targets and endpoint-blind
 cache keys, push errors with exit codes, write-back ids from a stored counter, stages from any directory. Class 2
 (writes through links) is tests/tiermem/runs/test_safe_writes.py; the unit reader's push -> pull -> route round trip

@@ -1,4 +1,4 @@
-"""Probe table, round five (docs/probes.md, issue 41), beside the reader's stages (tests/test_probes_round5.py):
+"""Probe table (docs/probes.md), beside the reader's stages (tests/test_probes_reader_stages.py):
 whose fact it is when the cast is data, `label executor=ray` bounded, a missing router directory named as one, and
 no extractive answer of punctuation only."""
 

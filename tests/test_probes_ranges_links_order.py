@@ -1,4 +1,4 @@
-"""Probe table, round three (docs/probes.md, issue 28): numbers out of range, duplicate records, records that must
+"""Probe table (docs/probes.md): numbers out of range, duplicate records, records that must
 say where, writes through links, time order, text a tokenizer cannot take, the card's two truths, stage help.
 
 Each probe goes through the real entry point (`tiermem-router <stage>` or the HTTP app) and asserts the named error,

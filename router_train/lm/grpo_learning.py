@@ -10,7 +10,7 @@ trained; the prior is fixed, and after training the served head is refit on the 
 
 What it learned is measured exactly, without sampling: the policy's expected reward on each validation row is
 `sum_a p(a) R(a)` over ANSWER, ESCALATE and any other token (unparseable), with R the configured reward functions
-themselves, before training and after. `SignalBound` checks it every `check_steps` and stops after `patience`
+themselves, before training and after. `RewardPlateauStop` checks it every `check_steps` and stops after `patience`
 checks without a gain, keeping the best weights: GRPO's steps are bounded by what it still learns.
 """
 
@@ -25,7 +25,11 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from serving.routers.base import DEFAULT_THRESHOLD_LOGIT, decide
+from serving.routers.lm_head import served_score
 from tiermem import contract
+from tiermem.models.logistic import sigmoid
+from tiermem.models.torch_state import eval_mode, restore_trainable, trainable_snapshot
 from tiermem.stats import bootstrap_counts, interval, weighted_mean
 
 log = logging.getLogger(__name__)
@@ -57,18 +61,13 @@ def action_logits(trainer: Any, model: Any, keys: Sequence[tuple[int, ...]], bat
     to get the policy's three probabilities under any prior (`action_probs`)."""
     answer_id, escalate_id = trainer.action_ids
     out = []
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(keys), batch_size):
-                logits = trainer.prompt_logits(model, list(keys[start:start + batch_size])).double()
-                other = logits / temperature
-                other[:, [answer_id, escalate_id]] = -math.inf
-                out.append(torch.stack([logits[:, answer_id], logits[:, escalate_id],
-                                        torch.logsumexp(other, dim=-1)], dim=1).cpu().numpy())
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, len(keys), batch_size):
+            logits = trainer.prompt_logits(model, list(keys[start:start + batch_size])).double()
+            other = logits / temperature
+            other[:, [answer_id, escalate_id]] = -math.inf
+            out.append(torch.stack([logits[:, answer_id], logits[:, escalate_id],
+                                    torch.logsumexp(other, dim=-1)], dim=1).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 3))
 
 
@@ -83,7 +82,7 @@ def action_probs(logits: np.ndarray, prior: np.ndarray, temperature: float) -> n
 
 def escalation_share(logits: np.ndarray, prior: np.ndarray | float, temperature: float) -> np.ndarray:
     """p(ESCALATE | an action is sampled) per row."""
-    return 1.0 / (1.0 + np.exp(-(logits[:, 1] + prior - logits[:, 0]) / temperature))
+    return sigmoid((logits[:, 1] + prior - logits[:, 0]) / temperature)
 
 
 def one_action_share(p_escalate: np.ndarray, generations: int) -> float:
@@ -151,7 +150,7 @@ def moved(comparison: dict[str, Any] | None) -> str:
     return "not measurably"
 
 
-class SignalBound(TrainerCallback):
+class RewardPlateauStop(TrainerCallback):
     """Every `every` steps: the policy's expected validation reward (`evaluate`); training stops after `patience`
     checks without a gain over the best by more than `min_delta` (0 patience: never), or at a check whose logged
     steps since the last check had a mean share of one-action groups above `max_zero_variance` (the groups no longer
@@ -176,8 +175,7 @@ class SignalBound(TrainerCallback):
     def _record(self, step: int, value: float, model: Any) -> None:
         self.checks.append({"step": step, "validation_reward": value})
         if self.best is None or value > self.best[0] + self.min_delta:
-            weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-            self.best, self.since_best = (value, step, weights), 0
+            self.best, self.since_best = (value, step, trainable_snapshot(model)), 0
         else:
             self.since_best += 1
 
@@ -218,10 +216,7 @@ class SignalBound(TrainerCallback):
             self._record(last_step, self.evaluate(), model)
         value, step, weights = self.best
         if step != last_step and weights is not None:
-            params = dict(model.named_parameters())
-            with torch.no_grad():
-                for name, saved in weights.items():
-                    params[name].copy_(saved)
+            restore_trainable(model, weights)
         return step
 
 
@@ -279,22 +274,10 @@ def signal_warnings(summary: dict[str, Any], policy: dict[str, Any] | None) -> l
     return warnings
 
 
-def sft_policy_head(run_dir: str, meta: Any) -> tuple[Any, Any, float]:
-    """(the head as SFT trained it beside the margin at weight 1, the served head, the served text weight) of a
-    router run; (None, None, 1.0) without one. The served head's bias was moved for its text weight (bias_shift)."""
-    import dataclasses
-
-    from serving.routers.lm_head import read_signal_head
-
-    served, text_weight = read_signal_head(run_dir, meta)
-    if served is None:
-        return None, None, 1.0
-    shift = float((meta.data.get("signal_head") or {}).get("bias_shift", 0.0))
-    return dataclasses.replace(served, bias=served.bias - shift), served, text_weight
-
-
 class PolicyProbe:
-    """The sampled policy's prior (set on the trainer) and its exact expected reward on the validation rows."""
+    """The sampled policy's prior (`prior`: prompt token ids -> offset on ESCALATE's logit, for the trainer's
+    `set_prior`; empty when there is none) and its exact expected reward on the validation rows. It reads the
+    trainer's model and changes nothing."""
 
     def __init__(self, trainer: Any, tokenizer: Any, reward_funcs: Sequence[Any], *, temperature: float,
                  batch_size: int, head: Any, calibrate: bool, train_rows: Any, val_rows: Any,
@@ -317,10 +300,10 @@ class PolicyProbe:
         self.val_prior = (self._offsets(head, self.val) + shift) if self.val is not None else np.zeros(0)
         self.val_rewards = (action_rewards(reward_funcs, weights, self.val, tokenizer, trainer.action_ids)
                             if self.val is not None else np.zeros((0, 3)))
-        prior = dict(zip(keys, (train_offsets + shift).tolist(), strict=True))
-        prior.update(zip(self.val_keys, self.val_prior.tolist(), strict=True))
+        self.prior: dict[tuple[int, ...], float] = {}
         if head is not None or shift:
-            trainer.set_prior(prior)
+            self.prior = dict(zip(keys, (train_offsets + shift).tolist(), strict=True))
+            self.prior.update(zip(self.val_keys, self.val_prior.tolist(), strict=True))
         bare, primed = escalation_share(logits, 0.0, temperature), escalation_share(logits, train_offsets + shift,
                                                                                     temperature)
         self.info = {"head": head is not None, "calibrated": bool(calibrate and shift), "shift": shift,
@@ -349,9 +332,9 @@ class PolicyProbe:
         return float(self.val_expected(self.val_logits()).mean()) if self.val is not None else math.nan
 
     def router_rewards(self, logits: np.ndarray, head: Any, text_weight: float) -> np.ndarray:
-        """The reward of a served router's decision (score >= 0, before calibration) per validation row: score
-        text_weight x margin + head(signals), as serving.routers.local scores."""
-        score = text_weight * (logits[:, 1] - logits[:, 0])
-        if head is not None:
-            score = score + head.log_odds(np.asarray(self.val["signals"], dtype=np.float64))
-        return np.where(score >= 0.0, self.val_rewards[:, 1], self.val_rewards[:, 0])
+        """The reward of a served router's decision (at the uncalibrated threshold) per validation row, its score
+        as serving scores it (lm_head.served_score)."""
+        heads = None if head is None else head.log_odds(np.asarray(self.val["signals"], dtype=np.float64))
+        score = served_score(logits[:, 1] - logits[:, 0], heads, text_weight)
+        escalate = np.array([decide(float(s), DEFAULT_THRESHOLD_LOGIT) == "ESCALATE" for s in score], dtype=bool)
+        return np.where(escalate, self.val_rewards[:, 1], self.val_rewards[:, 0])

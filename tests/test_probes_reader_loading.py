@@ -1,7 +1,7 @@
-"""Probe table, round six (docs/probes.md, issue 48), the readers: one checked loader for every stage that reads a
+"""Probe table (docs/probes.md), the readers: one checked loader for every stage that reads a
 model (answer-floor too), every weight finite, a span answer only from finite margins and whole words, a stored
-floor read as it is trusted, a pickled base named. Chat data, `ask`, `demo` and `serve`: tests/test_probes_round6_
-inputs.py. A tiny random BERT stands in for MiniLM (tests/helpers/tiny_bert.py)."""
+floor read as it is trusted, a pickled base named. Chat data, `ask`, `demo` and `serve`:
+tests/test_probes_chat_data_cli_args.py. A tiny random BERT stands in for MiniLM (tests/helpers/tiny_bert.py)."""
 
 from __future__ import annotations
 

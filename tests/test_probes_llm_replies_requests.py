@@ -1,4 +1,4 @@
-"""Probe table, round four (docs/probes.md, issue 34), "parsing, inputs, endpoints, dates": long and hostile LLM
+"""Probe table (docs/probes.md), "parsing, inputs, endpoints, dates": long and hostile LLM
 replies, request fields without a bound, free-text values, judge failures, date and number misreads, malformed
 endpoint replies, the calendar's ends, malformed records and non-finite config numbers.
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from labeling.answer_judges import LexicalJudge, parse_correct_wrong, parse_sufficiency
 from labeling.audit import AuditConfig, audit
 from labeling.audit import main as audit_main
 from labeling.dataset import RecordError
-from labeling.judges import LexicalJudge, parse_correct_wrong, parse_sufficiency
 from tiermem.llm import LLMError, ScriptedLLM
 from tiermem.memory.replies import _complete_fact_objects, parse_facts_reply, parse_plan_reply
 from tiermem.settings.config import ConfigError, parse_config

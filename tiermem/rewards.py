@@ -1,0 +1,102 @@
+"""The reward table: what a routing decision earns, given whether the summary path (s_ok) and the research path
+(r_ok) answered right and the research path's input tokens. Every label record knows those, so a decision is scored
+without rerunning any policy. GRPO's rewards, SFT's expected-reward loss, calibration's reward criteria and eval
+read this one table. Defaults are the paper authors' table; the cost term (0 by default, as in their table) lets a
+user move the accuracy/cost trade-off."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tiermem import contract
+from tiermem.settings.errors import ConfigError
+
+COST_MODES = ("wasted", "every_escalation")
+FORMAT_SCOPES = ("action", "full")
+CASES = (
+    "answer_correct",
+    "answer_wrong",
+    "escalate_needed",
+    "escalate_wasted",
+    "escalate_research_wrong",
+    "unparseable",
+)
+
+
+@dataclass
+class RewardConfig:
+    answer_correct: float = 1.0  # ANSWER and the summary path was right
+    answer_wrong: float = -1.5  # ANSWER but the summary path was wrong
+    escalate_needed: float = 1.0  # ESCALATE and only the research path was right
+    escalate_both_right: float = 1.0  # ESCALATE when both were right, before waste and cost
+    waste: float = 0.4  # subtracted for an escalation the summaries did not need
+    escalate_research_wrong: float = -1.5  # ESCALATE but the research path was wrong
+    unparseable: float = -1.0  # no action could be read (contract.parse -> ESCALATE, flagged)
+    cost_weight: float = 0.0  # cost = cost_weight * min(tokens / cost_scale, 1)
+    cost_scale: float | None = None  # research input tokens that count as cost 1; None: the train split's max
+    cost_on: str = "wasted"  # charge cost on wasted escalations only, or on every escalation
+    # "action": the format reward reads the action prefix only (`{"action": "ANSWER"` or ESCALATE), so it is the
+    # same for both actions whatever the length limit; "full": the whole JSON must be valid, and the length limit
+    # must fit every target (checked), else the longer ESCALATE targets are always cut and GRPO learns to ANSWER.
+    format_scope: str = "action"
+    format_valid: float = 1.0  # scope full: the whole completion is the contract JSON; scope action: prefix read
+    format_truncated: float = 0.5  # scope full: the action parsed but the length limit cut the rest
+    format_invalid: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.format_scope not in FORMAT_SCOPES:
+            raise ConfigError(f"format_scope must be one of {FORMAT_SCOPES}, got {self.format_scope!r}")
+        if self.cost_on not in COST_MODES:
+            raise ConfigError(f"cost_on must be one of {COST_MODES}, got {self.cost_on!r}")
+        if self.cost_scale is not None and self.cost_scale <= 0:
+            raise ConfigError(f"cost_scale must be > 0 tokens, got {self.cost_scale}")
+        if self.cost_weight < 0 or self.waste < 0:
+            raise ConfigError("cost_weight and waste are penalties: they must be >= 0")
+
+
+@dataclass(frozen=True)
+class DecisionScore:
+    total: float
+    base: float  # the table's value before waste and cost
+    waste: float  # amount subtracted (>= 0)
+    cost: float  # amount subtracted (>= 0)
+    case: str
+
+
+def normalized_cost(tokens: float, scale: float | None) -> float:
+    if not scale:
+        return 0.0
+    return min(max(float(tokens), 0.0) / scale, 1.0)
+
+
+def score_decision(
+    action: str | None, s_ok: bool, r_ok: bool, research_tokens: float, cfg: RewardConfig, scale: float | None
+) -> DecisionScore:
+    """The reward table. `action=None` means unparseable."""
+    if action is None:
+        return DecisionScore(cfg.unparseable, cfg.unparseable, 0.0, 0.0, "unparseable")
+    if action == "ANSWER":
+        if s_ok:
+            return DecisionScore(cfg.answer_correct, cfg.answer_correct, 0.0, 0.0, "answer_correct")
+        return DecisionScore(cfg.answer_wrong, cfg.answer_wrong, 0.0, 0.0, "answer_wrong")
+    if action != "ESCALATE":
+        raise ValueError(f"action must be one of {contract.ACTIONS} or None, got {action!r}")
+    cost = cfg.cost_weight * normalized_cost(research_tokens, scale)
+    if not r_ok:
+        base, waste, case = cfg.escalate_research_wrong, 0.0, "escalate_research_wrong"
+    elif s_ok:
+        base, waste, case = cfg.escalate_both_right, cfg.waste, "escalate_wasted"
+    else:
+        base, waste, case = cfg.escalate_needed, 0.0, "escalate_needed"
+    if case != "escalate_wasted" and cfg.cost_on == "wasted":
+        cost = 0.0
+    return DecisionScore(base - waste - cost, base, waste, cost, case)
+
+
+def resolve_cost_scale(cfg: RewardConfig, train_tokens: Sequence[float]) -> float | None:
+    """The configured scale, or the train split's largest research input-token count."""
+    if cfg.cost_scale is not None:
+        return cfg.cost_scale
+    top = max((float(t) for t in train_tokens), default=0.0)
+    return top if top > 0 else None
