@@ -31,7 +31,8 @@ class ReaderBenchConfig:
 
 def _reader(cfg: ReaderBenchConfig) -> tuple[Any, str]:
     from serving.routers.unit_reader import POOLINGS, CrossEncoder, UnitReaderRouter
-    from serving.signals import FEATURES, LogisticModel
+    from serving.signals import FEATURES
+    from tiermem.models.logistic import LogisticModel
     from tiermem.models.specs import resolve_model
 
     if cfg.reader and Path(cfg.reader).is_dir():

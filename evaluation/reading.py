@@ -47,10 +47,10 @@ def reading_steps(router: Any, records: Sequence[dict[str, Any]], n_boot: int = 
               else np.zeros((0, len(labeled))))
     rows, reps = {}, {}
     for name, r in variants.items():
-        full, text = r.reading_parts([x["question"] for x in labeled], [x["router_summaries"] for x in labeled])
+        parts = r.reading_parts([x["question"] for x in labeled], [x["router_summaries"] for x in labeled])
         row = {}
-        for part, score in (("text_alone", text), ("without_text", full - r.text_weight * text),
-                            ("full", full)):
+        for part in ("text_alone", "without_text", "full"):
+            score = parts[part]
             point = float(auroc_reps(score, y, ones(len(y)))[0])
             rep = auroc_reps(score, y, counts)
             reps[(name, part)] = rep

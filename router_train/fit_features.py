@@ -11,8 +11,9 @@ import numpy as np
 
 from serving.routers.features import FeatureRouter
 from serving.routers.top1 import Top1ScoreRouter
-from serving.signals import FEATURES, feature_matrix, fit_logistic
+from serving.signals import FEATURES, feature_matrix
 from tiermem import contract
+from tiermem.models.logistic import fit_logistic
 from tiermem.settings import ranges
 from tiermem.settings.config import ConfigError
 from tiermem.settings.errors import DataError, stage_main
@@ -69,7 +70,7 @@ def _fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
             raise DataError(f"{cfg.data} [{cfg.split}]: no labeled records to fit the features router on")
         x = feature_matrix([r["question"] for r in rows], [r["router_summaries"] for r in rows])
         y = np.array([r["label"] == "ESCALATE" for r in rows], dtype=np.float64)
-        router = FeatureRouter(fit_logistic(x, y, cfg.l2, cfg.class_weight))
+        router = FeatureRouter(fit_logistic(x, y, FEATURES, cfg.l2, cfg.class_weight))
         data["train_records"] = len(rows)
     metrics: dict[str, Any] = {}
     for split in [cfg.split, *cfg.eval_splits] if rows else cfg.eval_splits:

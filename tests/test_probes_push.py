@@ -75,10 +75,11 @@ def test_a_features_and_a_top1_card_name_their_kind(tmp_path):
 
     from serving.routers.features import FeatureRouter
     from serving.routers.top1 import Top1ScoreRouter
-    from serving.signals import FEATURES, fit_logistic
+    from serving.signals import FEATURES
+    from tiermem.models.logistic import fit_logistic
 
     x = np.tile(np.linspace(0, 1, 4)[:, None], (1, len(FEATURES))) + np.eye(4, len(FEATURES)) * 0.1
-    FeatureRouter(fit_logistic(x, np.array([0, 1, 0, 1]))).save(tmp_path / "features")
+    FeatureRouter(fit_logistic(x, np.array([0, 1, 0, 1]), FEATURES)).save(tmp_path / "features")
     Top1ScoreRouter().save(tmp_path / "top1")
     for kind, name in (("features", "feature_model.json"), ("top1-score", "top-1 retrieval score")):
         data, text = _card(read_run_meta(tmp_path / ("features" if kind == "features" else "top1")))

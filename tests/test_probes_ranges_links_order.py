@@ -142,12 +142,13 @@ def _narrow_feature_router() -> Any:
     import numpy as np
 
     from serving.routers.features import FeatureRouter
-    from serving.signals import feature_matrix, fit_logistic
+    from serving.signals import FEATURES, feature_matrix
+    from tiermem.models.logistic import fit_logistic
 
     questions = [f"When did Ada move to city {i}?" for i in range(20)]
     summaries = [[{"text": f"Ada moved to city {i}.", "date": None, "score": 0.2 + 0.4 * i / 19}] for i in range(20)]
     y = np.array([1.0 if i < 10 else 0.0 for i in range(20)])  # a low score: escalate
-    return FeatureRouter(fit_logistic(feature_matrix(questions, summaries), y))
+    return FeatureRouter(fit_logistic(feature_matrix(questions, summaries), y, FEATURES))
 
 
 def _one(score: float) -> list[dict[str, Any]]:
@@ -169,7 +170,7 @@ def test_a_signal_beyond_the_training_range_is_clipped_to_it_and_named_in_the_de
 def test_a_weightless_or_skipped_feature_is_clipped_but_not_reported():
     import numpy as np
 
-    from serving.signals import LogisticModel
+    from tiermem.models.logistic import LogisticModel
 
     model = LogisticModel(["a", "b"], [0.0, 0.0], [1.0, 1.0], [1.0, 0.0], 0.0, 1.0, "balanced", 4, 0.5,
                           [0.0, 0.0], [1.0, 1.0])
@@ -186,7 +187,7 @@ def test_a_weightless_or_skipped_feature_is_clipped_but_not_reported():
     ({"train_min": [2.0, 0.0]}, "field 'train_min' exceeds train_max for features ['a']"),
 ])
 def test_a_saved_training_range_is_checked_at_load_naming_the_field(tmp_path, edit, needle):
-    from serving.signals import read_logistic
+    from tiermem.models.logistic import read_logistic
     from tiermem.settings.errors import RouterLoadError
 
     fields = {"feature_names": ["a", "b"], "mean": [0.0, 0.0], "scale": [1.0, 1.0], "weights": [1.0, 1.0],
@@ -202,7 +203,7 @@ def test_a_saved_training_range_is_checked_at_load_naming_the_field(tmp_path, ed
 def test_a_model_saved_without_a_training_range_loads_with_a_warning_and_clips_nothing(tmp_path, caplog):
     import numpy as np
 
-    from serving.signals import read_logistic
+    from tiermem.models.logistic import read_logistic
 
     path = tmp_path / "feature_model.json"
     path.write_text(json.dumps({"feature_names": ["a"], "mean": [0.0], "scale": [1.0], "weights": [2.0], "bias": 0.0,

@@ -25,30 +25,24 @@ from pathlib import Path
 from typing import Any
 
 from serving.routers.lm_head import action_token_ids, head_as_trained
-from serving.signals import SIGNAL_HEAD_FILE, save_logistic
+from serving.signals import SIGNAL_HEAD_FILE
 from tiermem import contract
 from tiermem.models.adapter import BASE_KEY, base_config_digest
+from tiermem.models.logistic import save_logistic
 from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.models.specs import DEFAULT_LM
-from tiermem.runs.run_meta import RunMeta, read_run_meta
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path
 from tiermem.settings import ranges
 from tiermem.settings.config import ConfigError, parse_cli
-from tiermem.settings.errors import stage_main
+from tiermem.settings.errors import MissingFileError, stage_main
 
 from .decisions import decision_reports
-from .grpo_inputs import (
-    completion_tokens_needed,
-    load_policy,
-    load_reward_rows,
-    policy_rows,
-    wants_prior_head,
-    wants_signal_head,
-)
 from .recipe_config import RecipeConfig, build_trl_config, trainer_args
-from .rewards import build_reward_funcs
-from .router_run import RunResult, is_launch_leader, save_and_report, train_and_save_weights, trunk_data
+from .rewards import build_reward_funcs, completion_tokens_needed
+from .router_run import RunResult, is_launch_leader, save_and_report, start_model, train_and_save_weights, trunk_data
+from .rows import balance_rows, load_label_rows, natural_rows
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
@@ -228,6 +222,68 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     )
     return save_and_report("grpo", trainer.model, tokenizer, meta, cfg.output_dir,
                            files={CURVES_FILE: json.dumps(curves, indent=1)})
+
+
+# ---- what GRPO starts from: the SFT run's policy (or, when allowed, a fresh adapter), its reward rows, the
+# trainer's prompts, and whether it reads the SFT run's signal head (refit after training, action prior)
+
+
+def load_policy(cfg: Any) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
+    """(model, tokenizer, base spec, SFT run info, peft_config for a fresh adapter or None)."""
+    if cfg.router and not (Path(cfg.router) / RUN_META_FILE).is_file():
+        raise MissingFileError(f"no SFT router run at {cfg.router} ({RUN_META_FILE} missing): run `make sft` first, "
+                               "or point router= at an SFT output directory")
+    if not cfg.router and not cfg.allow_no_sft:
+        raise ConfigError(
+            "GRPO starts from an SFT adapter: set router= to a `make sft` output, or allow_no_sft=true to start "
+            "from the bare base model (expect zero reward variance there: no learning signal)"
+        )
+    if not cfg.router:
+        log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n"
+                    + "=" * 70, cfg.model)
+    model, tokenizer, base_spec, peft_config, meta = start_model(cfg)
+    sft_info = None if meta is None else {
+        "sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation"),
+        "signal_head": bool((meta.data.get("signal_head") or {}).get("file"))}
+    return model, tokenizer, base_spec, sft_info, peft_config
+
+
+def load_reward_rows(cfg: Any, tokenizer: Any, eval_rewards: bool,
+                     signals: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(balanced train rows, natural train rows, validation rows, data info). Validation keeps every labeled row
+    (as SFT's) unless the trainer evaluates rewards on it."""
+    dataset, train, val = load_label_rows(cfg, tokenizer, f"no labeled rows with known path outcomes in "
+                                          f"{cfg.train_split!r}", train_rewards=True, eval_rewards=eval_rewards,
+                                          signals=signals)
+    if not cfg.minimal_pairs:
+        train = natural_rows(train)
+    balanced, info = balance_rows(cfg, dataset, train, val, minimal_pairs=True)
+    return balanced, train, val, info
+
+
+def wants_signal_head(cfg: Any, sft_info: dict[str, Any] | None) -> bool:
+    has = bool(sft_info and sft_info.get("signal_head"))
+    if cfg.signal_head and not has:
+        raise ConfigError(f"signal_head=true but the router run {cfg.router} has no signal head to refit (an SFT "
+                          "run with loss.signal_head: true has one); set signal_head=null or false")
+    return has if cfg.signal_head is None else bool(cfg.signal_head)
+
+
+def wants_prior_head(cfg: Any, sft_info: dict[str, Any] | None) -> bool:
+    has = bool(sft_info and sft_info.get("signal_head"))
+    if cfg.prior_head and not has:
+        raise ConfigError(f"prior_head=true but the router run {cfg.router} has no signal head; set prior_head=null "
+                          "or false")
+    return cfg.completion == "action_token" and (has if cfg.prior_head is None else bool(cfg.prior_head))
+
+
+def policy_rows(cfg: Any, rows: Any) -> Any:
+    """The trainer's prompts: with completion action_token each ends with the contract's output prefix."""
+    columns = ["prompt", "label", "s_ok", "r_ok", "cost_research_input_tokens"]
+    rows = rows.select_columns(columns)
+    if cfg.completion == "action_token":
+        rows = rows.map(lambda row: {"prompt": row["prompt"] + contract.OUTPUT_PREFIX})
+    return rows
 
 
 def _explore(cfg: GRPORecipeConfig, args: Any, trainer: Any, tokenizer: Any, reward_funcs: list[Any],

@@ -32,8 +32,9 @@ import numpy as np
 import torch
 from trl import GRPOTrainer
 
-from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE
 from tiermem import contract
+from tiermem.models.logistic import LogisticModel, fit_logistic
 from tiermem.models.torch_state import eval_mode, left_padded
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
@@ -155,7 +156,7 @@ def refit_signal_head(signals: np.ndarray, margin: np.ndarray, escalate: np.ndar
     head weighs what the margin misses. The margin's column is folded out: its weight is returned and its mean moved
     into the bias, so `head(signals) + weight x margin` is the fitted log-odds."""
     x = np.hstack([np.asarray(signals, dtype=np.float64), np.asarray(margin, dtype=np.float64)[:, None]])
-    full = fit_logistic(x, escalate, l2, feature_names=(*FEATURES, MARGIN_FEATURE))
+    full = fit_logistic(x, escalate, (*FEATURES, MARGIN_FEATURE), l2)
     n = len(FEATURES)
     weight = full.weights[n] / full.scale[n]
     head = dataclasses.replace(

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from trl import SFTTrainer
 
-from serving.signals import LogisticModel
+from tiermem.models.logistic import LogisticModel
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 from tiermem.settings import ranges
 from tiermem.settings.errors import ConfigError

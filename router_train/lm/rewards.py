@@ -156,6 +156,19 @@ def check_completion_length(cfg: RewardConfig, max_completion_length: int | None
             "max_completion_length or use rewards.format_scope=action")
 
 
+def completion_tokens_needed(cfg: Any, tokenizer: Any, rows: Any) -> dict[str, int]:
+    """Tokens each action's completion needs under the format scope: its prefix, or its longest full target."""
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    if cfg.rewards.format_scope == "action":
+        return {a: count(contract.OUTPUT_PREFIX + a + '"') for a in contract.ACTIONS}
+    needed: dict[str, int] = {}
+    for label, completion in zip(rows["label"], rows["completion"], strict=True):
+        needed[label] = max(needed.get(label, 0), count(completion))  # the eos is part of a finished completion
+    return needed
+
+
 def build_reward_funcs(
     cfg: RewardConfig, train_tokens: Sequence[float], max_completion_length: int | None,
     needed_tokens: dict[str, int] | None = None, action_ids: tuple[int, int] | None = None,

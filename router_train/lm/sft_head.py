@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from serving.routers.lm_head import head_as_trained, served_score
-from serving.signals import FEATURES, SIGNAL_HEAD_FILE, LogisticModel, fit_logistic
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE
+from tiermem.models.logistic import LogisticModel, fit_logistic
 from tiermem.runs.run_meta import RunMeta
 
 from .objectives import TEXT_WEIGHTS
@@ -32,7 +33,7 @@ def initial_signal_head(cfg: Any, train_rows: Any, init_meta: RunMeta | None,
     natural = natural_rows(train_rows)  # as the head trains: see objectives.py
     y = np.array([label == "ESCALATE" for label in natural["label"]], dtype=np.float64)
     x = np.array(natural["signals"], dtype=np.float64)
-    return fit_logistic(x, y, cfg.loss.signal_head_l2), True
+    return fit_logistic(x, y, FEATURES, cfg.loss.signal_head_l2), True
 
 
 def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel, val_rows: Any,

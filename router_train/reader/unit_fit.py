@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from serving.signals import LogisticModel
 from tiermem.models.cross_encoder import CrossEncoder
+from tiermem.models.logistic import LogisticModel
 
 from .finetune import FrozenBottom, train_epochs
 from .targets import head_targets, pairs, parse_targets

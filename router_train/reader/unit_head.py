@@ -22,7 +22,8 @@ from serving.routers.unit_reader import (
     text_features,
     unit_logits,
 )
-from serving.signals import FEATURES, LogisticModel, feature_matrix, fit_logistic
+from serving.signals import FEATURES, feature_matrix
+from tiermem.models.logistic import LogisticModel, fit_logistic
 
 Record = dict[str, Any]
 
@@ -66,7 +67,7 @@ def column_names(x: np.ndarray) -> list[str]:
 
 def fit_head(x: np.ndarray, y: np.ndarray, l2: float, names: Sequence[str]) -> LogisticModel:
     """The logistic head over `x` towards `y` (serving.signals.fit_logistic, balanced classes)."""
-    return fit_logistic(x, y, l2, feature_names=names)
+    return fit_logistic(x, y, names, l2)
 
 
 def head_score(head: LogisticModel, x: np.ndarray, text_weight: float) -> np.ndarray:

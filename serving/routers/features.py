@@ -10,7 +10,8 @@ from typing import Any
 
 from serving.routers.base import ScoreRouter, Summaries, calibrated_threshold_logit, check_lengths
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
-from serving.signals import FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
+from serving.signals import FEATURES, feature_matrix
+from tiermem.models.logistic import LogisticModel, read_logistic, save_logistic
 from tiermem.runs.run_meta import FEATURE_MODEL_FILE
 from tiermem.settings.errors import RouterLoadError
 
@@ -34,10 +35,10 @@ class FeatureRouter(ScoreRouter):
         return cls.load(spec.path, threshold_logit=spec.threshold_logit)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        check_lengths(questions, summaries)
         return self.scored(questions, summaries)[0]
 
-    def scored(self, questions, summaries):
-        check_lengths(questions, summaries)
+    def scored(self, questions, summaries):  # lengths checked by `score` and `route_batch`
         if not len(questions):
             return [], None, []
         x = feature_matrix(questions, summaries)

@@ -8,8 +8,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from serving.signals import FEATURES, LogisticModel, read_logistic
+from serving.signals import FEATURES
 from tiermem import contract
+from tiermem.models.logistic import LogisticModel, read_logistic
 from tiermem.runs.run_meta import RunMeta
 from tiermem.settings import ranges
 from tiermem.settings.errors import RouterLoadError

@@ -37,8 +37,9 @@ from serving.routers.lm_head import (
     read_signal_head,
     served_score,
 )
-from serving.signals import FEATURES, LogisticModel, feature_matrix
+from serving.signals import FEATURE_GROUPS, FEATURES, feature_matrix
 from tiermem import contract
+from tiermem.models.logistic import LogisticModel
 from tiermem.models.torch_state import left_padded, right_padded
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 from tiermem.runs.run_meta import RunMeta
@@ -232,6 +233,7 @@ class LocalRouter(Router):
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
         """Log-odds of ESCALATE for each (question, summaries), batched; what calibration and evaluation sweep
         over."""
+        check_lengths(questions, summaries)
         self._check_top_k(summaries)
         return [d.score for d in self._fast(questions, summaries, self.threshold_logit)]  # type: ignore[misc]
 
@@ -278,7 +280,7 @@ class LocalRouter(Router):
                 x = feature_matrix(qs, ss)
                 heads = self.head_log_odds(x)
                 clipped = self.signal_head.clipped_features(x)
-                groups = self.signal_head.contributions(x)
+                groups = self.signal_head.contributions(x, FEATURE_GROUPS)
                 parts = [{"text": self.text_weight * m, **{f"signals: {g}": float(v[i]) for g, v in groups.items()}}
                          for i, m in enumerate(margins)]
             dt = (time.perf_counter() - started) / len(rows)

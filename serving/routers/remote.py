@@ -26,8 +26,9 @@ from serving.routers.lm_head import (
     read_signal_head,
     served_score,
 )
-from serving.signals import LogisticModel, feature_matrix
+from serving.signals import feature_matrix
 from tiermem import contract
+from tiermem.models.logistic import LogisticModel
 from tiermem.runs.run_meta import read_run_meta
 from tiermem.settings.errors import RouterLoadError, UsageError
 

@@ -29,9 +29,10 @@ from serving.routers.base import (
     sigmoid,
 )
 from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
-from serving.signals import FEATURE_GROUPS, FEATURES, LogisticModel, feature_matrix, read_logistic, save_logistic
+from serving.signals import FEATURE_GROUPS, FEATURES, feature_matrix
 from tiermem import contract
 from tiermem.models.cross_encoder import CrossEncoder
+from tiermem.models.logistic import LogisticModel, read_logistic, save_logistic
 from tiermem.models.model_dir import load_reader
 from tiermem.runs.run_meta import SIGNAL_HEAD_FILE
 from tiermem.settings import ranges
@@ -170,8 +171,8 @@ class UnitReaderRouter(ScoreRouter):
         return self.scored_reading(questions, summaries)[:3]
 
     def scored_reading(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> tuple[Any, Any, Any, Any]:
-        """`scored`, and the tokens the reader read per question (none with text weight 0)."""
-        check_lengths(questions, summaries)
+        """`scored`, and the tokens the reader read per question (none with text weight 0). Lengths are checked by
+        the public entry points (`score`, `route_batch`)."""
         if not len(questions):
             return [], [], [], []
         logits, tokens = (unit_reading(self.reader, questions, summaries) if self.text_weight
@@ -184,16 +185,18 @@ class UnitReaderRouter(ScoreRouter):
                 tokens)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
+        check_lengths(questions, summaries)
         return self.scored(questions, summaries)[0]
 
-    def reading_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        """(score, the reader's text part at weight 1) per question: the reader runs even at text weight 0, so
-        what it reads shows beside the score (what eval reports reading adds)."""
+    def reading_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> dict[str, np.ndarray]:
+        """Per question: the score (`full`), the reader's text part at weight 1 (`text_alone`: the reader runs even
+        at text weight 0, so what it reads shows) and the score without the text part (`without_text`), for eval's
+        "what reading adds"."""
         check_lengths(questions, summaries)
         x = head_matrix(questions, summaries, unit_logits(self.reader, questions, summaries), self.pooling,
                         self.text_scores)
-        return head_parts(self.head, x, self.text_weight)[0], head_parts(self.head, x, 1.0)[1]["text"]
+        full, text = head_parts(self.head, x, self.text_weight)[0], head_parts(self.head, x, 1.0)[1]["text"]
+        return {"full": full, "text_alone": text, "without_text": full - self.text_weight * text}
 
     def zero_shot(self) -> UnitReaderRouter | None:
         """This run's zero-shot variant (its base reader, as pre-trained, with the head fitted beside it,

@@ -32,12 +32,13 @@ def tiny_unit_reader(model_dir: Path, pooling: str = "max", text_weight: float =
     import numpy as np
 
     from serving.routers.unit_reader import POOLINGS, CrossEncoder, UnitReaderRouter, head_matrix, unit_logits
-    from serving.signals import FEATURES, fit_logistic
+    from serving.signals import FEATURES
+    from tiermem.models.logistic import fit_logistic
 
     reader = CrossEncoder.load(tiny_bert(model_dir), batch_size=16)
     questions, summaries, labels = requests()
     x = head_matrix(questions, summaries, unit_logits(reader, questions, summaries), pooling)
-    head = fit_logistic(x, np.array(labels), 1.0, feature_names=[*FEATURES, *POOLINGS[pooling]])
+    head = fit_logistic(x, np.array(labels), [*FEATURES, *POOLINGS[pooling]], 1.0)
     return UnitReaderRouter(reader, head, pooling, text_weight)
 
 

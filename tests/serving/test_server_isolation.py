@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 from serving.routers import Decision
 from serving.routers.features import FeatureRouter
 from serving.server import ServeConfig, create_app
-from serving.signals import FEATURES, LogisticModel
+from serving.signals import FEATURES
 from tests.helpers.live_server import LANES, _post_later, serving, wait_for
+from tiermem.models.logistic import LogisticModel
 from tiermem.settings.errors import UsageError
 
 

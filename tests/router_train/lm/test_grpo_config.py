@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router_train.lm import grpo, grpo_inputs
+from router_train.lm import grpo
 from tiermem.settings.errors import ConfigError
 
 
@@ -14,7 +14,6 @@ def test_scale_rewards_outside_trls_values_is_a_config_error_before_loading(tmp_
     def no_model(*_a, **_k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(grpo_inputs, "load_policy", no_model)
     monkeypatch.setattr(grpo, "load_policy", no_model)
     cfg = grpo.GRPORecipeConfig(output_dir=str(tmp_path / "grpo"), trainer={"scale_rewards": value})
     with pytest.raises(ConfigError, match=rf"trainer.scale_rewards must be one of \['group', 'batch', 'none'\], "

@@ -120,7 +120,7 @@ def test_build_reward_funcs_names():
 
 def test_action_scope_format_reward_is_action_neutral_under_any_length_limit():
     from router_train.lm.grpo import GRPORecipeConfig
-    from router_train.lm.grpo_inputs import completion_tokens_needed
+    from router_train.lm.rewards import completion_tokens_needed
     from tiermem.models.specs import DEFAULT_LM, load_tokenizer
 
     tokenizer = load_tokenizer(DEFAULT_LM)

@@ -6,8 +6,7 @@ from datasets import Dataset, DatasetDict
 
 from labeling.dataset import load_dataset_dict
 from router_train.lm import rows as rows_lib
-from router_train.lm.sft import SFTRecipeConfig, build_sft_config
-from router_train.lm.sft_inputs import load_rows
+from router_train.lm.sft import SFTRecipeConfig, build_sft_config, load_rows
 from tests.helpers.router_fixtures import build_label_dataset, build_tiny_model_dir, record
 from tiermem import contract
 from tiermem.settings.config import ConfigError, parse_cli

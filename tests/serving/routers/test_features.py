@@ -9,8 +9,9 @@ from serving.routers import Router, RouterSpec, build
 from serving.routers.features import FeatureRouter
 from serving.routers.registry import router_class
 from serving.routers.top1 import Top1ScoreRouter
-from serving.signals import NO_SUMMARY_SCORE, feature_matrix, features, fit_logistic, question_form
+from serving.signals import FEATURES, NO_SUMMARY_SCORE, feature_matrix, features, question_form
 from tests.helpers.feature_data import _label_dataset, _synthetic
+from tiermem.models.logistic import fit_logistic
 
 
 def test_features_of_a_hand_example():
@@ -37,14 +38,14 @@ def test_fit_logistic_learns_and_ranks():
     from tiermem.stats import auroc
 
     qs, ss, ys = _synthetic(300, 0)
-    model = fit_logistic(feature_matrix(qs, ss), np.array(ys, dtype=float))
+    model = fit_logistic(feature_matrix(qs, ss), np.array(ys, dtype=float), FEATURES)
     router = FeatureRouter(model)
     tq, ts, ty = _synthetic(200, 1)
     assert auroc(router.score(tq, ts), ty) > 0.85
     d = router.route_batch(tq[:3], ts[:3])
     assert all(x.score is not None and 0 < x.p_escalate < 1 for x in d)
     with pytest.raises(ValueError, match="one class"):
-        fit_logistic(np.ones((3, 2)), np.zeros(3))
+        fit_logistic(np.ones((3, 2)), np.zeros(3), ["a", "b"])
 
 
 def test_top1_router_escalates_below_the_cutoff():

@@ -49,12 +49,13 @@ def lm_run(tmp_path) -> Path:
 
 def _features_run(path: Path) -> Path:
     from serving.routers.features import FeatureRouter
-    from serving.signals import FEATURES, fit_logistic
+    from serving.signals import FEATURES
+    from tiermem.models.logistic import fit_logistic
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, len(FEATURES)))
     y = (x[:, 0] + 0.3 * rng.normal(size=40) > 0).astype(float)
-    FeatureRouter(fit_logistic(x, y)).save(path)
+    FeatureRouter(fit_logistic(x, y, FEATURES)).save(path)
     return path
 
 

@@ -18,9 +18,10 @@ from serving.routers import RouterSpec, build
 from serving.routers.lm_head import action_pieces
 from serving.routers.remote import RemoteRouter
 from serving.server import ServeConfig, create_app
-from serving.signals import FEATURES, SIGNAL_HEAD_FILE, feature_matrix, read_logistic
+from serving.signals import FEATURES, SIGNAL_HEAD_FILE, feature_matrix
 from tests.helpers.router_fixtures import build_tiny_model_dir, record
 from tiermem import contract
+from tiermem.models.logistic import read_logistic
 from tiermem.runs.run_meta import read_run_meta
 from tiermem.stats import auroc
 

@@ -85,12 +85,12 @@ def test_eval_judgments_a_fifo_is_named(tmp_path):
 
 
 def test_a_trunk_cache_or_trunk_from_that_is_no_file_is_named_before_any_model_loads(tmp_path, monkeypatch):
-    from router_train.lm import grpo_inputs, router_run
+    from router_train.lm import router_run
 
     def no_model(*_a, **_k):
         raise AssertionError("a model was loaded")
 
-    for module in (sft, router_run, grpo, grpo_inputs):
+    for module in (sft, router_run, grpo):
         for name in ("start_model", "load_policy"):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, no_model)

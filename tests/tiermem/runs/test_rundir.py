@@ -114,7 +114,7 @@ LOADERS = [("tiermem.models.specs", "load_causal_lm"), ("tiermem.models.specs", 
            ("tiermem.models.specs", "resolve_model"),
            ("labeling.dataset", "load_split"), ("labeling.dataset", "load_dataset_dict"),
            ("tiermem.data.conversations", "load_conversations"), ("serving.routers.spec", "build"),
-           ("tiermem.llm", "build_llm"), ("router_train.lm.grpo_inputs", "load_policy")]
+           ("tiermem.llm", "build_llm"), ("router_train.lm.grpo", "load_policy")]
 
 
 def _poison_loaders(monkeypatch: pytest.MonkeyPatch) -> None:
