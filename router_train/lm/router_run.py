@@ -63,7 +63,7 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
     portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
     template, then the metadata with the sha256 of every weight file, written last because it marks a complete
     run."""
-    from serving.routers.score_run import write_score_run
+    from serving.routers.score_run import write_router_run
 
     safe_io.save_pretrained(tokenizer, output_dir)
     if meta.adapter and BASE_KEY not in meta.data:
@@ -74,7 +74,7 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
             log.warning("base model %s has no hub id: %s/adapter_config.json names a local path, so plain PEFT "
                         "loads it only on this machine (our loaders use tiermem_router.json)", meta.base_model,
                         output_dir)
-    return write_score_run(output_dir, meta)
+    return write_router_run(output_dir, meta)
 
 
 def is_main_process(trainer: Any) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.routers.base import ScoreRouter, Summaries, calibrated_threshold_logit, check_lengths
-from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
+from serving.routers.score_run import open_score_run, score_run_meta, write_router_run
 from serving.signals import FEATURES, feature_matrix
 from tiermem.models.logistic import LogisticModel, read_logistic, save_logistic
 from tiermem.runs.run_meta import FEATURE_MODEL_FILE
@@ -49,7 +49,7 @@ class FeatureRouter(ScoreRouter):
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         save_logistic(Path(run_dir) / FEATURE_MODEL_FILE, self.model)
         self.meta = score_run_meta(self.kind, data or {}, metrics or {}, {"feature_model": FEATURE_MODEL_FILE})
-        self.run_dir = write_score_run(run_dir, self.meta)
+        self.run_dir = write_router_run(run_dir, self.meta)
         return self.run_dir
 
     @classmethod

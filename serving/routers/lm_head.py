@@ -11,7 +11,7 @@ from typing import Any
 from serving.signals import FEATURES
 from tiermem import contract
 from tiermem.models.logistic import LogisticModel, read_logistic
-from tiermem.runs.run_meta import RunMeta
+from tiermem.runs.run_meta import RUN_META_FILE, RunMeta
 from tiermem.settings import ranges
 from tiermem.settings.errors import RouterLoadError
 
@@ -76,5 +76,6 @@ def head_as_trained(run_dir: str | Path, meta: RunMeta) -> tuple[LogisticModel |
     served, text_weight = read_signal_head(run_dir, meta)
     if served is None:
         return None, None, 1.0
-    shift = float((meta.data.get("signal_head") or {}).get("bias_shift", 0.0))
+    shift = ranges.finite((meta.data.get("signal_head") or {}).get("bias_shift", 0.0),
+                          f"{Path(run_dir) / RUN_META_FILE}: field data.signal_head.bias_shift", RouterLoadError)
     return dataclasses.replace(served, bias=served.bias - shift), served, text_weight

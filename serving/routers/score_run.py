@@ -1,4 +1,5 @@
-"""A router run without a language model (features, top1-score): its tiermem_router.json, written and read."""
+"""A router run's directory: the metadata of a router without a language model (features, top1-score), and the one
+writer every router run ends with (the LM routers' too), then the directory read back."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], ext
                    router_kind=kind, extra=extra)
 
 
-def write_score_run(run_dir: str | Path, meta: RunMeta) -> Path:
+def write_router_run(run_dir: str | Path, meta: RunMeta) -> Path:
     """Every router run's last write (the LM routers' too, router_train.lm.router_run.save_run): the card (it
     describes this kind of router; calibrate, eval and push rewrite it), then the metadata, written last with the
     digest of every file in the directory, since it marks a finished run."""

@@ -13,7 +13,7 @@ from serving.routers.base import (
     calibrated_threshold_logit,
     check_lengths,
 )
-from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
+from serving.routers.score_run import open_score_run, score_run_meta, write_router_run
 from serving.signals import top1
 
 
@@ -34,7 +34,7 @@ class Top1ScoreRouter(ScoreRouter):
     def save(self, run_dir: str | Path, data: dict[str, Any] | None = None,
              metrics: dict[str, Any] | None = None) -> Path:
         self.meta = score_run_meta(self.kind, data or {}, metrics or {}, {})
-        self.run_dir = write_score_run(run_dir, self.meta)
+        self.run_dir = write_router_run(run_dir, self.meta)
         return self.run_dir
 
     @classmethod

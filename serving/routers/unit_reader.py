@@ -28,7 +28,7 @@ from serving.routers.base import (
     check_lengths,
     sigmoid,
 )
-from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
+from serving.routers.score_run import open_score_run, score_run_meta, write_router_run
 from serving.signals import FEATURE_GROUPS, FEATURES, feature_matrix
 from tiermem import contract
 from tiermem.models.cross_encoder import CrossEncoder
@@ -229,7 +229,7 @@ class UnitReaderRouter(ScoreRouter):
         self.meta = score_run_meta(self.kind, data, metrics, {
             **extra, "head": SIGNAL_HEAD_FILE, "pooling": self.pooling, "text_weight": self.text_weight,
             "text_scores": self.text_scores})
-        self.run_dir = write_score_run(run_dir, self.meta)
+        self.run_dir = write_router_run(run_dir, self.meta)
         return self.run_dir
 
     @classmethod

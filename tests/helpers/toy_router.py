@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from serving.routers.base import ScoreRouter, calibrated_threshold_logit, check_lengths
-from serving.routers.score_run import open_score_run, score_run_meta, write_score_run
+from serving.routers.score_run import open_score_run, score_run_meta, write_router_run
 from tiermem.runs.rundir import claimed_output_dir
 
 
@@ -29,4 +29,4 @@ class WordCountRouter(ScoreRouter):
         # A router directory is made by a router stage (tiermem/runs/rundir.py ROUTER_STAGES); fit-features makes the
         # kinds without a language model, so calibrate may store a threshold in it.
         with claimed_output_dir(run_dir, "fit-features") as out:
-            return write_score_run(out, score_run_meta(self.kind, {}, {}, {}))
+            return write_router_run(out, score_run_meta(self.kind, {}, {}, {}))

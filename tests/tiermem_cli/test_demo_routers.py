@@ -3,12 +3,12 @@ and evaluated by its own kind."""
 
 import json
 
-from serving.routers.score_run import score_run_meta, write_score_run
+from serving.routers.score_run import score_run_meta, write_router_run
 from tiermem_cli.demo import DemoConfig, eval_args, pick_main_router, steps
 
 
 def _run(root, name, kind, auroc):
-    write_score_run(root / name, score_run_meta(kind, {}, {"validation": {"n": 10, "auroc": auroc}}, {}))
+    write_router_run(root / name, score_run_meta(kind, {}, {"validation": {"n": 10, "auroc": auroc}}, {}))
 
 
 def test_the_best_validation_auroc_is_the_main_row_and_every_other_router_is_compared(tmp_path):

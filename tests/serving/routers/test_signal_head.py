@@ -236,3 +236,24 @@ def test_continuing_a_head_router_starts_from_the_head_as_trained(run):
     head, centre = initial_signal_head(cfg, None, meta, str(run.out))
     assert not centre
     assert head.bias == pytest.approx(run.result.model.router_signal_head.to_logistic().bias, abs=1e-6)
+
+
+def test_a_bias_shift_read_back_is_checked_like_input(tmp_path):
+    """The shift undone to get the head as SFT trained it comes from tiermem_router.json: a non-finite one is a
+    named load error, never a NaN bias in GRPO's prior."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from serving.routers.lm_head import head_as_trained
+    from tiermem.settings.errors import RouterLoadError
+    from tiermem.models.logistic import fit_logistic, save_logistic
+
+    x = np.random.default_rng(0).normal(size=(20, len(FEATURES)))
+    save_logistic(tmp_path / SIGNAL_HEAD_FILE, fit_logistic(x, np.arange(20) % 2, FEATURES))
+    meta = SimpleNamespace(data={"signal_head": {"file": SIGNAL_HEAD_FILE, "text_weight": 0.5, "bias_shift": 0.25}})
+    trained, served, weight = head_as_trained(tmp_path, meta)
+    assert weight == 0.5 and trained.bias == pytest.approx(served.bias - 0.25)
+    meta.data["signal_head"]["bias_shift"] = float("nan")
+    with pytest.raises(RouterLoadError, match=r"data.signal_head.bias_shift"):
+        head_as_trained(tmp_path, meta)
