@@ -246,8 +246,8 @@ def test_a_bias_shift_read_back_is_checked_like_input(tmp_path):
     import numpy as np
 
     from serving.routers.lm_head import head_as_trained
-    from tiermem.settings.errors import RouterLoadError
     from tiermem.models.logistic import fit_logistic, save_logistic
+    from tiermem.settings.errors import RouterLoadError
 
     x = np.random.default_rng(0).normal(size=(20, len(FEATURES)))
     save_logistic(tmp_path / SIGNAL_HEAD_FILE, fit_logistic(x, np.arange(20) % 2, FEATURES))
