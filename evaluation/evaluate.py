@@ -96,6 +96,10 @@ class EvalConfig:
     # a careful-reading judgments file (labeling/judgments/format.py): every router is also scored against the judged
     # verdicts of the records whose units it read (AUROC, ceiling, false cache hits; eval.json `judged`)
     judgments: str | None = None
+    # careful-reading verdicts (labeling/judgments/verdicts.py: tiermem-judgments or realmem-careful-reading files,
+    # one per domain): the labels' agreement with them, and every router scored against them beside the labels, on
+    # the records whose units a verdict read (eval.json `verdicts`). Checks only: the labels stay the dataset's
+    verdicts: list[str] = field(default_factory=list)
     live: LiveConfig = field(default_factory=LiveConfig)
 
     def __post_init__(self) -> None:
@@ -404,8 +408,13 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         from labeling.judgments.format import load_judgments
 
         judgments = load_judgments(cfg.judgments)  # a bad file stops the run before any router is asked
+    verdicts = None
+    if cfg.verdicts:
+        from labeling.judgments.verdicts import load_verdicts
+
+        verdicts = load_verdicts(cfg.verdicts)
     domains = split_by_domain(records)
-    if judgments is not None or len(domains) > 1:  # scored again below: replayed, not asked again
+    if judgments is not None or verdicts is not None or len(domains) > 1:  # scored again: replayed, not asked
         from labeling.judgments.report import ReplayedRouter
 
         router = None if router is None else ReplayedRouter(router)
@@ -424,6 +433,16 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         judged_report, _ = evaluate_records(rows, cfg, None if router is None else router.again(), name,
                                             [(key, other.again(), display) for key, other, display in compare])
         report["judged"] = judged_summary(judged_report, coverage)
+    if verdicts is not None:
+        from labeling.judgments.report import judged_records, judged_summary
+        from labeling.judgments.verdicts import agreement
+
+        rows, coverage = judged_records(records, verdicts)
+        report["verdicts"] = {"label_agreement": agreement(records, verdicts, cfg.bootstrap.n_boot)}
+        if rows:  # the routers against the verdicts, beside the labels
+            checked, _ = evaluate_records(rows, cfg, None if router is None else router.again(), name,
+                                          [(key, other.again(), display) for key, other, display in compare])
+            report["verdicts"].update(judged_summary(checked, coverage))
     paths = write_outputs(report, predictions, cfg.output_dir)
     from serving.model_card import record_eval
 

@@ -15,7 +15,7 @@ from typing import Any
 from evaluation.domains import domain_aurocs, domain_section
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
-from labeling.judgments.report import judged_section
+from labeling.judgments.report import judged_section, verdicts_section
 from tiermem.runs.eval_summary import CEILING_METRICS, POLICY_METRICS, RANKING_METRICS, EvalSummary, ceiling_table
 from tiermem.runs.safe_io import write_atomic, write_stream
 
@@ -214,6 +214,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 "APGR = 0.5)", "", ranking_table(report), ""]
     out += ceiling_section(report.get("ceiling"))
     out += judged_section(report.get("judged"), report.get("ranking") or {})
+    out += verdicts_section(report.get("verdicts"), report.get("ranking") or {})
     out += domain_section(report.get("by_domain"))
     per_conv = report.get("per_conversation") or {}
     if per_conv:

@@ -82,6 +82,10 @@ class LabelConfig:
     # a judgments file that judges none of the selected questions (or none over their units) is refused: most
     # likely the file of other data or another retrieval; true labels by the lexical rule anyway, and says so
     allow_unmatched_judgments: bool = False
+    # careful-reading verdicts to check the labels against (labeling/judgments/verdicts.py: tiermem-judgments or
+    # realmem-careful-reading files): report.md and stats.json say how the labels agree with them, where a verdict
+    # read the record's own units. Never a label source. Empty = no check
+    verdicts: list[str] = field(default_factory=list)
     split: SplitSpec = field(default_factory=SplitSpec)
     seed: int = 0
     output_dir: str = "runs/label"

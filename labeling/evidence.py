@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labeling.answer_judges import scoring_gold, stem_word, stemmed_tokens
+from labeling.reply_evidence import ReplyRuleConfig, ReplySignals, reply_details, reply_signals
 from tiermem.memory.summaries import day_of
 from tiermem.memory.text import content_words
 from tiermem.settings.errors import ConfigError
@@ -53,6 +54,8 @@ class EvidenceConfig:
     # a question that names the memory facts it needs (RealMem's memory_used): the share of them a path must hold
     # for it to count as right (1.0: every one; point_counts says what "holds" means)
     points_share: float = 1.0
+    # a request whose reply the data gives (RealMem): what the reply draws from the memory decides (reply_evidence)
+    reply: ReplyRuleConfig = field(default_factory=ReplyRuleConfig)
 
     def __post_init__(self) -> None:
         if self.date_order not in DATE_ORDERS:
@@ -73,13 +76,14 @@ class EvidenceSignals:
     n_gold: int
     gold_in_summary_pages: int
     gold_in_research_pages: int
-    s_ok: bool
+    s_ok: bool | None  # None: the reply rule cannot decide (between its bounds)
     r_ok: bool | None  # None: neither signal says the research path was right, and no gold turns to check
     research_recall: float | None = None  # None: no research text known (turn ids only) or nothing scorable
     r_ok_by: str | None = None  # "text" | "gold_turns" | "both" | "points": which signal made r_ok true
     person_guard: str | None = None  # how the question's names were resolved (None: it names no person)
     points_in_summaries: int | None = None  # of the question's gold points (None: it names none)
     points_in_research: int | None = None
+    reply: ReplySignals | None = None  # what the reply draws from the memory (None: the data gives no reply)
 
 
 @dataclass
@@ -90,14 +94,16 @@ class Reading:
     turn_ids: Callable[[str], Iterable[str]]
     turns: Callable[[str], Sequence[Any]] | None = None
     cast: Cast | None = None
+    unit_texts: tuple[str, ...] | None = None  # the Tier-1 units the memory may read (as of the question)
     _units: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _recall: dict[tuple[Any, ...], float | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of_pages(cls, pages: Iterable[Any]) -> Reading:
+    def of_pages(cls, pages: Iterable[Any], unit_texts: Iterable[str] | None = None) -> Reading:
         by_id = {p.page_id: p for p in pages}
         return cls(lambda pid: by_id[pid].turn_ids, lambda pid: by_id[pid].turns,
-                   Cast.of_turns(t for p in by_id.values() for t in p.turns))
+                   Cast.of_turns(t for p in by_id.values() for t in p.turns),
+                   None if unit_texts is None else tuple(unit_texts))
 
     @classmethod
     def of(cls, pages: Reading | Mapping[str, Iterable[str]] | Callable[[str], Iterable[str]]) -> Reading:
@@ -120,6 +126,13 @@ class Reading:
                                      "date": day_of(t.timestamp)} for t in self.turns(pid)]
             out += self._units[pid]
         return out
+
+    def reply_details(self, request: str, reply: str) -> frozenset:
+        """The details of `reply` the units this memory may read state and `request` does not (once per request)."""
+        key = ("reply", request, reply)
+        if key not in self._recall:
+            self._recall[key] = reply_details(reply, request, self.unit_texts or ())  # type: ignore[assignment]
+        return self._recall[key]  # type: ignore[return-value]
 
     def research_recall(self, key: tuple[Any, ...], page_ids: Sequence[str], score: Callable[[list[Any]], Any]
                         ) -> float | None:
@@ -227,6 +240,7 @@ def compute_signals(
     source: str = "locomo",
     question: str | None = None,
     points: Sequence[Any] = (),
+    reply: str | None = None,
 ) -> EvidenceSignals:
     """`summaries` are the retrieved units (dicts or objects with text, date, page_ids, speakers) in rank order.
     `page_turns`: the conversation's `Reading` (turn ids, the turns' text and its cast), or turn ids alone (then
@@ -255,6 +269,12 @@ def compute_signals(
         need = math.ceil(cfg.points_share * len(points) - 1e-9)
         s_ok, r_ok = held[0] >= need, held[1] >= need
         r_ok_by = "points" if r_ok else None
+    by_reply = None
+    if reply is not None and reading.unit_texts is not None:  # the reply decides; the points stay a witness
+        details = reading.reply_details(question or "", reply)
+        research = [u["text"] for u in reading.read_units(research_page_ids) or []]
+        by_reply = reply_signals(details, [str(_field(u, "text") or "") for u in summaries], research, cfg.reply)
+        s_ok, r_ok, r_ok_by = by_reply.s_ok, by_reply.r_ok, "reply" if by_reply.r_ok else None
     return EvidenceSignals(
         answer_recall=None if recall is None else round(recall, 4),
         n_gold=len(gold_turns),
@@ -267,6 +287,7 @@ def compute_signals(
         person_guard=guard.reason,
         points_in_summaries=None if held is None else held[0],
         points_in_research=None if held is None else held[1],
+        reply=by_reply,
     )
 
 

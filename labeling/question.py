@@ -17,8 +17,9 @@ from labeling.config import LabelConfig
 from labeling.evidence import Reading, compute_signals
 from labeling.judgments.format import Judgment, Judgments
 from labeling.judgments.live import judge_missing
+from labeling.reply_evidence import UNDECIDED
 from labeling.roles import Roles
-from labeling.rules import decide
+from labeling.rules import LabelDecision, decide
 from labeling.schema import PATH_COST_FIELDS
 from labeling.teacher import TeacherOutput, ask_teacher, recorded_teacher, sft_target
 from tiermem.data.conversations import Conversation, Question
@@ -39,6 +40,7 @@ def empty_record(conv: Conversation, q: Question, split: str, fmt: str, rule: st
         "evidence_ids": list(q.evidence), "asked_before": q.asked_before,
         "question_tags": json.dumps(q.tags, sort_keys=True) if q.tags else None,
         "n_points": len(q.points) if q.points else None, "points_in_summaries": None, "points_in_research": None,
+        "reply_details": None, "reply_missing_in_summaries": None, "reply_missing_after_research": None,
         "router_summaries": [], "summary_answer": None, "research_answer": None,
         "research_pages": [], "research_stop": None, "research_parse_failures": None, "summary_f1": None,
         "research_f1": None, "judges": None, "sufficiency": None, "s_ok_outcome": None, "r_ok_outcome": None,
@@ -157,17 +159,23 @@ def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: 
         rec["sufficiency"] = json.dumps(sufficiency)
 
     signals = compute_signals(q.answer, q.category, q.evidence, rec["router_summaries"], pages_read,
-                              page_turns, cfg.evidence, ctx.fmt, question=q.question, points=q.points)
+                              page_turns, cfg.evidence, ctx.fmt, question=q.question, points=q.points,
+                              reply=getattr(q, "reply", None))
     rec.update({"s_ok_evidence": signals.s_ok, "r_ok_evidence": signals.r_ok,
                 "answer_recall": signals.answer_recall, "gold_in_summary_pages": signals.gold_in_summary_pages,
                 "gold_in_research_pages": signals.gold_in_research_pages, "n_gold": signals.n_gold,
                 "research_recall": signals.research_recall, "r_ok_by": signals.r_ok_by,
                 "person_guard": signals.person_guard, "points_in_summaries": signals.points_in_summaries,
-                "points_in_research": signals.points_in_research})
+                "points_in_research": signals.points_in_research,
+                **({} if signals.reply is None else {
+                    "reply_details": signals.reply.n_details,
+                    "reply_missing_in_summaries": signals.reply.missing_from_summaries,
+                    "reply_missing_after_research": signals.reply.missing_after_research})})
     # Conservative: when a sufficiency judge ran, an ANSWER label needs its agreement (None = not run).
     sufficient = None if sufficiency is None else bool(sufficiency["sufficient"])
     by_rule = {"outcome": decide(rec["s_ok_outcome"], rec["r_ok_outcome"], sufficient),
-               "evidence": decide(signals.s_ok, signals.r_ok, sufficient)}
+               "evidence": decide(signals.s_ok, signals.r_ok, sufficient) if signals.reply is None
+               or signals.s_ok is not None else LabelDecision(None, UNDECIDED)}
     for rule, decision in by_rule.items():
         rec[f"label_{rule}"], rec[f"drop_reason_{rule}"] = decision.label, decision.drop_reason
     chosen = by_rule[cfg.label_rule]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from labeling.judgments import format as judged
+from labeling.judgments.verdicts import agreement_lines
 from labeling.rules import RULES
 from labeling.schema import PATH_COST_FIELDS
 from labeling.unit_targets import report_lines
@@ -264,6 +265,7 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     lines += _pair_lines(stats.get("minimal_pairs"))
     lines += report_lines(stats.get("unit_targets"))
     lines += judged.report_lines(stats.get("judgments"))
+    lines += agreement_lines(stats.get("verdicts"))
     acc = stats["accuracy"]
     lines += ["", "## Path accuracy", "", "| rule | summary-only | research | research unknown |", "|---|---|---|---|"]
     lines += [f"| {n} | {_fmt(acc[n]['summary'])} | {_fmt(acc[n]['research'])} | {acc[n]['research_unknown']} |"

@@ -41,6 +41,7 @@ from labeling.evidence import Reading
 from labeling.hub import push_dataset
 from labeling.judgments.format import check_covers, check_matched, load_judgments
 from labeling.judgments.live import CoverageJudge, JudgmentsCache
+from labeling.judgments.verdicts import agreement, load_verdicts
 from labeling.minimal_pairs import for_dataset, label_with_pairs, retrieval_depth, with_variants
 from labeling.question import Context, error_record
 from labeling.report import build_stats, write_report
@@ -93,6 +94,8 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
     if cfg.shard is not None:
         check_output_dir(shard_dir(out, *parse_shard(cfg.shard)), "label")
     check_judgments_file(cfg)
+    if cfg.verdicts:
+        load_verdicts(cfg.verdicts)  # a missing or malformed verdicts file stops the run before any labeling
     conversations = selected_conversations(cfg)
     if cfg.judgments and cfg.llm.coverage is None:  # a live judge covers what the file does not
         check_covers(cfg.judgments, load_judgments(cfg.judgments),
@@ -239,7 +242,8 @@ class AsOfReadings:
     def __call__(self, memory: Any) -> Reading:
         with self._lock:
             if memory.before not in self._by_cutoff:
-                self._by_cutoff[memory.before] = Reading.of_pages(memory.all_pages())
+                self._by_cutoff[memory.before] = Reading.of_pages(memory.all_pages(),
+                                                                  [u.text for u in memory.visible_units()])
             return self._by_cutoff[memory.before]
 
 
@@ -318,6 +322,8 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
         write_stream(stage / "all_records.jsonl", lambda fh: fh.writelines(
             (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8") for rec in records))
         stats = build_stats(records, cfg.label_rule, llm_judge=llm_judge)
+        if cfg.verdicts:  # checked against careful reading (read before labeling: a bad file stopped the run there)
+            stats["verdicts"] = agreement(records, load_verdicts(cfg.verdicts))
         check_matched(cfg.judgments, stats.get("judgments"), cfg.allow_unmatched_judgments)
         dropped_turns = dropped_turns or {}
         stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,

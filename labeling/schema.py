@@ -26,6 +26,9 @@ FEATURES = Features({
     # the memory facts it needs (RealMem's memory_used): how many, and how many the summaries / research pages held
     # (labeling/evidence.py point_counts); null when the data names none
     "n_points": _I, "points_in_summaries": _I, "points_in_research": _I,
+    # a request with its reply (RealMem): the reply's details the memory as of it states, and how many of them the
+    # summaries / the summaries and research pages together miss (labeling/reply_evidence.py); null without a reply
+    "reply_details": _I, "reply_missing_in_summaries": _I, "reply_missing_after_research": _I,
     "router_summaries": List(ROUTER_SUMMARY),  # the router's input, verbatim and in rank order
     "summary_answer": _S, "research_answer": _S, "research_pages": List(_S), "research_stop": _S,
     "research_parse_failures": _I, "summary_f1": _F, "research_f1": _F,

@@ -55,6 +55,10 @@ class DemoConfig:
     # the units match). Off by default: routers trained on the judged labels ranked the test split below the lexical
     # ones against these very judgments (docs/results.md, 2026-12-04)
     judged_labels: bool = False
+    # careful-reading verdicts eval checks the labels and every router against, per domain (labeling/judgments/
+    # verdicts.py); an absent file is left out
+    verdicts: list[str] = field(default_factory=lambda: [
+        "../shared/data/locomo10_dev_judgments.jsonl", "../shared/data/realmem_verdicts/verdicts.jsonl"])
     sample_label_config: str = "configs/label/sample_local.yaml"
     # public reading data for the reader's pre-training (SQuAD 2.0 JSON or hf:<name>); absent -> the reader starts
     # from the plain packaged encoder, and the demo says so
@@ -191,7 +195,8 @@ def eval_args(cfg: DemoConfig) -> list[str]:
                 [{"name": n, "kind": MAIN_CANDIDATES[n], "path": str(root / n)} for n in others]
                 + [{"name": n, "kind": n, "path": str(root / n)} for n in baselines]
                 + [{"name": "top1-score", "kind": "top1-score", "path": str(root / "top1")}] + teacher),
-            *([f"judgments={judged}"] if judged else [])]
+            *([f"judgments={judged}"] if judged else []),
+            *([f"verdicts={json.dumps(found)}"] if (found := [v for v in cfg.verdicts if Path(v).is_file()]) else [])]
 
 
 def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:

@@ -123,3 +123,17 @@ def judged_section(judged: dict[str, Any] | None, label_ranking: dict[str, Any])
                    f"{_f(row['false_cache_hit_share_top10'])} | {_f(row['calibrated_accuracy'])} | "
                    f"{_f(row['calibrated_tokens_fewer_share'])} |")
     return [*out, ""]
+
+
+def verdicts_section(checked: dict[str, Any] | None, label_ranking: dict[str, Any]) -> list[str]:
+    """eval.md's section: the labels' agreement with careful-reading verdicts, then each router against them."""
+    if not checked:
+        return []
+    from labeling.judgments.verdicts import agreement_lines
+
+    lines = agreement_lines(checked["label_agreement"])
+    lines[1] = "### Against careful-reading verdicts (`verdicts`)"
+    if "routers" not in checked:
+        return [*lines, "No labeled record was read over its units by a verdict: no router scored against them.", ""]
+    table = judged_section({**checked, "labels_changed": checked.get("labels_changed", 0)}, label_ranking)
+    return [*lines, *table[2:]]

@@ -109,3 +109,24 @@ def test_the_eval_stage_writes_the_judged_section(judged_file, tmp_path):
     bad.write_text('{"format": "tiermem-judgments", "version": 1}\n{"conv_id": 3}\n')
     assert E.main([f"data={data}", f"output_dir={tmp_path / 'eval2'}", "router.kind=always-escalate",
                    "router.path=null", f"judgments={bad}"]) != 0
+
+
+def test_eval_checks_labels_and_routers_against_verdicts_of_two_formats(judged_file, tmp_path):
+    data = tmp_path / "records.jsonl"
+    records = _records()
+    for r in records:
+        r["question"] = f"question {r['qid']}?"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    realmem = tmp_path / "realmem.jsonl"  # a second format: the one question the judgments left unjudged
+    realmem.write_text("\n".join(json.dumps(x) for x in [
+        {"format": "realmem-careful-reading", "version": 2},
+        {"person": "c0", "query_id": "q8", "units": [{"text": "unit text 8"}], "informed": {"sufficient": False}}]))
+    out = tmp_path / "eval"
+    assert E.main([f"data={data}", f"output_dir={out}", "router.kind=recorded-teacher", f"router.path={judged_file}",
+                   f"verdicts=[{judged_file}, {realmem}]", "bootstrap.n_boot=20", "sweep=true"]) == 0
+    got = json.loads((out / "eval.json").read_text())["verdicts"]
+    agreement = got["label_agreement"]
+    assert agreement["by_match"]["matched"] == 9 and agreement["by_match"]["units_differ"] == 1
+    assert agreement["n"] == 8 and agreement["agreement"]["lo"] is not None  # q7 unlabeled: both paths wrong
+    assert got["matched"] == 9 and "routed" in got["routers"]
+    assert "### Against careful-reading verdicts" in (out / "eval.md").read_text()

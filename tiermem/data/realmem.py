@@ -9,10 +9,12 @@ What the file holds and what the loader makes of it:
   memory it reads holds only the turns before it. Its category (`category_name`), `session_type` and `topic` are
   kept; its gold evidence is the source turns of the memory points the next (Assistant) turn used
   (`memory_used`), and its gold answer the text of those points, one per line (`Question.points` keeps them apart).
-- A memory point names its source turn twice: `source_turn` (mostly 1-based, sometimes not) and
-  `source_content_snapshot`. The snapshot decides (the turn of the session with exactly that text, the nearest to
-  `source_turn` if several); where no turn has it, `source_turn` is read 1-based when that turn's speaker is the
-  snapshot's role, else 0-based, else the point has no source. `Conversation.load_notes` counts each way.
+- A memory point's source turn is never earlier than the turn that says it: the snapshot's turn
+  (`source_content_snapshot`, nearest to `source_turn` if several) only where that turn's speaker is the point's
+  role (`source_role_snapshot`: about one point in nine carries another turn's snapshot, often an earlier one);
+  else the turn of the role in its session that states the point (by content words, the latest of equals); else
+  the session's end. `Conversation.load_notes` counts each way.
+- The Assistant's reply to a query is kept (`Question.reply`): what the request's label reads.
 - The session's `extracted_memory` points are the conversation's own Tier 1 (`Conversation.summaries`, unit id
   `S12:m3`: the twelfth session's third point; the files' own `index` repeats), each linked to its source turn; a
   point with no source is linked to its whole session (it is read once the session has ended).
@@ -31,6 +33,7 @@ from tiermem.data.fields import get_field as _get
 from tiermem.data.records import Conversation, GoldPoint, ImportedUnit, Question, Turn
 from tiermem.data.textfile import check_text, read_utf8
 from tiermem.settings.errors import DataError, MissingFileError
+from tiermem.text.words import MEMORY_STOPWORDS, normalize, stem
 
 FILE_PATTERN = "*_dialogues_*.json"
 SPEAKERS = ("User", "Assistant")
@@ -101,25 +104,38 @@ def _sessions(data: Any, path: Path) -> tuple[str, list[tuple[str, dict[str, Any
     return person, sorted(sessions, key=lambda s: s[2])  # stable: one day's sessions keep their file order
 
 
-def _snapshot_turn(point: dict[str, Any], contents: list[tuple[str, str]], where: str) -> tuple[int | None, str]:
-    """(0-based index of the point's source turn in its session or None, how it was found)."""
+def _words(text: str) -> set[str]:
+    return {stem(w) for w in normalize(_TOPIC_TAG.sub(" ", text)).split() if w not in MEMORY_STOPWORDS}
+
+
+_TOPIC_TAG = re.compile(r"\u3010[^\u3011]*\u3011")  # a memory system's topic label ("【Travel Planning】"), not a fact
+STATES_SHARE = 0.5  # a turn states a point when it holds at least this share of the point's content words
+
+
+def _source_turn(point: dict[str, Any], contents: list[tuple[str, str]], where: str) -> tuple[int | None, str]:
+    """(0-based index of the turn that says the point, or None: the session's end; how it was found)."""
     source = point.get("source_turn")
     if source is not None and (isinstance(source, bool) or not isinstance(source, int)):
         raise DataError(f"{where}: field 'source_turn' must be an integer, got {type(source).__name__}")
-    snapshot = point.get("source_content_snapshot")
-    if snapshot is not None and not isinstance(snapshot, str):
-        raise DataError(f"{where}: field 'source_content_snapshot' must be a string")
-    role = point.get("source_role_snapshot")
+    for name in ("source_content_snapshot", "source_role_snapshot"):
+        if point.get(name) is not None and not isinstance(point[name], str):
+            raise DataError(f"{where}: field {name!r} must be a string")
+    snapshot, role = point.get("source_content_snapshot"), point.get("source_role_snapshot")
+    words = _words(point["content"])
+    shares = [len(words & _words(text)) / len(words) if words else 0.0 for _, text in contents]
+    top = max(shares, default=0.0)  # the turn that first says it is the first to say it as fully as any turn does
+    first = next((i for i, share in enumerate(shares) if share >= top), -1) if top >= STATES_SHARE else -1
     if snapshot:
-        hits = [i for i, (_, text) in enumerate(contents) if text == snapshot]
+        hits = [i for i, (speaker, text) in enumerate(contents) if text == snapshot and speaker == role]
         if hits:
             near = (source - 1) if isinstance(source, int) else 0
-            return min(hits, key=lambda i: (abs(i - near), i)), "snapshot"
-    if isinstance(source, int) and snapshot:
-        for index in (source - 1, source):  # mostly 1-based, sometimes not; the speaker must agree
-            if 0 <= index < len(contents) and contents[index][0] == role:
-                return index, "turn_index"
-    return None, "no_source"
+            index = min(hits, key=lambda i: (abs(i - near), i))
+            return (index, "snapshot") if index >= first else (first, "content")
+    best, best_share = None, STATES_SHARE
+    for i, ((speaker, _), share) in enumerate(zip(contents, shares, strict=True)):
+        if (role not in SPEAKERS or speaker == role) and share >= best_share:  # >=: the latest of equals
+            best, best_share = i, share
+    return (best, "content") if best is not None else (None, "session_end")
 
 
 def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ...] = ()) -> Conversation:
@@ -167,7 +183,7 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
             owner = _get(point, "session_uuid", str, pwhere)
             if owner != uuid:
                 raise DataError(f"{pwhere}: field 'session_uuid' is {owner!r}, not its session's {uuid!r}")
-            index, how = _snapshot_turn(point, contents, pwhere)
+            index, how = _source_turn(point, contents, pwhere)
             notes[f"points_by_{how}"] += 1
             sources = [ids[index]] if index is not None else [t for t in ids if t not in dropped]
             sources = [t for t in sources if t not in dropped] or [t for t in ids if t not in dropped]
@@ -206,7 +222,8 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
         evidence = list(dict.fromkeys(t for p in points for t in p.turn_ids))
         answer = "\n".join(p.text for p in points)
         questions.append(Question(qid, _get(turn, "content", str, twhere), answer, category, evidence, day,
-                                  asked_before=turn_id, points=points, tags=tags))
+                                  asked_before=turn_id, points=points, tags=tags,
+                                  reply=_get(reply, "content", str, rwhere)))
     if not turns:
         raise DataError(f"{path}: every turn's text is empty; nothing to remember")
     return Conversation(person, turns, questions, str(path), list(SPEAKERS), dropped, [], units,

@@ -45,6 +45,7 @@ class Question:
     asked_before: str | None = None
     points: list[GoldPoint] = field(default_factory=list)  # the memory facts it needs, when the data says
     tags: dict[str, str] = field(default_factory=dict)  # what else the data says of it (RealMem: session_type)
+    reply: str | None = None  # the reply the history gives it, when the data has one (RealMem): what its label reads
 
 
 @dataclass

@@ -178,6 +178,12 @@ class TwoTierMemory:
             return self.raw.pages(self.conv_id)
         return list(self.history.pages)
 
+    def visible_units(self) -> list[SummaryUnit]:
+        """The summary units this memory may read (as of its question), in index order."""
+        allowed = self._units_allowed()
+        units = self.summaries.units
+        return list(units) if allowed is None else [u for u, ok in zip(units, allowed, strict=True) if ok]
+
     def unit_count(self) -> int:
         """The summary units this memory may retrieve."""
         allowed = self._units_allowed()

@@ -37,12 +37,45 @@ def test_an_off_by_one_source_turn_and_a_point_with_no_source_are_matched_and_co
     units = {u.text: u for u in conv.summaries}
     assert units["User's ski guide in Hemu is Aigerim."].turn_ids == ["S2:1"]  # source_turn 0: snapshot decides
     quiet = units["User prefers quiet resorts."]
-    assert quiet.turn_ids == ["S2:1", "S2:2", "S2:3", "S2:4"]  # no source: its whole session
-    assert conv.load_notes == {"points_by_no_source": 1, "points_by_snapshot": 3}
-    # a snapshot no turn has: the 1-based source_turn is read when its speaker agrees, and counted
+    assert quiet.turn_ids == ["S2:1", "S2:2", "S2:3", "S2:4"]  # no turn says it: its whole session, read at its end
+    assert conv.load_notes == {"points_by_session_end": 1, "points_by_snapshot": 3}
+    # a snapshot no turn has: the turn of the point's role that states it
     data = edited(lambda d: d["dialogues"][1]["extracted_memory"][0].update(source_content_snapshot="edited"))
     conv = _conv(tmp_path, data)
-    assert conv.summaries[0].turn_ids == ["S1:3"] and conv.load_notes["points_by_turn_index"] == 1
+    assert conv.summaries[0].turn_ids == ["S1:3"] and conv.load_notes["points_by_content"] == 1
+
+
+def _chosen_later(d):
+    """Session A: the user chooses the lodge only after a request; its point carries the session's first turn as
+    snapshot under the other speaker's role (as ~11% of RealMem's points do)."""
+    a = d["dialogues"][1]
+    a["dialogue_turns"][1:1] = [
+        {"speaker": "User", "is_query": True, "content": "Which lodge should I pick near Kanas?", "query_id": "Q-0009",
+         "category_name": "Dynamic Updating", "session_type": "single_session", "topic": "Travel"},
+        {"speaker": "Assistant", "is_query": False, "content": "Either the Kanas lodge or the Hemu inn.",
+         "query_id": None, "memory_used": [{"session_uuid": "aaaa", "content": "User prefers quiet resorts."}]}]
+    a["dialogue_turns"] += [{"speaker": "User", "is_query": False, "query_id": None,
+                             "content": "I have chosen the Kanas lodge, decided."},
+                            {"speaker": "Assistant", "is_query": False, "query_id": None,
+                             "content": "Great, the Kanas lodge is chosen."}]
+    a["extracted_memory"].append({"index": "Travel_1-DM-S1_01-02", "type": "Dynamic", "session_uuid": "aaaa",
+                                  "content": "User has chosen the Kanas lodge.", "source_turn": 1,
+                                  "source_content_snapshot": a["dialogue_turns"][0]["content"],
+                                  "source_role_snapshot": "Assistant"})
+
+
+def test_a_point_is_never_read_before_the_turn_that_says_it(tmp_path):
+    conv = _conv(tmp_path, edited(_chosen_later))
+    chosen = next(u for u in conv.summaries if u.text == "User has chosen the Kanas lodge.")
+    # the Assistant's turn that says it (the point's role), not the snapshot's first turn of the other speaker
+    assert chosen.turn_ids == ["S1:8"]
+    assert conv.load_notes["points_by_content"] == 1
+    # a snapshot of the right speaker that says less than later turns: read at the first turn that says it fully
+    def early_snapshot(d):
+        _chosen_later(d)
+        d["dialogues"][1]["extracted_memory"][1]["source_role_snapshot"] = "User"
+    conv = _conv(tmp_path, edited(early_snapshot))
+    assert next(u for u in conv.summaries if u.text == "User has chosen the Kanas lodge.").turn_ids == ["S1:7"]
 
 
 def test_a_used_point_with_no_source_has_no_gold_turn_and_is_counted(tmp_path):

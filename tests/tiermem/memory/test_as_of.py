@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from tests.helpers.memory_runtime import CFG, build
-from tests.helpers.realmem_fixture import write
+from tests.helpers.realmem_fixture import edited, write
 from tiermem.data.realmem import load_realmem
 from tiermem.memory.extractive import research_pages
 from tiermem.memory.policies import first_round_pages
@@ -55,6 +55,20 @@ def test_a_later_turn_and_a_unit_made_from_one_never_reach_an_earlier_question(t
         assert not {t.turn_id for p in view.all_pages() for t in p.turns} & later
     full = runtime.memory.search_summaries("ski pass price 480 yuan", 50)
     assert {t for u in full for t in u.turn_ids} & later  # the whole history does hold them
+
+
+def test_no_unit_a_request_sees_states_what_is_first_said_after_it(tmp_path):
+    """A point whose snapshot is an earlier turn of the other speaker (the user decides after the request): the
+    request's memory holds no unit that states the decision, though the whole history does."""
+    from tests.tiermem.data.test_realmem import _chosen_later
+
+    conv = load_realmem(write(tmp_path / "rm", edited(_chosen_later)))[0]
+    request = next(q for q in conv.questions if q.qid == "Q-0009")
+    view = build(tmp_path, conv, SMALL_PAGES).memory_for(request)
+    for query in ("Which lodge should I pick near Kanas?", "User has chosen the Kanas lodge."):
+        assert "User has chosen the Kanas lodge." not in {u.text for u in view.search_summaries(query, 50)}
+    full = build(tmp_path, conv, SMALL_PAGES).memory.search_summaries("chosen Kanas lodge", 50)
+    assert "User has chosen the Kanas lodge." in {u.text for u in full}
 
 
 def test_a_page_the_question_falls_in_is_read_cut_and_a_later_page_is_refused(tmp_path, conv):

@@ -1,0 +1,99 @@
+"""What a reply draws from the memory: the evidence a request's label reads when the data gives its reply (RealMem).
+
+A detail is a pair of adjacent content words in one clause of the reply (`"efficient frontier"`, `"three
+campsites"`, `"air filter"`) that the memory as of the request states (some unit it may read holds the pair) and the
+request does not (neither the pair nor both its words). A unit holds a detail when it holds both words: a fact
+repeated or revised under another point, or in another order, counts. The summaries suffice when at most
+`answer_max_missing` details are missing from them; they do not when at least `escalate_min_missing` are; between
+the two the evidence is too thin to decide and the request gets no label. docs/labeling.md has the measurements.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tiermem.settings import ranges
+from tiermem.settings.errors import ConfigError
+from tiermem.text.words import MEMORY_STOPWORDS, normalize, stem
+
+Detail = tuple[str, str]
+_CLAUSE = re.compile(r"[.!?;:()\n]+")
+_TOPIC_TAG = re.compile(r"\u3010[^\u3011]*\u3011")  # a memory system's topic label ("【Travel Planning】")
+
+
+def _content(text: str) -> list[str]:
+    return [stem(w) for w in normalize(text).split() if w not in MEMORY_STOPWORDS and (len(w) > 1 or w.isdigit())]
+
+
+@lru_cache(maxsize=200_000)
+def details_of(text: str) -> frozenset[Detail]:
+    """The adjacent content-word pairs of each clause of `text` (stemmed)."""
+    out: set[Detail] = set()
+    for clause in _CLAUSE.split(_TOPIC_TAG.sub(" ", text)):
+        words = _content(clause)
+        out.update(zip(words, words[1:], strict=False))
+    return frozenset(out)
+
+
+@lru_cache(maxsize=200_000)
+def words_of(text: str) -> frozenset[str]:
+    return frozenset(_content(_TOPIC_TAG.sub(" ", text)))
+
+
+def reply_details(reply: str, request: str, memory_texts: Iterable[str]) -> frozenset[Detail]:
+    """The details of `reply` that the memory's texts state and `request` does not."""
+    said = details_of(reply)
+    in_memory: set[Detail] = set()
+    for text in memory_texts:
+        in_memory |= said & details_of(text)
+    asked, asked_words = details_of(request), words_of(request)
+    return frozenset(d for d in in_memory if d not in asked and not (d[0] in asked_words and d[1] in asked_words))
+
+
+def held(details: Iterable[Detail], texts: Iterable[str]) -> set[Detail]:
+    """The details some one of `texts` holds (both words in one text)."""
+    bags = [words_of(t) for t in texts]
+    return {d for d in details if any(d[0] in bag and d[1] in bag for bag in bags)}
+
+
+@dataclass
+class ReplyRuleConfig:
+    # the summaries suffice when at most this many of the reply's details are missing from them (and research is
+    # right when at most this many are missing from the summaries and the pages it read together)
+    answer_max_missing: int = 1
+    # the summaries do not suffice when at least this many are missing; between the two bounds: no label
+    escalate_min_missing: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("answer_max_missing", "escalate_min_missing"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"evidence.reply.{name} must be a whole number of details, got {value!r}")
+            ranges.non_negative(value, f"evidence.reply.{name}", ConfigError)
+        if self.escalate_min_missing <= self.answer_max_missing:
+            raise ConfigError("evidence.reply.escalate_min_missing must exceed evidence.reply.answer_max_missing, "
+                              f"got {self.escalate_min_missing} <= {self.answer_max_missing}")
+
+
+@dataclass(frozen=True)
+class ReplySignals:
+    n_details: int
+    missing_from_summaries: int
+    missing_after_research: int
+    s_ok: bool | None  # None: between the bounds, too thin to decide
+    r_ok: bool
+
+
+UNDECIDED = "reply details between the bounds"  # the drop reason of a request the reply rule cannot decide
+
+
+def reply_signals(details: frozenset[Detail], summary_texts: list[str], research_texts: list[str],
+                  cfg: ReplyRuleConfig) -> ReplySignals:
+    in_summaries = held(details, summary_texts)
+    missing = len(details) - len(in_summaries)
+    after_research = missing - len(held(details - in_summaries, research_texts))
+    s_ok = True if missing <= cfg.answer_max_missing else False if missing >= cfg.escalate_min_missing else None
+    return ReplySignals(len(details), missing, after_research, s_ok, after_research <= cfg.answer_max_missing)
