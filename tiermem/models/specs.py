@@ -10,6 +10,8 @@ A spec is one of:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 import json
 import logging
@@ -148,6 +150,35 @@ def resolve_model(spec: str, revision: str | None = None) -> Path:
         ) from None
     except Exception as exc:  # network errors, 404, gated repos: say which model and why
         raise ModelSpecError(f"model {spec!r} could not be fetched from the hub: {exc}") from None
+
+
+def spec_digest(spec: str) -> str:
+    """What a model spec names, for the keys of caches built with it (tiers, turn vectors): a local directory by a
+    sha256 of its files' names and bytes, so a folder changed in place keys new entries (as the model cache keys a
+    base by its weights); any other spec (packaged, a hub id, `hashing`) by itself."""
+    path = Path(spec).expanduser()
+    if spec.startswith("packaged:") or not path.is_dir():
+        return spec
+    files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+    # rehashed only when a file's size or modification time changed: a long labeling run keys its tiers once
+    return _directory_digest(str(path.resolve()), tuple((f, *_stamp(path / f)) for f in files))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_size, info.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=32)
+def _directory_digest(root: str, files: tuple[tuple[str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    for name, _, _ in files:
+        h.update(name.encode("utf-8", "surrogateescape") + b"\0")
+        with open(Path(root) / name, "rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return f"sha256:{h.hexdigest()}"
 
 
 def is_hub_id(spec: str) -> bool:
