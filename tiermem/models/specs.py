@@ -16,6 +16,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -114,7 +115,20 @@ def _convert_smollm(target: Path) -> Path:
     safe_io.write_atomic(tmp / "tiermem_conversion.json", json.dumps(
         {"source": str(src / _SMOLLM_GGUF), "max_abs_logit_diff": diff,
          "seconds": round(time.perf_counter() - started, 1)}, indent=2))
-    tmp.rename(target)  # atomic: a half-written conversion is never mistaken for a cached one
+    return publish_conversion(tmp, target)
+
+
+def publish_conversion(tmp: Path, target: Path) -> Path:
+    """Put a sealed conversion `tmp` in place as `target`, by one rename: a half-written conversion is never mistaken
+    for a cached one. Two processes converting at once: the later one's rename meets the first one's directory, so it
+    uses that copy when it checks whole against its own digests (tiermem.models.cache), and replaces it otherwise (a
+    partial copy left by a killed run)."""
+    from tiermem.models.cache import publish, seal
+
+    seal(tmp)
+    if not publish(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.info("another process converted %s first (its files check whole): using its copy", target)
     return target
 
 
