@@ -96,6 +96,8 @@ def load_dataset_dict(spec: DataSpec | Path) -> Any:
     if len(paths) == 1:
         return _load_one_dataset_dict(paths[0])
     parts = [_load_one_dataset_dict(p) for p in paths]
+    check_pool_disjoint({p: {split: part[split]["conv_id"] for split in part} for p, part in zip(paths, parts,
+                                                                                                strict=True)})
     out = {}
     for split in dict.fromkeys(name for part in parts for name in part):
         located = [(f"{p} [{split}] record {i}", rec) for p, part in zip(paths, parts, strict=True)
@@ -133,9 +135,45 @@ def load_split(dataset: DataSpec | Path, split: str) -> list[dict[str, Any]]:
     """
     paths = data_paths(dataset)
     if len(paths) > 1:
+        check_pool_disjoint({p: _conversations_by_split(p) for p in paths})
         return check_records([(f"{p} [{split}] record {i}", rec) for p in paths
                               for i, rec in enumerate(_load_one_split(p, split))])
     return _load_one_split(paths[0], split)
+
+
+def check_pool_disjoint(pool: dict[str, dict[str | None, Any]]) -> None:
+    """Several datasets pooled (`data: [a, b]`): a conversation in one split of one dataset and another split of
+    another would put what the router is tested or validated on in its training data. `pool`: dataset -> split ->
+    its records' conv_ids (split None: a JSONL whose records carry none, every split at once, which two such files
+    may share as one file does). A conversation in two splits across datasets is a RecordError naming both datasets,
+    the splits and the conversation."""
+    seen: dict[str, tuple[str, str | None]] = {}
+    for path, splits in pool.items():
+        for split, conv_ids in splits.items():
+            for conv in dict.fromkeys(str(c) for c in conv_ids):
+                first = seen.setdefault(conv, (path, split))
+                if first[0] != path and first[1] != split:
+                    raise RecordError(
+                        f"data: conversation {conv!r} is in split {first[1] or '(every split)'!r} of {first[0]} and in "
+                        f"split {split or '(every split)'!r} of {path}; pooled datasets must keep each conversation "
+                        "in one split (label them with one split by conversation), else the test leaks into training")
+
+
+def _conversations_by_split(dataset: str | Path) -> dict[str | None, list[Any]]:
+    """split -> the conv_ids of its records, for one dataset (a saved DatasetDict or a label-records JSONL)."""
+    path = Path(dataset)
+    if path.is_dir() and (path / "dataset_dict.json").is_file():
+        from datasets import Dataset
+
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        return {s: Dataset.load_from_disk(str(path / s))["conv_id"] for s in splits
+                if any((path / s).glob("*.arrow"))}
+    if not path.is_file():
+        return {}  # the split reader names what is wrong with it
+    out: dict[str | None, list[Any]] = {}
+    for _, rec in jsonl_label_records(path):
+        out.setdefault(rec.get("split"), []).append(rec.get("conv_id"))
+    return out
 
 
 def _load_one_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:

@@ -225,7 +225,7 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
     cfg = ctx.cfg
     started = time.perf_counter()
     rec = empty_record(conv, q, split, ctx.fmt, cfg.label_rule)
-    if late_evidence(memory, q):  # memory as of the question cannot hold what it needs: no label says otherwise
+    if late_evidence(memory, q, conv):  # memory as of the question cannot hold what it needs: no label says otherwise
         for key in ("drop_reason", "drop_reason_evidence", "drop_reason_outcome"):
             rec[key] = LATE_EVIDENCE
         rec["answers_generated"], rec["cost_estimated"] = cfg.generate_answers, not cfg.generate_answers
@@ -255,12 +255,20 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
 LATE_EVIDENCE = "evidence_after_question"  # the drop reason of a question whose gold evidence comes after it
 
 
-def late_evidence(memory: Any, q: Question) -> list[str]:
-    """The gold turns of `q` said at or after its turn (memory as of the question does not hold them)."""
+def late_evidence(memory: Any, q: Question, conv: Conversation | None = None) -> list[str]:
+    """The gold turns of `q` said at or after its turn (memory as of the question does not hold them). A gold point
+    that names no source turn is linked by its conversation's own units of that text (its whole session): it is
+    late when no such unit's turns were all said before the question (named `point:<text>`)."""
     history, before = getattr(memory, "history", None), getattr(memory, "before", None)
     if q.asked_before is None or history is None or before is None:
         return []
-    return [t for t in q.evidence if history.position.get(t, before) >= before]
+    late = [t for t in q.evidence if history.position.get(t, before) >= before]
+    units = getattr(conv, "summaries", None) or []
+    for point in (p for p in q.points if not p.turn_ids):
+        links = [u.turn_ids for u in units if u.text == point.text and u.turn_ids]
+        if links and all(any(history.position.get(t, before) >= before for t in ids) for ids in links):
+            late.append(f"point:{point.text[:60]}")
+    return late
 
 
 def error_record(conv: Conversation, q: Question, split: str, ctx: Context, error: str) -> dict[str, Any]:

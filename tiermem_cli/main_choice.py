@@ -2,8 +2,10 @@
 the validation questions they all scored when calibrated (calibration_scores.json; the unit reader's are its
 out-of-fold scores), domain by domain. The trained router with the best worst-domain AUROC is the candidate; it is
 served only when its AUROC is at or above the features router's on every domain, else the features router is
-served and the demo says so. Each domain's paired difference (candidate - features) has a bootstrap interval over
-that domain's conversations. The test split is never read."""
+served and the demo says so. Every router must have scored the same validation questions, each in the same
+domain, as the features router (a question scored twice is an error): else there is no choice, the features router
+is served and the reason is printed. Each domain's paired difference (candidate - features) has a bootstrap
+interval over that domain's conversations. The test split is never read."""
 
 from __future__ import annotations
 
@@ -45,8 +47,27 @@ def validation_scores(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
         score = r.get("score")
         if isinstance(score, bool) or not isinstance(score, int | float) or not np.isfinite(score):
             raise DataError(f"{path}: record {i}: field 'score' must be a finite number, got {score!r}")
-        out[(r["conv_id"], r["qid"])] = r
+        key = (r["conv_id"], r["qid"])
+        if key in out:  # which copy's score to compare is not ours to guess
+            raise DataError(f"{path}: record {i}: question (conv_id={key[0]!r}, qid={key[1]!r}) is scored twice")
+        out[key] = r
     return out
+
+
+def unlike_sets(scores: dict[str, dict], domains_of: dict) -> str | None:
+    """Why routers' validation scores cannot be compared (None when they can): every router must have scored the
+    same questions as the features router, each of the same domain, and there must be some."""
+    if not domains_of:
+        return f"the {BASELINE} router scored no labeled validation question"
+    for name, rows in scores.items():
+        missing, extra = set(domains_of) - set(rows), set(rows) - set(domains_of)
+        moved = sorted(k for k in set(rows) & set(domains_of) if rows[k]["domain"] != domains_of[k])
+        if missing or extra or moved:
+            gone = sorted({domains_of[k] for k in missing})
+            return (f"{name} did not score the same validation questions as the {BASELINE} router ({len(missing)} "
+                    f"of its {len(domains_of)} missing{f', domains {gone} among them' if gone else ''}; "
+                    f"{len(extra)} others; {len(moved)} in another domain); calibrate every router on the same data")
+    return None
 
 
 def compare(candidate: dict, baseline: dict, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -74,7 +95,15 @@ def choose_main(root: Path, candidates: Sequence[str]) -> dict[str, Any]:
     from tiermem.runs.safe_io import write_atomic
 
     baseline = validation_scores(root / BASELINE)
-    table = {name: compare(validation_scores(root / name), baseline) for name in candidates}
+    scores = {name: validation_scores(root / name) for name in candidates}
+    unlike = unlike_sets(scores, {k: r["domain"] for k, r in baseline.items()})
+    if unlike:  # a router compared on other questions (or none) could look better than it is: no choice
+        choice = {"split": SPLIT, "domains": sorted({r["domain"] for r in baseline.values()}), "candidate": None,
+                  "served": BASELINE, "worst_domain_auroc": {}, "by_router": {},
+                  "reason": f"no choice: {unlike}; the {BASELINE} router is served"}
+        write_atomic(root / CHOICE_FILE, json.dumps(choice, indent=2) + "\n")
+        return choice
+    table = {name: compare(scores[name], baseline) for name in candidates}
     domains = sorted({d for t in table.values() for d in t})
     worst = {n: min((t[d].get("auroc", float("-inf")) for d in domains if d in t), default=float("-inf"))
              for n, t in table.items()}

@@ -54,3 +54,52 @@ def test_a_scores_file_with_a_bad_score_is_named_with_its_record(tmp_path):
     _scores(tmp_path, "reader", lambda d, i, y: float("nan") if i == 3 else 0.0)
     with pytest.raises(Exception, match=r"record 3: field 'score' must be a finite number"):
         choose_main(tmp_path, ["reader"])
+
+
+def _only(root, name, keep):
+    """Keep only the validation records `keep(record)` holds of a router's scores file."""
+    path = root / name / SCORES_FILE
+    doc = json.loads(path.read_text())
+    doc["records"] = [r for r in doc["records"] if keep(r)]
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("case", ["no overlap", "one domain only", "missing some questions"])
+def test_routers_scored_on_other_questions_than_features_are_no_choice_and_the_reason_is_said(tmp_path, case):
+    _scores(tmp_path, "features", lambda d, i, y: float(i % 5))
+    _scores(tmp_path, "reader", lambda d, i, y: (1.0 if y else 0.0))  # perfect wherever it was scored
+    keep = {"no overlap": lambda r: False, "one domain only": lambda r: r["domain"] == "locomo",
+            "missing some questions": lambda r: not r["qid"].endswith("-7")}[case]
+    _only(tmp_path, "reader", keep)
+    if case == "no overlap":
+        _scores(tmp_path / "x", "reader", lambda d, i, y: 1.0 if y else 0.0)
+        path = tmp_path / "reader" / SCORES_FILE
+        doc = json.loads((tmp_path / "x" / "reader" / SCORES_FILE).read_text())
+        for r in doc["records"]:
+            r["qid"] = "other-" + r["qid"]
+        path.write_text(json.dumps(doc))
+    choice = choose_main(tmp_path, ["reader"])
+    assert choice["served"] == "features" and choice["candidate"] is None
+    assert choice["reason"].startswith("no choice: reader did not score the same validation questions")
+    assert json.loads((tmp_path / CHOICE_FILE).read_text())["served"] == "features"
+
+
+def test_a_router_missing_a_domain_never_wins_the_worst_domain_choice(tmp_path):
+    _scores(tmp_path, "features", lambda d, i, y: 0.0)
+    _scores(tmp_path, "sft", lambda d, i, y: (1.0 if y else 0.0) if i % 3 else 0.5)  # good on both domains
+    _scores(tmp_path, "reader", lambda d, i, y: (1.0 if y else 0.0))
+    _only(tmp_path, "reader", lambda r: r["domain"] == "locomo")  # perfect, on one domain only
+    choice = choose_main(tmp_path, ["reader", "sft"])
+    assert choice["candidate"] is None and "reader did not score" in choice["reason"]
+
+
+def test_a_question_scored_twice_is_named(tmp_path):
+    _scores(tmp_path, "features", lambda d, i, y: 0.0)
+    _scores(tmp_path, "reader", lambda d, i, y: 0.0)
+    path = tmp_path / "reader" / SCORES_FILE
+    doc = json.loads(path.read_text())
+    doc["records"].append({**doc["records"][0], "score": 5.0})
+    path.write_text(json.dumps(doc))
+    with pytest.raises(Exception, match=r"record 81: question \(conv_id='locomo-c0', qid='locomo-0'\) is scored "
+                                        "twice"):
+        choose_main(tmp_path, ["reader"])

@@ -20,17 +20,16 @@ DataError, and so is a LoCoMo conversation whose turns carry image captions only
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import warnings
 from pathlib import Path
 from typing import Any
 
-from tiermem.data.dates import timestamp_problem
+from tiermem.data.dates import timestamp_problem, zone_mix
 from tiermem.data.fields import get_field as _get
 from tiermem.data.records import Conversation, Question, Turn
-from tiermem.data.textfile import check_text, read_utf8
+from tiermem.data.textfile import read_json_file
 from tiermem.settings.errors import DataError, MissingFileError, UsageError
 
 SAMPLE_PATH = Path(__file__).with_name("sample_locomo.json")
@@ -41,17 +40,9 @@ LOCOMO_CATEGORIES = frozenset({1, 2, 3, 4, 5})
 
 def _read_json(path: str | Path) -> Any:
     path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory, not a benchmark JSON file")
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise MissingFileError(f"benchmark file not found: {path}")
-    text = read_utf8(path)  # a UTF-8 byte-order mark is fine; a byte that is not UTF-8 is named by offset
-    try:
-        return check_text(json.loads(text), str(path))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON: {exc}") from None
-    except RecursionError:
-        raise DataError(f"{path}: JSON nested too deeply to be a benchmark file") from None
+    return read_json_file(path, DataError, "benchmark JSON file")  # regular file, size and depth bounds, UTF-8
 
 
 def _answer_text(value: Any, where: str) -> str:
@@ -277,6 +268,11 @@ def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[st
             if not isinstance(date, str):
                 raise DataError(f"{where}: field 'question_date' must be a string, got {type(date).__name__}")
             _check_date(date, where, "question_date")
+        # memory as of the question compares its date with every session's: one instant each, or refused by name
+        mix = zone_mix([(f"haystack_dates[{i}]", d) for i, d in enumerate(dates)]
+                       + ([("question_date", date)] if isinstance(date, str) else []))
+        if mix:
+            raise DataError(f"{where}: {mix}")
         question = Question(
             qid=qid,
             question=_question_text(item, where),
@@ -297,8 +293,7 @@ def _first_after(turns: list[Turn], date: str) -> str | None:
     asked = parse_timestamp(date)
     for turn in turns:
         moment = parse_timestamp(turn.timestamp)
-        if asked is not None and moment is not None and (moment.tzinfo is None) == (asked.tzinfo is None) \
-                and moment > asked:
+        if asked is not None and moment is not None and moment > asked:  # one kind of time: zone_mix checked
             return turn.turn_id
     return None
 

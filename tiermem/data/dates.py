@@ -31,3 +31,23 @@ def timestamp_problem(value: str) -> str | None:
     if parse_timestamp(value) is not None:
         return None
     return f"{value!r} is not a date (or names no real day/time); expected a form such as {DATE_EXAMPLES}"
+
+
+def is_aware(timestamp: str) -> bool:
+    """Whether a timestamp names its time zone ("...T09:12:00Z", "+02:00"): only then is it one instant."""
+    moment = parse_timestamp(timestamp)
+    return moment is not None and moment.tzinfo is not None and moment.utcoffset() is not None
+
+
+def zone_mix(stamps: list[tuple[str, str]]) -> str | None:
+    """Why (field, timestamp) pairs cannot be ordered against each other: some with a time zone, some without (which
+    zone is the naive one in?); None when all or none name one. Every comparison of two dates a loader makes (time
+    order, memory as of a question's date) is refused on such a mix rather than skipped, which would let a question
+    see its own future."""
+    aware = [s for s in stamps if is_aware(s[1])]
+    naive = [s for s in stamps if not is_aware(s[1])]
+    if not aware or not naive:
+        return None
+    (af, at), (nf, nt) = aware[0], naive[0]
+    return (f"{af} has a time zone ({at!r}) but {nf} has none ({nt!r}); times with and without a zone cannot be "
+            "ordered: give every timestamp an offset (e.g. Z), or none")

@@ -18,7 +18,11 @@ What the file holds and what the loader makes of it:
 - The session's `extracted_memory` points are the conversation's own Tier 1 (`Conversation.summaries`, unit id
   `S12:m3`: the twelfth session's third point; the files' own `index` repeats), each linked to its source turn; a
   point with no source is linked to its whole session (it is read once the session has ended).
-A malformed file stops with one DataError naming the file, the session and the field.
+- A point whose content is structured (an itinerary as an object or a list) is its JSON text
+  (`points_structured`); a point of a session whose turns are all empty links to nothing and is left out
+  (`points_in_empty_sessions`); a query turn with no text asks nothing and is left out (`queries_empty`).
+A malformed file stops with one DataError naming the file, the session and the field; every file a folder holds is
+read through the checked reader (tiermem.data.textfile.read_json_file: a regular file, size and depth bounded).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 from tiermem.data.fields import get_field as _get
 from tiermem.data.records import Conversation, GoldPoint, ImportedUnit, Question, Turn
-from tiermem.data.textfile import check_text, read_utf8
+from tiermem.data.textfile import read_json_file
 from tiermem.settings.errors import DataError, MissingFileError
 from tiermem.text.words import MEMORY_STOPWORDS, normalize, stem
 
@@ -52,7 +56,7 @@ def realmem_files(path: Path) -> list[Path]:
             raise DataError(f"{path}: is a directory with no RealMem history ({FILE_PATTERN}); give a data file or "
                             "a folder of RealMem histories")
         return files
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise MissingFileError(f"RealMem file not found: {path}")
     return [path]
 
@@ -61,10 +65,7 @@ def load_realmem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
     """Every history under `path` (a file or a directory of them), one Conversation per person."""
     conversations = []
     for file in realmem_files(Path(path)):
-        try:
-            data = check_text(json.loads(read_utf8(file)), str(file))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{file}: not valid JSON: {exc}") from None
+        data = read_json_file(file, DataError, "RealMem history")  # a FIFO, folder or dangling link picked: named
         conversations.append(parse_realmem(data, file, exclude_categories))
     seen: dict[str, str] = {}
     for conv in conversations:
@@ -72,6 +73,17 @@ def load_realmem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
             raise DataError(f"{conv.source}: person {conv.conv_id!r} is also the person of {seen[conv.conv_id]}")
         seen[conv.conv_id] = conv.source
     return conversations
+
+
+def _content(point: Any, where: str, notes: Counter | None = None) -> str:
+    """A memory point's text: a string, or structured content (an itinerary as an object or a list) as its JSON text,
+    counted in the load notes (`points_structured`)."""
+    value = _get(point, "content", (str, dict, list), where)
+    if isinstance(value, str):
+        return value
+    if notes is not None:
+        notes["points_structured"] += 1
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _day(value: str, where: str) -> str:
@@ -177,7 +189,7 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
             raise DataError(f"{where}: field 'extracted_memory' must be a list")
         for j, point in enumerate(points):
             pwhere = f"{where}: extracted_memory[{j}]"
-            text = _get(point, "content", str, pwhere)
+            text = _content(point, pwhere, notes)
             _get(point, "index", str, pwhere)  # not unique in the published files: the unit id is its place
             unit_id = f"S{n}:m{j + 1}"
             owner = _get(point, "session_uuid", str, pwhere)
@@ -188,7 +200,9 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
             sources = [ids[index]] if index is not None else [t for t in ids if t not in dropped]
             sources = [t for t in sources if t not in dropped] or [t for t in ids if t not in dropped]
             by_point.setdefault((uuid, text), sources if index is not None else [])
-            if text.strip():
+            if text.strip() and not sources:  # its session's turns are all empty: nothing to link it to
+                notes["points_in_empty_sessions"] += 1
+            elif text.strip():
                 units.append(ImportedUnit(unit_id, text, sources, day))
     questions = []
     seen_q: set[str] = set()
@@ -200,6 +214,9 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
         category = _get(turn, "category_name", str, twhere)
         if category in exclude_categories:
             continue
+        if turn_id in dropped:  # an empty request: nothing was asked (and its turn is in no page)
+            notes["queries_empty"] += 1
+            continue
         rwhere = f"{twhere.rsplit(': dialogue_turns', 1)[0]}: dialogue_turns[{i + 1}] (the reply)"
         if not isinstance(reply, dict) or reply.get("speaker") != "Assistant":
             raise DataError(f"{twhere}: a query turn must be followed by the Assistant's reply (its memory_used)")
@@ -207,7 +224,7 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
         points: list[GoldPoint] = []
         for k, item in enumerate(used):
             uwhere = f"{rwhere}: memory_used[{k}]"
-            key = (_get(item, "session_uuid", str, uwhere), _get(item, "content", str, uwhere))
+            key = (_get(item, "session_uuid", str, uwhere), _content(item, uwhere))
             if key not in by_point:
                 notes["used_points_unmatched"] += 1
                 points.append(GoldPoint(key[1], []))

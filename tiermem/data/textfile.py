@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tiermem.settings.errors import DataError
 
-__all__ = ["check_text", "decode_utf8", "jsonl_lines", "jsonl_records", "read_utf8"]
+__all__ = ["check_text", "decode_utf8", "jsonl_lines", "jsonl_records", "read_json_file", "read_utf8"]
+
+MAX_JSON_BYTES = 2 << 30  # a data file larger than this is not one a loader reads into memory whole
+MAX_JSON_DEPTH = 64  # the benchmark formats nest a few levels; deeper is no data file (and would recurse)
 
 
 def decode_utf8(data: bytes, path: str | Path, error: type[Exception] = DataError, bom_ok: bool = True) -> str:
@@ -76,3 +81,48 @@ def jsonl_records(text: str, path: str | Path, error: type[Exception] = DataErro
             raise error(f"{path}: line {number}: not valid JSON: {exc}") from None
         except RecursionError:
             raise error(f"{path}: line {number}: JSON nested too deeply") from None
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` (parsed JSON) nests, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= MAX_JSON_DEPTH and isinstance(item, (dict, list)):
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_json_file(path: str | Path, error: type[Exception] = DataError, what: str = "data file") -> Any:
+    """The checked JSON of a file a loader picked (named by the user or found in a folder): a regular file (a FIFO
+    would block the reader forever; a directory or a dangling link is no file), at most MAX_JSON_BYTES, UTF-8, JSON
+    nested at most MAX_JSON_DEPTH deep, every string text. Anything else raises `error` naming the file."""
+    path = Path(path)
+    try:  # opened without blocking, then checked on the open file: what is read is what was checked
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        gone = " (a link to a missing file)" if path.is_symlink() else ""
+        raise error(f"{path}: no such {what}{gone}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read as a {what} ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_JSON_BYTES:
+        os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{path}: is a directory, not a {what}")
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path}: not a regular file (a FIFO, socket or device), not a {what}")
+        raise error(f"{path}: {info.st_size} bytes, more than a {what} may hold ({MAX_JSON_BYTES})")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_JSON_BYTES + 1)
+    deep = error(f"{path}: JSON nested too deeply (more than {MAX_JSON_DEPTH} levels); not a {what}")
+    try:
+        value = json.loads(decode_utf8(data, path, error))
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise deep from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise deep
+    return check_text(value, str(path), error)

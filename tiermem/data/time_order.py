@@ -16,25 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tiermem.data.dates import parse_timestamp
+from tiermem.data.dates import parse_timestamp, zone_mix
 from tiermem.data.records import Conversation, Turn
-
-
-def _aware(turn: Turn) -> bool:
-    moment = parse_timestamp(turn.timestamp)
-    return moment is not None and moment.tzinfo is not None and moment.utcoffset() is not None
 
 
 def order_turns(turns: Sequence[Turn], fail: Callable[[str], Exception]) -> tuple[list[Turn], list[str]]:
     """(turns in time order, ids of the turns that moved); `fail(message)` for timestamps that cannot be ordered.
     Every timestamp has been checked to parse (timestamp_problem) before."""
-    aware = [t for t in turns if _aware(t)]
-    naive = [t for t in turns if not _aware(t)]
-    if aware and naive:
-        a, n = aware[0], naive[0]
-        raise fail(f"field 'timestamp': turn {a.turn_id!r} has a time zone ({a.timestamp!r}) but turn {n.turn_id!r} "
-                   f"has none ({n.timestamp!r}); times with and without a zone cannot be ordered: give every "
-                   "timestamp an offset (e.g. Z), or none")
+    mix = zone_mix([(f"turn {t.turn_id!r}", t.timestamp) for t in turns])
+    if mix:
+        raise fail(f"field 'timestamp': {mix}")
     sessions: dict[str, list[Turn]] = {}
     for turn in turns:
         sessions.setdefault(turn.session_id, []).append(turn)

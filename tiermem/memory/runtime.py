@@ -61,6 +61,7 @@ from tiermem.memory.tier_build import (
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
 from tiermem.memory.writeback import WriteBack, write_back
+from tiermem.models.specs import spec_digest
 from tiermem.runs.safe_io import write_atomic
 
 MANIFEST = "manifest.json"
@@ -133,6 +134,10 @@ def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None =
     """Hash of the conversation and every setting that shapes its tiers (the tier cache key)."""
     spec: dict[str, Any] = {"version": TIERS_VERSION, "conversation": conversation_hash(conv),
                             "tiers": cfg.tier_fields()}
+    # a local model folder is keyed by what it holds: changed in place, it builds new tiers (packaged: unchanged)
+    local = {k: d for k in ("tokenizer", "embedder") if (d := spec_digest(getattr(cfg, k))) != getattr(cfg, k)}
+    if local:
+        spec["model_digests"] = local
     if imports_units(conv, cfg):  # the summarizer's settings then shape nothing; the units do
         spec["tiers"] = {k: v for k, v in spec["tiers"].items()
                          if k in ("page_tokens", "tokenizer", "summaries", "embedder")}
@@ -209,8 +214,9 @@ class MemoryRuntime:
             index = SummaryIndex(tmp / "tier1", embedder)
             index.add(units, progress=progress)
             texts = [turn_text(t) for _, t in page_turns(pages)]
-            vectors = cached_turn_vectors(self.vector_cache, self.cfg.embedder, texts, lambda: index.embed(
-                texts, max_tokens=TURN_VECTOR_TOKENS, progress=progress), TIERS_VERSION)
+            vectors = cached_turn_vectors(
+                self.vector_cache, spec_digest(self.cfg.embedder), texts, lambda some: index.embed(
+                    some, max_tokens=TURN_VECTOR_TOKENS, progress=progress and len(some) == len(texts)), TIERS_VERSION)
             turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, vectors)
             tier1_root = index.root_hash()
             index.close()
@@ -322,7 +328,20 @@ class MemoryRuntime:
                 if not (runtime.workdir / MANIFEST).is_file():
                     raise
                 runtime._open()  # another process finished the same build first
+        runtime._check_built_for(key, "imported" if imports_units(conv, cfg) else "built")
         return runtime
+
+    def _check_built_for(self, key: str, tier1: str) -> None:
+        """A directory found under this request's name is used only when its manifest says it was built for it:
+        the same tier key (conversation and every tier setting) and Tier 1 source; else a StoreError naming both."""
+        found = {"tier_key": self.manifest.get("tier_key"), "tier1": self.manifest.get("tier1", "built")}
+        want = {"tier_key": key, "tier1": tier1}
+        wrong = [k for k in want if found[k] != want[k]]
+        if wrong:
+            self.close()
+            raise StoreError(f"{self.workdir / MANIFEST}: built for another request (field {wrong[0]!r} is "
+                             f"{found[wrong[0]]!r}, this request's is {want[wrong[0]]!r}); delete {self.workdir} "
+                             "and rerun to build it")
 
     def close(self) -> None:
         if self.memory is not None:

@@ -7,6 +7,10 @@ import hashlib
 import io
 import json
 import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ from tiermem.data.records import Conversation
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import SummaryUnit, day_of, speakers_of
 from tiermem.runs.safe_io import write_atomic, write_stream
+from tiermem.settings.errors import DataError
 
 # The embedder's training length (all-MiniLM-L6-v2: 128 word pieces): a long turn's vector reads its opening, and a
 # long history embeds in half the time. No LoCoMo turn is longer.
@@ -25,23 +30,26 @@ log = logging.getLogger(__name__)
 
 
 def imported_units(conv: Conversation, pages: list[Page]) -> list[SummaryUnit]:
-    """The conversation's own units as Tier 1, each linked to the pages holding its source turns."""
+    """The conversation's own units as Tier 1, each linked to the pages holding its source turns; a unit without its
+    own date is dated by its latest source turn (the one said last, wherever the unit lists it)."""
     where: dict[str, list[str]] = {}
     turns: dict[str, Any] = {}
+    order: dict[str, int] = {}
     for page in pages:
         for turn in page.turns:
             where.setdefault(turn.turn_id, [])
             if page.page_id not in where[turn.turn_id]:
                 where[turn.turn_id].append(page.page_id)
             turns[turn.turn_id] = turn
+            order.setdefault(turn.turn_id, len(order))
     units = []
     for unit in conv.summaries:
         missing = [t for t in unit.turn_ids if t not in where]
-        if missing or not unit.turn_ids:
-            raise ValueError(f"conversation {conv.conv_id!r}: summary unit {unit.unit_id!r} links to turn(s) "
-                             f"{missing or '(none)'} that no page holds")
+        if missing or not unit.turn_ids:  # bad data (a loader links every unit it keeps to a kept turn): named
+            raise DataError(f"conversation {conv.conv_id!r}: summary unit {unit.unit_id!r} links to turn(s) "
+                            f"{missing or '(none)'} that no page holds")
         page_ids = list(dict.fromkeys(p for t in unit.turn_ids for p in where[t]))
-        date = unit.date or turns[unit.turn_ids[-1]].timestamp
+        date = unit.date or turns[max(unit.turn_ids, key=order.__getitem__)].timestamp
         units.append(SummaryUnit(unit.unit_id, unit.text, page_ids, list(unit.turn_ids), day_of(date), "imported",
                                  speakers_of(turns[t] for t in unit.turn_ids)))
     return units
@@ -53,24 +61,73 @@ def save_turn_vectors(path: Path, vectors: np.ndarray) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def cached_turn_vectors(cache: Path | None, embedder: str, texts: list[str], compute: Any,
-                        tiers_version: str) -> np.ndarray:
-    """The turn vectors of `texts`, read from `cache` when an earlier build of the same turns with the same embedder
-    wrote them (checked by digest, shape and finiteness; anything else is recomputed), else computed and kept there.
-    A history's tier variants (imported or extractive Tier 1, other summarizer settings) then embed its turns once."""
+SPOT_ROWS = 4  # rows of a cached entry embedded again before it is used
+SPOT_TOLERANCE = 1e-4  # unit vectors: one turn embedded alone or in a batch agree far closer than this
+
+
+def cached_turn_vectors(cache: Path | None, embedder: str, texts: list[str],
+                        embed: Callable[[list[str]], np.ndarray], tiers_version: str) -> np.ndarray:
+    """The turn vectors of `texts` (`embed(texts)`), read from `cache` when an earlier build of the same turns with
+    the same embedder (`embedder`: its spec digest) wrote them, else computed and kept there. A history's tier
+    variants (imported or extractive Tier 1, other summarizer settings) then embed its turns once.
+
+    An entry is used only when it is a plain file matching its digest, float32 of one row per turn, finite, and a
+    few of its rows (first, last, spread between) equal the same turns embedded now, which also fixes the width.
+    The digest proves the file is whole as written; the rows embedded again prove it holds this embedder's vectors
+    (docs/formats.md, "The turn-vector cache"). Anything else is rebuilt and replaced, never copied into a tier."""
     if cache is None:
-        return compute()
+        return embed(texts)
     key = hashlib.sha256(json.dumps([tiers_version, embedder, TURN_VECTOR_TOKENS, texts], ensure_ascii=False)
                          .encode("utf-8")).hexdigest()
     path, digest = cache / f"{key}.npy", cache / f"{key}.sha256"
-    if path.is_file() and digest.is_file():
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() == digest.read_text(encoding="utf-8").strip():
-            vectors = np.load(io.BytesIO(data), allow_pickle=False)
-            if vectors.ndim == 2 and vectors.shape[0] == len(texts) and np.isfinite(vectors).all():
-                return vectors
-        log.warning("%s: cached turn vectors do not match their digest or shape; computing them again", path)
-    vectors = compute()
-    cache.mkdir(parents=True, exist_ok=True)
-    write_atomic(digest, save_turn_vectors(path, vectors))
+    found = _read_entry(path, digest, len(texts))
+    if isinstance(found, np.ndarray):
+        rows = sorted({0, len(texts) - 1, *np.linspace(0, len(texts) - 1, SPOT_ROWS).round().astype(int).tolist()})
+        fresh = np.asarray(embed([texts[i] for i in rows]), dtype=np.float32)
+        if fresh.shape == (len(rows), found.shape[1]) and np.allclose(found[rows], fresh, rtol=0,
+                                                                      atol=SPOT_TOLERANCE):
+            return found
+        found = "its rows are not this embedder's vectors of these turns (width or values differ)"
+    if found is not None:
+        log.warning("%s: cached turn vectors not used (%s); computing them again", path, found)
+    vectors = embed(texts)
+    _store(cache, path, digest, vectors)
     return vectors
+
+
+def _plain_file(path: Path) -> bool:
+    return not path.is_symlink() and path.is_file()
+
+
+def _read_entry(path: Path, digest: Path, rows: int) -> np.ndarray | str | None:
+    """The entry's vectors, None when there is none, else why it cannot be used."""
+    if not path.exists() and not path.is_symlink() and not digest.exists() and not digest.is_symlink():
+        return None
+    if not _plain_file(path) or not _plain_file(digest):
+        return "the entry or its digest is not a plain file"
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest.read_text(encoding="utf-8").strip():
+            return "the file does not match its digest"
+        vectors = np.load(io.BytesIO(data), allow_pickle=False)
+    except (OSError, UnicodeDecodeError, ValueError, EOFError) as exc:
+        return f"unreadable ({type(exc).__name__})"
+    if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape[0] != rows or not vectors.shape[1] \
+            or not np.isfinite(vectors).all():
+        return f"float32 rows of one finite vector per turn expected, found {vectors.dtype} {vectors.shape}"
+    return vectors
+
+
+def _store(cache: Path, path: Path, digest: Path, vectors: np.ndarray) -> None:
+    """Keep `vectors` as the entry, replacing whatever bad entry is in the way; a cache that is no folder keeps
+    nothing (said so)."""
+    if cache.is_symlink() or (cache.exists() and not cache.is_dir()):
+        log.warning("%s: not a folder; turn vectors are not kept", cache)
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    for old in (path, digest):
+        if old.is_symlink() or (old.exists() and not old.is_file()):  # a folder or link where a file goes
+            aside = Path(tempfile.mkdtemp(prefix=f".{old.name}.bad.", dir=cache))
+            os.replace(old, aside / "entry")
+            shutil.rmtree(aside, ignore_errors=True)
+    write_atomic(digest, save_turn_vectors(path, vectors))

@@ -21,6 +21,7 @@ from tiermem.memory.raw_store import Page, RawPageStore, StoreError
 from tiermem.memory.summaries import RetrievedUnit, SummaryIndex, SummaryUnit
 from tiermem.memory.text import content_words
 from tiermem.memory.turns import RRF_K, TurnHit, TurnIndex
+from tiermem.settings.errors import DataError
 
 
 class History:
@@ -39,8 +40,8 @@ class History:
         self.unit_terms: UnitTerms | None = None  # BM25 over the units, built on research's first use
 
     def cutoff(self, turn_id: str) -> int:
-        if turn_id not in self.position:
-            raise ValueError(f"memory as of turn {turn_id!r}: the conversation's pages hold no such turn")
+        if turn_id not in self.position:  # a question's turn the loader dropped or never had: bad data, named
+            raise DataError(f"memory as of turn {turn_id!r}: the conversation's pages hold no such turn")
         return self.position[turn_id]
 
     def unit_last(self, summaries: SummaryIndex) -> np.ndarray:

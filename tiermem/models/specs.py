@@ -10,10 +10,13 @@ A spec is one of:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -112,7 +115,20 @@ def _convert_smollm(target: Path) -> Path:
     safe_io.write_atomic(tmp / "tiermem_conversion.json", json.dumps(
         {"source": str(src / _SMOLLM_GGUF), "max_abs_logit_diff": diff,
          "seconds": round(time.perf_counter() - started, 1)}, indent=2))
-    tmp.rename(target)  # atomic: a half-written conversion is never mistaken for a cached one
+    return publish_conversion(tmp, target)
+
+
+def publish_conversion(tmp: Path, target: Path) -> Path:
+    """Put a sealed conversion `tmp` in place as `target`, by one rename: a half-written conversion is never mistaken
+    for a cached one. Two processes converting at once: the later one's rename meets the first one's directory, so it
+    uses that copy when it checks whole against its own digests (tiermem.models.cache), and replaces it otherwise (a
+    partial copy left by a killed run)."""
+    from tiermem.models.cache import publish, seal
+
+    seal(tmp)
+    if not publish(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.info("another process converted %s first (its files check whole): using its copy", target)
     return target
 
 
@@ -148,6 +164,35 @@ def resolve_model(spec: str, revision: str | None = None) -> Path:
         ) from None
     except Exception as exc:  # network errors, 404, gated repos: say which model and why
         raise ModelSpecError(f"model {spec!r} could not be fetched from the hub: {exc}") from None
+
+
+def spec_digest(spec: str) -> str:
+    """What a model spec names, for the keys of caches built with it (tiers, turn vectors): a local directory by a
+    sha256 of its files' names and bytes, so a folder changed in place keys new entries (as the model cache keys a
+    base by its weights); any other spec (packaged, a hub id, `hashing`) by itself."""
+    path = Path(spec).expanduser()
+    if spec.startswith("packaged:") or not path.is_dir():
+        return spec
+    files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+    # rehashed only when a file's size or modification time changed: a long labeling run keys its tiers once
+    return _directory_digest(str(path.resolve()), tuple((f, *_stamp(path / f)) for f in files))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_size, info.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=32)
+def _directory_digest(root: str, files: tuple[tuple[str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    for name, _, _ in files:
+        h.update(name.encode("utf-8", "surrogateescape") + b"\0")
+        with open(Path(root) / name, "rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return f"sha256:{h.hexdigest()}"
 
 
 def is_hub_id(spec: str) -> bool:
