@@ -124,7 +124,8 @@ _TOPIC_TAG = re.compile(r"\u3010[^\u3011]*\u3011")  # a memory system's topic la
 STATES_SHARE = 0.5  # a turn states a point when it holds at least this share of the point's content words
 
 
-def _source_turn(point: dict[str, Any], contents: list[tuple[str, str]], where: str) -> tuple[int | None, str]:
+def _source_turn(point: dict[str, Any], text: str, contents: list[tuple[str, str]], where: str
+                 ) -> tuple[int | None, str]:
     """(0-based index of the turn that says the point, or None: the session's end; how it was found)."""
     source = point.get("source_turn")
     if source is not None and (isinstance(source, bool) or not isinstance(source, int)):
@@ -133,7 +134,7 @@ def _source_turn(point: dict[str, Any], contents: list[tuple[str, str]], where: 
         if point.get(name) is not None and not isinstance(point[name], str):
             raise DataError(f"{where}: field {name!r} must be a string")
     snapshot, role = point.get("source_content_snapshot"), point.get("source_role_snapshot")
-    words = _words(point["content"])
+    words = _words(text)
     shares = [len(words & _words(text)) / len(words) if words else 0.0 for _, text in contents]
     top = max(shares, default=0.0)  # the turn that first says it is the first to say it as fully as any turn does
     first = next((i for i, share in enumerate(shares) if share >= top), -1) if top >= STATES_SHARE else -1
@@ -195,7 +196,7 @@ def parse_realmem(data: Any, path: str | Path, exclude_categories: tuple[str, ..
             owner = _get(point, "session_uuid", str, pwhere)
             if owner != uuid:
                 raise DataError(f"{pwhere}: field 'session_uuid' is {owner!r}, not its session's {uuid!r}")
-            index, how = _source_turn(point, contents, pwhere)
+            index, how = _source_turn(point, text, contents, pwhere)
             notes[f"points_by_{how}"] += 1
             sources = [ids[index]] if index is not None else [t for t in ids if t not in dropped]
             sources = [t for t in sources if t not in dropped] or [t for t in ids if t not in dropped]
