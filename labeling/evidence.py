@@ -94,16 +94,17 @@ class Reading:
     turn_ids: Callable[[str], Iterable[str]]
     turns: Callable[[str], Sequence[Any]] | None = None
     cast: Cast | None = None
-    unit_texts: tuple[str, ...] | None = None  # the Tier-1 units the memory may read (as of the question)
+    # the Tier-1 units the memory may read as of the question: (text, source turn ids)
+    memory_units: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     _units: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _recall: dict[tuple[Any, ...], float | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of_pages(cls, pages: Iterable[Any], unit_texts: Iterable[str] | None = None) -> Reading:
+    def of_pages(cls, pages: Iterable[Any], memory_units: Iterable[Any] | None = None) -> Reading:
         by_id = {p.page_id: p for p in pages}
         return cls(lambda pid: by_id[pid].turn_ids, lambda pid: by_id[pid].turns,
                    Cast.of_turns(t for p in by_id.values() for t in p.turns),
-                   None if unit_texts is None else tuple(unit_texts))
+                   None if memory_units is None else tuple((u.text, tuple(u.turn_ids)) for u in memory_units))
 
     @classmethod
     def of(cls, pages: Reading | Mapping[str, Iterable[str]] | Callable[[str], Iterable[str]]) -> Reading:
@@ -127,11 +128,11 @@ class Reading:
             out += self._units[pid]
         return out
 
-    def reply_details(self, request: str, reply: str) -> frozenset:
+    def reply_details(self, request: str, reply: str) -> dict:
         """The details of `reply` the units this memory may read state and `request` does not (once per request)."""
         key = ("reply", request, reply)
         if key not in self._recall:
-            self._recall[key] = reply_details(reply, request, self.unit_texts or ())  # type: ignore[assignment]
+            self._recall[key] = reply_details(reply, request, self.memory_units or ())  # type: ignore[assignment]
         return self._recall[key]  # type: ignore[return-value]
 
     def research_recall(self, key: tuple[Any, ...], page_ids: Sequence[str], score: Callable[[list[Any]], Any]
@@ -270,11 +271,14 @@ def compute_signals(
         s_ok, r_ok = held[0] >= need, held[1] >= need
         r_ok_by = "points" if r_ok else None
     by_reply = None
-    if reply is not None and reading.unit_texts is not None:  # the reply decides; the points stay a witness
+    if reply is not None and reading.memory_units is not None:  # the reply decides; the points stay a witness
         details = reading.reply_details(question or "", reply)
         research = [u["text"] for u in reading.read_units(research_page_ids) or []]
-        by_reply = reply_signals(details, [str(_field(u, "text") or "") for u in summaries], research, cfg.reply)
-        s_ok, r_ok, r_ok_by = by_reply.s_ok, by_reply.r_ok, "reply" if by_reply.r_ok else None
+        by_reply = reply_signals(details, [str(_field(u, "text") or "") for u in summaries], research,
+                                 turns_in_pages(research_page_ids, reading.turn_ids), cfg.reply)
+        points_r_ok = bool(points) and r_ok  # the memory_used witness: research held the request's points
+        s_ok, r_ok = by_reply.s_ok, by_reply.r_ok or points_r_ok
+        r_ok_by = "reply" if by_reply.r_ok else "points" if points_r_ok else None
     return EvidenceSignals(
         answer_recall=None if recall is None else round(recall, 4),
         n_gold=len(gold_turns),

@@ -5,13 +5,14 @@ campsites"`, `"air filter"`) that the memory as of the request states (some unit
 request does not (neither the pair nor both its words). A unit holds a detail when it holds both words: a fact
 repeated or revised under another point, or in another order, counts. The summaries suffice when at most
 `answer_max_missing` details are missing from them; they do not when at least `escalate_min_missing` are; between
-the two the evidence is too thin to decide and the request gets no label. docs/labeling.md has the measurements.
+the two the evidence is too thin to decide and the request gets no label. The research path is right when it reads
+back at least one detail the summaries missed (or all but `answer_max_missing`). docs/labeling.md has the rest.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -43,14 +44,18 @@ def words_of(text: str) -> frozenset[str]:
     return frozenset(_content(_TOPIC_TAG.sub(" ", text)))
 
 
-def reply_details(reply: str, request: str, memory_texts: Iterable[str]) -> frozenset[Detail]:
-    """The details of `reply` that the memory's texts state and `request` does not."""
+def reply_details(reply: str, request: str, memory: Iterable[tuple[str, Sequence[str]]]
+                  ) -> dict[Detail, frozenset[str]]:
+    """The details of `reply` that the memory's units (text, source turn ids) state and `request` does not, each
+    with the source turns of the units that state it."""
     said = details_of(reply)
-    in_memory: set[Detail] = set()
-    for text in memory_texts:
-        in_memory |= said & details_of(text)
+    sources: dict[Detail, set[str]] = {}
+    for text, turn_ids in memory:
+        for detail in said & details_of(text):
+            sources.setdefault(detail, set()).update(turn_ids)
     asked, asked_words = details_of(request), words_of(request)
-    return frozenset(d for d in in_memory if d not in asked and not (d[0] in asked_words and d[1] in asked_words))
+    return {d: frozenset(turns) for d, turns in sources.items()
+            if d not in asked and not (d[0] in asked_words and d[1] in asked_words)}
 
 
 def held(details: Iterable[Detail], texts: Iterable[str]) -> set[Detail]:
@@ -62,7 +67,8 @@ def held(details: Iterable[Detail], texts: Iterable[str]) -> set[Detail]:
 @dataclass
 class ReplyRuleConfig:
     # the summaries suffice when at most this many of the reply's details are missing from them (and research is
-    # right when at most this many are missing from the summaries and the pages it read together)
+    # right when at most this many are missing from the summaries and the pages it read together, or it reads back
+    # at least one the summaries missed)
     answer_max_missing: int = 1
     # the summaries do not suffice when at least this many are missing; between the two bounds: no label
     escalate_min_missing: int = 4
@@ -90,10 +96,17 @@ class ReplySignals:
 UNDECIDED = "reply details between the bounds"  # the drop reason of a request the reply rule cannot decide
 
 
-def reply_signals(details: frozenset[Detail], summary_texts: list[str], research_texts: list[str],
-                  cfg: ReplyRuleConfig) -> ReplySignals:
+def reply_signals(details: Mapping[Detail, frozenset[str]], summary_texts: list[str], research_texts: list[str],
+                  research_turns: set[str], cfg: ReplyRuleConfig) -> ReplySignals:
+    """The summaries hold a detail when one of them holds it; the research path when one page it read holds it or it
+    read a source turn of a unit that states it (provenance: the memory's phrasing is not the raw turns')."""
     in_summaries = held(details, summary_texts)
     missing = len(details) - len(in_summaries)
-    after_research = missing - len(held(details - in_summaries, research_texts))
+    rest = [d for d in details if d not in in_summaries]
+    found = held(rest, research_texts) | {d for d in rest if details[d] & research_turns}
+    after_research = missing - len(found)
     s_ok = True if missing <= cfg.answer_max_missing else False if missing >= cfg.escalate_min_missing else None
-    return ReplySignals(len(details), missing, after_research, s_ok, after_research <= cfg.answer_max_missing)
+    # research is right when it reads back what the summaries missed, or at least some of it: a reply drawing on
+    # facts of many sessions is never whole in one bounded research round, and escalating still brings it closer
+    r_ok = after_research <= cfg.answer_max_missing or after_research < missing
+    return ReplySignals(len(details), missing, after_research, s_ok, r_ok)

@@ -242,8 +242,7 @@ class AsOfReadings:
     def __call__(self, memory: Any) -> Reading:
         with self._lock:
             if memory.before not in self._by_cutoff:
-                self._by_cutoff[memory.before] = Reading.of_pages(memory.all_pages(),
-                                                                  [u.text for u in memory.visible_units()])
+                self._by_cutoff[memory.before] = Reading.of_pages(memory.all_pages(), memory.visible_units())
             return self._by_cutoff[memory.before]
 
 

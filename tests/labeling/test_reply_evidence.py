@@ -10,8 +10,8 @@ from labeling.judgments.verdicts import REALMEM_FORMAT, agreement, load_verdicts
 from labeling.reply_evidence import UNDECIDED, ReplyRuleConfig, held, reply_details, reply_signals
 from tiermem.settings.errors import ConfigError
 
-MEMORY = ["User chose the efficient frontier as the next topic.", "User's tent is a Coleman Sundome.",
-          "User booked three campsites at Lake Tekapo."]
+MEMORY = [("User chose the efficient frontier as the next topic.", ("S1:2",)),
+          ("User's tent is a Coleman Sundome.", ("S2:1",)), ("User booked three campsites at Lake Tekapo.", ("S3:4",))]
 REQUEST = "What should we focus on next in the planning?"
 REPLY = "We said we would look at the efficient frontier next, then book the three campsites at Lake Tekapo."
 
@@ -36,16 +36,21 @@ def test_a_unit_holds_a_detail_said_in_other_words_or_order():
 def test_the_bounds_decide_and_between_them_no_label(missing, s_ok):
     details = frozenset((f"w{i}", f"v{i}") for i in range(6))
     summaries = [f"w{i} v{i}" for i in range(6 - missing)]
-    signals = reply_signals(details, summaries, [], ReplyRuleConfig())
+    details = {d: frozenset({f"t{i}"}) for i, d in enumerate(sorted(details))}
+    signals = reply_signals(details, summaries, [], set(), ReplyRuleConfig())
     assert (signals.n_details, signals.missing_from_summaries, signals.s_ok) == (6, missing, s_ok)
     assert signals.r_ok is (missing <= 1)  # research read nothing: right only where the summaries were
-    full = reply_signals(details, summaries, [" ".join(f"w{i} v{i}" for i in range(6))], ReplyRuleConfig())
+    full = reply_signals(details, summaries, [" ".join(f"w{i} v{i}" for i in range(6))], set(), ReplyRuleConfig())
     assert full.missing_after_research == 0 and full.r_ok
+    # research read the source turns of the units that state them: held by provenance, whatever the raw wording
+    linked = reply_signals(details, summaries, ["other words"], {f"t{i}" for i in range(6)}, ReplyRuleConfig())
+    assert linked.missing_after_research == 0 and linked.r_ok
 
 
 def test_compute_signals_reads_the_reply_where_the_data_gives_one():
-    units = [{"text": MEMORY[1], "page_ids": ["p1"], "speakers": ["User"]}]
+    units = [{"text": MEMORY[1][0], "page_ids": ["p1"], "speakers": ["User"]}]
     reading = Reading(lambda pid: ["t1"], lambda pid: [], None, tuple(MEMORY))
+    assert reading.reply_details(REQUEST, REPLY)[("lake", "tekapo")] == {"S3:4"}  # with the turns that state it
     signals = compute_signals("gold", "", ["t1"], units, ["p1"], reading, EvidenceConfig(), "realmem",
                               question=REQUEST, reply=REPLY)
     assert signals.reply is not None and signals.reply.missing_from_summaries >= 4 and signals.s_ok is False
