@@ -8,18 +8,15 @@ Prints, per history, the loader's notes and the visible-before-said units and (r
 
 from __future__ import annotations
 
-import re
 import sys
 from collections import Counter, defaultdict
 
 from tiermem.data.realmem import load_realmem
-from tiermem.text.words import MEMORY_STOPWORDS, normalize, stem
-
-_TAG = re.compile(r"\u3010[^\u3011]*\u3011")
+from tiermem.text.words import fact_words
 
 
 def words(text: str) -> set[str]:
-    return {stem(w) for w in normalize(_TAG.sub(" ", text)).split() if w not in MEMORY_STOPWORDS}
+    return set(fact_words(text, letters=True))
 
 
 def scan(path: str) -> Counter:

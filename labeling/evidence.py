@@ -41,6 +41,7 @@ from tiermem.memory.text import content_words
 from tiermem.settings.errors import ConfigError
 from tiermem.text.answer_match import DATE_ORDERS, canonical_numbers, find_dates, parse_absolute, states, without_spans
 from tiermem.text.persons import Cast, PersonGuard, person_guard
+from tiermem.text.words import TOPIC_TAG
 
 
 @dataclass
@@ -295,7 +296,6 @@ def compute_signals(
     )
 
 
-_TOPIC_TAG = re.compile(r"【[^】]*】")  # a memory system's topic label ("【Travel Planning】"), not a fact
 
 
 def point_counts(points: Sequence[Any], summaries: Sequence[Any], research_page_ids: Sequence[str], reading: Reading,
@@ -309,7 +309,7 @@ def point_counts(points: Sequence[Any], summaries: Sequence[Any], research_page_
     read = turns_in_pages(research_page_ids, reading.turn_ids)
     in_summaries = in_research = 0
     for point in points:
-        text = _TOPIC_TAG.sub(" ", point.text)
+        text = TOPIC_TAG.sub(" ", point.text)
         recall = answer_recall(text, summaries, "", "points", question, cfg.date_order, reading.cast) or 0.0
         sources = set(point.turn_ids)
         if recall >= cfg.recall_threshold or (sources and sources <= linked and recall >= cfg.linked_recall_threshold):

@@ -18,30 +18,25 @@ from functools import lru_cache
 
 from tiermem.settings import ranges
 from tiermem.settings.errors import ConfigError
-from tiermem.text.words import MEMORY_STOPWORDS, normalize, stem
+from tiermem.text.words import TOPIC_TAG, fact_words
 
 Detail = tuple[str, str]
 _CLAUSE = re.compile(r"[.!?;:()\n]+")
-_TOPIC_TAG = re.compile(r"\u3010[^\u3011]*\u3011")  # a memory system's topic label ("【Travel Planning】")
-
-
-def _content(text: str) -> list[str]:
-    return [stem(w) for w in normalize(text).split() if w not in MEMORY_STOPWORDS and (len(w) > 1 or w.isdigit())]
 
 
 @lru_cache(maxsize=200_000)
 def details_of(text: str) -> frozenset[Detail]:
     """The adjacent content-word pairs of each clause of `text` (stemmed)."""
     out: set[Detail] = set()
-    for clause in _CLAUSE.split(_TOPIC_TAG.sub(" ", text)):
-        words = _content(clause)
+    for clause in _CLAUSE.split(TOPIC_TAG.sub(" ", text)):
+        words = fact_words(clause)
         out.update(zip(words, words[1:], strict=False))
     return frozenset(out)
 
 
 @lru_cache(maxsize=200_000)
 def words_of(text: str) -> frozenset[str]:
-    return frozenset(_content(_TOPIC_TAG.sub(" ", text)))
+    return frozenset(fact_words(text))
 
 
 def reply_details(reply: str, request: str, memory: Iterable[tuple[str, Sequence[str]]]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from labeling.dataset import RecordError
-from labeling.judgments.format import FORMAT, MATCH_OUTCOMES, Judgments, parse_judgments
+from labeling.judgments.format import FORMAT, MATCH_OUTCOMES, Judgments, _get, parse_judgments
 from tiermem import stats
 from tiermem.data.textfile import jsonl_records, read_utf8
 from tiermem.runs.safe_io import check_file_path
@@ -53,10 +53,9 @@ class Verdicts:
 
 
 def _field(obj: Any, name: str, kind: Any, where: str) -> Any:
-    value = obj.get(name) if isinstance(obj, dict) else None
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise RecordError(f"{where}: field {name!r} must be {getattr(kind, '__name__', kind)}, got {value!r:.80}")
-    return value
+    if not isinstance(obj, dict):
+        raise RecordError(f"{where} must be a JSON object, got {type(obj).__name__}")
+    return _get(obj, name, kind, where)  # the judgments' one field reader: kind, presence, lone surrogates
 
 
 def _realmem(verdicts: Verdicts, path: Path, lines: list[tuple[int, Any]]) -> None:

@@ -37,7 +37,7 @@ from tiermem.data.fields import get_field as _get
 from tiermem.data.records import Conversation, GoldPoint, ImportedUnit, Question, Turn
 from tiermem.data.textfile import read_json_file
 from tiermem.settings.errors import DataError, MissingFileError
-from tiermem.text.words import MEMORY_STOPWORDS, normalize, stem
+from tiermem.text.words import fact_words
 
 FILE_PATTERN = "*_dialogues_*.json"
 SPEAKERS = ("User", "Assistant")
@@ -117,10 +117,9 @@ def _sessions(data: Any, path: Path) -> tuple[str, list[tuple[str, dict[str, Any
 
 
 def _words(text: str) -> set[str]:
-    return {stem(w) for w in normalize(_TOPIC_TAG.sub(" ", text)).split() if w not in MEMORY_STOPWORDS}
+    return set(fact_words(text, letters=True))
 
 
-_TOPIC_TAG = re.compile(r"\u3010[^\u3011]*\u3011")  # a memory system's topic label ("【Travel Planning】"), not a fact
 STATES_SHARE = 0.5  # a turn states a point when it holds at least this share of the point's content words
 
 

@@ -90,3 +90,16 @@ MEMORY_EXTRA = frozenset("""above again against because below both down each few
 FORM_WORDS = FUNCTION_WORDS | QUESTION_AUXILIARIES | CONTRACT_FORM_EXTRA
 SIGNAL_STOPWORDS = FUNCTION_WORDS | QUESTION_AUXILIARIES | QUANTIFIERS_AND_CONNECTIVES | SIGNAL_EXTRA
 MEMORY_STOPWORDS = FUNCTION_WORDS | QUANTIFIERS_AND_CONNECTIVES | MEMORY_EXTRA
+
+
+# ---- what a memory fact is made of -----------------------------------------------------------------
+
+TOPIC_TAG = re.compile(r"\u3010[^\u3011]*\u3011")  # a memory system's topic label ("【Travel Planning】"), not a fact
+
+
+def fact_words(text: str, letters: bool = False) -> list[str]:
+    """The stemmed content words of a fact, a turn or a reply (its topic tag left out): what the RealMem loader
+    compares a point with its turns by (`letters=True`: single letters kept, as its placements were measured), and
+    the reply rule's details are made of."""
+    words = normalize(TOPIC_TAG.sub(" ", text)).split()
+    return [stem(w) for w in words if w not in MEMORY_STOPWORDS and (letters or len(w) > 1 or w.isdigit())]

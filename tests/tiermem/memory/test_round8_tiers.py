@@ -11,22 +11,12 @@ import pytest
 
 from tests.helpers.memory_runtime import CFG
 from tests.helpers.realmem_fixture import write
+from tests.tiermem.memory.test_turn_vector_cache import CountingEmbedder
 from tiermem.data.realmem import load_realmem
 from tiermem.data.records import ImportedUnit
 from tiermem.memory.raw_store import whitespace_tokens
 from tiermem.memory.runtime import TURN_VECTOR_CACHE, MemoryRuntime, tier_key
-from tiermem.memory.summaries import HashingEmbedder
 from tiermem.settings.errors import StoreError
-
-
-class CountingEmbedder(HashingEmbedder):
-    def __init__(self):
-        super().__init__()
-        self.texts = 0
-
-    def encode(self, sentences, **kwargs):
-        self.texts += len(sentences)
-        return super().encode(sentences, **kwargs)
 
 
 def _build(root, conv, counter=None, **cfg):
