@@ -53,8 +53,9 @@ class Verdicts:
 
 
 def _field(obj: Any, name: str, kind: Any, where: str) -> Any:
-    if not isinstance(obj, dict):
-        raise RecordError(f"{where} must be a JSON object, got {type(obj).__name__}")
+    if not isinstance(obj, dict) or name not in obj:
+        raise RecordError(f"{where}: field {name!r} is missing" if isinstance(obj, dict)
+                          else f"{where} must be a JSON object, got {type(obj).__name__}")
     return _get(obj, name, kind, where)  # the judgments' one field reader: kind, presence, lone surrogates
 
 
