@@ -374,7 +374,7 @@ def write_scores(run_dir: str | Path, records: Sequence[dict[str, Any]], scores:
              "label": r.get("label"), "score": float(s)} for r, s in zip(records, scores, strict=True)]
     path = Path(run_dir) / SCORES_FILE
     write_atomic(path, json.dumps({"format": "tiermem-calibration-scores/1", "scored_on": source["scored_on"],
-                                   "n": len(rows), "records": rows}) + "\n")
+                                   "scores_from": source["scores_from"], "n": len(rows), "records": rows}) + "\n")
     return {"file": SCORES_FILE, "sha256": sha256_file(path), "n": len(rows)}
 
 

@@ -132,7 +132,7 @@ def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
         retrieved = memory.search_summaries(q.question, cfg_memory.top_k)
     pages = first_round_pages(memory, q.question, retrieved, pages_per_round=cfg_memory.pages_per_round,
                               keyword_k=cfg_memory.keyword_k, question_date=q.date,
-                              turn_k=cfg_memory.turn_k)[: cfg_memory.pages_per_round]
+                              turn_k=cfg_memory.turn_k, needed=cfg_memory.pages_per_round)[: cfg_memory.pages_per_round]
     read = memory.raw.get_many(pages)
     s_tokens = summary_input_tokens(q, retrieved, count_tokens)
     r_tokens = estimated_research_input_tokens(q.question, q.date, read, count_tokens, cfg_memory.max_snippets)

@@ -28,6 +28,9 @@ class FitFeaturesConfig:
     l2: float = 1.0
     class_weight: str = "balanced"  # balanced | none
     eval_splits: list[str] = field(default_factory=lambda: ["validation"])  # AUROC reported in the metrics
+    # kind features: every question of these splits scored by a model fitted on the other conversations
+    # (oof_scores.json: what calibrate and the demo's main-router choice read); [] = none
+    cv_splits: list[str] = field(default_factory=lambda: ["train", "validation"])
 
     def __post_init__(self) -> None:
         from labeling.dataset import data_paths
@@ -47,6 +50,26 @@ def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
             if key not in r:
                 raise DataError(f"{data} [{split}] labeled record {i} (qid={r.get('qid')!r}): missing field {key!r}")
     return rows
+
+
+def out_of_fold(cfg: FitFeaturesConfig) -> dict[str, Any]:
+    """oof_scores.json over cv_splits' natural records: each conversation scored by a model fitted on the other
+    conversations' labeled records (router_train/reader/oof_scores.py)."""
+    from labeling.dataset import load_split
+    from router_train.reader.oof_scores import loco, write_oof_scores
+
+    records = [r for s in cfg.cv_splits for r in load_split(cfg.data, s)
+               if not r.get("augmentation") and not r.get("error")]
+    x = feature_matrix([r["question"] for r in records], [r["router_summaries"] for r in records])
+    y = np.array([r.get("label") == "ESCALATE" for r in records], dtype=np.float64)
+
+    def score_held(fit_on: np.ndarray, held: np.ndarray) -> np.ndarray:
+        return fit_logistic(x[fit_on], y[fit_on], FEATURES, cfg.l2, cfg.class_weight).log_odds(x[held])
+
+    return write_oof_scores(cfg.output_dir, records, loco(records, score_held), {
+        "dataset": cfg.data, "splits": list(cfg.cv_splits), "settings": {"l2": cfg.l2, "class_weight":
+                                                                          cfg.class_weight},
+        "method": "leave-one-conversation-out: the logistic regression fitted on the other conversations"})
 
 
 def fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
@@ -84,7 +107,11 @@ def _fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
         s = router.score([r["question"] for r in eval_rows], [r["router_summaries"] for r in eval_rows])
         labels = [r["label"] == "ESCALATE" for r in eval_rows]
         metrics[split] = {"n": len(eval_rows), "auroc": auroc(s, labels) if 0 < sum(labels) < len(labels) else None}
-    router.save(cfg.output_dir, data=data, metrics=metrics)
+    if isinstance(router, FeatureRouter):
+        router.save(cfg.output_dir, data=data, metrics=metrics,
+                    extra={"oof_scores": out_of_fold(cfg)} if cfg.cv_splits else None)
+    else:
+        router.save(cfg.output_dir, data=data, metrics=metrics)
     weights = dict(zip(FEATURES, router.model.weights, strict=True)) if isinstance(router, FeatureRouter) else {}
     return {"output_dir": cfg.output_dir, "kind": cfg.kind, "metrics": metrics, "weights": weights}
 

@@ -2,8 +2,8 @@
 
     label -> reader_pretrain -> reader -> sft -> grpo -> features -> calibrate (every router) -> eval (one table)
 
-Each reader it trains (reader_pretrain, reader) is followed by `answer-floor`, ask's "not stated" floor calibrated
-on chat questions and bound to the reader's weights (router_train.reader.chat_floor).
+The unit reader it trains is followed by `answer-floor`, ask's "not stated" floor calibrated on chat questions and
+bound to the reader's weights (router_train.reader.chat_floor); the pre-trained reader is its base, not served.
 
 Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
 proves the real commands work together. The routers compared on the held-out test conversations:
@@ -14,8 +14,9 @@ refit on the new margins), with their paired difference (`grpo (from sft)` - `sf
 serve-time baselines (feature logistic regression, top-1 score), and the unit reader (`reader`: a cross-encoder
 scores each retrieved unit, pooled and joined with the signals by a head, chosen by cross-validation over
 conversations). The main row is the trained router (unit reader or LM router) with the best worst-domain
-validation AUROC when it is at or above the features router on every domain, else the features router
-(`main_router: best`, tiermem_cli.main_choice), chosen before the test split is read.
+out-of-fold AUROC (cross-validation over the train + validation conversations) when it is at or above the
+features router on every domain, else the features router (`main_router: best`, tiermem_cli.main_choice), chosen
+without the test split.
 
 Domains: data_path's conversations (LoCoMo), and each `more_data` entry (RealMem) labeled by its own config into
 label_<name>/; every router trains, is calibrated and is evaluated on all of them (`data=[...]`), and eval reports
@@ -142,7 +143,7 @@ def data_arg(datasets: list[str]) -> str:
 
 def pick_main_router(cfg: DemoConfig) -> str:
     """`main_router`, or for `best`: when every trained router and the features router were calibrated, the one
-    main_choice serves (best worst-domain validation AUROC, else the features router); otherwise the trained
+    main_choice serves (best worst-domain out-of-fold AUROC, else the features router); otherwise the trained
     router with the highest validation AUROC in its run metadata (ties: step order)."""
     from evaluation.calibrate import SCORES_FILE
     from tiermem.runs.run_meta import read_run_meta
@@ -154,7 +155,7 @@ def pick_main_router(cfg: DemoConfig) -> str:
     trained = [n for n in trained_routers(cfg) if (root / n).is_dir()]
     if trained and all((root / n / SCORES_FILE).is_file() for n in [*trained, "features"]):
         choice = choose_main(root, trained)
-        print(f"demo: main router {choice['served']!r}: {choice['reason']} (validation, per domain)\n"
+        print(f"demo: main router {choice['served']!r}: {choice['reason']} (out-of-fold, per domain)\n"
               + choice_table(choice))
         return choice["served"]
     scored = []
@@ -225,8 +226,8 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     if pretrained and len(chat) < len(cfg.chat_reading_data):
         print(f"demo: chat reading data not found, left out of the pre-training: "
               f"{[c for c in cfg.chat_reading_data if c not in chat]}")
-    # ask's "not stated" floor, calibrated on chat questions for each reader trained: every reader the
-    # demo leaves answers `ask` with no manual step; skipped while a reader's weights and the settings are unchanged
+    # ask's "not stated" floor, calibrated on chat questions for the reader the demo serves: it answers `ask` with
+    # no manual step; skipped while the reader's weights and the settings are unchanged
     chats = ([f"data={cfg.data_path}"] if cfg.data_path and Path(cfg.data_path).is_file()
              else ["data=", "conversations=[]"])
     out: dict[str, list[tuple[str, str, list[str] | None]]] = {
@@ -236,9 +237,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
             for d in extra_domains(cfg)],
         "reader_pretrain": [("reader_pretrain", "reader-pretrain", [
             "--config", cfg.reader_pretrain_config, f"data={cfg.reading_data}", f"chat_data=[{','.join(chat)}]",
-            f"output_dir={root / 'reader_pretrain'}"]),
-            ("floor reader_pretrain", "answer-floor", [f"reader={root / 'reader_pretrain'}", *chats])]
-        if pretrained else [],
+            f"output_dir={root / 'reader_pretrain'}"])] if pretrained else [],
         "reader": [("reader", "unit-reader", ["--config", cfg.reader_config, data,
                                               f"base={reader_base}", f"output_dir={root / 'reader'}"]),
                    ("floor reader", "answer-floor", [f"reader={root / 'reader'}", *chats])],

@@ -1,11 +1,10 @@
-"""The demo's main router, chosen by its worst domain: each trained router and the features router are compared on
-the validation questions they all scored when calibrated (calibration_scores.json; the unit reader's are its
-out-of-fold scores), domain by domain. The trained router with the best worst-domain AUROC is the candidate; it is
-served only when its AUROC is at or above the features router's on every domain, else the features router is
-served and the demo says so. Every router must have scored the same validation questions, each in the same
-domain, as the features router (a question scored twice is an error): else there is no choice, the features router
-is served and the reason is printed. Each domain's paired difference (candidate - features) has a bootstrap
-interval over that domain's conversations. The test split is never read."""
+"""The demo's main router, chosen by its worst domain on out-of-fold scores: each trained router and the features
+router are compared on the train + validation questions that cross-validation scored with a model that never saw
+their conversation (calibration_scores.json when calibrate used the run's oof_scores.json), domain by domain. A
+router calibrated on one split only has no such scores and is not a candidate (named). The candidate with the best
+worst-domain AUROC is served only when at or above the features router on every domain, else the features router
+is. Every candidate must have scored the same questions as the features router; each domain's paired difference
+has a bootstrap interval over its conversations. Records of any other split (test) are never read."""
 
 from __future__ import annotations
 
@@ -21,25 +20,30 @@ from tiermem.settings.errors import DataError
 
 BASELINE = "features"
 CHOICE_FILE = "main_choice.json"
-SPLIT = "validation"
+SPLITS = ("train", "validation")  # what cross-validation scores out of fold; the test split is never read
+OUT_OF_FOLD = "out_of_fold"
 
 
-def validation_scores(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(conv_id, qid) -> the calibration record (domain, label, score) of the labeled validation questions."""
+def oof_scores(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """(conv_id, qid) -> the calibration record (domain, label, score) of the labeled train + validation questions,
+    when the router was calibrated on out-of-fold scores; None when it was calibrated on one split."""
     from evaluation.calibrate import SCORES_FILE
 
     path = run_dir / SCORES_FILE
     if not path.is_file():
         raise DataError(f"{path}: not found; run calibrate on this router first (it writes the scores it used)")
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))["records"]
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        rows = doc["records"]
         if not isinstance(rows, list):
             raise TypeError("records is not a list")
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{path}: not a calibration scores file ({exc})") from None
+    if doc.get("scores_from") != OUT_OF_FOLD:
+        return None
     out = {}
     for i, r in enumerate(rows):
-        if not isinstance(r, dict) or r.get("split") != SPLIT or r.get("label") not in contract.ACTIONS:
+        if not isinstance(r, dict) or r.get("split") not in SPLITS or r.get("label") not in contract.ACTIONS:
             continue
         for name in ("conv_id", "qid", "domain"):
             if not isinstance(r.get(name), str):
@@ -58,13 +62,13 @@ def unlike_sets(scores: dict[str, dict], domains_of: dict) -> str | None:
     """Why routers' validation scores cannot be compared (None when they can): every router must have scored the
     same questions as the features router, each of the same domain, and there must be some."""
     if not domains_of:
-        return f"the {BASELINE} router scored no labeled validation question"
+        return f"the {BASELINE} router scored no labeled {'/'.join(SPLITS)} question"
     for name, rows in scores.items():
         missing, extra = set(domains_of) - set(rows), set(rows) - set(domains_of)
         moved = sorted(k for k in set(rows) & set(domains_of) if rows[k]["domain"] != domains_of[k])
         if missing or extra or moved:
             gone = sorted({domains_of[k] for k in missing})
-            return (f"{name} did not score the same validation questions as the {BASELINE} router ({len(missing)} "
+            return (f"{name} did not score the same questions as the {BASELINE} router ({len(missing)} "
                     f"of its {len(domains_of)} missing{f', domains {gone} among them' if gone else ''}; "
                     f"{len(extra)} others; {len(moved)} in another domain); calibrate every router on the same data")
     return None
@@ -94,28 +98,34 @@ def choose_main(root: Path, candidates: Sequence[str]) -> dict[str, Any]:
     """The choice and its table (written to <root>/main_choice.json): `served` is a candidate or `features`."""
     from tiermem.runs.safe_io import write_atomic
 
-    baseline = validation_scores(root / BASELINE)
-    scores = {name: validation_scores(root / name) for name in candidates}
-    unlike = unlike_sets(scores, {k: r["domain"] for k, r in baseline.items()})
+    baseline = oof_scores(root / BASELINE)
+    found = {name: oof_scores(root / name) for name in candidates}
+    scores = {n: v for n, v in found.items() if v is not None}
+    left_out = {n: "calibrated on one split: no out-of-fold scores" for n, v in found.items() if v is None}
+    split = f"{'+'.join(SPLITS)}, out of fold"
+    unlike = (f"the {BASELINE} router has no out-of-fold scores" if baseline is None else
+              "no trained router has out-of-fold scores" if not scores else
+              unlike_sets(scores, {k: r["domain"] for k, r in baseline.items()}))
     if unlike:  # a router compared on other questions (or none) could look better than it is: no choice
-        choice = {"split": SPLIT, "domains": sorted({r["domain"] for r in baseline.values()}), "candidate": None,
-                  "served": BASELINE, "worst_domain_auroc": {}, "by_router": {},
-                  "reason": f"no choice: {unlike}; the {BASELINE} router is served"}
+        choice = {"split": split, "domains": sorted({r["domain"] for r in (baseline or {}).values()}),
+                  "candidate": None, "served": BASELINE, "worst_domain_auroc": {}, "by_router": {},
+                  "not_candidates": left_out, "reason": f"no choice: {unlike}; the {BASELINE} router is served"}
         write_atomic(root / CHOICE_FILE, json.dumps(choice, indent=2) + "\n")
         return choice
-    table = {name: compare(scores[name], baseline) for name in candidates}
+    assert baseline is not None
+    table = {name: compare(rows, baseline) for name, rows in scores.items()}
     domains = sorted({d for t in table.values() for d in t})
     worst = {n: min((t[d].get("auroc", float("-inf")) for d in domains if d in t), default=float("-inf"))
              for n, t in table.items()}
-    best = max(candidates, key=lambda n: worst[n])  # ties: step order
+    best = max(scores, key=lambda n: worst[n])  # ties: step order
     holds = all(d in table[best] and table[best][d].get("auroc") is not None
                 and table[best][d]["auroc"] >= table[best][d][f"{BASELINE}_auroc"] for d in domains)
-    choice = {"split": SPLIT, "domains": domains, "candidate": best, "served": best if holds else BASELINE,
+    choice = {"split": split, "domains": domains, "candidate": best, "served": best if holds else BASELINE,
               "worst_domain_auroc": {n: (None if not np.isfinite(v) else v) for n, v in worst.items()},
-              "by_router": table,
-              "reason": (f"{best} has the best worst-domain validation AUROC and is at or above the features router "
+              "by_router": table, "not_candidates": left_out,
+              "reason": (f"{best} has the best worst-domain out-of-fold AUROC and is at or above the features router "
                          "on every domain" if holds else
-                         f"{best} has the best worst-domain validation AUROC but is below the features router on "
+                         f"{best} has the best worst-domain out-of-fold AUROC but is below the features router on "
                          "some domain: the features router is served")}
     write_atomic(root / CHOICE_FILE, json.dumps(choice, indent=2) + "\n")
     return choice
@@ -137,4 +147,5 @@ def choice_table(choice: dict[str, Any]) -> str:
             lines.append(f"| {name} | {domain} | {row['n']} ({row['n_conversations']}) | {row['auroc']:.3f} | "
                          f"{row[f'{BASELINE}_auroc']:.3f} | {_signed(d['estimate'])} "
                          f"[{_signed(d['lo'])}, {_signed(d['hi'])}] |")
+    lines += [f"| {name} | not a candidate: {why} | | | | |" for name, why in choice.get("not_candidates", {}).items()]
     return "\n".join(lines)

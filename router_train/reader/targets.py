@@ -71,25 +71,29 @@ def span_target(u: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int, source: str = "lexical",
-          spans: bool = False) -> list[Pair]:
-    """The reader's training pairs: router units, deeper positives and the `deep_negatives` highest-ranked deeper
-    negatives of each record, each with its target under `source` (and span target, with `spans`)."""
+          spans: bool = False, deep_positives: int | None = None) -> list[Pair]:
+    """The reader's training pairs: router units, the `deep_positives` deeper positives with the highest targets
+    (all when None) and the `deep_negatives` highest-ranked deeper negatives of each record, each with its target
+    under `source` (and span target, with `spans`)."""
     if source not in TARGET_SOURCES:
         raise DataError(f"target source must be one of {TARGET_SOURCES}, got {source!r}")
     out: list[Pair] = []
     for r in records:
-        k, negatives = len(r["router_summaries"]), 0
+        k, negatives, positives = len(r["router_summaries"]), [], []
         for u in r["unit_targets"]:
             y = unit_target(u, target, source)
             if y is None:  # the gold answer has no scorable token and nobody judged the unit: no target
                 continue
             if not 0.0 <= y <= 1.0:
                 raise DataError(f"record {r['qid']!r}: unit {u['unit_id']!r} target {y} outside [0, 1]")
-            if u["rank"] > k and not u["s_ok"] and y == 0.0:
-                if negatives >= deep_negatives:
-                    continue
-                negatives += 1
-            out.append((r["question"], unit_text(u), y, span_target(u) if spans else None))
+            if u["rank"] <= k:
+                out.append((r["question"], unit_text(u), y, span_target(u) if spans else None))
+            else:
+                (negatives if not u["s_ok"] and y == 0.0 else positives).append((u["rank"], -y, u))
+        # a long history restates a fact many times: its deeper partial matches can outnumber the rest of the pairs
+        kept = sorted(positives, key=lambda p: (p[1], p[0]))[:deep_positives]
+        for _, _, u in sorted(kept + sorted(negatives, key=lambda p: p[0])[:deep_negatives], key=lambda p: p[0]):
+            out.append((r["question"], unit_text(u), unit_target(u, target, source), span_target(u) if spans else None))
     if records and not out:  # nothing to fine-tune on (the loss would divide by zero pairs)
         raise DataError(f"none of {len(records)} record(s) has a unit with a target: every answer_recall is null "
                         "or unit_targets is empty (relabel with unit_targets.enabled)")

@@ -80,6 +80,23 @@ def summary(per_conv: dict[str, float | None], domains: dict[str, str] | None = 
     return out
 
 
+def fold_groups(records: list[dict[str, Any]], train_convs: set[str], n_folds: int) -> list[list[str]]:
+    """The reader's CV folds, each a list of held-out conversations. n_folds 0: one per conversation. Else the
+    conversations outside `train_convs` (validation) are one fold, whose reader trained on exactly the train split
+    and so is the final reader; the train conversations are dealt into the other n_folds - 1, domain after domain,
+    so every fold holds each domain where it can."""
+    convs = sorted({str(r["conv_id"]) for r in records})
+    if n_folds == 0 or n_folds >= len(convs):
+        return [[c] for c in convs]
+    domains = {str(r["conv_id"]): domain_of(r) for r in records}
+    held = [c for c in convs if c not in train_convs]
+    train = sorted((c for c in convs if c in train_convs), key=lambda c: (domains[c], c))
+    groups: list[list[str]] = [[] for _ in range(n_folds - 1 if held else n_folds)]
+    for i, c in enumerate(train):
+        groups[i % len(groups)].append(c)
+    return [g for g in ([held] if held else []) + groups if g]
+
+
 def target_settings(cfg: Any) -> list[str]:
     """The target settings CV compares (targets.targets_name), lexical first."""
     return [targets_name(source, spans) for source in cfg.target_sources for spans in cfg.span_targets]
@@ -113,11 +130,11 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
             source, spans = parse_targets(targets)
             for e in range(1, cfg.max_epochs + 1):
                 oof[(layers, e, targets)] = {}
-            for c in convs:
+            for group in fold_groups(records, train_convs, cfg.cv_folds):
                 started = time.perf_counter()
-                held = [r for r in records if str(r["conv_id"]) == c]
-                rest = [r for r in records if str(r["conv_id"]) != c]
-                train = pairs(rest, cfg.target, cfg.deep_negatives, source, spans)
+                held = [r for r in records if str(r["conv_id"]) in group]
+                rest = [r for r in records if str(r["conv_id"]) not in group]
+                train = pairs(rest, cfg.target, cfg.deep_negatives, source, spans, cfg.deep_positives)
                 reader = fresh_reader(cfg)
                 bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
                 is_final = {str(r["conv_id"]) for r in rest} == train_convs
@@ -132,8 +149,9 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
                             (reader.model.state_dict(), reader.span_head.state_dict() if reader.has_spans else None))
 
                 losses = train_epochs(reader, train, cfg, bottom, after_epoch)
-                name = f"{layers} layer(s), {targets}, held out {c}"
-                folds[name] = {"train_pairs": len(train), "held_questions": len(held), "loss_by_epoch": losses,
+                name = f"{layers} layer(s), {targets}, held out {'+'.join(group)}"
+                folds[name] = {"held_out": group, "train_pairs": len(train), "held_questions": len(held),
+                               "loss_by_epoch": losses,
                                "wall_s": round(time.perf_counter() - started, 1)}
                 log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
                             folds[name]["wall_s"])

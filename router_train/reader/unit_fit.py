@@ -28,7 +28,7 @@ def final_reader(cfg: Any, train_records: list[Record], chosen: tuple[int, int, 
                  table: dict[str, Any], train_convs: set[str]) -> tuple[CrossEncoder, list[float], int]:
     """(the reader at the chosen (layers, epochs, targets), its loss by epoch, the train split's pair count)."""
     source, spans = parse_targets(chosen[2]) if chosen[0] > 0 else ("lexical", False)
-    final_pairs = pairs(train_records, cfg.target, cfg.deep_negatives, source, spans)
+    final_pairs = pairs(train_records, cfg.target, cfg.deep_negatives, source, spans, cfg.deep_positives)
     reader = fresh_reader(cfg)
     losses: list[float] = []
     if chosen in snapshots:
@@ -38,8 +38,8 @@ def final_reader(cfg: Any, train_records: list[Record], chosen: tuple[int, int, 
         reader.model.load_state_dict(model_state)
         if span_state is not None:
             reader.span_head.load_state_dict(span_state)
-        held_out = next(c for c in table["folds"] if c.startswith(f"{chosen[0]} layer(s), {chosen[2]},")
-                        and c.rsplit(" ", 1)[-1] not in train_convs)
+        held_out = next(c for c, fold in table["folds"].items() if c.startswith(f"{chosen[0]} layer(s), {chosen[2]},")
+                        and not set(fold["held_out"]) & train_convs)
         losses = table["folds"][held_out]["loss_by_epoch"]
     elif chosen[0] > 0:
         losses = train_epochs(reader, final_pairs, cfg, FrozenBottom(reader, chosen[0]), epochs=chosen[1])

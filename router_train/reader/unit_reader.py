@@ -54,6 +54,9 @@ class UnitReaderConfig:
     # deeper units (rank > top_k, train split) per question kept as negatives, highest-ranked first; every deeper
     # positive is kept
     deep_negatives: int = 3
+    # deeper positives (rank > top_k, train split) per question kept, highest target first; null: every one (a long
+    # history's restated facts give ~14 a question, most partial)
+    deep_positives: int | None = None
     max_epochs: int = 2  # epochs per fold; CV picks the number of epochs in 1..max_epochs
     learning_rate: float = 1e-4
     weight_decay: float = 0.01
@@ -65,7 +68,10 @@ class UnitReaderConfig:
     # the span ones only for a base with a span head (reader-pretrain span_head: true)
     text_scores: list[str] = field(default_factory=lambda: list(TEXT_SCORES))
     l2: float = 1.0  # the head's L2 penalty (standardized features)
-    cv_splits: list[str] = field(default_factory=lambda: ["train", "validation"])  # LOCO over their conversations
+    cv_splits: list[str] = field(default_factory=lambda: ["train", "validation"])  # CV over their conversations
+    # the reader's CV folds: 0 = one per conversation; k = the validation conversations as one fold (its reader is
+    # the final one: no refit) and the train conversations dealt into k - 1, each domain spread over them
+    cv_folds: int = 0
     train_split: str = "train"  # the final reader and head
     eval_splits: list[str] = field(default_factory=lambda: ["validation"])  # metrics through the serving scorer
     score_batch_size: int = 64  # pairs per forward pass when scoring
@@ -97,9 +103,13 @@ class UnitReaderConfig:
             raise ConfigError(f"text_scores must be names from {sorted(TEXT_SCORES)}, got {self.text_scores}")
         if not self.text_weights or any(w < 0 for w in self.text_weights):
             raise ConfigError(f"text_weights must be numbers >= 0, got {self.text_weights}")
-        for name in ("deep_negatives", "max_epochs", "batch_size", "score_batch_size"):
-            if getattr(self, name) < (0 if name == "deep_negatives" else 1):
-                raise ConfigError(f"{name} must be >= {0 if name == 'deep_negatives' else 1}")
+        for name in ("deep_negatives", "max_epochs", "batch_size", "score_batch_size", "cv_folds"):
+            if getattr(self, name) < (0 if name in ("deep_negatives", "cv_folds") else 1):
+                raise ConfigError(f"{name} must be >= {0 if name in ('deep_negatives', 'cv_folds') else 1}")
+        if self.cv_folds == 1:
+            raise ConfigError("cv_folds must be 0 (one fold per conversation) or >= 2")
+        if self.deep_positives is not None and self.deep_positives < 0:
+            raise ConfigError(f"deep_positives must be >= 0 or null (every one), got {self.deep_positives}")
         if not self.finetune_layers or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 24
                                            for k in self.finetune_layers):
             raise ConfigError(f"finetune_layers must be a non-empty list of 0 (zero-shot) .. the encoder's layers, "

@@ -45,10 +45,11 @@ class FeatureRouter(ScoreRouter):
         return self.model.log_odds(x).tolist(), None, self.model.clipped_features(x)
 
     def save(self, run_dir: str | Path, data: dict[str, Any] | None = None,
-             metrics: dict[str, Any] | None = None) -> Path:
+             metrics: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Path:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         save_logistic(Path(run_dir) / FEATURE_MODEL_FILE, self.model)
-        self.meta = score_run_meta(self.kind, data or {}, metrics or {}, {"feature_model": FEATURE_MODEL_FILE})
+        self.meta = score_run_meta(self.kind, data or {}, metrics or {},
+                                   {**(extra or {}), "feature_model": FEATURE_MODEL_FILE})
         self.run_dir = write_router_run(run_dir, self.meta)
         return self.run_dir
 

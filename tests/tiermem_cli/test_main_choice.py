@@ -1,5 +1,6 @@
-"""The demo's main router by its worst domain: served only when at or above the features router on every domain's
-validation questions, else the features router is served; each domain's paired difference has its interval."""
+"""The demo's main router by its worst domain on out-of-fold scores: served only when at or above the features router
+on every domain's train + validation questions, else the features router is served; each domain's paired difference
+has its interval; the test split is never read."""
 
 import json
 
@@ -9,16 +10,19 @@ from evaluation.calibrate import SCORES_FILE
 from tiermem_cli.main_choice import CHOICE_FILE, choice_table, choose_main
 
 
-def _scores(root, name, score):
+def _scores(root, name, score, scores_from="out_of_fold", test_score=9.0):
     rows = []
     for domain in ("locomo", "realmem"):
         for i in range(40):
             y = i % 2 == 0
-            rows.append({"conv_id": f"{domain}-c{i % 4}", "qid": f"{domain}-{i}", "split": "validation",
+            rows.append({"conv_id": f"{domain}-c{i % 4}", "qid": f"{domain}-{i}",
+                         "split": "validation" if i % 4 == 3 else "train",
                          "domain": domain, "label": "ESCALATE" if y else "ANSWER", "score": score(domain, i, y)})
-    rows.append({"conv_id": "t", "qid": "t0", "split": "test", "domain": "locomo", "label": "ANSWER", "score": 9.0})
-    (root / name).mkdir(parents=True)
-    (root / name / SCORES_FILE).write_text(json.dumps({"records": rows}))
+    for i in range(8):  # the test split: never read, whatever it holds
+        rows.append({"conv_id": f"t{i % 2}", "qid": f"t{i}", "split": "test", "domain": "locomo",
+                     "label": "ESCALATE" if i % 2 else "ANSWER", "score": test_score * (1 if i % 2 else -1)})
+    (root / name).mkdir(parents=True, exist_ok=True)
+    (root / name / SCORES_FILE).write_text(json.dumps({"scores_from": scores_from, "records": rows}))
 
 
 def test_a_router_below_features_on_one_domain_is_not_served(tmp_path):
@@ -80,7 +84,7 @@ def test_routers_scored_on_other_questions_than_features_are_no_choice_and_the_r
         path.write_text(json.dumps(doc))
     choice = choose_main(tmp_path, ["reader"])
     assert choice["served"] == "features" and choice["candidate"] is None
-    assert choice["reason"].startswith("no choice: reader did not score the same validation questions")
+    assert choice["reason"].startswith("no choice: reader did not score the same questions")
     assert json.loads((tmp_path / CHOICE_FILE).read_text())["served"] == "features"
 
 
@@ -100,6 +104,31 @@ def test_a_question_scored_twice_is_named(tmp_path):
     doc = json.loads(path.read_text())
     doc["records"].append({**doc["records"][0], "score": 5.0})
     path.write_text(json.dumps(doc))
-    with pytest.raises(Exception, match=r"record 81: question \(conv_id='locomo-c0', qid='locomo-0'\) is scored "
+    with pytest.raises(Exception, match=r"record 88: question \(conv_id='locomo-c0', qid='locomo-0'\) is scored "
                                         "twice"):
         choose_main(tmp_path, ["reader"])
+
+
+def test_the_choice_cannot_read_the_test_split(tmp_path):
+    """Test records that would make the reader perfect, or hopeless, change nothing: not the choice, not a count."""
+    _scores(tmp_path, "features", lambda d, i, y: (1.0 if y else 0.0) if i % 3 else 0.5)
+    choices = []
+    for test_score in (9.0, -9.0, float("nan")):
+        _scores(tmp_path, "reader", lambda d, i, y: (1.0 if y else 0.0) if i % 5 else 0.5, test_score=test_score)
+        choice = choose_main(tmp_path, ["reader"])
+        choices.append(json.dumps(choice, sort_keys=True))
+        assert {row["n"] for row in choice["by_router"]["reader"].values()} == {40}
+    assert len(set(choices)) == 1
+
+
+def test_a_router_calibrated_on_one_split_is_not_a_candidate_and_is_named(tmp_path):
+    _scores(tmp_path, "features", lambda d, i, y: float(i % 5))
+    _scores(tmp_path, "reader", lambda d, i, y: float(i % 7))
+    _scores(tmp_path, "sft", lambda d, i, y: 1.0 if y else 0.0, scores_from="split")  # perfect, on one split
+    choice = choose_main(tmp_path, ["reader", "sft"])
+    assert "sft" not in choice["by_router"] and choice["candidate"] == "reader"
+    assert choice["not_candidates"] == {"sft": "calibrated on one split: no out-of-fold scores"}
+    assert "| sft | not a candidate" in choice_table(choice)
+    _scores(tmp_path, "features", lambda d, i, y: float(i % 5), scores_from="split")
+    choice = choose_main(tmp_path, ["reader", "sft"])
+    assert choice["served"] == "features" and "the features router has no out-of-fold scores" in choice["reason"]

@@ -257,7 +257,7 @@ def _interleave(*orders: Sequence[str]) -> list[str]:
 
 def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
                       pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None,
-                      reader: Any = None, turn_k: int = TURN_CANDIDATES) -> list[str]:
+                      reader: Any = None, turn_k: int = TURN_CANDIDATES, needed: int | None = None) -> list[str]:
     """The pages the research policy reads in its first round; they depend on retrieval only, not on any LLM.
 
     Interleaves the signals (dense summaries' provenance, BM25 over raw pages, and the pages of the best turns by
@@ -265,18 +265,22 @@ def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[Retriev
     each. With a `reader` (a cross-encoder's `logits`), the `turn_k` best turns are scored against the question and
     the pages of the best-scored ones are read first (one round's worth). A question that names a time reads the
     pages of that time too, first and then every other slot: words cannot find a day's page ("Where is Paola going
-    on 16.01.2024?"), its timestamp can.
+    on 16.01.2024?"), its timestamp can. `needed` (<= pages_per_round): the caller reads only that many pages, so
+    where provenance fills them the turns are not ranked (nor embedded).
     """
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
-    hits = memory.search_turns(q, turn_k)
-    by_turns = pages_by_turns(hits)
-    order = _interleave(linked, keyword, by_turns)
+    provenance = None
     if getattr(memory, "tier1", "built") == "imported":
         # a memory system's facts each name their source turn: follow those links first, the retrieved units' and
         # then the next ranks' (its own search, one query vector), before raw-text search
         deeper = memory.search_summaries_fused(q, PROVENANCE_RANKS)
         provenance = list(dict.fromkeys([*linked, *(pid for u in deeper for pid in u.page_ids)]))
+    filled = (provenance is not None and reader is None and needed is not None and needed <= pages_per_round
+              and len(provenance) >= needed)
+    hits = [] if filled else memory.search_turns(q, turn_k)
+    order = _interleave(linked, keyword, pages_by_turns(hits))
+    if provenance is not None:
         order = list(dict.fromkeys([*provenance[:pages_per_round], *order]))
     if reader is not None and hits:
         order = list(dict.fromkeys(pages_of(rescore(hits, q, reader))[:pages_per_round] + order))

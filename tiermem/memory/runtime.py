@@ -209,15 +209,19 @@ class MemoryRuntime:
                 raw.append(pages)
                 root_hash = raw.root_hash()
             if progress:
-                log.info("tiers of %s: %d turns -> %d pages (%.1f s); embedding %d tier-1 units, then the turns",
-                         conv.conv_id, len(conv.turns), len(pages), time.perf_counter() - start, len(units))
+                log.info("tiers of %s: %d turns -> %d pages (%.1f s); embedding %d tier-1 units%s", conv.conv_id,
+                         len(conv.turns), len(pages), time.perf_counter() - start, len(units),
+                         "" if summarizer is None else ", then the turns")
             index = SummaryIndex(tmp / "tier1", embedder)
             index.add(units, progress=progress)
-            texts = [turn_text(t) for _, t in page_turns(pages)]
-            vectors = cached_turn_vectors(
-                self.vector_cache, spec_digest(self.cfg.embedder), texts, lambda some: index.embed(
-                    some, max_tokens=TURN_VECTOR_TOKENS, progress=progress and len(some) == len(texts)), TIERS_VERSION)
-            turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, vectors)
+            turn_vectors_sha = None
+            if summarizer is not None:  # an imported Tier 1's research follows its provenance: turns on demand
+                texts = [turn_text(t) for _, t in page_turns(pages)]
+                vectors = cached_turn_vectors(
+                    self.vector_cache, spec_digest(self.cfg.embedder), texts, lambda some: index.embed(
+                        some, max_tokens=TURN_VECTOR_TOKENS, progress=progress and len(some) == len(texts)),
+                    TIERS_VERSION)
+                turn_vectors_sha = save_turn_vectors(tmp / TURN_VECTORS, vectors)
             tier1_root = index.root_hash()
             index.close()
             stats = IngestStats(
@@ -228,7 +232,8 @@ class MemoryRuntime:
             manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id, "tier_key": self.tier_key(conv),
                         "tiers": self.cfg.tier_fields(), "tier1": "imported" if summarizer is None else "built",
                         "root_hash": root_hash, "tier1_root_hash": tier1_root,
-                        "turn_vectors_sha256": turn_vectors_sha, "stats": asdict(stats)}
+                        "turn_vectors_sha256": turn_vectors_sha,
+                        **({"turn_vectors": "on_demand"} if turn_vectors_sha is None else {}), "stats": asdict(stats)}
             write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2))
             if self.workdir.exists() and not any(self.workdir.iterdir()):
                 self.workdir.rmdir()
@@ -282,7 +287,9 @@ class MemoryRuntime:
             raw.close()
             summaries.close()
             raise
-        self.memory = TwoTierMemory.open(conv_id, raw, summaries, self._turn_vectors())
+        on_demand = self.manifest.get("turn_vectors") == "on_demand"
+        self.memory = TwoTierMemory.open(conv_id, raw, summaries, self._turn_vectors(), embed_turns=(
+            (lambda texts: summaries.embed(texts, max_tokens=TURN_VECTOR_TOKENS)) if on_demand else None))
         tier1 = self.manifest.get("tier1", "built")  # a memory built before imported units: built
         if tier1 not in ("imported", "built"):
             self.memory.close()

@@ -10,6 +10,7 @@ BM25's term statistics are the whole history's (one index per conversation).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 
@@ -119,10 +120,12 @@ class TwoTierMemory:
         return self._query[1]
 
     @classmethod
-    def open(cls, conv_id: str, raw: RawPageStore, summaries: SummaryIndex,
-             turn_vectors: np.ndarray | None = None) -> TwoTierMemory:
+    def open(cls, conv_id: str, raw: RawPageStore, summaries: SummaryIndex, turn_vectors: np.ndarray | None = None,
+             embed_turns: Callable[[list[str]], np.ndarray] | None = None) -> TwoTierMemory:
+        """`embed_turns` (texts -> vectors): the turns' vectors made on demand, when none were ingested."""
         pages = raw.pages(conv_id)
-        return cls(conv_id, raw, summaries, KeywordIndex(pages), TurnIndex(pages, turn_vectors), history=History(pages))
+        return cls(conv_id, raw, summaries, KeywordIndex(pages), TurnIndex(pages, turn_vectors, embed_turns),
+                   history=History(pages))
 
     def as_of(self, turn_id: str | None) -> TwoTierMemory:
         """The memory a question asked at `turn_id` reads (that turn and every later one left out); None: all."""
@@ -169,7 +172,7 @@ class TwoTierMemory:
         """The k best turns by BM25 and the turn embeddings fused (tiermem.memory.turns); [] without a turn index."""
         if self.turns is None or k <= 0:
             return []
-        vector = self.embed_query(query) if self.turns.vectors is not None else None
+        vector = self.embed_query(query) if self.turns.has_vectors else None
         allowed = None if self.before is None or self.history is None else self.history.row_position < self.before
         return self.turns.rank(query, vector, k, allowed)
 

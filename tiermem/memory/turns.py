@@ -4,12 +4,13 @@ pages holding the best-scored turns are the pages research reads first.
 
 BM25 over whole pages lets a long page of small talk outrank the one line that answers; a turn is the unit a
 question's evidence names, so the ranking is done on turns and only then mapped back to pages. The turn vectors
-are embedded once, when a conversation is ingested (`turns.npy` beside the raw store, its sha256 in the manifest).
+are embedded once, when a conversation is ingested (`turns.npy` beside the raw store, its sha256 in the manifest), or,
+for a memory system's own Tier 1 whose provenance research follows first, on demand: only the turns a ranking reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,19 +45,39 @@ class TurnHit:
 
 
 class TurnIndex:
-    """BM25 over turns, and cosine over their vectors when the conversation was ingested with them."""
+    """BM25 over turns, and cosine over their vectors: given (ingested with them), or embedded on demand by `embed`
+    (texts -> unit vectors), only the turns a ranking may read and only once."""
 
-    def __init__(self, pages: Sequence[Page], vectors: np.ndarray | None = None) -> None:
+    def __init__(self, pages: Sequence[Page], vectors: np.ndarray | None = None,
+                 embed: Callable[[list[str]], np.ndarray] | None = None) -> None:
         import bm25s
 
         self.rows = page_turns(pages)
         if vectors is not None and vectors.shape[0] != len(self.rows):
             raise ValueError(f"turn index: {vectors.shape[0]} turn vectors for {len(self.rows)} turns")
         self.vectors = vectors
+        self.embed = embed if vectors is None else None
+        self._embedded = np.zeros(len(self.rows), dtype=bool)
         self._bm25: Any = None
         if self.rows:
             self._bm25 = bm25s.BM25()
             self._bm25.index([content_words(turn_text(t)) or [""] for _, t in self.rows], show_progress=False)
+
+    @property
+    def has_vectors(self) -> bool:
+        return self.vectors is not None or self.embed is not None
+
+    def _vectors(self, allowed: np.ndarray | None) -> np.ndarray | None:
+        """The turn vectors, the rows `allowed` (default all) embedded first when they are made on demand."""
+        if self.embed is None:
+            return self.vectors
+        todo = np.flatnonzero(~self._embedded & (True if allowed is None else allowed))
+        if len(todo):
+            fresh = np.asarray(self.embed([turn_text(self.rows[i][1]) for i in todo]), dtype=np.float32)
+            if self.vectors is None:
+                self.vectors = np.zeros((len(self.rows), fresh.shape[1]), dtype=np.float32)
+            self.vectors[todo], self._embedded[todo] = fresh, True
+        return self.vectors
 
     def _bm25_order(self, query: str, allowed: np.ndarray | None = None) -> list[int]:
         words = content_words(query)
@@ -75,8 +96,9 @@ class TurnIndex:
         fused: dict[int, float] = {}
         for rank, i in enumerate(self._bm25_order(query, allowed)):
             fused[i] = fused.get(i, 0.0) + 1.0 / (RRF_K + rank + 1)
-        if self.vectors is not None and query_vector is not None and len(self.rows):
-            sims = self.vectors @ np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        vectors = self._vectors(allowed) if query_vector is not None and len(self.rows) else None
+        if vectors is not None:
+            sims = vectors @ np.asarray(query_vector, dtype=np.float32).reshape(-1)
             order = np.argsort(-sims, kind="stable")
             if allowed is not None:
                 order = order[allowed[order]]

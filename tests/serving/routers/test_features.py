@@ -132,3 +132,28 @@ def test_served_through_the_http_endpoint_with_retrieval_scores():
     low = client.post("/route", json={"question": "q", "summaries": [{"text": "a", "score": 0.3}]}).json()
     high = client.post("/route", json={"question": "q", "summaries": [{"text": "a", "score": 0.7}]}).json()
     assert (low["action"], high["action"]) == ("ESCALATE", "ANSWER") and low["score"] == -0.3
+
+
+def test_the_features_router_keeps_out_of_fold_scores_and_calibrates_on_them(tmp_path):
+    """Issue 65: every question of train + validation is scored by a model fitted on the other conversations; the
+    threshold and the demo's main-router choice read those, not one validation conversation."""
+    from evaluation.calibrate import SCORES_FILE
+    from evaluation.calibrate import main as calibrate_main
+    from labeling.dataset import load_split
+    from tiermem_cli.cli import main as cli_main
+
+    data = _label_dataset(tmp_path)
+    out = tmp_path / "features"
+    assert cli_main(["fit-features", f"data={data}", f"output_dir={out}"]) == 0
+    oof = json.loads((out / "oof_scores.json").read_text())
+    rows = [r for s in ("train", "validation") for r in load_split(data, s)]
+    assert oof["n"] == len(rows) and {r["split"] for r in oof["records"]} == {"train", "validation"}
+    held = rows[0]["conv_id"]  # its score comes from a model that never saw its conversation
+    fit_rows = [r for r in rows if r["conv_id"] != held and r["label"] in ("ANSWER", "ESCALATE")]
+    x = feature_matrix([r["question"] for r in fit_rows], [r["router_summaries"] for r in fit_rows])
+    model = fit_logistic(x, np.array([r["label"] == "ESCALATE" for r in fit_rows], dtype=float), FEATURES)
+    want = model.log_odds(feature_matrix([rows[0]["question"]], [rows[0]["router_summaries"]]))[0]
+    assert oof["records"][0]["score"] == pytest.approx(want)
+    assert calibrate_main([f"router={out}", f"data={data}", "criterion=escalation_rate", "value=0.3"]) == 0
+    scores = json.loads((out / SCORES_FILE).read_text())
+    assert scores["scores_from"] == "out_of_fold" and "test" not in {r["split"] for r in scores["records"]}

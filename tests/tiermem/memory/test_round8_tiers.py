@@ -37,13 +37,13 @@ def test_a_local_embedder_folder_changed_in_place_builds_new_tiers_and_turn_vect
     conv, folder = _conv(tmp_path), tmp_path / "my-embedder"
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"weights v1")
-    first = _build(tmp_path / "tiers", conv, embedder=str(folder))
+    first = _build(tmp_path / "tiers", conv, embedder=str(folder), summaries="extractive")
     first.close()
     (folder / "model.safetensors").write_bytes(b"weights v2")  # same path, other model
     again = CountingEmbedder()
-    second = _build(tmp_path / "tiers", conv, again, embedder=str(folder))
+    second = _build(tmp_path / "tiers", conv, again, embedder=str(folder), summaries="extractive")
     assert second.workdir != first.workdir
-    assert again.texts == len(conv.summaries) + len(second.memory.turns.rows)  # nothing reused
+    assert again.texts == len(second.memory.summaries.units) + len(second.memory.turns.rows)  # nothing reused
     assert len(_entries(tmp_path / "tiers")) == 2
 
 
@@ -66,13 +66,13 @@ def test_the_turn_vector_cache_as_a_file_is_no_error(tmp_path):
     conv = _conv(tmp_path)
     (tmp_path / "tiers").mkdir()
     (tmp_path / "tiers" / TURN_VECTOR_CACHE).write_text("not a folder")
-    runtime = _build(tmp_path / "tiers", conv)
+    runtime = _build(tmp_path / "tiers", conv, summaries="extractive")
     assert runtime.memory.turns.vectors.shape[0] == len(runtime.memory.turns.rows)
 
 
 def test_an_entry_that_is_a_folder_is_replaced_by_the_rebuilt_file(tmp_path):
     conv = _conv(tmp_path)
-    _build(tmp_path / "tiers", conv).close()
+    _build(tmp_path / "tiers", conv, summaries="extractive", keep_ratio=0.4).close()
     entry = _entries(tmp_path / "tiers")[0]
     entry.unlink()
     entry.mkdir()
@@ -90,7 +90,7 @@ def _forge(entry, vectors):
 @pytest.mark.parametrize("tamper", ["wrong width", "scaled", "rows swapped", "float64"])
 def test_a_cached_entry_is_checked_by_kind_shape_and_rows_embedded_again_never_copied(tmp_path, tamper):
     conv = _conv(tmp_path)
-    fresh = _build(tmp_path / "tiers", conv)
+    fresh = _build(tmp_path / "tiers", conv, summaries="extractive", keep_ratio=0.4)
     want = fresh.memory.turns.vectors.copy()
     fresh.close()
     entry = _entries(tmp_path / "tiers")[0]
