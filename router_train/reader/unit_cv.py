@@ -1,7 +1,7 @@
-"""The unit reader's model selection: leave-one-conversation-out cross-validation over train + validation.
+"""The unit reader's model selection: cross-validation over the train + validation conversations (fold_groups).
 
-For each conversation a reader is fine-tuned on the other conversations' pairs and scores the held-out one's router
-units after every epoch (out-of-fold unit logits). For each (layers, epochs, targets, text scores, pooling, head
+For each fold a reader is fine-tuned on the other folds' pairs and scores the held-out conversations' router units
+after every epoch (out-of-fold unit logits). For each (layers, epochs, targets, text scores, pooling, head
 target, text weight) a head over the serve-time signals and the pooled unit logits is fitted on the other
 conversations and ranks the held-out one; the best mean AUROC wins (fold spread reported, beside the signals-only
 head's). The test split is never read."""

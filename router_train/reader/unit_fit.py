@@ -82,4 +82,5 @@ def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[st
                                      "text_weight")}
     return write_oof_scores(cfg.output_dir, records, loco(records, score_held), {
         "dataset": cfg.data, "splits": list(cfg.cv_splits), "settings": settings,
-        "method": "leave-one-conversation-out: out-of-fold unit logits, head fitted on the other conversations"})
+        "method": f"cross-validation ({cfg.cv_folds or 'one per conversation'} folds): out-of-fold unit "
+                  "logits, head fitted on the other conversations"})

@@ -268,6 +268,11 @@ def find_dates(text: str, base: date | None = None, date_order: str = "DMY") -> 
     """Every date mention of `text`: absolute forms (a missing year taken from `base`, the text's own date),
     relative expressions resolved against `base` (none without it), and anchored spans in either; at most
     MAX_MENTIONS_PER_TEXT of each kind."""
+    return list(_find_dates(text, base, date_order))
+
+
+@functools.lru_cache(maxsize=65536)  # a unit's text is read again by every question that retrieves it
+def _find_dates(text: str, base: date | None, date_order: str) -> tuple[Mention, ...]:
     found: list[Mention] = []
     for count, m in enumerate(_ABSOLUTE.finditer(text)):
         if count >= MAX_MENTIONS_PER_TEXT:
@@ -301,7 +306,7 @@ def find_dates(text: str, base: date | None = None, date_order: str = "DMY") -> 
             when = resolve_relative(m.group(0), base)
             if when is not None:
                 found.append(Mention(when, m.start(), m.end()))
-    return sorted(found, key=lambda x: x.start)
+    return tuple(sorted(found, key=lambda x: x.start))
 
 
 def without_spans(text: str, mentions: Iterable[Mention]) -> str:

@@ -146,6 +146,7 @@ class Cast:
     mentioned: tuple[str, ...]
     # what every question's guard reads of the cast, computed once (a long history mentions thousands of names)
     _guards: dict[str, PersonGuard] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _resolved: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def of_turns(cls, turns: Iterable[object]) -> Cast:
@@ -170,9 +171,12 @@ class Cast:
     def resolve(self, name: str) -> tuple[str, ...]:
         """The known names `name` can be (speakers first); empty when it matches none. A name that is exactly a
         speaker's takes in no other speaker by the spelling rules (Dan and Danielle both speaking: Dan is Dan)."""
+        if name in self._resolved:  # a name every question of a long history asks about is read against it once
+            return self._resolved[name]
         found = tuple(k for k in (*self.speakers, *self.mentioned) if same_person(name, k))
         if any(fold(k) == fold(name) for k in self.speakers):
             found = tuple(k for k in found if fold(k) == fold(name) or k not in self.speakers)
+        self._resolved[name] = found
         return found
 
 

@@ -126,3 +126,21 @@ def test_cv_compares_every_target_setting_and_trains_the_chosen_one(tmp_path):
     assert meta["metrics"]["chosen"]["targets"] in settings
     assert {g["head_target"] for g in meta["metrics"]["cv_by_finetuning"]} == {"label", "teacher"}
     assert read_oof_scores(out, meta["oof_scores"])["settings"]["targets"] == meta["metrics"]["chosen"]["targets"]
+
+
+def test_deep_positives_keeps_the_deeper_units_that_state_the_most_and_every_router_unit():
+    """Issue 65: a long history's restated facts give a question a dozen deeper partial matches; the cap keeps the
+    highest targets (ties: the higher rank), every router unit and the near misses, in rank order."""
+    r = {"qid": "q1", "question": "Where does Mia climb?", "router_summaries": [{"text": "a"}, {"text": "b"}],
+         "unit_targets": [unit("Mia: the gym.", 0.5), unit("Mia: hills.", 0.0, rank=2),
+                          unit("Mia climbs at Boulder Hall.", 0.5, rank=3), unit("Mia ran.", 0.0, rank=4),
+                          unit("Mia climbs, Boulder Hall, Tuesdays.", 1.0, rank=5),
+                          unit("Boulder Hall is new.", 0.25, rank=6), unit("Mia climbs.", 0.5, rank=7)]}
+    every = pairs([r], "recall", deep_negatives=1)
+    assert [p[1].split(": ", 1)[-1] for p in every][2:] == [
+        "Mia climbs at Boulder Hall.", "Mia ran.", "Mia climbs, Boulder Hall, Tuesdays.", "Boulder Hall is new.",
+        "Mia climbs."]
+    assert every == pairs([r], "recall", deep_negatives=1, deep_positives=None)
+    two = pairs([r], "recall", deep_negatives=1, deep_positives=2)
+    assert [p[2] for p in two] == [0.5, 0.0, 0.5, 0.0, 1.0]  # the 0.25 and the later 0.5 left out
+    assert [p[2] for p in pairs([r], "recall", deep_negatives=0, deep_positives=0)] == [0.5, 0.0]

@@ -17,3 +17,20 @@ def test_the_choice_goes_to_the_best_worst_domain():
     assert "by_domain" not in summary({"a1": 0.9, "a2": 0.8}, one)
     plain = [{k: v for k, v in g.items() if k not in ("by_domain", "worst_domain")} for g in grid]
     assert choose({"grid": plain})["name"] == "strong"
+
+
+def test_grouped_folds_hold_validation_out_whole_and_spread_each_domain():
+    """Issue 65: cv_folds k: the validation conversations are one fold (its reader trained on exactly the train
+    split: the final reader), the train conversations dealt into k - 1 folds domain after domain."""
+    from router_train.reader.unit_cv import fold_groups
+
+    def rec(conv, source):
+        return {"conv_id": conv, "source": source}
+
+    records = [rec(c, "locomo") for c in ("l1", "l2", "l3", "l4", "lv")] + [
+        rec(c, "realmem") for c in ("r1", "r2", "rv")]
+    train = {"l1", "l2", "l3", "l4", "r1", "r2"}
+    folds = fold_groups(records, train, 4)
+    assert folds == [["lv", "rv"], ["l1", "l4"], ["l2", "r1"], ["l3", "r2"]]
+    assert fold_groups(records, train, 0) == [[c] for c in sorted({r["conv_id"] for r in records})]
+    assert fold_groups(records, train, 20) == fold_groups(records, train, 0)  # more folds than conversations
