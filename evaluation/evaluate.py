@@ -9,8 +9,7 @@ eval.png (+ eval_reliability.png) and predictions.jsonl under `output_dir`. Rout
 serving.routers' registry; `compare:` adds more routers on the same records, each with its own threshold.
 Every rate, APGR, AUROC/AUPRC and ECE carries a 95% two-stage cluster-bootstrap interval, and paired
 intervals compare each router with random at its rate, the baselines and the main router
-(evaluation.analysis). `live.enabled=true` additionally runs the memory runtime end to end on
-held-out conversations (evaluation.live_eval).
+(evaluation.analysis).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from labeling.dataset import RecordError, data_label, data_paths, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
 from serving.routers.spec import router_kind_of
 from tiermem import contract
-from tiermem.runs.rundir import ROUTER_STAGES, check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
+from tiermem.runs.rundir import ROUTER_STAGES, check_output_dir, claimed_output_dir, updating_run
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings import ranges
 from tiermem.settings.config import ConfigError, from_dict, parse_cli
@@ -57,21 +56,6 @@ class BootstrapConfig:
     def __post_init__(self) -> None:
         if self.n_boot < 0 or not 0.5 < self.level < 1:
             raise ConfigError(f"bootstrap: n_boot must be >= 0 and level in (0.5, 1), got {self.n_boot}, {self.level}")
-
-
-@dataclass
-class LiveConfig:
-    enabled: bool = False
-    label_config: str | None = None  # the labeling config; None: the config.yaml labeling saved next to `data`
-    data_path: str | None = None  # conversations file; None: the one the label config used
-    split_from_dataset: bool = True  # only conversations of `split` in the label dataset (held out)
-    max_conversations: int = 1
-    max_questions: int = 10  # per conversation (the first ones, in file order)
-    workdir: str = "runs/eval/live"  # tiers built here
-    judge_threshold: float = 0.3  # lexical judge (LoCoMo F1), as labeling's embedded default
-    conversations: list[str] = field(default_factory=list)  # these conversation ids (no labeled dataset needed)
-    policies: list[str] = field(default_factory=lambda: ["summary_only", "raw_only", "routed"])
-    memory: dict[str, Any] = field(default_factory=dict)  # MemoryConfig overrides of the label config's memory
 
 
 @dataclass
@@ -100,13 +84,10 @@ class EvalConfig:
     # one per domain): the labels' agreement with them, and every router scored against them beside the labels, on
     # the records whose units a verdict read (eval.json `verdicts`). Checks only: the labels stay the dataset's
     verdicts: list[str] = field(default_factory=list)
-    live: LiveConfig = field(default_factory=LiveConfig)
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         data_paths(self.data)
-        if self.live.enabled and len(data_paths(self.data)) > 1:
-            raise ConfigError("live eval relabels one dataset's conversations: give data one path, not a list")
         # APGR's recovery targets are shares of the raw-only - summary-only gap; a calibration curve needs a bin
         bad = [s for s in self.recover_shares if not (ranges.is_number(s) and 0.0 < s <= 1.0)]
         if bad:
@@ -387,9 +368,6 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
         held.enter_context(claimed_output_dir(cfg.output_dir, "eval"))
         if _router_run_dir(cfg.router):  # its card gets this eval's summary: a trained router run
             held.enter_context(updating_run(cfg.router.path, "eval", ROUTER_STAGES))
-        tiers = Path(cfg.live.workdir) / "tiers"
-        if cfg.live.enabled and not tiers.resolve().is_relative_to(Path(cfg.output_dir).resolve()):
-            claim_cache_dir(tiers)
         return _run(cfg, records)
 
 
@@ -450,10 +428,6 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         # the evaluation of record only on the router's own test data; any other data is listed beside it
         record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]), data=cfg.data)
     print(eval_report.render_markdown(report))
-    if cfg.live.enabled:
-        from evaluation.live_eval import run_live
-
-        paths.update(run_live(cfg, router, name))
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return paths
