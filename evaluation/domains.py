@@ -51,20 +51,6 @@ def main_minus(summary: dict[str, Any], other: str, metric: str = "AUROC") -> di
     return None
 
 
-def domain_aurocs(by_domain: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """What the router's card keeps of each domain: every router's AUROC interval and `main - <router>`."""
-    out: dict[str, dict[str, Any]] = {}
-    for domain, entry in (by_domain or {}).items():
-        if "routers" not in entry:
-            continue
-        keep = {"estimate", "lo", "hi"}
-        rows = {k: ({x: v for x, v in r["auroc"].items() if x in keep} if r.get("auroc") else None)
-                for k, r in entry["routers"].items()}
-        rows.update({f"main - {k}": main_minus(entry, k) for k in entry["routers"] if k != MAIN})
-        out[domain] = rows
-    return out
-
-
 def domain_section(by_domain: dict[str, Any] | None) -> list[str]:
     """eval.md's section: each router on each domain's records alone, with main - router per domain."""
     if not by_domain:

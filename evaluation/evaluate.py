@@ -19,7 +19,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +33,9 @@ from evaluation.reading import reading_steps
 from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, data_label, data_paths, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
-from serving.routers.spec import router_kind_of
 from tiermem import contract
-from tiermem.runs.rundir import ROUTER_STAGES, check_output_dir, claimed_output_dir, updating_run
+from tiermem.runs.run_meta import RunMeta, meta_digest
+from tiermem.runs.rundir import check_output_dir, claimed_output_dir
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings import ranges
 from tiermem.settings.config import ConfigError, from_dict, parse_cli
@@ -287,6 +286,8 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
         meta["routing_wall_s"] = runs["routed"]["wall_s"]
         meta["threshold_logit"] = runs["routed"]["threshold_logit"]
         meta["router_errors"] = runs["routed"]["errors"]
+        if isinstance(getattr(router, "meta", None), RunMeta):  # the metadata it was, for the card push renders
+            meta["router_meta_sha256"] = meta_digest(router.meta)
     specs = {s.name: s for s in cfg.compare}
     meta["compared"] = {}
     for key, other, display in compare:
@@ -351,23 +352,12 @@ def _write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], ou
     return paths
 
 
-def _router_run_dir(spec: RouterSpec) -> bool:
-    """A trained router's run directory of any kind (LM, unit reader, features): its card gets this eval."""
-    if not spec.path or not Path(spec.path).is_dir():
-        return False
-    return spec.kind in ("auto", router_kind_of(spec.path))
-
-
 def run(cfg: EvalConfig) -> dict[str, Path]:
     # A foreign or busy output directory is refused before any data or model loads; it is created (claimed) only once
     # the records have been read, so an eval that fails on its data leaves nothing behind.
     check_output_dir(cfg.output_dir, "eval")
     records = load_split(cfg.data, cfg.split)
-    # Every directory this run writes is claimed before any model loads, and held until it ends.
-    with ExitStack() as held:
-        held.enter_context(claimed_output_dir(cfg.output_dir, "eval"))
-        if _router_run_dir(cfg.router):  # its card gets this eval's summary: a trained router run
-            held.enter_context(updating_run(cfg.router.path, "eval", ROUTER_STAGES))
+    with claimed_output_dir(cfg.output_dir, "eval"):  # held until the eval ends
         return _run(cfg, records)
 
 
@@ -422,11 +412,6 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
                                           [(key, other.again(), display) for key, other, display in compare])
             report["verdicts"].update(judged_summary(checked, coverage))
     paths = write_outputs(report, predictions, cfg.output_dir)
-    from serving.model_card import record_eval
-
-    if _router_run_dir(cfg.router):  # the run's metadata and card
-        # the evaluation of record only on the router's own test data; any other data is listed beside it
-        record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]), data=cfg.data)
     print(eval_report.render_markdown(report))
     for kind, path in paths.items():
         print(f"{kind}: {path}")

@@ -9,7 +9,6 @@ one (`threshold_prob`).
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from abc import ABC, abstractmethod
@@ -22,8 +21,6 @@ from tiermem import contract
 from tiermem.models.logistic import logit, sigmoid  # noqa: F401  (the routers' p_escalate and thresholds)
 from tiermem.runs.run_meta import RunMeta, read_run_meta, verify_files
 from tiermem.settings.errors import UsageError
-
-log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD_LOGIT = 0.0  # p_escalate = 0.5: the argmax decision
 ESCALATE_ALL = -1.0e9  # below any model margin: every question escalates (a JSON-safe -inf)
@@ -90,11 +87,6 @@ def open_run_dir(run_dir: str | Path, where: str | None = None) -> RunMeta:
     contract.check_version(meta.contract_version, where=where)
     contract.check_limits(meta.data.get("router_input"), where=where)
     verify_files(run_dir, meta)
-    from serving.model_card import check_card
-
-    stale = check_card(run_dir, meta)
-    if stale:  # the card is documentation; the router loads from the metadata, so it serves, and says so
-        log.warning("%s", stale)
     return meta
 
 
