@@ -1,19 +1,5 @@
-"""The ranking's ceiling: what a router's score could save at raw-only accuracy, with the threshold chosen on the
-evaluated data itself, and how pure the ANSWER end of its ranking is.
-
-- **Fewest tokens within w points of raw-only.** Over every threshold of the sweep (each distinct score, plus
-  never escalating), the fewest mean input tokens (router tokens included, as the policy table counts them) among
-  the thresholds whose replayed accuracy is >= raw-only accuracy - w/100. The threshold is picked *after* seeing
-  the answers, so it is a CEILING on what calibration could reach with this ranking, never an operating point.
-- **False-cache-hit share among the k% most ANSWER-confident decisions.** The ceil(k% x n) replayed questions with
-  the lowest escalation scores (where the router is surest the summaries suffice), and the share of them that are
-  false cache hits by the replay's own per-question outcomes (evaluation.metrics.replay: ANSWER where only the
-  research path is right). Scores tied at the cut enter by their expected share, as a router breaking the tie at
-  random would.
-- **The calibrated point** beside them: the router's own row (its stored or given threshold).
-
-Pure functions of the replay cases and the scores; no models.
-"""
+"""The ranking's ceiling: the fewest tokens within w points of raw-only at a threshold chosen on the evaluated data
+(a CEILING, never an operating point), the false-cache-hit share at the ANSWER end, the calibrated point beside."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Eval per domain: when the records come from more than one domain (`data: [locomo, realmem]`; a record's domain
-is its `source`), every router's decisions are scored again on each domain's records alone (replayed, not asked
-again): AUROC with its interval, the ceiling rows, the calibrated point, false cache hits, and the paired
-differences main - each other router, so a router that is good on the pool and weak on one domain shows it."""
+"""Eval per domain: with records from several domains, every router's decisions scored again on each domain's records
+alone (replayed), with the paired differences main - each other router."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""`make eval`: score a router on a labeled split by counterfactual replay, against the baselines.
-
-    tiermem-router eval [--config configs/eval/default.yaml] [router.path=runs/grpo] [split=validation]
-
-Reads the label DatasetDict (or the labeling JSONL), asks the router for every record's decision on
-the stored router input (`router_summaries`, never re-retrieved), replays the decisions through the
-records' per-path correctness and costs (evaluation.metrics) and writes eval.json, eval.md,
-eval.png (+ eval_reliability.png) and predictions.jsonl under `output_dir`. Routers are built through
-serving.routers' registry; `compare:` adds more routers on the same records, each with its own threshold.
-Every rate, APGR, AUROC/AUPRC and ECE carries a 95% two-stage cluster-bootstrap interval, and paired
-intervals compare each router with random at its rate, the baselines and the main router
-(evaluation.analysis).
-"""
+"""`make eval`: score a router on a labeled split by counterfactual replay against the baselines, with two-stage
+cluster-bootstrap intervals (`tiermem-router eval [--config configs/eval/default.yaml] [router.path=runs/grpo]`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Writers for routing-evaluation results: eval.json, eval.md, the accuracy-vs-tokens plot (with bootstrap
-error bars) and the reliability plot.
-
-The input is the plain dict that `evaluate.py` builds (see `build_report`), so reports can be
-regenerated from a saved eval.json without rerunning a router.
-"""
+"""Writers for routing-evaluation results: eval.json, eval.md, the accuracy-vs-tokens plot and the reliability plot,
+from the plain dict evaluate.py builds (so reports can be regenerated from a saved eval.json)."""
 
 from __future__ import annotations
 

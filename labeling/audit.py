@@ -1,17 +1,5 @@
-"""`tiermem-router audit`: a review sheet of labeled records, and the labels' agreement with a judge.
-
-Samples `n` labeled questions of a label run, stratified by (source, label) so a small sheet still shows both labels
-of every source, and writes them for a person to read: `audit.md` (question, gold answer, the summaries the router
-sees with their dates and speakers, the evidence rule's signals and label, an empty verdict column) and
-`audit.jsonl` (the same, one record a line, with an empty `verdict` to fill). With `baseline=` (another label run of
-the same questions) it samples the questions whose label changed, and counts the changes.
-
-With `judge` set (any LLM role config: an OpenAI-compatible endpoint or the local model) each sampled record is
-read by the strict sufficiency judge ("could a careful reader give the gold answer from these summaries alone?"):
-its verdict is ANSWER when it says so, ESCALATE when not. `summary.json` and the sheet then hold the confusion
-table of label against verdict, the agreement and Cohen's kappa. A reply the judge's parser cannot read and an
-LLM error are counted and left out of the agreement, never turned into a verdict.
-"""
+"""`tiermem-router audit`: a review sheet of labeled records (`audit.md`, `audit.jsonl`), stratified by source and
+label, and the labels' agreement with a judge (confusion table, Cohen's kappa) (docs/labeling.md)."""
 
 from __future__ import annotations
 

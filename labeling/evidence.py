@@ -1,30 +1,5 @@
-"""Evidence signals that need no answer generator, and the evidence rule built on them.
-
-Signals per question:
-- answer_recall: share of the gold answer stated by the retrieved summaries as the router sees them (each unit's
-  text, plus its date when the unit shares a content word with the question), matched by tiermem.text.answer_match:
-  the gold's dates compared as dates (any written form, relative expressions resolved against the unit's date),
-  its other words as LoCoMo-normalized, Porter-stemmed tokens with numbers as digits. When the question names a
-  person, only units about that person count (tiermem.text.persons: the unit's speakers, as data, or a name in its
-  text, resolved against the conversation's speakers and mentioned names): a fact said of someone else does not
-  state the answer. A name no speaker or mentioned name matches does not narrow the units (`person_guard` says so).
-- research_recall: the same answer recall over the text the research path read, page by page (each page's turns,
-  with their speakers and dates, under the same person guard); the best page counts.
-- gold_in_summary_pages / gold_in_research_pages / n_gold: how many gold evidence turns lie in the raw pages
-  linked to the retrieved summaries, and in the pages the research policy read.
-
-Evidence rule (defaults in EvidenceConfig):
-- summary_ok when the summaries state the answer: recall >= `recall_threshold` (0.8), or provenance backs a
-  partial match: every gold turn lies in a page linked to the retrieved summaries about the question's person
-  AND recall >= `linked_recall_threshold` (0.5). Provenance alone is not enough (summaries are lossy by design;
-  a linked page says retrieval found the right region, not that the summary kept the fact), and a high recall is
-  enough even without gold turn ids (e.g. LongMemEval questions without `has_answer` turns).
-- research_ok when the text the research path read states the answer (research_recall >= `recall_threshold`),
-  or when its pages hold every gold evidence turn: a question citing several turns is often answered by the one
-  page that states it. `r_ok_by` records which signal decided ("text", "gold_turns" or "both"). Unknown (None)
-  when neither holds and the question has no gold evidence ids (nothing to say the text missed it), so such a
-  question cannot be labeled ESCALATE by this rule. docs/labeling.md has a worked example.
-"""
+"""Evidence signals that need no answer generator (answer recall of the summaries and of the text research read, gold
+turns in the linked and read pages) and the evidence rule built on them (docs/labeling.md)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Per-unit targets: the evidence rule over a one-unit summary set, for each unit a question retrieved.
-
-The question's label asks "do the top-k summaries state the gold answer"; it decomposes over units. For each of a
-record's router units (ranks 1..top_k) and, with `unit_targets.deep_k`, the deeper units of its retrieval (ranks
-top_k+1..deep_k), the record keeps that unit's own `answer_recall`, `gold_in_pages` (gold evidence turns in the
-raw pages the unit links to) and `s_ok` (the evidence rule's summary verdict for the one-unit set), all read from
-`labeling.evidence.compute_signals` over `[unit]`, never recomputed here, so the answer matching the label uses is
-the one every target uses. A unit reader (router_train/reader/unit_reader.py) learns from these exact targets.
-
-Deeper units reach the outputs for train-split conversations only (`for_split`, at the end of a run, because the
-split is reassigned there): validation and test keep exactly what the router sees.
-"""
+"""Per-unit targets: the evidence rule over a one-unit summary set, for each unit a question retrieved (deeper
+units for the train split only), read from `labeling.evidence.compute_signals` (docs/formats.md)."""
 
 from __future__ import annotations
 

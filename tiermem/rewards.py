@@ -1,8 +1,5 @@
-"""The reward table: what a routing decision earns, given whether the summary path (s_ok) and the research path
-(r_ok) answered right and the research path's input tokens. Every label record knows those, so a decision is scored
-without rerunning any policy. GRPO's rewards, SFT's expected-reward loss, calibration's reward criteria and eval
-read this one table. Defaults are the paper authors' table; the cost term (0 by default, as in their table) lets a
-user move the accuracy/cost trade-off."""
+"""The reward table: what a routing decision earns given both paths' correctness and the research path's tokens,
+read by GRPO, SFT's expected-reward loss, calibrate and eval. Defaults are the paper authors' table."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Read a router's decision the way the contract allows: one forward pass up to OUTPUT_PREFIX.
-
-The completion always starts with OUTPUT_PREFIX, so the action is decided by the first token after it.
-Training reports decision accuracy this way (cheap, no sampling), and checks a few greedy generations
-through contract.parse so format failures are visible too: a run's `train_decisions` and `validation` metrics.
-"""
+"""Read a router's decision the way the contract allows: one forward pass up to OUTPUT_PREFIX (the first token
+decides), plus a few greedy generations parsed by the contract so format failures show in the metrics."""
 
 from __future__ import annotations
 

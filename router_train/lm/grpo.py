@@ -1,20 +1,6 @@
-"""`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost.
-
-Continues the SFT run's adapter (`router`): from the base model the strict reward tends to give every sample the
-same (negative) reward, i.e. zero variance and zero gradient. With `completion: action_token` (the default) the
-policy is the decision token itself (router_train.lm.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a
-completion is one token, sampled under an action prior that makes it explore (SFT's head beside the margin, then one
-constant so the sampled escalation share starts at the labels'; router_train.lm.grpo_learning). What the run learned is
-measured without sampling (the policy's exact expected reward on the validation rows, before and after, with a
-paired interval), checked every `check_steps` to stop when it no longer rises, and recorded with the zero-variance
-share, gradient norm and sampled escalation rate in the metadata and card (`metrics.grpo_signal`); a run with no
-update or no rise says so and is not reported as a refinement. When the SFT run has a signal head it is refit after
-training on the GRPO adapter's margins (`signal_head`), so the GRPO router scores like SFT's: margin x text_weight +
-head(signals). Saves like SFT plus `reward_curves.json`.
-
-Multi-GPU (vLLM colocated generation): accelerate launch --config_file configs/accelerate/multi_gpu.yaml \
-    -m router_train.lm.grpo --config configs/grpo/qwen3_0.6b_gpu.yaml
-"""
+"""`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost; the policy is the
+decision token under an action prior, and what it learned is measured without sampling (docs/DESIGN.md). Multi-GPU:
+`accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.grpo --config ...`."""
 
 from __future__ import annotations
 

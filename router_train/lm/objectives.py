@@ -1,25 +1,5 @@
-"""Decision-focused training losses for the router (`LOSSES`, the SFT config's `loss:`), on top of TRL's SFTTrainer.
-
-The router's decision is ONE token (the action's first token after contract.OUTPUT_PREFIX) among ~25 tokens of
-templated JSON. Plain completion-only SFT spends almost all of its loss on the template, and in our runs the
-decision logit stayed near ln 2 while the template was learned. These losses put the loss where the decision is:
-
-- `lm`: TRL's completion-only NLL.
-- `decision`: cross-entropy over the two actions' first-token logits at the decision position, plus
-  `lm_weight` x the completion NLL so the JSON format keeps being generated.
-- `expected_reward`: maximize the exact expected reward of the two-action policy at the decision position,
-  E[R] = p(ESCALATE) R(ESCALATE) + p(ANSWER) R(ANSWER), with both rewards known per row from labeling
-  (tiermem.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
-  knows the reward of both actions, so the expectation is exact and its gradient has no variance.
-
-With `loss.signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
-(serving.signals.features: retrieval scores, lexical overlap, question form), trained together with the adapter
-by the same objective. The head starts from a logistic regression on the natural train rows, so the adapter learns
-what the signals miss; serving adds the same head to the same margin (serving.routers.local.LocalRouter).
-
-The decision position is found in the labels themselves (first completion token that is an action's first
-token), so it is the same token serving scores (serving.routers.local reads the same logits).
-"""
+"""Decision-focused training losses for the router (`LOSSES`, the SFT config's `loss:`) on top of TRL's SFTTrainer:
+`lm`, `decision` and `expected_reward`, at the decision token, with an optional signal head (docs/DESIGN.md)."""
 
 from __future__ import annotations
 

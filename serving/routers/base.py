@@ -1,11 +1,5 @@
-"""The router interface every kind implements, the one decision rule, and the Decision a router returns.
-
-A router reads a question and its top-k summaries and says ANSWER (the summaries suffice) or ESCALATE (read the
-linked raw pages). Routers with a `score()` return log-odds of ESCALATE, and every one of them decides by
-`decide(score, threshold_logit)`: escalate when score >= threshold_logit. Thresholds are log-odds everywhere in
-Python and in the JSON files the package writes; a probability appears only where a person or the HTTP API reads
-one (`threshold_prob`).
-"""
+"""The router interface every kind implements, the one decision rule (`decide`: ESCALATE when score >=
+threshold_logit, log-odds everywhere), and the Decision a router returns."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""An in-process LM router: base model + LoRA adapter (or merged weights) read by the contract.
-
-Modes:
-- fast (default): one forward pass over the prompt + contract.OUTPUT_PREFIX; the score is the log-odds margin
-  logit(ESCALATE) - logit(ANSWER) of the two actions' first tokens, in float64 so that no two distinct margins tie
-  (a float32 softmax saturates at 1.0), plus the signal head's log-odds when the run has one. No generation.
-- generate: greedy generation of the full JSON, parsed by the contract (audits, reasons).
-"""
+"""An in-process LM router: base model + LoRA adapter (or merged weights) read by the contract; `fast`: the float64
+first-token margin (+ signal head) of one forward pass, `generate`: the full JSON, parsed."""
 
 from __future__ import annotations
 

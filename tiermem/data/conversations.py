@@ -1,22 +1,5 @@
-"""Benchmark loaders: LoCoMo and LongMemEval files -> Conversation records with gold evidence.
-
-Every structural problem raises DataError naming the file, the sample and the field. The one tolerated
-defect is an evidence id that names no turn: the public LoCoMo file has a handful (e.g. `D` or a turn
-past the end of its session). Two known typo forms are repaired (`D8:6; D9:17` -> two ids,
-`D:11:26` -> `D11:26`); anything still unknown is dropped with a warning naming it by default, or raises
-with `unknown_evidence="error"`.
-
-Dates: every session's date (LoCoMo `session_N_date_time`, LongMemEval `haystack_dates`) must name a real moment
-in one of the forms of `tiermem.data.dates` ("1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21", ISO 8601, ...);
-the memory shows it as the turns' date, so a string that is not one is a DataError naming the file, the sample,
-the session and the field, never a date.
-
-Empty turns: a turn whose text is empty or whitespace is dropped, and its id is kept in
-`Conversation.dropped_turns` (the label stats and report count them). For LoCoMo the text is the turn's `text`
-plus its image's `blip_caption` ("[shares a photo: ...]"); `img_url` alone adds no text. Evidence naming a dropped
-turn is left out of the question (the drop is counted already). A conversation with no turn text at all is a
-DataError, and so is a LoCoMo conversation whose turns carry image captions only and no `text` of their own.
-"""
+"""Benchmark loaders: LoCoMo and LongMemEval files -> Conversation records with gold evidence; every structural
+problem a DataError naming the file, the sample and the field (what is repaired or dropped: docs/formats.md)."""
 
 from __future__ import annotations
 

@@ -1,50 +1,6 @@
-"""The tiermem conversation format (version 1): bring your own agent's history into the pipeline.
-
-A JSON file holds one object, a JSONL file one header line then one conversation per line:
-
-    {"format": "tiermem-conversations", "version": 1, "conversations": [<conversation>, ...]}     (.json)
-
-    {"format": "tiermem-conversations", "version": 1}                                            (.jsonl)
-    <conversation>
-    <conversation>
-
-    <conversation> = {
-      "id": "support-2024-06",                      # unique in the file
-      "turns": [                                    # a session's turns are contiguous; out of time order: sorted
-        {"id": "t1", "session": "s1", "timestamp": "2024-06-03T09:12:00Z", "speaker": "user", "text": "..."},
-        ...
-      ],
-      "questions": [                                # optional (ingest alone needs none; labeling needs some)
-        {"id": "q1", "question": "...", "answer": "...",  # answer: string or number
-         "evidence": ["t1"],                        # optional: gold turn ids (enables the generator-free rule)
-         "category": "single-hop",                  # optional: any label you want metrics broken down by
-         "date": "2024-07-01",                      # optional: when the question is asked
-         "asked_after": "t40"}                      # optional: the memory holds turns up to this one only
-      ],
-      "summaries": [                                # optional: your memory system's own facts, as Tier 1
-        {"id": "m1", "text": "The user lives in Leith.", "source_turns": ["t1"], "date": "2024-06-03"}
-      ]
-    }
-
-`summaries` are read as Tier 1 (`memory.summaries=imported`, the default when they are present), each linked to
-the pages of its `source_turns` (required, non-empty, known turn ids; the research path follows these links). With
-`asked_after`, the question reads the memory as of that turn: no turn after it, and no summary made from one, is
-retrievable or read; a question whose `evidence` names a later turn is dropped by `label` with that reason.
-
-`timestamp` is the turn's absolute time as you want the memory to show it (dates in the summaries come from it):
-ISO 8601 ("2024-06-03T09:12:00Z", "2024-06-03") or one of the benchmark forms of `tiermem.data.dates`
-("1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21"). It is required; a string that names no real day or time
-("not a date at all", "2024-13-45T99:99:99Z") is an error naming the turn, never a date. A turn whose `text` is
-empty or whitespace is dropped and its id kept in `Conversation.dropped_turns` (the label stats and report count
-the drops; evidence naming it is left out); a conversation whose every turn is empty is an error. Turns out of
-time order are sorted (sessions by their first turn, turns by timestamp, stably) and counted; a conversation mixing
-time-zone-aware and naive timestamps is an error (tiermem.data.time_order).
-
-Ids are strings; turn ids are unique within a conversation, question ids too. Any
-object may carry a free-form "metadata" field (ignored by the pipeline). Other unknown keys are errors (a typo
-such as `"speeker"` must not silently drop data). Every problem raises
-TiermemFormatError naming the file, the line (JSONL), the conversation and the field.
-"""
+"""The tiermem conversation format (version 1): bring your own agent's history into the pipeline. The format,
+its fields and every check: docs/formats.md; every problem is a TiermemFormatError naming file, line, conversation
+and field."""
 
 from __future__ import annotations
 

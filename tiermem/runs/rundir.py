@@ -1,27 +1,5 @@
-"""Run directories: a stage only deletes or overwrites files in a directory it created, and only one stage at a
-time writes a run directory.
-
-Each stage claims its output directory before writing: `claim_output_dir(path, stage)` creates it with a
-marker file naming the stage. A directory that already holds files is accepted only when its marker names
-the same stage (a rerun or resume); anything else (a home directory, the current directory via an empty
-`output_dir=`, another stage's run) is refused with RunDirError before a single file is touched.
-`check_output_dir` applies the same rules without creating anything, for stages that must read their inputs
-before the directory may exist.
-
-A claim also takes an exclusive `fcntl.flock` on `.tiermem-run.lock` inside the directory, held until
-`release_output_dir` (the `claimed_output_dir` context manager pairs the two) or until the process ends: the
-kernel drops the lock of a process that dies, so a crash never leaves a directory locked. A second claim (another
-process, or another thread of this one) is refused at once with a RunDirError naming the holder's pid and stage.
-A claim from the thread that already holds the directory is counted, not refused, so a stage may call helpers
-that claim the same directory again.
-
-Stages that legitimately change another stage's run (calibrate stores a threshold in a router run, push writes
-the router's card, eval records its summary there) go through `claim_run_to_update(path, stage, kinds)`: the
-directory must be a run of one of `kinds`, its marker is left as it is, and it is locked the same way.
-
-Run directories made before markers existed are recognized by the file each stage always wrote (e.g. a
-label run's resume_fingerprint.json, the `stage` inside a router's tiermem_router.json) and adopted once.
-"""
+"""Run directories: a stage claims, marks and locks its output directory before it writes, and only changes another
+stage's run through `claim_run_to_update` (docs/serving.md, "Run directories")."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""Writes inside a run directory that never go through a symbolic link the stage did not create.
-
-A run directory is the stage's own, but a file in it may be a link someone planted (`README.md ->
-~/.bashrc`): `open(path, "w")` would write through it to the target, outside the directory. Every write here is
-write-then-rename: a new file made exclusively next to the target (mkstemp: O_CREAT | O_EXCL, which never follows a
-link), then renamed over it. A path that is a link is refused first (RunDirError naming it, exit 4): replacing a
-link the user made would be as surprising as writing through it. The lock file is opened with O_NOFOLLOW.
-
-Libraries that write a folder by plain open() (transformers' `save_pretrained`, a trainer's `save_model`, datasets'
-`save_to_disk`) write into a fresh folder of unguessable name instead (`save_into`, `save_pretrained`), whose files
-are then renamed into place (`move_into`). tests/tiermem/runs/test_safe_writes.py fails for a stage module that
-writes any other way.
-"""
+"""Writes inside a run directory that never go through a symbolic link the stage did not create: write-then-rename,
+a link refused (RunDirError), library folder saves made in a fresh folder and moved into place (docs/serving.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""YAML configs parsed into dataclasses, with `key=value` overrides.
-
-HfArgumentParser/TrlParser handle flat dataclasses and `--flag value` CLIs; our stage configs nest
-(e.g. `llm.answerer.model=...`), so this is a small recursive loader that rejects unknown keys with the
-file and key named. TRL's own config objects (SFTConfig, GRPOConfig) are still built from a `trainer:`
-mapping in the YAML, so TRL validates its own fields.
-"""
+"""YAML configs parsed into (nested) dataclasses, with `key=value` overrides; unknown keys are refused with the file
+and key named. TRL's own configs are built from a `trainer:` mapping, so TRL validates its fields."""
 
 from __future__ import annotations
 
