@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tiermem.runs.safe_io import write_atomic
+from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.errors import ConfigError, DataError
 
 SHARDS_DIR = "shards"
@@ -68,13 +68,7 @@ def read_state(directory: Path) -> dict[str, Any] | None:
     path = directory / STATE
     if not path.is_file():
         return None
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: unreadable shard state ({exc}); rerun that shard") from None
-    if not isinstance(state, dict) or not isinstance(state.get("finished"), bool):
-        raise DataError(f"{path}: not a shard state (no 'finished'); rerun that shard")
-    return state
+    return read_json_state(path, DataError, "shard state", "rerun that shard", {"finished": bool})
 
 
 def print_merged(cfg: Any, stats: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import StoreError
 
 MANIFEST = "tiermem_cache_manifest.json"
@@ -48,11 +49,8 @@ def _manifest(entry: Path) -> dict[str, dict]:
     path = entry / MANIFEST
     if path.is_symlink() or not path.is_file():
         raise ValueError(f"no {MANIFEST} (an entry from before digests were stored, or a partial one)")
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{MANIFEST} is not readable JSON ({type(exc).__name__})") from None
-    files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+    doc = read_json_state(path, ValueError, MANIFEST, "the entry is rebuilt")
+    files = doc.get("files") if doc.get("format") == FORMAT else None
     if not isinstance(files, dict) or not files or not all(
             isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
         raise ValueError(f"{MANIFEST} does not list files with their sha256")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.models.cross_encoder import PRETRAIN_FILE  # a reader-pretrain checkpoint's metadata
+from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import ConfigError, StoreError
 
 FLOOR_FILE = "answer_floor.json"  # router_train.reader.answer_floor writes it
@@ -32,15 +33,7 @@ def _rebuild(path: Path) -> str:
 
 def read_json_object(path: str | Path) -> dict[str, Any]:
     """The JSON object in `path`; anything else is a ReaderFileError naming the file and how to rebuild it."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ReaderFileError(f"{path}: not a readable JSON file ({type(exc).__name__}: {exc}); "
-                              f"{_rebuild(path)}") from None
-    if not isinstance(doc, dict):
-        raise ReaderFileError(f"{path}: holds a JSON {type(doc).__name__}, not an object; {_rebuild(path)}")
-    return doc
+    return read_json_state(path, ReaderFileError, "reader file", _rebuild(Path(path)))
 
 
 def _bad(path: Path, field: str, want: str, got: Any) -> ReaderFileError:

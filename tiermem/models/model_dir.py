@@ -5,11 +5,11 @@ finite), a ModelDirError naming the directory and the file otherwise (docs/probe
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import RouterLoadError, RunDirError
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model")
@@ -35,12 +35,7 @@ def model_dir(spec: str | Path, what: str) -> Path:
     if not config.is_file():
         raise ModelDirError(f"{what}{spec}: {config} not found: not a model directory (a reader-pretrain checkpoint, "
                             "a unit-reader run or a saved transformers model)")
-    try:
-        doc = json.loads(config.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ModelDirError(f"{what}{spec}: {config} is not readable JSON ({type(exc).__name__}: {exc})") from None
-    if not isinstance(doc, dict):
-        raise ModelDirError(f"{what}{spec}: {config} is not a JSON object")
+    read_json_state(config, ModelDirError, f"model config ({what}{spec})", "rebuild or re-download the model")
     if not any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin",
                                                     "model.safetensors.index.json")):
         raise ModelDirError(f"{what}{spec}: no weights in {path} (model.safetensors or pytorch_model.bin)")

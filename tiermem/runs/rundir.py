@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from tiermem.runs.safe_io import open_nofollow, staging_pattern, write_atomic
+from tiermem.runs.safe_io import open_nofollow, read_json_state, staging_pattern, write_atomic
 from tiermem.settings.errors import RunDirError, RunError
 
 try:
@@ -46,13 +46,7 @@ def read_marker(path: str | Path) -> dict | None:
     marker = Path(path) / MARKER
     if not marker.is_file():
         return None
-    try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunDirError(f"{marker}: unreadable run marker ({exc}); remove the directory or pick another") from None
-    if not isinstance(data, dict) or not isinstance(data.get("stage"), str):
-        raise RunDirError(f"{marker}: not a run marker (no 'stage'); remove the directory or pick another")
-    return data
+    return read_json_state(marker, RunDirError, "run marker", "remove the directory or pick another", {"stage": str})
 
 
 def legacy_stage(path: str | Path) -> str | None:
