@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evaluation import analysis as eval_analysis
 from evaluation import metrics
@@ -27,7 +27,7 @@ from tiermem.runs.run_meta import RunMeta, meta_digest
 from tiermem.runs.rundir import check_output_dir, claimed_output_dir
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, from_dict, parse_cli
+from tiermem.settings.config import AT_LEAST_ONE, ConfigError, check_declared, from_dict, parse_cli
 from tiermem.settings.errors import stage_main
 
 log = logging.getLogger(__name__)
@@ -37,13 +37,13 @@ RESERVED_NAMES = ("routed", "summary_only", "raw_only", "random", "oracle")
 
 @dataclass
 class BootstrapConfig:
-    n_boot: int = 1000  # replicates of the two-stage (conversation, question) bootstrap; 0 turns intervals off
+    # replicates of the two-stage (conversation, question) bootstrap; 0 turns intervals off
+    n_boot: int = field(default=1000, metadata={"ge": 0})
     seed: int = 0
-    level: float = 0.95
+    level: float = field(default=0.95, metadata={"gt": 0.5, "lt": 1})
 
     def __post_init__(self) -> None:
-        if self.n_boot < 0 or not 0.5 < self.level < 1:
-            raise ConfigError(f"bootstrap: n_boot must be >= 0 and level in (0.5, 1), got {self.n_boot}, {self.level}")
+        check_declared(self, "bootstrap.")
 
 
 @dataclass
@@ -52,7 +52,7 @@ class EvalConfig:
     # record's domain kept, and eval reports each domain beside the pool
     data: str | list[str] = "runs/label/dataset"
     split: str = "test"
-    correctness: str = "label_rule"  # label_rule | outcome | evidence (see metrics.correctness_fields)
+    correctness: Literal["label_rule", "outcome", "evidence"] = "label_rule"  # see metrics.correctness_fields
     include_unlabeled: bool = True  # keep records the label rule dropped (both paths wrong) in accuracy
     max_records: int | None = None
     router: RouterSpec = field(default_factory=RouterSpec)
@@ -63,7 +63,7 @@ class EvalConfig:
     sweep: bool = True
     recover_shares: list[float] = field(default_factory=lambda: [0.8, 0.95])
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
-    reliability_bins: int = 10
+    reliability_bins: int = field(default=10, metadata=AT_LEAST_ONE)  # p_escalate bins of ECE
     output_dir: str = "runs/eval"
     # a careful-reading judgments file (labeling/judgments/format.py): every router is also scored against the judged
     # verdicts of the records whose units it read (AUROC, ceiling, false cache hits; eval.json `judged`)
@@ -80,10 +80,7 @@ class EvalConfig:
         bad = [s for s in self.recover_shares if not (ranges.is_number(s) and 0.0 < s <= 1.0)]
         if bad:
             raise ConfigError(f"recover_shares: each must be a share of the accuracy gap in (0, 1], got {bad}")
-        if self.reliability_bins < 1:
-            raise ConfigError(f"reliability_bins must be >= 1 (p_escalate bins of ECE), got {self.reliability_bins}")
-        if self.correctness not in metrics.CORRECTNESS_RULES:
-            raise ConfigError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
+        check_declared(self)
         specs: list[RouterSpec] = []
         for i, item in enumerate(self.compare):
             spec = item if isinstance(item, RouterSpec) else from_dict(RouterSpec, item, f"compare[{i}]")

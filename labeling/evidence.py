@@ -7,41 +7,36 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from labeling.answer_judges import scoring_gold, stem_word, stemmed_tokens
 from labeling.reply_evidence import ReplyRuleConfig, ReplySignals, reply_details, reply_signals
 from tiermem.memory.summaries import day_of
 from tiermem.memory.text import content_words
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import ConfigError
-from tiermem.text.answer_match import DATE_ORDERS, canonical_numbers, find_dates, parse_absolute, states, without_spans
+from tiermem.text.answer_match import canonical_numbers, find_dates, parse_absolute, states, without_spans
 from tiermem.text.persons import Cast, PersonGuard, person_guard
 from tiermem.text.words import TOPIC_TAG
 
 
 @dataclass
 class EvidenceConfig:
-    recall_threshold: float = 0.8
-    linked_recall_threshold: float = 0.5
-    date_order: str = "DMY"  # how numeric dates like 01.02.2024 read: DMY (1 February) or MDY (2 January)
+    recall_threshold: float = field(default=0.8, metadata={"ge": 0, "le": 1})
+    linked_recall_threshold: float = field(default=0.5, metadata={"ge": 0, "le": 1})  # at most recall_threshold
+    # how numeric dates like 01.02.2024 read: DMY (1 February) or MDY (2 January)
+    date_order: Literal["DMY", "MDY"] = "DMY"
     # research is right when the text it read states the answer, or it read every gold turn; false: gold turns only
     # (a question without gold turn ids then never has a research verdict)
     research_by_text: bool = True
     # a question that names the memory facts it needs (RealMem's memory_used): the share of them a path must hold
-    # for it to count as right (1.0: every one; point_counts says what "holds" means)
-    points_share: float = 1.0
+    # for it to count as right (1.0: every one; point_counts says what "holds" means); 0 would call every path right
+    points_share: float = field(default=1.0, metadata={"gt": 0, "le": 1})
     # a request whose reply the data gives (RealMem): what the reply draws from the memory decides (reply_evidence)
     reply: ReplyRuleConfig = field(default_factory=ReplyRuleConfig)
 
     def __post_init__(self) -> None:
-        if self.date_order not in DATE_ORDERS:
-            raise ConfigError(f"evidence.date_order must be one of {DATE_ORDERS}, got {self.date_order!r}")
-        if not 0.0 < self.points_share <= 1.0:  # 0 would call every path right that holds no fact at all
-            raise ConfigError(f"evidence.points_share must be in (0, 1], got {self.points_share}")
-        for name in ("recall_threshold", "linked_recall_threshold"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"evidence.{name} must be in [0, 1], got {value}")
+        check_declared(self, "evidence.")
         if self.linked_recall_threshold > self.recall_threshold:
             raise ConfigError("evidence.linked_recall_threshold must not exceed evidence.recall_threshold")
 

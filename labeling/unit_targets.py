@@ -4,13 +4,13 @@ units for the train split only), read from `labeling.evidence.compute_signals` (
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labeling.dataset import RecordError, flag, summary_units
 from labeling.evidence import Reading, compute_signals
 from labeling.judgments.format import VERDICTS
-from tiermem.settings.errors import ConfigError
+from tiermem.settings.config import check_declared
 
 
 @dataclass
@@ -20,11 +20,10 @@ class UnitTargetsConfig:
     enabled: bool = True  # the router units' targets cost a few token sets per question
     # Retrieval depth for targets of units the router does not see (ranks top_k+1..deep_k; train split only):
     # the near-miss negatives and deeper positives a unit reader learns from. null = the router's top_k units only.
-    deep_k: int | None = None
+    deep_k: int | None = field(default=None, metadata={"ge": 1})
 
     def __post_init__(self) -> None:
-        if self.deep_k is not None and self.deep_k < 1:
-            raise ConfigError(f"unit_targets.deep_k must be >= 1 or null, got {self.deep_k}")
+        check_declared(self, "unit_targets.")
 
 
 def _field(unit: Any, name: str) -> Any:

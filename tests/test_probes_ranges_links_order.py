@@ -374,7 +374,7 @@ def test_every_stage_help_exits_0_and_lists_every_config_key(capsys, stage):
 def test_label_help_shows_the_default_and_the_help_text_of_a_key(capsys):
     assert cli.main(["label", "--help", "output_dir=ignored"]) == 0
     out = capsys.readouterr().out
-    assert "  question_sampling (str, default: 'random')\n      random (seeded) | first" in out
+    assert "  question_sampling (random|first, default: 'random')\n      random (seeded) | first" in out
     assert "  memory.embedder (str, default: 'packaged:all-minilm-l6-v2')\n      a model spec, or \"hashing\"" in out
     assert "configs/label/cpu_default.yaml applied" in out  # the defaults the stage really uses
 

@@ -8,7 +8,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from serving.routers.lm_head import action_token_ids, head_as_trained
 from serving.signals import SIGNAL_HEAD_FILE
@@ -21,7 +21,7 @@ from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path
 from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, parse_cli
+from tiermem.settings.config import ConfigError, check_declared, parse_cli
 from tiermem.settings.errors import MissingFileError, stage_main
 
 from .decisions import decision_reports
@@ -33,7 +33,6 @@ from .rows import balance_rows, load_label_rows, natural_rows
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
 CURVES_FILE = "reward_curves.json"
-COMPLETIONS = ("action_token", "text")
 SCALE_REWARDS = ("group", "batch", "none")  # what TRL's GRPOTrainer computes advantages with
 
 
@@ -64,7 +63,7 @@ class GRPORecipeConfig(RecipeConfig):
     output_dir: str = "runs/grpo"
     # action_token: the prompt ends with the contract's output prefix and a completion is the action's first token
     # (max_completion_length 1); text: the completion is generated JSON, parsed by the contract (rewards.format_scope)
-    completion: str = "action_token"
+    completion: Literal["action_token", "text"] = "action_token"
     frozen_trunk: bool = True  # action_token: bottom layers once per prompt when the adapter trains the top ones only
     # a trunk-state file of the SFT run (its loss.trunk_cache): a prompt that is the start of an SFT row (its prompt
     # and output prefix) takes that row's first trunk states instead of recomputing them (the trunk is causal)
@@ -91,8 +90,7 @@ class GRPORecipeConfig(RecipeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.completion not in COMPLETIONS:
-            raise ConfigError(f"completion must be one of {COMPLETIONS}, got {self.completion!r}")
+        check_declared(self)
         if self.completion != "action_token" and (self.prior_head or self.prior_calibrate):
             raise ConfigError("prior_head and prior_calibrate shape the sampled action token: they need "
                               "completion=action_token (set them null or false for completion=text)")

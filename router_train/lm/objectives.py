@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,7 @@ from trl import SFTTrainer
 from tiermem.models.logistic import LogisticModel
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 from tiermem.settings import ranges
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -26,13 +27,14 @@ REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 
 @dataclass
 class LossConfig:
-    kind: str = "decision"  # lm | decision | expected_reward
+    kind: Literal["lm", "decision", "expected_reward"] = "decision"  # LOSSES
     lm_weight: float = 0.1  # weight of the completion NLL beside the decision term (keeps the JSON format)
     # weight of -log p(either action token) at the decision position, over the full vocabulary: the two-way
     # decision terms only compare the two actions, so without it sampled completions drift to other tokens there
     # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
     mass_weight: float = 1.0
-    class_weight: str = "balanced"  # decision only: balanced (inverse label frequency in train) | none
+    # decision only: balanced (inverse label frequency in train) | none
+    class_weight: Literal["balanced", "none"] = "balanced"
     # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.models.trunk.FrozenTrunk),
     # when the adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
@@ -45,10 +47,7 @@ class LossConfig:
     text_weight: float | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in LOSSES:
-            raise ConfigError(f"loss.kind must be one of {LOSSES}, got {self.kind!r}")
-        if self.class_weight not in ("balanced", "none"):
-            raise ConfigError(f"loss.class_weight must be balanced|none, got {self.class_weight!r}")
+        check_declared(self, "loss.")
         if self.signal_head and self.kind == "lm":
             raise ConfigError("loss.signal_head needs a decision loss (decision or expected_reward), not lm")
         for name in ("signal_head_l2", "lm_weight", "mass_weight") + (("text_weight",) if self.text_weight is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import re
 import types
 import typing
@@ -97,6 +98,32 @@ def require_finite(value: Any, where: str) -> Any:
         for key, item in value.items():
             require_finite(item, f"{where}.{key}")
     return value
+
+
+# a field's declared range: `field(default=1, metadata={"ge": 1})`; its choices: a `Literal[...]` type
+AT_LEAST_ONE = {"ge": 1}  # a count that must be positive: field(default=8, metadata=AT_LEAST_ONE)
+BOUNDS = (("ge", operator.ge, ">="), ("gt", operator.gt, ">"), ("le", operator.le, "<="), ("lt", operator.lt, "<"))
+
+
+def choices_of(tp: Any) -> tuple[Any, ...] | None:
+    """The values a `Literal[...]` (or optional Literal) type allows; None for any other type."""
+    base = strip_optional(tp)
+    return typing.get_args(base) if typing.get_origin(base) is typing.Literal else None
+
+
+def check_declared(obj: Any, prefix: str = "") -> None:
+    """Every field of dataclass `obj` within its declared range and among its declared choices (None passes where the
+    type allows it): ConfigError naming the key (`prefix` + name). Called from __post_init__, so a config built in
+    Python is checked as one read from YAML or overrides."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        choices = choices_of(hints[f.name])
+        if choices is not None and value is not None and value not in choices:
+            raise ConfigError(f"{key} must be one of {'|'.join(map(str, choices))}, got {value!r}")
+        for name, holds, words in BOUNDS:
+            if name in f.metadata and value is not None and not holds(value, f.metadata[name]):
+                raise ConfigError(f"{key} must be {words} {f.metadata[name]}, got {value!r}")
 
 
 def _check_scalar(tp: Any, value: Any, where: str) -> Any:
@@ -193,7 +220,10 @@ def _key_type(cls: type | None, parts: list[str]) -> Any:
 
 
 def _is_text(tp: Any) -> bool:
-    """A key that holds free text (`str`, or `str | int` like ask's question, which is an id or words)."""
+    """A key that holds free text (`str`, `str | int` like ask's question, which is an id or words, or a choice of
+    words: a `Literal` of strings)."""
+    if choices_of(tp) is not None:
+        return all(isinstance(c, str) for c in choices_of(tp))
     args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (
         typing.Union, types.UnionType) else [tp]
     return str in args and all(a in (str, int) for a in args)

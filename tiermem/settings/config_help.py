@@ -61,6 +61,8 @@ def _help_of(cls: type, f: dataclasses.Field) -> str:
 
 
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(strip_optional(tp)) is typing.Literal:  # a choice: its values
+        return "|".join(map(str, typing.get_args(strip_optional(tp)))) + (" | None" if strip_optional(tp) != tp else "")
     text = getattr(tp, "__name__", None) if not typing.get_args(tp) else None
     return text or str(tp).replace("typing.", "")
 
