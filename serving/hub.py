@@ -5,8 +5,7 @@ this module never reads, prints or writes it."""
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ from tiermem.runs.run_meta import (
     verify_files,
 )
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
-from tiermem.settings.errors import ConfigError, HubError, MissingFileError, stage_main
+from tiermem.settings.config import json_stage
+from tiermem.settings.errors import ConfigError, HubError, MissingFileError
 from tiermem.settings.hub_errors import check_repo_id, hub_errors
 
 ADAPTER_MODEL_FILE = "adapter_model.safetensors"
@@ -192,14 +192,7 @@ def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None
     return path
 
 
-@stage_main("push")
-def main(argv: list[str]) -> int:
-    from tiermem.settings.config import parse_cli
-
-    cfg = parse_cli(PushConfig, argv, default_config=None)
-    result = push(cfg)
-    print(json.dumps({"config": asdict(cfg), **result}, indent=2))
-    return 0
+main = json_stage("push", PushConfig, push)
 
 
 if __name__ == "__main__":

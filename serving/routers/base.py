@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from tiermem import contract
 from tiermem.models.logistic import logit, sigmoid  # noqa: F401  (the routers' p_escalate and thresholds)
 from tiermem.runs.run_meta import RunMeta, read_run_meta, verify_files
-from tiermem.settings.errors import UsageError
+from tiermem.settings.errors import RouterLoadError, UsageError
 
 DEFAULT_THRESHOLD_LOGIT = 0.0  # p_escalate = 0.5: the argmax decision
 ESCALATE_ALL = -1.0e9  # below any model margin: every question escalates (a JSON-safe -inf)
@@ -152,6 +152,13 @@ class ScoreRouter(Router):
         self.name = self.kind
         self.run_dir: Path | None = None  # the directory it was loaded from, if any
         self.meta: RunMeta | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Any, trunk_cache: dict[str, Any] | None = None) -> Router:
+        """A score router saved in a run directory (`router.path`), loaded by its kind's `load`."""
+        if not spec.path:
+            raise RouterLoadError(f"a {cls.kind} router needs router.path: the directory its stage wrote")
+        return cls.load(spec.path, threshold_logit=spec.threshold_logit)  # type: ignore[attr-defined]
 
     def scored(self, questions: Sequence[str], summaries: Sequence[Summaries]
                ) -> tuple[list[float], list[dict[str, float]] | None, list[list[str]] | None]:

@@ -148,12 +148,6 @@ class UnitReaderRouter(ScoreRouter):
         self.text_scores = text_scores
         super().__init__(threshold_logit)
 
-    @classmethod
-    def from_spec(cls, spec, trunk_cache=None):
-        if not spec.path:
-            raise RouterLoadError("a unit-reader router needs router.path: a `tiermem-router unit-reader` directory")
-        return cls.load(spec.path, threshold_logit=spec.threshold_logit)
-
     def scored(self, questions: Sequence[str], summaries: Sequence[Summaries]
                ) -> tuple[list[float], list[dict[str, float]], list[list[str]]]:
         """The one scorer: log-odds of ESCALATE per question, what it is made of, and the head's inputs clipped to

@@ -5,7 +5,7 @@ and field."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,17 +104,7 @@ def parse_conversation(raw: Any, where: str, source: str,
         raise _fail(where, f"field 'turns': every turn's text is empty ({len(dropped)} turns); nothing to remember")
     known, gone = {t.turn_id for t in turns}, set(dropped)
     questions: list[Question] = []
-    questions_raw = obj.get("questions", [])
-    if not isinstance(questions_raw, list):
-        raise _fail(where, "field 'questions' must be a list")
-    seen_q: set[str] = set()
-    for i, q in enumerate(questions_raw):
-        qwhere = f"{where} questions[{i}]"
-        q = _object(q, qwhere, _QUESTION_KEYS)
-        qid = _string(q, "id", qwhere)
-        if qid in seen_q:
-            raise _fail(qwhere, f"field 'id': question id {qid!r} repeats")
-        seen_q.add(qid)
+    for qwhere, q, qid in _items(obj.get("questions", []), where, "questions", "question", _QUESTION_KEYS):
         if "answer" not in q:
             raise _fail(qwhere, "missing field 'answer'")
         answer = q["answer"]
@@ -151,17 +141,24 @@ def _next_kept(after: str, order: list[str], known: set[str]) -> str | None:
     return next((t for t in order[order.index(after) + 1:] if t in known), None)
 
 
-def _summaries(raw: Any, where: str, known: set[str], gone: set[str]) -> list[ImportedUnit]:
+def _items(raw: Any, where: str, name: str, one: str, keys: set[str]) -> Iterator[tuple[str, dict, str]]:
+    """(where, object, id) of each item of the list field `name`: an object of `keys` whose id no other repeats."""
     if not isinstance(raw, list):
-        raise _fail(where, "field 'summaries' must be a list")
-    units, seen = [], set()
+        raise _fail(where, f"field '{name}' must be a list")
+    seen: set[str] = set()
     for i, item in enumerate(raw):
-        swhere = f"{where} summaries[{i}]"
-        item = _object(item, swhere, _SUMMARY_KEYS)
-        unit_id = _string(item, "id", swhere)
-        if unit_id in seen:
-            raise _fail(swhere, f"field 'id': summary id {unit_id!r} repeats")
-        seen.add(unit_id)
+        iwhere = f"{where} {name}[{i}]"
+        item = _object(item, iwhere, keys)
+        item_id = _string(item, "id", iwhere)
+        if item_id in seen:
+            raise _fail(iwhere, f"field 'id': {one} id {item_id!r} repeats")
+        seen.add(item_id)
+        yield iwhere, item, item_id
+
+
+def _summaries(raw: Any, where: str, known: set[str], gone: set[str]) -> list[ImportedUnit]:
+    units = []
+    for swhere, item, unit_id in _items(raw, where, "summaries", "summary", _SUMMARY_KEYS):
         sources = item.get("source_turns")
         if not isinstance(sources, list) or not sources or not all(isinstance(t, str) for t in sources):
             raise _fail(swhere, "field 'source_turns' must be a non-empty list of turn id strings")

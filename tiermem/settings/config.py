@@ -4,11 +4,13 @@ and key named. TRL's own configs are built from a `trainer:` mapping, so TRL val
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import operator
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,7 +19,7 @@ import yaml
 from tiermem.settings.config_help import strip_optional
 
 # ConfigError is defined with the other error kinds; `tiermem.settings.config.ConfigError` still works
-from tiermem.settings.errors import ConfigError, HelpShown
+from tiermem.settings.errors import ConfigError, HelpShown, stage_main
 
 T = TypeVar("T")
 # the checkout the package runs from: where a relative config path is looked up when the working directory lacks it
@@ -328,3 +330,15 @@ def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, 
             out[name] = _check_scalar(tp, value, f"{where}.{name}")
     return out
 
+
+def json_stage(stage: str, cls: type[T], run: Callable[[T], dict[str, Any]]) -> Callable[[list[str] | None], int]:
+    """The `main(argv)` of a stage that prints its result: its config from argv (no default file), `run(cfg)`, then
+    the config and the result as JSON."""
+
+    @stage_main(stage)
+    def main(argv: list[str]) -> int:
+        cfg = parse_cli(cls, argv, default_config=None)
+        print(json.dumps({"config": dataclasses.asdict(cfg), **run(cfg)}, indent=2))
+        return 0
+
+    return main
