@@ -21,7 +21,7 @@ from labeling.store import read_records
 from tiermem.data.conversations import Conversation
 from tiermem.data.time_order import time_order_stats
 from tiermem.runs.rundir import check_output_dir, claimed_output_dir
-from tiermem.runs.safe_io import write_atomic
+from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.config import parse_cli, to_dict
 from tiermem.settings.errors import DataError, RunError, UsageError, stage_main
 
@@ -73,7 +73,7 @@ def _check_shard(cfg: LabelConfig, index: int, count: int, path: Path) -> tuple[
     saved_path = path / "resume_fingerprint.json"
     if not saved_path.is_file():
         return state, f"no resume_fingerprint.json; rerun tiermem-router label shard={index}/{count}"
-    saved = json.loads(saved_path.read_text())
+    saved = read_json_state(saved_path, DataError, "resume fingerprint", f"relabel shard {index}/{count}")
     current = json.loads(json.dumps(resume_fingerprint(cfg)))
     changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
     if changed:

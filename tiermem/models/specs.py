@@ -216,10 +216,7 @@ def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
     base_id = hub_id(base_spec)
     if base_id is None:
         return None
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
+    config = safe_io.read_json_state(path, RunMetaError, "adapter config", "retrain the router")
     if config.get("base_model_name_or_path") != base_id:
         config["base_model_name_or_path"] = base_id
         safe_io.write_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.runs.safe_io import write_atomic
+from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.errors import MissingFileError, StoreError, UsageError
 
 RUN_META_FILE = "tiermem_router.json"
@@ -62,11 +62,7 @@ def read_run_meta(run_dir: str | Path) -> RunMeta:
     path = Path(run_dir) / RUN_META_FILE
     if not path.is_file():
         raise MissingFileError(f"{path} not found: not a tiermem router run directory (make sft writes one)")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
-    return run_meta_from_dict(raw, path)
+    return run_meta_from_dict(read_json_state(path, RunMetaError, RUN_META_FILE, "retrain the router"), path)
 
 
 def run_meta_from_dict(raw: Any, path: str | Path) -> RunMeta:
