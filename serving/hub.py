@@ -135,7 +135,8 @@ def read_eval(path: str, meta: RunMeta) -> dict[str, Any]:
     meta_of = report.get("meta") if isinstance(report, dict) else None
     evaluated = meta_of.get("router_meta_sha256") if isinstance(meta_of, dict) else None
     if evaluated != meta_digest(meta):
-        raise ConfigError(f"eval={path}: " + ("it evaluated no router run" if evaluated is None else
+        raise ConfigError(f"eval={path}: " + ("it records no router metadata digest (not an eval of a router run, "
+                                              "or one from before eval recorded it)" if evaluated is None else
                           "it evaluated another router, or this one before its metadata changed (calibrate)")
                           + "; rerun `make eval` on this router, then push")
     return report

@@ -245,6 +245,11 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
     assert read_run_meta(run).metrics["written_by"] == "another stage" and read_run_meta(run).stage != "mine"
     with pytest.raises(ConfigError, match="another router"):
         read_eval(str(paths["json"]), read_run_meta(run))
+    undigested = tmp_path / "old_eval.json"
+    undigested.write_text(json.dumps({**report, "meta": {k: v for k, v in report["meta"].items()
+                                                         if k != "router_meta_sha256"}}))
+    with pytest.raises(ConfigError, match="records no router metadata digest"):
+        read_eval(str(undigested), read_run_meta(run))
 
     logit = math.log(0.2 / 0.8)
     edit_run_meta(run, calibration={
