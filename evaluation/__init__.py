@@ -1,1 +1,1 @@
-"""Offline evaluation of routers: counterfactual replay, live eval, metrics, intervals, reports, calibration."""
+"""Offline evaluation of routers: counterfactual replay, metrics, intervals, reports, calibration."""

@@ -1,8 +1,5 @@
-"""Intervals, ranking quality and paired comparisons for `make eval` (tiermem.stats on replay cases).
-
-Everything is computed from one count matrix of the two-stage cluster bootstrap (conversations, then questions
-within them), so the intervals of differences are paired: both sides see the same resampled questions.
-"""
+"""Intervals, ranking quality and paired comparisons for `make eval`, all from one count matrix of the two-stage
+cluster bootstrap, so the intervals of differences are paired."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
-"""The ranking's ceiling: what a router's score could save at raw-only accuracy, with the threshold chosen on the
-evaluated data itself, and how pure the ANSWER end of its ranking is.
-
-- **Fewest tokens within w points of raw-only.** Over every threshold of the sweep (each distinct score, plus
-  never escalating), the fewest mean input tokens (router tokens included, as the policy table counts them) among
-  the thresholds whose replayed accuracy is >= raw-only accuracy - w/100. The threshold is picked *after* seeing
-  the answers, so it is a CEILING on what calibration could reach with this ranking, never an operating point.
-- **False-cache-hit share among the k% most ANSWER-confident decisions.** The ceil(k% x n) replayed questions with
-  the lowest escalation scores (where the router is surest the summaries suffice), and the share of them that are
-  false cache hits by the replay's own per-question outcomes (evaluation.metrics.replay: ANSWER where only the
-  research path is right). Scores tied at the cut enter by their expected share, as a router breaking the tie at
-  random would.
-- **The calibrated point** beside them: the router's own row (its stored or given threshold).
-
-Pure functions of the replay cases and the scores; no models.
-"""
+"""The ranking's ceiling: the fewest tokens within w points of raw-only at a threshold chosen on the evaluated data
+(a CEILING, never an operating point), the false-cache-hit share at the ANSWER end, the calibrated point beside."""
 
 from __future__ import annotations
 
@@ -74,7 +60,7 @@ def false_cache_hit_share(cases: Sequence[Case], scores: Sequence[float], percen
 def router_ceiling(cases: Sequence[Case], scores: Sequence[float], policy: PolicyMetrics,
                    threshold_logit: float | None, calibrated: str | None,
                    points: Sequence[SweepPoint] | None = None) -> dict[str, Any]:
-    """One router's ceiling row (flat, the keys tiermem.runs.eval_summary.CEILING_METRICS name, plus the thresholds and
+    """One router's ceiling row (flat, the keys ceiling_table reads, plus the thresholds and
     counts eval.json keeps). `points`: its threshold sweep when eval already ran it."""
     raw = raw_only(cases)
     points = points if points is not None else sweep_points(cases, scores)
@@ -111,3 +97,29 @@ def calibrated_by(router: Any, threshold_override: float | None) -> str:
     if not cal:
         return "default threshold (not calibrated)"
     return f"calibrate {cal.get('criterion')} on {cal.get('scored_on') or cal.get('split') or 'its data'}"
+
+
+def _tokens_cell(tokens: float | None, fewer: float | None, accuracy: float | None, extra: str = "") -> str:
+    if tokens is None:
+        return "n/a"
+    less = "n/a" if fewer is None else (f"{100 * fewer:.1f}% fewer" if fewer >= 0 else f"{-100 * fewer:.1f}% more")
+    return f"{tokens:,.0f} ({less}; accuracy {accuracy:.3f}{extra})"
+
+
+def ceiling_table(rows: dict[str, Any], titles: dict[str, str] | None = None) -> list[str]:
+    """The ceiling as markdown lines, from eval.json's ceiling.routers rows (eval.md's table)."""
+    lines = ["| router | CEILING: fewest tokens within 1 pt of raw-only (vs raw-only) | CEILING: within 2 pts "
+             "| false cache hits among the 10% most ANSWER-confident | among the 20% | calibrated point (its "
+             "threshold) |", "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        cells = [_tokens_cell(r.get(f"mean_input_tokens_within_{w}pt"), r.get(f"tokens_fewer_share_within_{w}pt"),
+                              r.get(f"accuracy_within_{w}pt")) for w in (1, 2)]
+        for k in (10, 20):
+            share, hits, n = (r.get(f"false_cache_hit_share_top{k}"), r.get(f"false_cache_hits_top{k}"),
+                              r.get(f"n_top{k}"))
+            cells.append("n/a" if share is None else f"{share:.3f}" + (f" ({hits:.4g} of {n:g})" if n else ""))
+        diff = r.get("calibrated_accuracy_minus_raw_only")
+        cells.append(_tokens_cell(r.get("calibrated_mean_input_tokens"), r.get("calibrated_tokens_fewer_share"),
+                                  r.get("calibrated_accuracy"), "" if diff is None else f", {diff:+.3f} vs raw-only"))
+        lines.append("| " + " | ".join([(titles or {}).get(name, name), *cells]) + " |")
+    return lines

@@ -1,7 +1,5 @@
-"""Eval per domain: when the records come from more than one domain (`data: [locomo, realmem]`; a record's domain
-is its `source`), every router's decisions are scored again on each domain's records alone (replayed, not asked
-again): AUROC with its interval, the ceiling rows, the calibrated point, false cache hits, and the paired
-differences main - each other router, so a router that is good on the pool and weak on one domain shows it."""
+"""Eval per domain: with records from several domains, every router's decisions scored again on each domain's records
+alone (replayed), with the paired differences main - each other router."""
 
 from __future__ import annotations
 
@@ -49,20 +47,6 @@ def main_minus(summary: dict[str, Any], other: str, metric: str = "AUROC") -> di
             lo, hi = c.get("lo"), c.get("hi")
             return {"estimate": -c["estimate"], "lo": None if hi is None else -hi, "hi": None if lo is None else -lo}
     return None
-
-
-def domain_aurocs(by_domain: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """What the router's card keeps of each domain: every router's AUROC interval and `main - <router>`."""
-    out: dict[str, dict[str, Any]] = {}
-    for domain, entry in (by_domain or {}).items():
-        if "routers" not in entry:
-            continue
-        keep = {"estimate", "lo", "hi"}
-        rows = {k: ({x: v for x, v in r["auroc"].items() if x in keep} if r.get("auroc") else None)
-                for k, r in entry["routers"].items()}
-        rows.update({f"main - {k}": main_minus(entry, k) for k in entry["routers"] if k != MAIN})
-        out[domain] = rows
-    return out
 
 
 def domain_section(by_domain: dict[str, Any] | None) -> list[str]:

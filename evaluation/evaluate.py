@@ -1,17 +1,5 @@
-"""`make eval`: score a router on a labeled split by counterfactual replay, against the baselines.
-
-    tiermem-router eval [--config configs/eval/default.yaml] [router.path=runs/grpo] [split=validation]
-
-Reads the label DatasetDict (or the labeling JSONL), asks the router for every record's decision on
-the stored router input (`router_summaries`, never re-retrieved), replays the decisions through the
-records' per-path correctness and costs (evaluation.metrics) and writes eval.json, eval.md,
-eval.png (+ eval_reliability.png) and predictions.jsonl under `output_dir`. Routers are built through
-serving.routers' registry; `compare:` adds more routers on the same records, each with its own threshold.
-Every rate, APGR, AUROC/AUPRC and ECE carries a 95% two-stage cluster-bootstrap interval, and paired
-intervals compare each router with random at its rate, the baselines and the main router
-(evaluation.analysis). `live.enabled=true` additionally runs the memory runtime end to end on
-held-out conversations (evaluation.live_eval).
-"""
+"""`make eval`: score a router on a labeled split by counterfactual replay against the baselines, with two-stage
+cluster-bootstrap intervals (`tiermem-router eval [--config configs/eval/default.yaml] [router.path=runs/grpo]`)."""
 
 from __future__ import annotations
 
@@ -20,10 +8,9 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evaluation import analysis as eval_analysis
 from evaluation import metrics
@@ -35,12 +22,12 @@ from evaluation.reading import reading_steps
 from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, data_label, data_paths, load_split
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
-from serving.routers.spec import router_kind_of
 from tiermem import contract
-from tiermem.runs.rundir import ROUTER_STAGES, check_output_dir, claim_cache_dir, claimed_output_dir, updating_run
+from tiermem.runs.run_meta import RunMeta, meta_digest
+from tiermem.runs.rundir import check_output_dir, claimed_output_dir
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, from_dict, parse_cli
+from tiermem.settings.config import AT_LEAST_ONE, ConfigError, check_declared, from_dict, parse_cli
 from tiermem.settings.errors import stage_main
 
 log = logging.getLogger(__name__)
@@ -50,28 +37,13 @@ RESERVED_NAMES = ("routed", "summary_only", "raw_only", "random", "oracle")
 
 @dataclass
 class BootstrapConfig:
-    n_boot: int = 1000  # replicates of the two-stage (conversation, question) bootstrap; 0 turns intervals off
+    # replicates of the two-stage (conversation, question) bootstrap; 0 turns intervals off
+    n_boot: int = field(default=1000, metadata={"ge": 0})
     seed: int = 0
-    level: float = 0.95
+    level: float = field(default=0.95, metadata={"gt": 0.5, "lt": 1})
 
     def __post_init__(self) -> None:
-        if self.n_boot < 0 or not 0.5 < self.level < 1:
-            raise ConfigError(f"bootstrap: n_boot must be >= 0 and level in (0.5, 1), got {self.n_boot}, {self.level}")
-
-
-@dataclass
-class LiveConfig:
-    enabled: bool = False
-    label_config: str | None = None  # the labeling config; None: the config.yaml labeling saved next to `data`
-    data_path: str | None = None  # conversations file; None: the one the label config used
-    split_from_dataset: bool = True  # only conversations of `split` in the label dataset (held out)
-    max_conversations: int = 1
-    max_questions: int = 10  # per conversation (the first ones, in file order)
-    workdir: str = "runs/eval/live"  # tiers built here
-    judge_threshold: float = 0.3  # lexical judge (LoCoMo F1), as labeling's embedded default
-    conversations: list[str] = field(default_factory=list)  # these conversation ids (no labeled dataset needed)
-    policies: list[str] = field(default_factory=lambda: ["summary_only", "raw_only", "routed"])
-    memory: dict[str, Any] = field(default_factory=dict)  # MemoryConfig overrides of the label config's memory
+        check_declared(self, "bootstrap.")
 
 
 @dataclass
@@ -80,7 +52,7 @@ class EvalConfig:
     # record's domain kept, and eval reports each domain beside the pool
     data: str | list[str] = "runs/label/dataset"
     split: str = "test"
-    correctness: str = "label_rule"  # label_rule | outcome | evidence (see metrics.correctness_fields)
+    correctness: Literal["label_rule", "outcome", "evidence"] = "label_rule"  # see metrics.correctness_fields
     include_unlabeled: bool = True  # keep records the label rule dropped (both paths wrong) in accuracy
     max_records: int | None = None
     router: RouterSpec = field(default_factory=RouterSpec)
@@ -91,7 +63,7 @@ class EvalConfig:
     sweep: bool = True
     recover_shares: list[float] = field(default_factory=lambda: [0.8, 0.95])
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
-    reliability_bins: int = 10
+    reliability_bins: int = field(default=10, metadata=AT_LEAST_ONE)  # p_escalate bins of ECE
     output_dir: str = "runs/eval"
     # a careful-reading judgments file (labeling/judgments/format.py): every router is also scored against the judged
     # verdicts of the records whose units it read (AUROC, ceiling, false cache hits; eval.json `judged`)
@@ -100,21 +72,15 @@ class EvalConfig:
     # one per domain): the labels' agreement with them, and every router scored against them beside the labels, on
     # the records whose units a verdict read (eval.json `verdicts`). Checks only: the labels stay the dataset's
     verdicts: list[str] = field(default_factory=list)
-    live: LiveConfig = field(default_factory=LiveConfig)
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         data_paths(self.data)
-        if self.live.enabled and len(data_paths(self.data)) > 1:
-            raise ConfigError("live eval relabels one dataset's conversations: give data one path, not a list")
         # APGR's recovery targets are shares of the raw-only - summary-only gap; a calibration curve needs a bin
         bad = [s for s in self.recover_shares if not (ranges.is_number(s) and 0.0 < s <= 1.0)]
         if bad:
             raise ConfigError(f"recover_shares: each must be a share of the accuracy gap in (0, 1], got {bad}")
-        if self.reliability_bins < 1:
-            raise ConfigError(f"reliability_bins must be >= 1 (p_escalate bins of ECE), got {self.reliability_bins}")
-        if self.correctness not in metrics.CORRECTNESS_RULES:
-            raise ConfigError(f"correctness must be one of {metrics.CORRECTNESS_RULES}, got {self.correctness!r}")
+        check_declared(self)
         specs: list[RouterSpec] = []
         for i, item in enumerate(self.compare):
             spec = item if isinstance(item, RouterSpec) else from_dict(RouterSpec, item, f"compare[{i}]")
@@ -306,6 +272,8 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
         meta["routing_wall_s"] = runs["routed"]["wall_s"]
         meta["threshold_logit"] = runs["routed"]["threshold_logit"]
         meta["router_errors"] = runs["routed"]["errors"]
+        if isinstance(getattr(router, "meta", None), RunMeta):  # the metadata it was, for the card push renders
+            meta["router_meta_sha256"] = meta_digest(router.meta)
     specs = {s.name: s for s in cfg.compare}
     meta["compared"] = {}
     for key, other, display in compare:
@@ -370,26 +338,12 @@ def _write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], ou
     return paths
 
 
-def _router_run_dir(spec: RouterSpec) -> bool:
-    """A trained router's run directory of any kind (LM, unit reader, features): its card gets this eval."""
-    if not spec.path or not Path(spec.path).is_dir():
-        return False
-    return spec.kind in ("auto", router_kind_of(spec.path))
-
-
 def run(cfg: EvalConfig) -> dict[str, Path]:
     # A foreign or busy output directory is refused before any data or model loads; it is created (claimed) only once
     # the records have been read, so an eval that fails on its data leaves nothing behind.
     check_output_dir(cfg.output_dir, "eval")
     records = load_split(cfg.data, cfg.split)
-    # Every directory this run writes is claimed before any model loads, and held until it ends.
-    with ExitStack() as held:
-        held.enter_context(claimed_output_dir(cfg.output_dir, "eval"))
-        if _router_run_dir(cfg.router):  # its card gets this eval's summary: a trained router run
-            held.enter_context(updating_run(cfg.router.path, "eval", ROUTER_STAGES))
-        tiers = Path(cfg.live.workdir) / "tiers"
-        if cfg.live.enabled and not tiers.resolve().is_relative_to(Path(cfg.output_dir).resolve()):
-            claim_cache_dir(tiers)
+    with claimed_output_dir(cfg.output_dir, "eval"):  # held until the eval ends
         return _run(cfg, records)
 
 
@@ -444,16 +398,7 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
                                           [(key, other.again(), display) for key, other, display in compare])
             report["verdicts"].update(judged_summary(checked, coverage))
     paths = write_outputs(report, predictions, cfg.output_dir)
-    from serving.model_card import record_eval
-
-    if _router_run_dir(cfg.router):  # the run's metadata and card
-        # the evaluation of record only on the router's own test data; any other data is listed beside it
-        record_eval(cfg.router.path, eval_report.eval_summary(report, paths["json"]), data=cfg.data)
     print(eval_report.render_markdown(report))
-    if cfg.live.enabled:
-        from evaluation.live_eval import run_live
-
-        paths.update(run_live(cfg, router, name))
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return paths

@@ -1,13 +1,5 @@
-"""Routing metrics by counterfactual replay over label records. Pure functions, no models.
-
-Every labeled record knows whether the summary path (`s_ok`) and the research path (`r_ok`) were
-right and what each cost, so any routing decision can be scored without rerunning a policy: ANSWER
-earns the summary path's correctness and cost, ESCALATE the research path's.
-
-Decisions are escalation *weights* in [0, 1] rather than booleans: 0/1 for a real router, and a
-constant r for the random baseline, which makes every metric of the random router its exact
-expected value (no sampling noise) through the same code path.
-"""
+"""Routing metrics by counterfactual replay over label records (pure functions): decisions are escalation weights
+in [0, 1], so the random baseline's metrics are exact expected values through the same code."""
 
 from __future__ import annotations
 

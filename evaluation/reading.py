@@ -1,10 +1,5 @@
-"""What reading adds, for a unit-reader router: on the labeled records, the AUROC of the reader's text part alone,
-of the score without it (the serve-time signals) and of the whole score, for the reader as pre-trained (zero-shot,
-with its own head fitted on the same train split) beside the reader fine-tuned on the conversations; bootstrap 95%
-intervals resampling conversations, and the paired difference fine-tuned - zero-shot.
-
-When cross-validation chose the zero-shot reader, the router itself is the zero-shot one and there is one row.
-"""
+"""What reading adds, for a unit-reader router: AUROC of the reader's text part alone, of the score without it and of
+the whole score, pre-trained beside fine-tuned, with bootstrap intervals and the paired difference."""
 
 from __future__ import annotations
 

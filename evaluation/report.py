@@ -1,9 +1,5 @@
-"""Writers for routing-evaluation results: eval.json, eval.md, the accuracy-vs-tokens plot (with bootstrap
-error bars) and the reliability plot.
-
-The input is the plain dict that `evaluate.py` builds (see `build_report`), so reports can be
-regenerated from a saved eval.json without rerunning a router.
-"""
+"""Writers for routing-evaluation results: eval.json, eval.md, the accuracy-vs-tokens plot and the reliability plot,
+from the plain dict evaluate.py builds (so reports can be regenerated from a saved eval.json)."""
 
 from __future__ import annotations
 
@@ -12,11 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from evaluation.domains import domain_aurocs, domain_section
+from evaluation.ceiling import ceiling_table
+from evaluation.domains import domain_section
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
 from labeling.judgments.report import judged_section, verdicts_section
-from tiermem.runs.eval_summary import CEILING_METRICS, POLICY_METRICS, RANKING_METRICS, EvalSummary, ceiling_table
 from tiermem.runs.safe_io import write_atomic, write_stream
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
@@ -51,34 +47,6 @@ def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, dumps(report) + "\n")
     return path
-
-
-def eval_summary(report: Mapping[str, Any], path: str | Path | None = None, date: str | None = None) -> EvalSummary:
-    """What the router run keeps of `report` (tiermem_router.json `eval`, rendered on the model card): eval.json's
-    own numbers, per policy its point metrics and intervals, per router its ranking intervals. `date`: now (UTC)."""
-    import datetime
-
-    meta, intervals = report["meta"], report.get("intervals") or {}
-    uncertainty, sweep = report.get("uncertainty") or {}, report.get("sweep") or {}
-    n_boot = int(uncertainty.get("n_boot") or 0)
-    policies = {name: {"metrics": {m: policy.get(m) for m in POLICY_METRICS if m in policy},
-                       "intervals": dict(intervals.get(name) or {})} for name, policy in report["policies"].items()}
-    ranking = {name: {k: r.get(k) for k in ("n_labeled", "escalate_share", *RANKING_METRICS, "note") if k in r}
-               for name, r in (report.get("ranking") or {}).items()}
-    return EvalSummary.from_dict({
-        "path": str(path) if path is not None else None,
-        "date": date or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **{k: meta.get(k) for k in ("dataset", "split", "router", "correctness_rule", "n", "n_conversations",
-                                    "threshold_logit")},
-        # the card names the data by what it is (provenance.data_name); eval.json's `dataset` is the local path read
-        **({"dataset": meta["data_name"]} if meta.get("data_name") else {}),
-        "level": uncertainty.get("level") if n_boot else None, "n_boot": n_boot,
-        "policies": policies, "ranking": ranking,
-        "gap": sweep.get("gap"), "auc_accuracy_tokens": sweep.get("auc_accuracy_tokens"),
-        "reading": ((report.get("reading") or {}).get("routed") or {}).get("rows") or {},
-        "ceiling": {name: {m: row.get(m) for m in CEILING_METRICS}
-                    for name, row in ((report.get("ceiling") or {}).get("routers") or {}).items()},
-        "by_domain": domain_aurocs(report.get("by_domain"))})
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

@@ -1,19 +1,5 @@
-"""Answer judges for hindsight labeling.
-
-- Lexical: LoCoMo's official QA score (snap-research/locomo, task_eval/evaluation.py), re-implemented, over both
-  answers with their dates and numbers written one way first (labeling.answer_match):
-  normalize (drop commas, lowercase, strip punctuation, drop the articles a/an/the and "and"), Porter-stem,
-  token F1. Category-aware exactly as the official scorer: category 1 (multi-hop) averages, over the gold's
-  comma-separated sub-answers, the best F1 against any comma-separated part of the prediction; category 3 cuts
-  the gold at the first ';'; categories 2 and 4 use plain F1. Categories are LoCoMo's numbers, never names
-  (community code disagrees on the names). Non-LoCoMo data (e.g. LongMemEval) uses plain F1.
-- LLM: a CORRECT/WRONG judge, generous on format (same date in another format is correct), JSON output.
-- Sufficiency: a strict LLM judge of whether the retrieved summaries alone support an exact answer.
-
-Conservative combination: an answer is correct only if every enabled judge says CORRECT. An LLM judge whose
-output cannot be read does not say CORRECT (so the answer is not counted correct); it is flagged and counted.
-LLMError is never caught here: the caller turns it into an error record, never into a verdict.
-"""
+"""Answer judges for hindsight labeling: LoCoMo's lexical QA score (category-aware, as the official scorer), an LLM
+CORRECT/WRONG judge and a strict sufficiency judge, combined conservatively (docs/labeling.md)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""`tiermem-router audit`: a review sheet of labeled records, and the labels' agreement with a judge.
-
-Samples `n` labeled questions of a label run, stratified by (source, label) so a small sheet still shows both labels
-of every source, and writes them for a person to read: `audit.md` (question, gold answer, the summaries the router
-sees with their dates and speakers, the evidence rule's signals and label, an empty verdict column) and
-`audit.jsonl` (the same, one record a line, with an empty `verdict` to fill). With `baseline=` (another label run of
-the same questions) it samples the questions whose label changed, and counts the changes.
-
-With `judge` set (any LLM role config: an OpenAI-compatible endpoint or the local model) each sampled record is
-read by the strict sufficiency judge ("could a careful reader give the gold answer from these summaries alone?"):
-its verdict is ANSWER when it says so, ESCALATE when not. `summary.json` and the sheet then hold the confusion
-table of label against verdict, the agreement and Cohen's kappa. A reply the judge's parser cannot read and an
-LLM error are counted and left out of the agreement, never turned into a verdict.
-"""
+"""`tiermem-router audit`: a review sheet of labeled records (`audit.md`, `audit.jsonl`), stratified by source and
+label, and the labels' agreement with a judge (confusion table, Cohen's kappa) (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +7,7 @@ import json
 import random
 import sys
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +19,7 @@ from labeling.report import unlabeled, unlabeled_lines
 from tiermem import stats
 from tiermem.llm import LLMConfig, LLMError
 from tiermem.runs.safe_io import write_atomic
-from tiermem.settings.config import ConfigError
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import EXIT_NETWORK, EXIT_SOME_ERRORS, DataError, RunError, stage_main
 
 ACTIONS = ("ANSWER", "ESCALATE")
@@ -43,18 +31,15 @@ MIN_KAPPA_N = 30
 @dataclass
 class AuditConfig:
     data: str = "runs/label"  # a label run directory (its all_records.jsonl) or a records .jsonl file
-    n: int = 60  # labeled questions in the sheet, split evenly over the (source, label) strata
+    n: int = field(default=60, metadata={"ge": 1})  # labeled questions in the sheet, split evenly over the strata
     seed: int = 0  # the sample's seed
     output_dir: str = "runs/audit"
     baseline: str | None = None  # another label run of the same questions: sample only those whose label changed
     judge: LLMConfig | None = None  # fill the verdicts with this LLM (the strict sufficiency judge); null = leave empty
-    judge_max_tokens: int = 128
+    judge_max_tokens: int = field(default=128, metadata={"ge": 1})
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ConfigError(f"n must be >= 1, got {self.n}")
-        if self.judge_max_tokens < 1:
-            raise ConfigError(f"judge_max_tokens must be >= 1, got {self.judge_max_tokens}")
+        check_declared(self)
 
 
 def records_path(data: str) -> Path:

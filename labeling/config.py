@@ -1,6 +1,6 @@
 """The labeling stage's config (`LabelConfig`, its LLM roles) and the question subset it selects.
 
-Apart from the run so the CLI, live eval and benchmarks can read a label config without importing the labeler."""
+Apart from the run so the CLI and benchmarks can read a label config without importing the labeler."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from labeling.evidence import EvidenceConfig
 from labeling.rules import check_rule
@@ -17,6 +18,7 @@ from labeling.unit_targets import UnitTargetsConfig
 from tiermem.data.conversations import FORMATS, Conversation, detect_file_format
 from tiermem.llm import LLMConfig
 from tiermem.memory import MemoryConfig
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
 from tiermem.settings.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "label" / "cpu_default.yaml"
@@ -42,14 +44,14 @@ class MinimalPairsConfig:
 
     enabled: bool = False
     kinds: list[str] = field(default_factory=lambda: list(PAIR_KINDS))
-    deep_k: int = 20  # retrieval depth the brought-in units come from (ranks top_k+1 .. deep_k)
+    # retrieval depth the brought-in units come from (ranks top_k+1 .. deep_k)
+    deep_k: int = field(default=20, metadata=AT_LEAST_ONE)
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.kinds if k not in PAIR_KINDS]
         if unknown or not self.kinds or len(set(self.kinds)) != len(self.kinds):
             raise ConfigError(f"minimal_pairs.kinds must be distinct names from {PAIR_KINDS}, got {self.kinds}")
-        if self.deep_k < 1:
-            raise ConfigError(f"minimal_pairs.deep_k must be >= 1, got {self.deep_k}")
+        check_declared(self, "minimal_pairs.")
 
 
 @dataclass
@@ -58,9 +60,9 @@ class LabelConfig:
     # auto | locomo | longmemeval | tiermem (your own conversations) | realmem (a file or a folder of histories)
     dataset_format: str = "auto"
     conversations: list[str] = field(default_factory=list)  # subset by id; empty = all
-    max_conversations: int | None = None
-    max_questions_per_conversation: int | None = None
-    question_sampling: str = "random"  # random (seeded) | first
+    max_conversations: int | None = field(default=None, metadata=AT_LEAST_ONE)  # None: all
+    max_questions_per_conversation: int | None = field(default=None, metadata=AT_LEAST_ONE)
+    question_sampling: Literal["random", "first"] = "random"  # random (seeded) | first
     categories: list[str] = field(default_factory=list)  # keep only these categories; empty = all
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     llm: LLMRoles = field(default_factory=LLMRoles)
@@ -91,7 +93,8 @@ class LabelConfig:
     output_dir: str = "runs/label"
     tiers_dir: str | None = None  # tier cache; None = <output_dir>/tiers
     llm_cache: str | None = None  # response cache for roles without cache_path; None = <output_dir>/llm_cache.sqlite
-    concurrency: int = 1  # questions in flight (HTTP backends only; the local backend runs one at a time)
+    # questions in flight (HTTP backends only; the local backend runs one at a time)
+    concurrency: int = field(default=1, metadata=AT_LEAST_ONE)
     retry_errors: bool = True  # a rerun retries error records
     # "i/n": label only shard i of n (conversations by a hash of their id) into <output_dir>/shards/<i>-of-<n>/;
     # `tiermem-router label-merge` then writes the one dataset. None = every conversation in this process.
@@ -132,12 +135,7 @@ class LabelConfig:
                               "(a new path, or one a live coverage judge wrote before)")
         if self.dataset_format not in FORMATS:
             raise ConfigError(f"dataset_format must be {'|'.join(FORMATS)}, got {self.dataset_format!r}")
-        if self.question_sampling not in ("random", "first"):
-            raise ConfigError(f"question_sampling must be random|first, got {self.question_sampling!r}")
-        if self.concurrency < 1:
-            raise ConfigError("concurrency must be >= 1")
-        if any(v is not None and v < 1 for v in (self.max_conversations, self.max_questions_per_conversation)):
-            raise ConfigError("max_conversations and max_questions_per_conversation must be >= 1 (null = all)")
+        check_declared(self)
         if not 0 <= self.judge_threshold <= 1:
             raise ConfigError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
         self._check_executor()

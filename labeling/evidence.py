@@ -1,30 +1,5 @@
-"""Evidence signals that need no answer generator, and the evidence rule built on them.
-
-Signals per question:
-- answer_recall: share of the gold answer stated by the retrieved summaries as the router sees them (each unit's
-  text, plus its date when the unit shares a content word with the question), matched by tiermem.text.answer_match:
-  the gold's dates compared as dates (any written form, relative expressions resolved against the unit's date),
-  its other words as LoCoMo-normalized, Porter-stemmed tokens with numbers as digits. When the question names a
-  person, only units about that person count (tiermem.text.persons: the unit's speakers, as data, or a name in its
-  text, resolved against the conversation's speakers and mentioned names): a fact said of someone else does not
-  state the answer. A name no speaker or mentioned name matches does not narrow the units (`person_guard` says so).
-- research_recall: the same answer recall over the text the research path read, page by page (each page's turns,
-  with their speakers and dates, under the same person guard); the best page counts.
-- gold_in_summary_pages / gold_in_research_pages / n_gold: how many gold evidence turns lie in the raw pages
-  linked to the retrieved summaries, and in the pages the research policy read.
-
-Evidence rule (defaults in EvidenceConfig):
-- summary_ok when the summaries state the answer: recall >= `recall_threshold` (0.8), or provenance backs a
-  partial match: every gold turn lies in a page linked to the retrieved summaries about the question's person
-  AND recall >= `linked_recall_threshold` (0.5). Provenance alone is not enough (summaries are lossy by design;
-  a linked page says retrieval found the right region, not that the summary kept the fact), and a high recall is
-  enough even without gold turn ids (e.g. LongMemEval questions without `has_answer` turns).
-- research_ok when the text the research path read states the answer (research_recall >= `recall_threshold`),
-  or when its pages hold every gold evidence turn: a question citing several turns is often answered by the one
-  page that states it. `r_ok_by` records which signal decided ("text", "gold_turns" or "both"). Unknown (None)
-  when neither holds and the question has no gold evidence ids (nothing to say the text missed it), so such a
-  question cannot be labeled ESCALATE by this rule. docs/labeling.md has a worked example.
-"""
+"""Evidence signals that need no answer generator (answer recall of the summaries and of the text research read, gold
+turns in the linked and read pages) and the evidence rule built on them (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -32,41 +7,36 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from labeling.answer_judges import scoring_gold, stem_word, stemmed_tokens
 from labeling.reply_evidence import ReplyRuleConfig, ReplySignals, reply_details, reply_signals
 from tiermem.memory.summaries import day_of
 from tiermem.memory.text import content_words
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import ConfigError
-from tiermem.text.answer_match import DATE_ORDERS, canonical_numbers, find_dates, parse_absolute, states, without_spans
+from tiermem.text.answer_match import canonical_numbers, find_dates, parse_absolute, states, without_spans
 from tiermem.text.persons import Cast, PersonGuard, person_guard
 from tiermem.text.words import TOPIC_TAG
 
 
 @dataclass
 class EvidenceConfig:
-    recall_threshold: float = 0.8
-    linked_recall_threshold: float = 0.5
-    date_order: str = "DMY"  # how numeric dates like 01.02.2024 read: DMY (1 February) or MDY (2 January)
+    recall_threshold: float = field(default=0.8, metadata={"ge": 0, "le": 1})
+    linked_recall_threshold: float = field(default=0.5, metadata={"ge": 0, "le": 1})  # at most recall_threshold
+    # how numeric dates like 01.02.2024 read: DMY (1 February) or MDY (2 January)
+    date_order: Literal["DMY", "MDY"] = "DMY"
     # research is right when the text it read states the answer, or it read every gold turn; false: gold turns only
     # (a question without gold turn ids then never has a research verdict)
     research_by_text: bool = True
     # a question that names the memory facts it needs (RealMem's memory_used): the share of them a path must hold
-    # for it to count as right (1.0: every one; point_counts says what "holds" means)
-    points_share: float = 1.0
+    # for it to count as right (1.0: every one; point_counts says what "holds" means); 0 would call every path right
+    points_share: float = field(default=1.0, metadata={"gt": 0, "le": 1})
     # a request whose reply the data gives (RealMem): what the reply draws from the memory decides (reply_evidence)
     reply: ReplyRuleConfig = field(default_factory=ReplyRuleConfig)
 
     def __post_init__(self) -> None:
-        if self.date_order not in DATE_ORDERS:
-            raise ConfigError(f"evidence.date_order must be one of {DATE_ORDERS}, got {self.date_order!r}")
-        if not 0.0 < self.points_share <= 1.0:  # 0 would call every path right that holds no fact at all
-            raise ConfigError(f"evidence.points_share must be in (0, 1], got {self.points_share}")
-        for name in ("recall_threshold", "linked_recall_threshold"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"evidence.{name} must be in [0, 1], got {value}")
+        check_declared(self, "evidence.")
         if self.linked_recall_threshold > self.recall_threshold:
             raise ConfigError("evidence.linked_recall_threshold must not exceed evidence.recall_threshold")
 

@@ -1,17 +1,5 @@
-"""`tiermem-router label-merge`: check the shards of a sharded label run and write its one dataset.
-
-Run it with the config the shards ran with (`shard=` may be left out; given, its n must be the shards' count). It
-selects the conversations and assigns the splits exactly as a one-process run does, then refuses, before writing
-anything, a shard set that is:
-- incomplete (RunError): a shard 0..n-1 missing, never started, not finished (killed, or still running: a running
-  shard holds its directory's lock), or without a record for one of its questions;
-- labeled under other settings (UsageError): a shard whose resume fingerprint differs from this config's;
-- inconsistent (DataError): shards of two counts, a conversation in two shards or in a shard its id does not hash
-  to, a conversation whose records sit in two splits.
-Every message names the shard. Then the records of all shards, in the one-process order, go through the run's own
-`finish` (labeling/run.py): dataset/, all_records.jsonl, stats.json and report.md in `<output_dir>`, as a one-process
-run writes them. The shards stay where they are (a shard rerun resumes; delete `shards/` once merged if you like).
-"""
+"""`tiermem-router label-merge`: check the shards of a sharded label run (complete, same settings, consistent) and
+write its one dataset as a one-process run does (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -33,7 +21,7 @@ from labeling.store import read_records
 from tiermem.data.conversations import Conversation
 from tiermem.data.time_order import time_order_stats
 from tiermem.runs.rundir import check_output_dir, claimed_output_dir
-from tiermem.runs.safe_io import write_atomic
+from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.config import parse_cli, to_dict
 from tiermem.settings.errors import DataError, RunError, UsageError, stage_main
 
@@ -85,7 +73,7 @@ def _check_shard(cfg: LabelConfig, index: int, count: int, path: Path) -> tuple[
     saved_path = path / "resume_fingerprint.json"
     if not saved_path.is_file():
         return state, f"no resume_fingerprint.json; rerun tiermem-router label shard={index}/{count}"
-    saved = json.loads(saved_path.read_text())
+    saved = read_json_state(saved_path, DataError, "resume fingerprint", f"relabel shard {index}/{count}")
     current = json.loads(json.dumps(resume_fingerprint(cfg)))
     changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
     if changed:

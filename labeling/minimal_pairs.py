@@ -1,23 +1,5 @@
-"""Minimal pairs: variants of a question's summary set, one unit apart, labeled by the same evidence rule.
-
-The evidence rule is a function of (question, summaries) plus the research path's pages, so any summary set can be
-labeled without a generator. For each labeled question, from its own retrieval ranked to `minimal_pairs.deep_k`
-(the first top_k units are what the router saw):
-- drop_answer (ANSWER questions): the highest-ranked unit whose removal makes the summary path wrong is removed.
-- drop_irrelevant (ANSWER): the lowest-ranked unit whose removal keeps it right is removed, so the number of
-  summaries carries no label.
-- bring_answer (ESCALATE questions whose summary path is wrong): the lowest-ranked unit is replaced by the
-  highest-ranked deeper unit that makes the summary path right.
-- near_miss (ANSWER): the unit drop_answer removes is replaced by the highest-ranked deeper unit that shares a
-  content word with the question and leaves the summary path wrong.
-Each variant is a full record (qid `<qid>~<kind>`, `augmentation`, `augmented_from`) with the original's research
-pages and research cost, the summary path's estimated cost for its own set, and units in retrieval rank order.
-A variant whose label is dropped (both paths wrong) is not emitted. No randomness: every choice is by rank.
-
-Variants are computed for every conversation (the split is reassigned when a run finishes and is no part of the
-resume fingerprint) and committed before their question's record; only the train split's reach the outputs, so
-validation and test keep natural retrieval.
-"""
+"""Minimal pairs: variants of a question's summary set one unit apart (drop_answer, drop_irrelevant, bring_answer,
+near_miss), labeled by the same evidence rule, for the train split only (docs/formats.md)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""`tiermem-router label executor=ray shards=N`: every shard of a sharded label run as one Ray task, then the merge.
-
-Each task runs the stage's own shard code (`labeling.run.run` with `shard=i/N`, what `tiermem-router label
-shard=i/N` runs) in the driver's working directory, so relative paths mean what they mean where the command was
-typed; on a cluster of several machines every node needs the package installed and the data file and `output_dir` on
-a shared filesystem. As each task ends the driver prints a line for its shard; once all have ended it runs
-`label-merge` (labeling/merge.py) itself and prints the merged counts.
-
-Faults: Ray reruns a task whose worker died (SIGKILL, the OOM killer, a lost node) or that raised, up to
-`ray_max_retries` times; the rerun resumes from the records the shard committed (labeling/store.py), so no question
-is labeled twice and none is lost. A named error (bad input: a rerun would fail the same way) is not retried. A
-shard that fails for good leaves the other shards' outputs in place, and the merge refuses with a RunError naming
-every incomplete shard; running the same command again resumes them (finished shards have nothing left to do).
-"""
+"""`tiermem-router label executor=ray shards=N`: every shard of a sharded label run as one Ray task, retried and
+resumed, then the merge (docs/labeling.md)."""
 
 from __future__ import annotations
 

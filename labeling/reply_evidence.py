@@ -1,13 +1,5 @@
-"""What a reply draws from the memory: the evidence a request's label reads when the data gives its reply (RealMem).
-
-A detail is a pair of adjacent content words in one clause of the reply (`"efficient frontier"`, `"three
-campsites"`, `"air filter"`) that the memory as of the request states (some unit it may read holds the pair) and the
-request does not (neither the pair nor both its words). A unit holds a detail when it holds both words: a fact
-repeated or revised under another point, or in another order, counts. The summaries suffice when at most
-`answer_max_missing` details are missing from them; they do not when at least `escalate_min_missing` are; between
-the two the evidence is too thin to decide and the request gets no label. The research path is right when it reads
-back at least one detail the summaries missed (or all but `answer_max_missing`). docs/labeling.md has the rest.
-"""
+"""What a reply draws from the memory: the details (adjacent content-word pairs) the evidence of a request's label
+reads when the data gives its reply (RealMem; docs/labeling.md)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from labeling.config import LabelConfig
-from tiermem.runs.safe_io import write_atomic
+from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.config import to_dict
 from tiermem.settings.errors import UsageError
 
@@ -50,7 +50,7 @@ def check_resumable(cfg: LabelConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path, current = out / "resume_fingerprint.json", json.loads(json.dumps(resume_fingerprint(cfg)))
     if path.exists() and (out / "records.jsonl").exists():
-        saved = json.loads(path.read_text())
+        saved = read_json_state(path, UsageError, "resume fingerprint", "use a new output_dir or delete the old one")
         changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
         if changed:
             raise UsageError(f"{out} holds records labeled with other settings ({', '.join(changed)}); "

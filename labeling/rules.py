@@ -1,12 +1,5 @@
-"""Hindsight label rules: from per-path correctness to ANSWER / ESCALATE / dropped.
-
-Both rules apply the same decision; they differ in where "path correct" comes from:
-- `outcome` (the paper's): the judged answers (every enabled judge must say CORRECT).
-- `evidence`: the generator-free evidence signals (labeling.evidence).
-ANSWER if the summary path is correct; ESCALATE if it is not and the research path is; otherwise the question
-is dropped (kept in the records with label None and the reason), as are questions with an error or an unknown
-path verdict.
-"""
+"""Hindsight label rules, from per-path correctness to ANSWER / ESCALATE / dropped: `outcome` (the judged answers)
+and `evidence` (the generator-free signals) apply the same decision."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Sharded labeling: which shard a conversation belongs to, where a shard's files live and the state it leaves.
-
-`shard=i/n` (0-based, 0 <= i < n) labels the conversations whose id hashes to i: sha256 of the id's UTF-8 bytes,
-as an integer, mod n. The hash depends on nothing but the id, so which shard a conversation lands in does not depend
-on the process, the machine or the other conversations. A shard writes its records, resume fingerprint, tier cache
-and LLM response cache (the last two unless tiers_dir / llm_cache name shared ones) under
-`<output_dir>/shards/<i>-of-<n>/`, a label run directory of its own (claimed and locked like every stage's), and a
-`shard.json` state that says whether it got through all of its conversations. `tiermem-router label-merge`
-(labeling/merge.py) checks every shard and writes the one dataset into `<output_dir>` as a one-process run would.
-"""
+"""Sharded labeling: which shard a conversation belongs to (sha256 of its id mod n), where a shard's files live and
+the state (`shard.json`) it leaves (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tiermem.runs.safe_io import write_atomic
+from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.errors import ConfigError, DataError
 
 SHARDS_DIR = "shards"
@@ -76,13 +68,7 @@ def read_state(directory: Path) -> dict[str, Any] | None:
     path = directory / STATE
     if not path.is_file():
         return None
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: unreadable shard state ({exc}); rerun that shard") from None
-    if not isinstance(state, dict) or not isinstance(state.get("finished"), bool):
-        raise DataError(f"{path}: not a shard state (no 'finished'); rerun that shard")
-    return state
+    return read_json_state(path, DataError, "shard state", "rerun that shard", {"finished": bool})
 
 
 def print_merged(cfg: Any, stats: dict[str, Any]) -> None:

@@ -1,11 +1,5 @@
-"""Resumable record store: one JSON line per record, appended and fsynced before the next one starts.
-
-Records are split on "\n" only (tiermem.data.textfile): a record's text may hold U+2028 and its kin raw.
-Crash safety: a record is either fully on disk (its line ends with a newline) or not at all. A line torn by
-kill -9 in the middle of a write is cut off when the store is reopened; a record whose key was already
-committed is never appended again, except an error record, which a rerun may retry: then the newer record
-for that key replaces the older one when the store is read, so the result holds each key once.
-"""
+"""Resumable record store: one JSON line per record, appended and fsynced before the next one starts; a torn line is
+cut off on reopening, and a retried error record replaces the older one."""
 
 from __future__ import annotations
 

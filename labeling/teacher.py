@@ -1,10 +1,5 @@
-"""Teacher (optional LLM role) and SFT targets.
-
-The teacher sees exactly the router's input (tiermem.contract.render_messages) and answers in the router's
-contract; its output becomes the SFT target only when its action agrees with the hindsight label. Otherwise,
-or without a teacher, the target is the label with a templated rationale written from the router's point of
-view (what the summaries do or do not state), never mentioning the gold answer.
-"""
+"""Teacher (optional LLM role) and SFT targets: the teacher's output is the target only when its action agrees with
+the label; else a templated rationale from the router's point of view, never naming the gold answer."""
 
 from __future__ import annotations
 

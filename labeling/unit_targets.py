@@ -1,26 +1,16 @@
-"""Per-unit targets: the evidence rule over a one-unit summary set, for each unit a question retrieved.
-
-The question's label asks "do the top-k summaries state the gold answer"; it decomposes over units. For each of a
-record's router units (ranks 1..top_k) and, with `unit_targets.deep_k`, the deeper units of its retrieval (ranks
-top_k+1..deep_k), the record keeps that unit's own `answer_recall`, `gold_in_pages` (gold evidence turns in the
-raw pages the unit links to) and `s_ok` (the evidence rule's summary verdict for the one-unit set), all read from
-`labeling.evidence.compute_signals` over `[unit]`, never recomputed here, so the answer matching the label uses is
-the one every target uses. A unit reader (router_train/reader/unit_reader.py) learns from these exact targets.
-
-Deeper units reach the outputs for train-split conversations only (`for_split`, at the end of a run, because the
-split is reassigned there): validation and test keep exactly what the router sees.
-"""
+"""Per-unit targets: the evidence rule over a one-unit summary set, for each unit a question retrieved (deeper
+units for the train split only), read from `labeling.evidence.compute_signals` (docs/formats.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labeling.dataset import RecordError, flag, summary_units
 from labeling.evidence import Reading, compute_signals
 from labeling.judgments.format import VERDICTS
-from tiermem.settings.errors import ConfigError
+from tiermem.settings.config import check_declared
 
 
 @dataclass
@@ -30,11 +20,10 @@ class UnitTargetsConfig:
     enabled: bool = True  # the router units' targets cost a few token sets per question
     # Retrieval depth for targets of units the router does not see (ranks top_k+1..deep_k; train split only):
     # the near-miss negatives and deeper positives a unit reader learns from. null = the router's top_k units only.
-    deep_k: int | None = None
+    deep_k: int | None = field(default=None, metadata={"ge": 1})
 
     def __post_init__(self) -> None:
-        if self.deep_k is not None and self.deep_k < 1:
-            raise ConfigError(f"unit_targets.deep_k must be >= 1 or null, got {self.deep_k}")
+        check_declared(self, "unit_targets.")
 
 
 def _field(unit: Any, name: str) -> Any:

@@ -3,8 +3,7 @@ serving.signals) on the label split, or make a top1-score directory that calibra
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,8 +14,8 @@ from serving.signals import FEATURES, feature_matrix
 from tiermem import contract
 from tiermem.models.logistic import fit_logistic
 from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError
-from tiermem.settings.errors import DataError, stage_main
+from tiermem.settings.config import ConfigError, json_stage
+from tiermem.settings.errors import DataError
 
 
 @dataclass
@@ -116,14 +115,7 @@ def _fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
     return {"output_dir": cfg.output_dir, "kind": cfg.kind, "metrics": metrics, "weights": weights}
 
 
-@stage_main("fit-features")
-def main(argv: list[str]) -> int:
-    from tiermem.settings.config import parse_cli
-
-    cfg = parse_cli(FitFeaturesConfig, argv, default_config=None)
-    result = fit(cfg)
-    print(json.dumps({"config": asdict(cfg), **result}, indent=2))
-    return 0
+main = json_stage("fit-features", FitFeaturesConfig, fit)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,5 @@
-"""POST /ask: the memory runtime served warm. What `tiermem-router ask` prints, as JSON, with the models
-(embedder, reader, router) loaded once per process and each conversation's tiers opened once.
-
-    POST /ask {"question": "...", "conv_id": "conv-26"}                    # a conversation already ingested
-    POST /ask {"question": "...", "conversation": {tiermem-format conversation: id, turns, ...}}   # built if new
-    optional "policy": "router" (the served router decides; default) | "summary" | "research" (fixed, no router)
-
--> {conv_id, question, route, decided_by, answer, stated, quote {text, speaker, date, turn_id, page_id} | null,
-    pages_read, escalated_once, reading {logit, floor, sentences, reader}, cost {...}, seconds}
-
-`conv_id` names a conversation whose tiers lie in `ask.workdir` (`tiermem-router ask workdir=...` built them, or an
-earlier inline /ask); an unknown one is 404, naming the conversations there. A malformed body is 400 (not a JSON
-object) or 422 naming the field. /ask answers with the extractive answerer (no language model in the server).
-"""
+"""POST /ask: the memory runtime served warm, the models loaded once per process and each conversation's tiers
+opened once; request and reply: docs/serving.md."""
 
 from __future__ import annotations
 

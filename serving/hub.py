@@ -1,26 +1,15 @@
-"""`make push`: publish a router run directory to the Hugging Face Hub; `pull` fetches one back.
-(Labeled datasets are pushed by labeling.hub, on the floor below.)
-
-Push uploads an explicit allowlist (`push_files`): the weights tiermem_router.json records a sha256 for, the adapter
-or model config, the tokenizer, the metadata and the card. Nothing else a run directory holds (training_args.bin, a
-pickle; frozen-trunk caches; trainer checkpoints and optimizer states) is ever published. Both push and pull check
-the recorded digests first. Every router kind the registry loads from a directory pushes (LM routers, the unit
-reader, the features and top-1 routers), and nothing pushed names a path of this machine: the metadata, card and
-adapter config are uploaded as `serving.portable` renders them (the run keeps its own, which its loaders read).
-
-The token comes from HF_TOKEN or the `hf auth login` cache, resolved by huggingface_hub itself; this module never
-reads, prints or writes it. HF_ENDPOINT points the client at another hub (the tests use a local one).
-"""
+"""`make push`: publish a router run directory to the Hugging Face Hub (an allowlist of files, digests checked, no
+path of this machine: docs/serving.md); `pull` fetches one back. The token is resolved by huggingface_hub itself;
+this module never reads, prints or writes it."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.model_card import render_card, save_with_card, write_run_card
+from serving.model_card import render_card, save_with_card
 from serving.portable import portable_adapter_config, portable_meta
 from tiermem import contract
 from tiermem.models.specs import ADAPTER_CONFIG_FILE, hub_id, make_adapter_portable
@@ -30,13 +19,15 @@ from tiermem.runs.run_meta import (
     SIGNAL_HEAD_FILE,
     RunMeta,
     RunMetaFile,
+    meta_digest,
     meta_json,
     read_run_meta,
     sha256_file,
     verify_files,
 )
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
-from tiermem.settings.errors import ConfigError, HubError, MissingFileError, stage_main
+from tiermem.settings.config import json_stage
+from tiermem.settings.errors import ConfigError, HubError, MissingFileError
 from tiermem.settings.hub_errors import check_repo_id, hub_errors
 
 ADAPTER_MODEL_FILE = "adapter_model.safetensors"
@@ -73,6 +64,7 @@ class PushConfig:
     license: str = "apache-2.0"
     datasets: list[str] = field(default_factory=list)  # hub ids of the training data, for the card
     tags: list[str] = field(default_factory=list)
+    eval: str = ""  # the eval.json of this router (make eval's output_dir/eval.json): its table goes on the card
 
     def __post_init__(self) -> None:
         if self.create_pr and self.revision not in (None, "main"):
@@ -135,6 +127,21 @@ def _pushed_adapter_config(run_dir: Path, meta: RunMeta) -> bytes:
     return portable_adapter_config((run_dir / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"), base).encode()
 
 
+def read_eval(path: str, meta: RunMeta) -> dict[str, Any]:
+    """eval.json of the router as it is: the eval records the digest of the router metadata it evaluated."""
+    from tiermem.data.textfile import read_json_file
+
+    report = read_json_file(path, ConfigError, "eval report")
+    meta_of = report.get("meta") if isinstance(report, dict) else None
+    evaluated = meta_of.get("router_meta_sha256") if isinstance(meta_of, dict) else None
+    if evaluated != meta_digest(meta):
+        raise ConfigError(f"eval={path}: " + ("it records no router metadata digest (not an eval of a router run, "
+                                              "or one from before eval recorded it)" if evaluated is None else
+                          "it evaluated another router, or this one before its metadata changed (calibrate)")
+                          + "; rerun `make eval` on this router, then push")
+    return report
+
+
 def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
     from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
@@ -144,14 +151,13 @@ def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
     if missing:
         raise MissingFileError(f"{run_dir}: missing {missing}; not a complete {meta.router_kind} router run")
     verify_files(run_dir, meta)  # never publish weights that differ from the ones training recorded
+    eval_report = read_eval(cfg.eval, meta) if cfg.eval else None
     if get_token() is None:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
     if meta.adapter:  # runs saved before adapters were made portable still name this machine's base path
         meta = _portable_adapter(run_dir, meta)
-    write_run_card(run_dir, meta)  # the run's own card, from the metadata it loads from
-    # rendered from the metadata as uploaded (portable_meta leaves it as it is), so the card names its digest
-    card = str(render_card(pushed_meta(run_dir, meta), cfg.repo_id, license=cfg.license, datasets=cfg.datasets,
-                           tags=cfg.tags))
+    card = render_card(pushed_meta(run_dir, meta), cfg.repo_id, eval_report, license=cfg.license,
+                       datasets=cfg.datasets, tags=cfg.tags)
     files = sorted({*push_files(run_dir, meta), RUN_META_FILE, CARD_FILE})
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=pushed_content(run_dir, meta, name, card))
                   for name in files]
@@ -187,14 +193,7 @@ def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None
     return path
 
 
-@stage_main("push")
-def main(argv: list[str]) -> int:
-    from tiermem.settings.config import parse_cli
-
-    cfg = parse_cli(PushConfig, argv, default_config=None)
-    result = push(cfg)
-    print(json.dumps({"config": asdict(cfg), **result}, indent=2))
-    return 0
+main = json_stage("push", PushConfig, push)
 
 
 if __name__ == "__main__":

@@ -1,187 +1,211 @@
-"""The model card (README.md with YAML metadata) of a router run directory, for every router kind.
-
-The card travels with the weights: training writes it next to the adapter (replacing PEFT's empty template), a
-score router's stage next to its model, `make calibrate` and `make eval` rewrite it with the metadata they change
-(`save_with_card`, `record_eval`), `make push` renders it once more with the hub repo id from the metadata it
-uploads (no local path).
-The sections, worded per kind, live in serving/card_sections.py; every number and name comes from
-tiermem_router.json.
-"""
+"""A router's model card (README.md): one markdown template, filled from the run's tiermem_router.json and, at push,
+from the eval.json of the router's evaluation. The run directory keeps the card of its metadata; push renders the
+card it uploads from the metadata as pushed."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+import json
 from typing import Any
 
-from serving import card_sections as cs
-from serving.card_usage import usage_section
-from serving.portable import portable_meta, travelling_data_name, without_local_paths
-from tiermem.models.specs import PACKAGED_HUB_IDS
-from tiermem.runs.eval_summary import EvalSummary
-from tiermem.runs.run_meta import CARD_FILE, RUN_META_FILE, RunMeta, RunMetaFile, meta_digest, read_run_meta
-from tiermem.runs.safe_io import write_atomic
+from labeling.rules import LABEL_RULE_TEXT
+from serving.portable import portable_meta
+from tiermem.models.specs import hub_id
+from tiermem.runs.run_meta import RunMeta, RunMetaFile
 
-__all__ = ["PACKAGED_HUB_IDS", "record_eval", "refresh_card", "render_card", "save_with_card",
-           "travelling_data_name", "without_local_paths", "write_run_card"]
+CARD = """---
+{yaml}
+---
 
-DIGEST_KEY = "tiermem_router_sha256"  # card metadata: run_meta.meta_digest of the metadata it was rendered from
+# {title}
 
+A **sufficiency router** for a two-tier agent memory (tiermem-router): given a question and the top-k retrieved
+Tier-1 summaries (with dates and retrieval scores, in rank order), it decides whether the summaries suffice to answer
+(ANSWER) or the agent should read the linked Tier-2 raw pages (ESCALATE). {what}
 
-# ---------------------------------------------------------------------------------------------- the card
+- Router kind `{kind}`, training stage `{stage}`; base model: {base}
+- Router contract `{contract}`: a runtime that speaks another contract version refuses the router
+- Decision: ESCALATE when `score >= threshold_logit`; threshold_logit **{threshold}** ({calibration})
 
+## Training data
 
-def render_card(meta: RunMeta, repo_id: str | None = None, license: str = "apache-2.0",
-                datasets: list[str] | None = None, tags: list[str] | None = None, ref: str | None = None) -> Any:
-    """The card as a huggingface_hub ModelCard, written for the kind of router the run holds. `repo_id`: the hub
-    repo (push): the card is then rendered from `portable_meta(meta)`, the metadata that travels with it, with no
-    path of this machine; `ref`: what the usage snippets load when there is no repo yet (the run directory)."""
-    from huggingface_hub import ModelCard, ModelCardData
+{data}
 
-    local = repo_id is None
-    meta = meta if local else portable_meta(meta)
-    ref = repo_id or ref or "<run directory or org/name>"
-    results = cs.eval_results(meta)
-    kind = cs.card_metadata(meta)
-    data = ModelCardData(
-        base_model=kind["base_model"], library_name=kind["library_name"], pipeline_tag=kind["pipeline_tag"],
-        license=license, datasets=list(datasets or []) or None,
-        tags=sorted({"tiermem", "router", "agent-memory", *kind["tags"], meta.stage, *(tags or [])}),
-        model_name=(repo_id or f"tiermem router: {meta.stage}") if results else None, eval_results=results,
-        # the metadata this card was rendered from: a card older than tiermem_router.json is detected (check_card)
-        **{DIGEST_KEY: meta_digest(meta)},
-    )
-    body = f"""# {repo_id or "tiermem router: " + meta.stage}
+Hindsight labels: ANSWER when the summary-only path was right, ESCALATE when only the research path (the linked raw
+pages) was right; questions where both paths failed are dropped.
+{rules}
 
-A **sufficiency router** for a two-tier agent memory (tiermem-router). {cs.intro(meta)}
+## Training
 
-- Weights: {cs.weights_line(meta, local)}
-- Training stage: `{meta.stage}`
-{cs.contract_line(meta)}
+{training}
 
-## Training data and label rule
+Training and validation metrics:
 
-{cs.data_section(meta, local=local)}
-
-## Training configuration
-
-{cs.training_table(meta, local)}
-{cs.rewards_section(meta)}
-## Training and validation metrics
-
-{cs.table({k: v for k, v in meta.metrics.items() if k not in ("log_history", "reward_curve", "grpo_signal")})}
+{metrics}
 
 ## Evaluation
 
-{cs.eval_section(meta, local=local)}
-
-## Calibration
-
-{cs.calibration_section(meta, local=local)}
-
-{cs.score_section(meta)}
+{evaluation}
 
 ## How to use
 
-{usage_section(meta, ref, cs.base_hub_id(meta) if cs.is_lm(meta) else None)}
+```python
+from serving.routers import Router
+
+router = Router.from_pretrained("{ref}")
+decision = router.route("When did Caroline move?",
+                        [{{"text": "Caroline moved to Boston.", "date": "2023-05-08", "score": 0.71}}])
+print(decision.action, decision.score)
+```
+
+As an HTTP endpoint: `tiermem-router serve router={ref}` (POST /route).
+
 ## Limitations
 
-{cs.limitations(meta)}
+- The router sees only the retrieved summaries: it cannot know what retrieval missed, so a retrieval failure can look
+  like a sufficient set of summaries.
+- Labels inherit the judges' errors and the label rule; the metrics above are on the data named here, not on other
+  benchmarks or domains. Training data derived from LoCoMo is CC BY-NC 4.0 (non-commercial).
+- {limits}
 """
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
+
+SCORE_ROUTER = ("It generates no text: its score is the log-odds that the agent should ESCALATE. Requests must carry "
+                "each summary's retrieval `score`.")
+# per router kind: what it is, its hub library, pipeline tag and tags, and what it is limited by
+KINDS: dict[str, dict[str, Any]] = {
+    "local": {"what": ('A language model (a PEFT LoRA adapter, or merged weights) that answers `{"action": "ANSWER" | '
+                       '"ESCALATE", "reason": "..."}`; its score is the log-odds margin between the first tokens '
+                       "of the two actions, plus its signal head over serve-time signals when it has one."),
+              "pipeline_tag": "text-generation",
+              "limits": ("Prompts must be rendered by the same contract version (`tiermem.contract.render_prompt`); "
+                         "unparseable outputs are treated as ESCALATE.")},
+    "unit-reader": {"what": ("A cross-encoder (`model.safetensors`, `config.json`, tokenizer) reads each summary "
+                             "against the question; a logistic head (`signal_head.json`) joins its pooled unit "
+                             f"scores with serve-time signals; no language model. {SCORE_ROUTER}"),
+                    "library_name": "transformers", "pipeline_tag": "text-classification",
+                    "tags": ["unit-reader", "cross-encoder", "score-router"]},
+    "features": {"what": ("A logistic model over serve-time signals of the request (`feature_model.json`: retrieval "
+                          f"scores, lexical overlap, question form); no language model. {SCORE_ROUTER}"),
+                 "tags": ["features", "score-router", "logistic-regression"]},
+    "top1-score": {"what": ("A cutoff on the top-1 retrieval score (the score is minus the best summary's retrieval "
+                            f"score); no weights and no language model. {SCORE_ROUTER}"),
+                   "tags": ["top1-score", "score-router", "threshold"]},
+}
+SCORE_LIMITS = ("Requests must carry each summary's retrieval `score` from the retriever the training data used; "
+                "signals outside the training range are clipped to it (a decision then says so).")
+# the eval table's columns: eval.json intervals[policy][metric]
+EVAL_COLUMNS = ("accuracy", "escalation_rate", "hard_recall", "mean_input_tokens")
 
 
-def write_run_card(run_dir: str | Path, meta: RunMeta | None = None) -> Path:
-    """README.md of the run directory, rendered from `meta` (default: the run's tiermem_router.json), the metadata
-    left as it is. The card a push uploads is rendered apart (render_card with the repo id), from the metadata it
-    uploads."""
-    run_dir = Path(run_dir)
-    meta = meta or read_run_meta(run_dir)
-    path = run_dir / CARD_FILE
-    write_atomic(path, str(render_card(meta, ref=str(run_dir))))  # never through a link
-    return path
+def fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
-def refresh_card(run_dir: str | Path) -> Path | None:
-    """Re-render README.md from the run's current tiermem_router.json. A router given by hub id (no local run
-    directory) has no card to refresh: None."""
-    run_dir = Path(run_dir)
-    if not (run_dir / RUN_META_FILE).is_file():
-        return None
-    return write_run_card(run_dir)
+def table(rows: dict[str, Any]) -> str:
+    """Scalars as a two-column table, a nested table's scalars as `key.sub`; longer values (lists, deeper tables)
+    stay in tiermem_router.json."""
+    flat = {f"{key}.{sub}" if isinstance(value, dict) else key: v
+            for key, value in rows.items() for sub, v in (value.items() if isinstance(value, dict) else [(key, value)])}
+    lines = [f"| {k} | {fmt(v)} |" for k, v in flat.items() if not isinstance(v, list | dict)]
+    return "\n".join(["| key | value |", "|---|---|", *lines]) if lines else "_none recorded_"
 
 
-def save_with_card(record: RunMetaFile) -> Path:
-    """An operation's one write: the card rendered from the metadata it changed, then the metadata."""
-    return record.save(card=lambda meta: str(render_card(meta, ref=str(record.run_dir))))
+def interval(cell: Any) -> str:
+    """`0.75 [0.61, 0.86]`: an eval.json interval ({estimate, lo, hi}) as a cell."""
+    if not isinstance(cell, dict) or cell.get("estimate") is None:
+        return "n/a"
+    bounds = f" [{fmt(cell['lo'])}, {fmt(cell['hi'])}]" if cell.get("lo") is not None else ""
+    return fmt(cell["estimate"]) + bounds
 
 
-MAX_OTHER_EVALS = 10  # the card lists the latest ones; eval.json of each run keeps everything
+def base_hub_id(meta: RunMeta) -> str | None:
+    """The hub model the weights derive from: an LM router's base, a unit reader's cross-encoder base (a pre-trained
+    reader's: the base of its pre-training)."""
+    if meta.router_kind == "local":
+        return hub_id(meta.base_model)
+    reader = (meta.extra.get("reader_pretrain") or {}).get("base") or meta.extra.get("reader_base")
+    return hub_id(reader) if meta.router_kind == "unit-reader" and isinstance(reader, str) else None
 
 
-def trained_on(meta: RunMeta) -> str | list[str] | None:
-    """The label data the router was trained from, as its training recorded it (LM routers: data.data; score
-    routers: data.dataset): one path or a list of them."""
-    value = meta.data.get("data") or meta.data.get("dataset")
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return value
-    return value if isinstance(value, str) and value else None
+def calibration_text(cal: dict[str, Any] | None) -> str:
+    if not cal:
+        return "not calibrated: the default, the argmax; `make calibrate` picks one"
+    text = f"chosen by criterion {cal.get('criterion')}"
+    text += f" = {fmt(cal.get('value'))}" if cal.get("value") is not None else ""
+    text += f" on `{cal.get('data')}` [{cal.get('split')}]" if cal.get("data") else ""
+    if cal.get("scores_from") == "out_of_fold":
+        text += (f" (scores: the {cal.get('scored_on')}, each conversation scored by a router fitted on the others, "
+                 "not one validation split)")
+    if isinstance(cal.get("achieved"), dict):
+        text += "; achieved there: " + ", ".join(f"{k} {fmt(v)}" for k, v in cal["achieved"].items())
+    guarantee = cal.get("guarantee")
+    if isinstance(guarantee, dict):
+        text += (f"; guarantee: method `{guarantee.get('method')}`, alpha {fmt(guarantee.get('alpha'))}, delta "
+                 f"{fmt(guarantee.get('delta'))}, on {fmt(guarantee.get('n_calibration'))} calibration questions")
+    return text + "".join(f". **Warning: {w}**" for w in cal.get("warnings") or [])
 
 
-def is_of_record(meta: RunMeta, data: str | Path | list[str] | None, split: str) -> bool:
-    """An eval is the router's evaluation of record when it replays the held-out test split of the very data the
-    router was trained from (compared as resolved paths, in order; a hub id as written). Any other data or split
-    is not."""
-    from labeling.dataset import same_data
-
-    source = trained_on(meta)
-    if data is None or source is None or split != "test":
-        return False
-    return same_data(data, source)
-
-
-def record_eval(run_dir: str | Path | None, summary: EvalSummary,
-                data: str | Path | list[str] | None = None) -> Path | None:
-    """Store an eval's summary in the run's tiermem_router.json and refresh the card: as the evaluation of record
-    (`eval`) when it replays the test split of the router's own training data (`data`: what eval read), else
-    among `other_evals` (one per dataset and split, the latest MAX_OTHER_EVALS), leaving the evaluation of record
-    as it was. `run_dir` None or not a local run directory (a hub id, an LLM router): nothing to record, None.
-    Returns the card's path."""
-    if not run_dir or not (Path(run_dir) / RUN_META_FILE).is_file():
-        return None
-    record = RunMetaFile.open(run_dir)
-    meta = record.meta
-    if data is None or is_of_record(meta, data, summary.split):
-        meta.eval = summary
-    else:
-        kept = [e for e in meta.other_evals if (e.dataset, e.split) != (summary.dataset, summary.split)]
-        meta.other_evals = (kept + [summary])[-MAX_OTHER_EVALS:]
-    save_with_card(record)
-    return record.run_dir / CARD_FILE
+def evaluation_text(report: dict[str, Any] | None) -> str:
+    """The evaluation's table (eval.json: each policy's metrics with their bootstrap intervals, each router's
+    AUROC), or how to put one here."""
+    if report is None:
+        return ('Not on this card: run `make eval`, then `make push ARGS="eval=<output_dir>/eval.json"`.')
+    meta, intervals = report["meta"], report.get("intervals") or {}
+    level = (report.get("uncertainty") or {}).get("level")
+    lines = [f"On `{meta.get('data_name') or meta.get('dataset')}` [{meta.get('split')}], {meta.get('n')} questions in "
+             f"{meta.get('n_conversations')} conversation(s), at threshold_logit {fmt(meta.get('threshold_logit'))}: "
+             f"counterfactual replay of the labeled paths under correctness rule `{meta.get('correctness_rule')}`. "
+             + (f"In brackets: {round(100 * level)}% two-stage cluster bootstrap intervals (conversations, then "
+                "questions)." if intervals and level else "No intervals: eval ran without a bootstrap."), "",
+             "| policy | " + " | ".join(c.replace("_", " ") for c in EVAL_COLUMNS) + " |",
+             "|---" * (1 + len(EVAL_COLUMNS)) + "|"]
+    for name, policy in report["policies"].items():
+        cells = [interval(intervals.get(name, {}).get(c) or {"estimate": policy.get(c)}) for c in EVAL_COLUMNS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    ranking = report.get("ranking") or {}
+    if ranking:
+        lines += ["", "Ranking (AUROC of the score, ESCALATE positive, on the labeled records): "
+                  + "; ".join(f"{name} {interval(r.get('auroc'))}" for name, r in ranking.items()) + "."]
+    return "\n".join(lines)
 
 
-def card_digest(run_dir: str | Path) -> str | None:
-    """The metadata digest the run's README.md says it was rendered from; None: no card, or one without it."""
-    path = Path(run_dir) / CARD_FILE
-    if not path.is_file() or path.is_symlink():
-        return None
-    match = re.search(rf"^{DIGEST_KEY}: ([0-9a-f]{{64}})$", path.read_text(encoding="utf-8", errors="replace"),
-                      re.MULTILINE)
-    return match.group(1) if match else None
+def render_card(meta: RunMeta, repo_id: str | None = None, eval_report: dict[str, Any] | None = None,
+                license: str = "apache-2.0", datasets: list[str] | None = None, tags: list[str] | None = None,
+                ref: str | None = None) -> str:
+    """The card of `meta`'s router. `repo_id`: the hub repo it is pushed to (rendered from the metadata as pushed:
+    no path of this machine); `eval_report`: the eval.json of its evaluation; `ref`: what the usage snippet loads
+    when there is no repo (the run directory)."""
+    from huggingface_hub import ModelCardData
+
+    meta = portable_meta(meta) if repo_id else meta
+    kind = KINDS.get(meta.router_kind, {"what": SCORE_ROUTER, "tags": [meta.router_kind, "score-router"]})
+    lm = meta.router_kind == "local"
+    base = base_hub_id(meta)
+    data = ModelCardData(
+        base_model=base, license=license, datasets=list(datasets or []) or None,
+        library_name=("peft" if meta.adapter else "transformers") if lm else kind.get("library_name"),
+        pipeline_tag=kind.get("pipeline_tag"),
+        tags=sorted({"tiermem", "router", "agent-memory", meta.stage, *(tags or []),
+                     *(["lora" if meta.adapter else "merged"] if lm else kind["tags"])}))
+    reader = (meta.extra.get("reader_pretrain") or {}).get("base") or meta.extra.get("reader_base")
+    base_text = f"`{meta.base_model if lm else reader or 'none'}`" + (f" (hub: `{base}`)" if base else "")
+    training = meta.training or (meta.extra.get("config") if isinstance(meta.extra.get("config"), dict) else {})
+    cal = meta.calibration or {}
+    return CARD.format(
+        yaml=data.to_yaml(), title=repo_id or f"tiermem router: {meta.stage}", what=kind["what"],
+        kind=meta.router_kind, stage=meta.stage, base=base_text, contract=meta.contract_version,
+        threshold=fmt(cal.get("threshold_logit", 0.0)), calibration=calibration_text(meta.calibration),
+        data=table(meta.data), training=table(training),
+        rules="\n".join(f"- Label rule `{r}`: right according to {LABEL_RULE_TEXT.get(r, 'an unknown rule')}."
+                        for r in meta.data.get("label_rules") or []),
+        metrics=table({k: v for k, v in meta.metrics.items() if k not in ("log_history", "reward_curve")}),
+        evaluation=evaluation_text(eval_report), ref=repo_id or ref or "<run directory or org/name>",
+        limits=kind.get("limits") or SCORE_LIMITS)
 
 
-def check_card(run_dir: str | Path, meta: RunMeta | None = None) -> str | None:
-    """None when README.md was rendered from the run's current tiermem_router.json; else why it is stale (a stage
-    killed between writing the metadata and the card, or a card edited by hand). The metadata is the truth: the
-    router loads from it, and `tiermem-router push` re-renders the card from it."""
-    run_dir = Path(run_dir)
-    if not (run_dir / CARD_FILE).is_file():
-        return None
-    meta = meta or read_run_meta(run_dir)
-    recorded = card_digest(run_dir)
-    if recorded == meta_digest(meta):
-        return None
-    why = "it records no metadata digest" if recorded is None else "it was rendered from other metadata"
-    return (f"{run_dir / CARD_FILE} does not match {run_dir / RUN_META_FILE}: {why} (a stage stopped "
-            "between the two writes, or a card edited by hand); the router loads from tiermem_router.json, and "
-            "push re-renders the card from it")
+def save_with_card(record: RunMetaFile) -> None:
+    """A stage's one write of the run's metadata, with the run's card rendered from it."""
+    record.save(card=lambda meta: render_card(meta, ref=str(record.run_dir)))

@@ -1,7 +1,5 @@
-"""What a router looks like once it leaves this machine: nothing pushed names a path of the machine that pushed it.
-`portable_meta` is the tiermem_router.json that push uploads (and the card is rendered from),
-`portable_adapter_config` the adapter_config.json; the run directory itself keeps its local values, which its
-loaders read."""
+"""What a router looks like once it leaves this machine: the tiermem_router.json and adapter_config.json push
+uploads name no path of the machine that pushed them; the run directory keeps its own values."""
 
 from __future__ import annotations
 

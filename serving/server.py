@@ -1,32 +1,5 @@
-"""`make serve`: a small JSON API over an in-process router.
-
-POST /route {question, summaries: [{text, date, score?}], threshold_prob? | threshold_logit?} -> the Decision as JSON
-     (`threshold_prob` is a probability, `threshold_logit` log-odds; the router decides score >= threshold_logit;
-     `score` is the retrieval score the top1-score and features routers read)
-POST /ask {question, conv_id | conversation, policy?}          -> the memory runtime's answer: route, answer, quote,
-                                                                  pages read and cost (serving.ask_api), the
-                                                                  models loaded once per process
-GET  /health                                                   -> router kind, contract version, threshold, and
-                                                                  how many decisions clipped a signal to the
-                                                                  router's training range
-POST /v1/chat/completions                                      -> OpenAI-style greedy completion from the router
-                                                                  model (with token log-probs), so RemoteRouter and
-                                                                  other OpenAI clients can talk to it
-Binds 127.0.0.1 unless told otherwise.
-
-Concurrency model (see docs/serving.md "Concurrency and limits"): /route and chat have separate lanes, so a chat
-request never holds the lock /route waits on. Each lane runs one model call at a time; /route requests that
-arrive while one runs are scored together in the next batch (up to `route_batch_size`). A lane holds at most
-`max_queue` requests (running + waiting): the next one gets 503 at once, and a request that cannot start
-within `queue_timeout_s` gets 503 too. Chat work is bounded by `max_prompt_tokens` and `max_chat_tokens`, and
-bodies are counted while they stream in (413 as soon as `max_body_bytes` is passed).
-
-Failures stay with the request that caused them: a /route body is checked against what the loaded router needs
-(e.g. each summary's `score` for the features and top1-score routers) before it joins a batch (422 naming the
-field), and when a batched call raises anyway the lane reruns that batch's requests one by one, so only the failing
-request gets an error: 422 when the router refused its input (UsageError, DataError), otherwise 500 with an error id
-whose traceback is in the server log.
-"""
+"""`make serve`: a small JSON API over an in-process router (POST /route, POST /ask, GET /health,
+POST /v1/chat/completions); endpoints, concurrency, limits and failures: docs/serving.md."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Serve-time signals of one (question, summaries) pair.
-
-One feature function (`features`) for every router that uses signals: the `features` baseline router and the
-signal head the LM router adds to its decision margin (serving.router.LocalRouter, trained jointly in SFT).
-Features: retrieval scores (top-1, mean, top-1 minus top-2), lexical overlap of the question's content words
-with the summaries, the question's form (when / how many / list-like / yes-no / why), summary count, question
-length, whether any summary is dated.
-
-The model that reads them, for both kinds, is a `tiermem.models.logistic.LogisticModel` (the signal head stored in
-the same format, `signal_head.json`), fitted over `FEATURES` and reported by `FEATURE_GROUPS`.
-"""
+"""Serve-time signals of one (question, summaries) pair (`features`): retrieval scores, lexical overlap, question form,
+counts; read by the features router and the LM router's signal head, both a LogisticModel over `FEATURES`."""
 
 from __future__ import annotations
 

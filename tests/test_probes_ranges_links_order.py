@@ -374,7 +374,7 @@ def test_every_stage_help_exits_0_and_lists_every_config_key(capsys, stage):
 def test_label_help_shows_the_default_and_the_help_text_of_a_key(capsys):
     assert cli.main(["label", "--help", "output_dir=ignored"]) == 0
     out = capsys.readouterr().out
-    assert "  question_sampling (str, default: 'random')\n      random (seeded) | first" in out
+    assert "  question_sampling (random|first, default: 'random')\n      random (seeded) | first" in out
     assert "  memory.embedder (str, default: 'packaged:all-minilm-l6-v2')\n      a model spec, or \"hashing\"" in out
     assert "configs/label/cpu_default.yaml applied" in out  # the defaults the stage really uses
 
@@ -473,9 +473,10 @@ def _eval(run: Path, data: Path, out: Path, split: str = "test") -> None:
                      "bootstrap.n_boot=0", "sweep=false"]) == 0
 
 
-def test_eval_on_other_data_is_listed_beside_the_evaluation_of_record_and_never_replaces_it(tmp_path, capsys):
+def test_a_pushed_card_with_its_eval_names_no_local_path(tmp_path):
     from datasets import Dataset, DatasetDict
 
+    from serving.hub import read_eval
     from serving.model_card import render_card
     from tests.helpers.router_fixtures import edit_run_meta
     from tiermem.runs.run_meta import read_run_meta
@@ -486,56 +487,11 @@ def test_eval_on_other_data_is_listed_beside_the_evaluation_of_record_and_never_
         str(own))
     edit_run_meta(run, data={**read_run_meta(run).data, "data": str(own)})
     _eval(run, own, tmp_path / "eval-own")
-    of_record = read_run_meta(run).eval
-    assert of_record is not None and of_record.dataset.startswith("label records dataset/ (12 records, sha256 ")
-
-    mine = _records(tmp_path, _fixture_rows("test")[:7], "my_questions.jsonl")  # a user's own file
-    _eval(run, mine, tmp_path / "eval-mine")
-    _eval(run, own, tmp_path / "eval-val", split="validation")  # the training data, but not its test split
     meta = read_run_meta(run)
-    assert meta.eval == of_record  # the evaluation of record is untouched
-    assert [(e.dataset.split(" (")[0], e.split, e.n) for e in meta.other_evals] == [
-        ("label records my_questions.jsonl", "test", 7), ("label records dataset/", "validation", 12)]
-    _eval(run, mine, tmp_path / "eval-mine-2")  # the same data again: its entry is replaced, not repeated
-    assert len(read_run_meta(run).other_evals) == 2
-
-    card = (run / "README.md").read_text()
-    evaluation = card.split("## Evaluation", 1)[1].split("## Calibration", 1)[0]
-    assert "### Other evaluations" in evaluation and "| label records my_questions.jsonl (7 records, sha256 " in card
-    pushed = str(render_card(read_run_meta(run), repo_id="org/router"))
-    header, pushed_eval = pushed.split("\n---\n", 1)[0], pushed.split("## Evaluation", 1)[1].split("## Calib", 1)[0]
-    # no local path travels with a pushed card's evaluations: data named by what it is
-    assert str(tmp_path) not in header and str(tmp_path) not in pushed_eval and "full report" not in pushed_eval
-    # nor with the rest of it: the training data by what it is, no output directory
+    pushed = render_card(meta, "org/router", read_eval(str(tmp_path / "eval-own" / "eval.json"), meta))
+    # the eval's data and the training data by what they are, no output directory
+    assert "On `label records dataset/ (12 records, sha256 " in pushed and "| routed |" in pushed
     assert str(tmp_path) not in pushed and "| data | local label dataset dataset |" in pushed
-    assert "model-index:" in pushed and pushed.count("dataset:\n") == 3  # the record first, then the others
-    assert pushed.index(of_record.dataset) < pushed.index("my_questions.jsonl")
-
-
-def test_a_card_older_than_its_metadata_is_detected_at_load_and_rerendered_at_push(tmp_path, caplog):
-    import logging
-
-    from serving.model_card import check_card, refresh_card, write_run_card
-    from serving.routers.local import LocalRouter
-    from tests.helpers.router_fixtures import edit_run_meta
-    from tiermem.runs.run_meta import read_run_meta
-
-    run = _lm_run(tmp_path)
-    refresh_card(run)
-    assert check_card(run) is None and "tiermem_router_sha256: " in (run / "README.md").read_text()
-    # calibrate killed between its two writes: the threshold is stored, the card still shows the old one
-    edit_run_meta(run, calibration={"criterion": "escalation_rate", "value": 0.5, "threshold_logit": 1.25})
-    stale = check_card(run)
-    assert stale and (f"{run / 'README.md'} does not match {run / 'tiermem_router.json'}: it was rendered from "
-                      "other metadata") in stale
-    with caplog.at_level(logging.WARNING):
-        router = LocalRouter.from_pretrained(run)
-    assert router.threshold_logit == 1.25  # the metadata is the truth
-    assert any("README.md does not match" in r.getMessage() for r in caplog.records)
-    write_run_card(run)  # what push renders into the run before it uploads (the pushed card: render_card)
-    assert check_card(run, read_run_meta(run)) is None and "threshold_logit **1.25**" in (run / "README.md").read_text()
-    (run / "README.md").write_text("# a card edited by hand\n")
-    assert "it records no metadata digest" in check_card(run)
 
 
 # ---- 1: config numbers, and a calibrated threshold that makes the router a constant --------------------------------

@@ -190,7 +190,6 @@ BAD_META = {"heldout null": {"heldout": None}, "config null": {"config": None}, 
 
 @pytest.mark.parametrize("name", list(BAD_FILES))
 def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(name, tmp_path, built):
-    from router_train.reader.answer_floor import main as floor_main
     from tiermem.models.floors import ReaderFileError, load_floor
 
     reader = _reader_dir(tmp_path, built)
@@ -201,21 +200,19 @@ def test_an_unreadable_floor_or_pretrain_file_is_named_with_how_to_rebuild_it(na
     (reader / PRETRAIN_FILE).write_bytes(BAD_FILES[name])
     with pytest.raises(ReaderFileError, match=r"reader_pretrain\.json.*rebuild the checkpoint"):
         load_floor(reader)
-    assert floor_main([f"reader={reader}"]) == 5
 
 
 @pytest.mark.parametrize("name", list(BAD_META))
-def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_path, built, capsys):
-    from router_train.reader.answer_floor import main as floor_main
+def test_a_pretrain_file_of_another_shape_is_named_by_every_reader(name, tmp_path, built):
     from router_train.reader.unit_inputs import pretraining_of
-    from tiermem.models.floors import ReaderFileError
+    from tiermem.models.floors import ReaderFileError, read_pretrain_meta
 
     reader = _reader_dir(tmp_path, built)
     meta = {**json.loads((reader / PRETRAIN_FILE).read_text()), **BAD_META[name]}
     (reader / PRETRAIN_FILE).write_text(json.dumps(meta))
     field = next(iter(BAD_META[name]))
-    assert floor_main([f"reader={reader}"]) == 5
-    assert f"field '{field}' must be" in capsys.readouterr().err
+    with pytest.raises(ReaderFileError, match=f"field '{field}' must be"):
+        read_pretrain_meta(reader)
     with pytest.raises(ReaderFileError, match=field):
         pretraining_of(str(reader))
 
@@ -230,19 +227,6 @@ def test_a_cached_pretrain_file_without_train_pairs_is_a_miss(tmp_path, built, m
     (entry / PRETRAIN_FILE).write_text(json.dumps(meta))
     seal(entry)  # even re-sealed, the file must read
     assert "missing field 'train_pairs'" in entry_problem(entry)
-
-
-def test_answer_floor_refuses_held_out_articles_its_training_did_not_hold_out(tmp_path, built, capsys):
-    from router_train.reader.answer_floor import main as floor_main
-
-    reader = _reader_dir(tmp_path, built)
-    meta = json.loads((reader / PRETRAIN_FILE).read_text())
-    meta["heldout_articles"] = ["Copper_trade", "Lake_Orvik", "Night_trains"]
-    (reader / PRETRAIN_FILE).write_text(json.dumps(meta))
-    assert floor_main([f"reader={reader}"]) == 5
-    err = capsys.readouterr().err
-    assert "are not the articles its training held out" in err and "were trained on" in err
-    assert not (reader / "answer_floor.json").exists()
 
 
 # ---- 5, 12: a model directory is checked before it is loaded ------------------------------------------------------

@@ -1,10 +1,5 @@
-"""The router contract: the one place that defines the router's prompt, output schema and parser.
-
-Labeling (teacher), SFT, GRPO, evaluation and serving all render and parse through this module, so a
-prompt seen at training time is byte-identical to the one seen at serving time. Any change to the
-rendered text must bump CONTRACT_VERSION (the golden tests in tests/tiermem/test_contract.py pin it); the
-version is saved with every checkpoint and checked when a router is loaded.
-"""
+"""The router contract: the one place that defines the router's prompt, output schema and parser (labeling,
+SFT, GRPO, eval and serving render and parse through it). A change to the rendered text bumps CONTRACT_VERSION."""
 
 from __future__ import annotations
 

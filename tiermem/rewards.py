@@ -1,19 +1,15 @@
-"""The reward table: what a routing decision earns, given whether the summary path (s_ok) and the research path
-(r_ok) answered right and the research path's input tokens. Every label record knows those, so a decision is scored
-without rerunning any policy. GRPO's rewards, SFT's expected-reward loss, calibration's reward criteria and eval
-read this one table. Defaults are the paper authors' table; the cost term (0 by default, as in their table) lets a
-user move the accuracy/cost trade-off."""
+"""The reward table: what a routing decision earns given both paths' correctness and the research path's tokens,
+read by GRPO, SFT's expected-reward loss, calibrate and eval. Defaults are the paper authors' table."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from tiermem import contract
-from tiermem.settings.errors import ConfigError
+from tiermem.settings.config import check_declared
 
-COST_MODES = ("wasted", "every_escalation")
-FORMAT_SCOPES = ("action", "full")
 CASES = (
     "answer_correct",
     "answer_wrong",
@@ -30,29 +26,23 @@ class RewardConfig:
     answer_wrong: float = -1.5  # ANSWER but the summary path was wrong
     escalate_needed: float = 1.0  # ESCALATE and only the research path was right
     escalate_both_right: float = 1.0  # ESCALATE when both were right, before waste and cost
-    waste: float = 0.4  # subtracted for an escalation the summaries did not need
+    waste: float = field(default=0.4, metadata={"ge": 0})  # a penalty, for an escalation not needed
     escalate_research_wrong: float = -1.5  # ESCALATE but the research path was wrong
     unparseable: float = -1.0  # no action could be read (contract.parse -> ESCALATE, flagged)
-    cost_weight: float = 0.0  # cost = cost_weight * min(tokens / cost_scale, 1)
-    cost_scale: float | None = None  # research input tokens that count as cost 1; None: the train split's max
-    cost_on: str = "wasted"  # charge cost on wasted escalations only, or on every escalation
+    cost_weight: float = field(default=0.0, metadata={"ge": 0})  # cost = cost_weight * min(tokens / cost_scale, 1)
+    # research input tokens that count as cost 1; None: the train split's max
+    cost_scale: float | None = field(default=None, metadata={"gt": 0})
+    cost_on: Literal["wasted", "every_escalation"] = "wasted"  # charge cost on wasted escalations, or every one
     # "action": the format reward reads the action prefix only (`{"action": "ANSWER"` or ESCALATE), so it is the
     # same for both actions whatever the length limit; "full": the whole JSON must be valid, and the length limit
     # must fit every target (checked), else the longer ESCALATE targets are always cut and GRPO learns to ANSWER.
-    format_scope: str = "action"
+    format_scope: Literal["action", "full"] = "action"
     format_valid: float = 1.0  # scope full: the whole completion is the contract JSON; scope action: prefix read
     format_truncated: float = 0.5  # scope full: the action parsed but the length limit cut the rest
     format_invalid: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.format_scope not in FORMAT_SCOPES:
-            raise ConfigError(f"format_scope must be one of {FORMAT_SCOPES}, got {self.format_scope!r}")
-        if self.cost_on not in COST_MODES:
-            raise ConfigError(f"cost_on must be one of {COST_MODES}, got {self.cost_on!r}")
-        if self.cost_scale is not None and self.cost_scale <= 0:
-            raise ConfigError(f"cost_scale must be > 0 tokens, got {self.cost_scale}")
-        if self.cost_weight < 0 or self.waste < 0:
-            raise ConfigError("cost_weight and waste are penalties: they must be >= 0")
+        check_declared(self)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,5 @@
-"""Uncertainty and ranking statistics for routing evaluation. numpy only, no models.
-
-Bootstrap: questions of one conversation are not independent (same speakers, same summaries, same labeling
-quirks), so intervals resample conversations (clusters) with replacement and then questions within each drawn
-conversation (two-stage cluster bootstrap). A replicate is a count vector over the questions (how many times each
-was drawn), so every statistic is a weighted statistic of the original arrays and statistics computed from the
-same count matrix are paired: the interval of a difference uses the same resampled conversations for both sides.
-
-Ranking: AUROC (Mann-Whitney; tied scores count 1/2), average precision (AUPRC) and the reliability curve with the
-expected calibration error, all with the same count-vector weights.
-"""
+"""Uncertainty and ranking statistics for routing evaluation (numpy only): the two-stage cluster bootstrap as count
+vectors over the questions (paired by construction), AUROC, AUPRC and the reliability curve (docs/DESIGN.md)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,5 @@
 """`tiermem-router ingest` (alias `ask`): build one conversation's two tiers, then answer a question through the
-router, showing the route, the pages read and the cost.
-
-    tiermem-router ingest data=../shared/data/locomo10_dev.json conversation=conv-26 question=conv-26:q000
-    tiermem-router ask question="What did Tomas adopt?"      # any question, in your own words
-    tiermem-router ask router=runs/grpo question="When did Tomas adopt Pepper?"   # a trained router decides
-
-On the embedded default (memory.answerer=auto with the packaged model) no LM is called: the answer is the sentence
-of what was read that the answerability reader scores best (tiermem.memory.extractive), or "not stated" under its
-calibrated floor. With a generating answerer (an OpenAI-compatible endpoint, memory.answerer=llm) every answer comes
-with the quote it rests on (the best-matching sentence of what was read, with its speaker, date and turn); when the
-model's reply is empty, a fragment or foreign to what it read, that quote is the answer (tiermem.memory.grounding).
-The cost line says when calls came from the response cache: they are priced at what they cost when first made,
-beside the time this run took.
-
-`question` is a question id or 0-based index from the data file (its gold answer and evidence are shown next to
-the answer) or free text: anything with a space or a question mark. A free question has no gold answer or
-evidence, and the output says so instead of inventing them.
-"""
+router, showing the route, the pages read and the cost (README.md, docs/serving.md)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,5 @@
-"""Careful-reading judgments: a coverage judge's verdicts and a blind teacher's decisions, one question a line.
-
-The format (`tiermem-judgments`, version 1) is the seed's conservative coverage judge and its teacher written down:
-line 1 a header `{"format": "tiermem-judgments", "version": 1, ...}`, then per question `conv_id`, `qid`,
-`question`, `units_sha1` (units_digest of the router units' texts), `units` (per rank: `unit_id`,
-`text_sha1`, `verdict` yes / no / partial: does this unit state the gold answer, `span`: its words that carry it
-or null), `verdict` (could the units together answer without guessing), `reason`, `gold_doubtful` and `teacher`
-(`action`, `confidence` 1-5, `thinking`: decided from the question and units before the gold answer was shown).
-
-A judgment speaks only for the units it read: `Judgments.match` hands one out when the question's router units
-hash to its `units_sha1` (and the question text is the same, and the units are as many as it judged), and says why
-not otherwise, so a label run that retrieves other units falls back to the lexical rule for that question and
-counts it, never reusing the verdict.
-
-`units_digest` hashes the texts' JSON list, which no two lists of texts share. Files written before it (the
-shipped `locomo10_dev_judgments.jsonl`) hold the older digest of the texts joined by newlines
-(`legacy_units_digest`), which is read only where it cannot be ambiguous: the count is the judged one, and either no
-unit text holds a newline (the join splits back into the same texts) or every unit's own `text_sha1`, rank by rank,
-is its text's (each text proven on its own, wherever the newlines fall).
-"""
+"""Careful-reading judgments (`tiermem-judgments` v1): a coverage judge's verdicts and a blind teacher's decisions,
+one question a line, each handed out only for the units it read (docs/formats.md)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
 """The live coverage judge: a conservative LLM judge that writes careful-reading judgments for the questions a
-judgments file does not cover yet, in the file's own format (labeling/judgments/format.py), the file its cache.
-
-With `llm.coverage` and `judgments: PATH`, a question with no judgment is judged once, from its gold answer and
-its router units: a verdict per unit (does this unit state the gold answer: yes / no / partial, and its exact words
-that carry it), the question's verdict and a reason. The line is appended to PATH (created by the run when absent)
-and read back through the same checks as a file's, so a rerun asks nothing. The judge's reply must parse and fit
-the format; anything else is an LLMError: the question becomes an error record (retried by a rerun), never a
-verdict. Teacher decisions are not made here (the `teacher` role asks for them, blind to the gold answer).
-"""
+judgments file does not cover yet, appended to that file and read back through the same checks."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""`eval judgments=PATH`: every router's decisions scored a second time, against careful-reading judgments.
-
-The labels say what a rule made of the gold answer; a judgment (labeling/judgments/format.py) says whether a careful
-reader found the answer in exactly those units. Where a test record's units hash to a judgment's, its summary
-verdict becomes the judged one (partial counts as no) and its label follows the label rule's decision with that
-verdict and the record's own research verdict; records without a matching judgment are left out and counted.
-The routers are not asked again: their decisions on the same inputs are replayed (`ReplayedRouter`).
-"""
+"""`eval judgments=PATH`: every router's decisions scored a second time, against careful-reading judgments (records
+whose units a judgment read; the others counted), by replaying the same decisions."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Careful-reading verdicts that labels and routers are checked against; labels are never made from them.
-
-Two formats, told apart by their header: `tiermem-judgments` (labeling/judgments/format.py; a summary is sufficient
-where its verdict is a plain yes) and `realmem-careful-reading` (version 2: per request `person`, `query_id`,
-`units` with their `text`, and `informed.sufficient`, read knowing the assistant's actual reply). A verdict speaks
-only for the units it read: a record is matched when its router units' texts are the verdict's, else counted.
-"""
+"""Careful-reading verdicts that labels and routers are checked against (`tiermem-judgments`,
+`realmem-careful-reading` v2); labels are never made from them, and a verdict speaks only for the units it read."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
-"""Read a router's decision the way the contract allows: one forward pass up to OUTPUT_PREFIX.
-
-The completion always starts with OUTPUT_PREFIX, so the action is decided by the first token after it.
-Training reports decision accuracy this way (cheap, no sampling), and checks a few greedy generations
-through contract.parse so format failures are visible too: a run's `train_decisions` and `validation` metrics.
-"""
+"""Read a router's decision the way the contract allows: one forward pass up to OUTPUT_PREFIX (the first token
+decides), plus a few greedy generations parsed by the contract so format failures show in the metrics."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 from router_train.lm.recipe_config import RecipeConfig
 from serving.routers.base import decide
@@ -36,29 +30,6 @@ def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_
         router = LocalRouter(model, tokenizer, prefix_cache=False, batch_size=batch_size, signal_head=signal_head,
                              text_weight=text_weight, trunk=trunk)
         return router.score_prompts(list(prompts), signals)
-
-
-@torch.no_grad()
-def generate_decisions(
-    model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 48, batch_size: int = 8
-) -> list[contract.ParsedDecision]:
-    """Greedy generations parsed by the contract (left padding, as generate expects)."""
-    device = next(model.parameters()).device
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    decisions = []
-    try:
-        with eval_mode(model):
-            for start in range(0, len(prompts), batch_size):
-                batch = tokenizer(list(prompts[start: start + batch_size]), return_tensors="pt",
-                                  padding=True).to(device)
-                generated = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                           pad_token_id=tokenizer.pad_token_id)
-                texts = tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
-                decisions += [contract.parse(t) for t in texts]
-    finally:
-        tokenizer.padding_side = side
-    return decisions
 
 
 def decision_metrics(predicted: Sequence[str], labels: Sequence[str], train_majority: str | None) -> dict[str, Any]:
@@ -113,7 +84,13 @@ def evaluate_router(
     result["auroc"] = auroc(scores, positive) if 0 < sum(positive) < len(positive) else None
     if generate_limit and prompts:
         k = min(generate_limit, len(prompts))
-        parsed = generate_decisions(model, tokenizer, prompts[:k], max_new_tokens, batch_size)
+        from serving.routers.local import LocalRouter
+
+        with eval_mode(model):  # serving's greedy generation, parsed by the contract
+            router = LocalRouter(model, tokenizer, prefix_cache=False)
+            texts = [g["text"] for i in range(0, k, batch_size)
+                     for g in router.generate(list(prompts[i: min(i + batch_size, k)]), max_new_tokens)]
+        parsed = [contract.parse(t) for t in texts]
         result["generate"] = {
             "n": k,
             "parsed_ok_rate": sum(d.parsed_ok for d in parsed) / k,

@@ -1,20 +1,6 @@
-"""`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost.
-
-Continues the SFT run's adapter (`router`): from the base model the strict reward tends to give every sample the
-same (negative) reward, i.e. zero variance and zero gradient. With `completion: action_token` (the default) the
-policy is the decision token itself (router_train.lm.grpo_policy): the prompt ends with contract.OUTPUT_PREFIX and a
-completion is one token, sampled under an action prior that makes it explore (SFT's head beside the margin, then one
-constant so the sampled escalation share starts at the labels'; router_train.lm.grpo_learning). What the run learned is
-measured without sampling (the policy's exact expected reward on the validation rows, before and after, with a
-paired interval), checked every `check_steps` to stop when it no longer rises, and recorded with the zero-variance
-share, gradient norm and sampled escalation rate in the metadata and card (`metrics.grpo_signal`); a run with no
-update or no rise says so and is not reported as a refinement. When the SFT run has a signal head it is refit after
-training on the GRPO adapter's margins (`signal_head`), so the GRPO router scores like SFT's: margin x text_weight +
-head(signals). Saves like SFT plus `reward_curves.json`.
-
-Multi-GPU (vLLM colocated generation): accelerate launch --config_file configs/accelerate/multi_gpu.yaml \
-    -m router_train.lm.grpo --config configs/grpo/qwen3_0.6b_gpu.yaml
-"""
+"""`make grpo`: TRL GRPOTrainer on the SFT router, rewarding accuracy and penalizing waste and cost; the policy is the
+decision token under an action prior, and what it learned is measured without sampling (docs/DESIGN.md). Multi-GPU:
+`accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.grpo --config ...`."""
 
 from __future__ import annotations
 
@@ -22,7 +8,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from serving.routers.lm_head import action_token_ids, head_as_trained
 from serving.signals import SIGNAL_HEAD_FILE
@@ -35,7 +21,7 @@ from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path
 from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, parse_cli
+from tiermem.settings.config import ConfigError, check_declared, parse_cli
 from tiermem.settings.errors import MissingFileError, stage_main
 
 from .decisions import decision_reports
@@ -47,7 +33,6 @@ from .rows import balance_rows, load_label_rows, natural_rows
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "smollm2_135m_cpu.yaml"
 CURVES_FILE = "reward_curves.json"
-COMPLETIONS = ("action_token", "text")
 SCALE_REWARDS = ("group", "batch", "none")  # what TRL's GRPOTrainer computes advantages with
 
 
@@ -78,7 +63,7 @@ class GRPORecipeConfig(RecipeConfig):
     output_dir: str = "runs/grpo"
     # action_token: the prompt ends with the contract's output prefix and a completion is the action's first token
     # (max_completion_length 1); text: the completion is generated JSON, parsed by the contract (rewards.format_scope)
-    completion: str = "action_token"
+    completion: Literal["action_token", "text"] = "action_token"
     frozen_trunk: bool = True  # action_token: bottom layers once per prompt when the adapter trains the top ones only
     # a trunk-state file of the SFT run (its loss.trunk_cache): a prompt that is the start of an SFT row (its prompt
     # and output prefix) takes that row's first trunk states instead of recomputing them (the trunk is causal)
@@ -105,8 +90,7 @@ class GRPORecipeConfig(RecipeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.completion not in COMPLETIONS:
-            raise ConfigError(f"completion must be one of {COMPLETIONS}, got {self.completion!r}")
+        check_declared(self)
         if self.completion != "action_token" and (self.prior_head or self.prior_calibrate):
             raise ConfigError("prior_head and prior_calibrate shape the sampled action token: they need "
                               "completion=action_token (set them null or false for completion=text)")

@@ -1,18 +1,5 @@
-"""What makes GRPO's decision-token policy explore, and what a run says it learned.
-
-GRPO compares the samples of one prompt: a group whose samples are all one action has zero reward spread, zero
-advantage and no gradient. An SFT adapter trained beside a signal head has a margin that is not a policy by itself
-(SFT trains `margin + head`; the margin alone sat at ANSWER: 1.3% sampled escalation against the labels' 55%, 95%
-of groups without spread). So the policy GRPO samples is given an **action prior**, a logit offset on ESCALATE per
-prompt: SFT's head as SFT trained it beside the margin (`prior_head`), plus one constant chosen so the sampled
-escalation rate on the train prompts starts at their label share (`prior_calibrate`). The adapter alone is
-trained; the prior is fixed, and after training the served head is refit on the adapter's margins (grpo.py).
-
-What it learned is measured exactly, without sampling: the policy's expected reward on each validation row is
-`sum_a p(a) R(a)` over ANSWER, ESCALATE and any other token (unparseable), with R the configured reward functions
-themselves, before training and after. `RewardPlateauStop` checks it every `check_steps` and stops after `patience`
-checks without a gain, keeping the best weights: GRPO's steps are bounded by what it still learns.
-"""
+"""What makes GRPO's decision-token policy explore (the action prior: SFT's head plus one calibrated constant) and
+what a run says it learned (the exact expected validation reward before and after; `RewardPlateauStop`)."""
 
 from __future__ import annotations
 

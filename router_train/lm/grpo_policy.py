@@ -1,25 +1,5 @@
-"""GRPO on the decision token, and the signal head refit on the refined adapter's margins.
-
-The router's action is decided by ONE token: the first token after contract.OUTPUT_PREFIX (serving reads the same
-two logits there, serving.routers.local). With `completion: action_token` the GRPO prompt ends with OUTPUT_PREFIX
-and each sampled completion is that one token, so:
-
-- generation is one next-token distribution per distinct prompt (the `num_generations` samples of a prompt share
-  it), read through the frozen trunk when the adapter trains only the top layers (tiermem.models.trunk.FrozenTrunk): the
-  bottom layers run once per prompt, without grad (without a trunk, one plain forward per distinct prompt);
-- the policy's log-probability of a sampled token is read at the prompt's last position, which does not depend on
-  the token, so the training forward runs once per distinct prompt too, through the top layers only;
-- prompts are tokenized as serving tokenizes them (no special tokens added: the chat template holds them), so the
-  policy GRPO moves is the serving margin, token for token.
-
-- an action prior (`prior`: a logit offset on ESCALATE's token per prompt, router_train.lm.grpo_learning) is added where
-  the policy is sampled and where its log-probability is read, so the policy GRPO samples and the one it
-  differentiates are the same distribution: SFT's policy (margin + signal head) calibrated to explore.
-
-Anything else the trainer is asked (vLLM, several completion tokens, top-k/top-p sampling, images) takes TRL's own
-path, where no prior can be added (refused). After training the signal head is refit on the adapter's own margins
-(`refit_signal_head`), the prior left out.
-"""
+"""GRPO on the decision token (one next-token distribution per distinct prompt, through the frozen trunk, the action
+prior added where the policy is sampled and where its log-probability is read), and the signal head refit after."""
 
 from __future__ import annotations
 

@@ -1,25 +1,5 @@
-"""Decision-focused training losses for the router (`LOSSES`, the SFT config's `loss:`), on top of TRL's SFTTrainer.
-
-The router's decision is ONE token (the action's first token after contract.OUTPUT_PREFIX) among ~25 tokens of
-templated JSON. Plain completion-only SFT spends almost all of its loss on the template, and in our runs the
-decision logit stayed near ln 2 while the template was learned. These losses put the loss where the decision is:
-
-- `lm`: TRL's completion-only NLL.
-- `decision`: cross-entropy over the two actions' first-token logits at the decision position, plus
-  `lm_weight` x the completion NLL so the JSON format keeps being generated.
-- `expected_reward`: maximize the exact expected reward of the two-action policy at the decision position,
-  E[R] = p(ESCALATE) R(ESCALATE) + p(ANSWER) R(ANSWER), with both rewards known per row from labeling
-  (tiermem.rewards.score_decision, the GRPO table). It is GRPO's objective without sampling: every row
-  knows the reward of both actions, so the expectation is exact and its gradient has no variance.
-
-With `loss.signal_head: true` the decision's log-odds are the LM's margin plus a linear head over the serve-time signals
-(serving.signals.features: retrieval scores, lexical overlap, question form), trained together with the adapter
-by the same objective. The head starts from a logistic regression on the natural train rows, so the adapter learns
-what the signals miss; serving adds the same head to the same margin (serving.routers.local.LocalRouter).
-
-The decision position is found in the labels themselves (first completion token that is an action's first
-token), so it is the same token serving scores (serving.routers.local reads the same logits).
-"""
+"""Decision-focused training losses for the router (`LOSSES`, the SFT config's `loss:`) on top of TRL's SFTTrainer:
+`lm`, `decision` and `expected_reward`, at the decision token, with an optional signal head (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +7,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +16,7 @@ from trl import SFTTrainer
 from tiermem.models.logistic import LogisticModel
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 from tiermem.settings import ranges
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -46,13 +27,14 @@ REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 
 @dataclass
 class LossConfig:
-    kind: str = "decision"  # lm | decision | expected_reward
+    kind: Literal["lm", "decision", "expected_reward"] = "decision"  # LOSSES
     lm_weight: float = 0.1  # weight of the completion NLL beside the decision term (keeps the JSON format)
     # weight of -log p(either action token) at the decision position, over the full vocabulary: the two-way
     # decision terms only compare the two actions, so without it sampled completions drift to other tokens there
     # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
     mass_weight: float = 1.0
-    class_weight: str = "balanced"  # decision only: balanced (inverse label frequency in train) | none
+    # decision only: balanced (inverse label frequency in train) | none
+    class_weight: Literal["balanced", "none"] = "balanced"
     # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.models.trunk.FrozenTrunk),
     # when the adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
@@ -65,10 +47,7 @@ class LossConfig:
     text_weight: float | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in LOSSES:
-            raise ConfigError(f"loss.kind must be one of {LOSSES}, got {self.kind!r}")
-        if self.class_weight not in ("balanced", "none"):
-            raise ConfigError(f"loss.class_weight must be balanced|none, got {self.class_weight!r}")
+        check_declared(self, "loss.")
         if self.signal_head and self.kind == "lm":
             raise ConfigError("loss.signal_head needs a decision loss (decision or expected_reward), not lm")
         for name in ("signal_head_l2", "lm_weight", "mass_weight") + (("text_weight",) if self.text_weight is not None

@@ -1,9 +1,5 @@
 """GRPO's reward functions for the router: the decision scored by the reward table (tiermem.rewards), with its
-waste and cost terms logged, plus a format reward.
-
-TRL calls each reward with `prompts`, `completions`, `completion_ids` and every extra dataset column as
-keyword lists (plus `log_metric`), and wants one float per completion.
-"""
+waste and cost terms logged, plus a format reward; one float per completion, as TRL calls them."""
 
 from __future__ import annotations
 

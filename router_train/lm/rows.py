@@ -1,10 +1,5 @@
-"""Label dataset -> prompt/completion rows for SFT and GRPO, and the label rows both recipes load and balance.
-
-The labeling stage saves a `datasets.DatasetDict` (train / validation / test, split by conversation).
-Every row the router trains on is rendered through tiermem.contract, so the prompt is byte-identical to
-what serving scores. Class balancing happens here, after the split and inside train only, so no
-duplicate ever leaks into validation.
-"""
+"""Label dataset -> prompt/completion rows for SFT and GRPO, rendered through tiermem.contract, and the label rows both
+recipes load; class balancing happens inside the train split only."""
 
 from __future__ import annotations
 

@@ -1,20 +1,5 @@
-"""The extractive answerer's floor calibrated on conversations: `tiermem-router answer-floor reader=DIR`.
-
-The SQuAD-calibrated floor (router_train.reader.answer_floor) did not transfer to chat sentences: their logits run
-lower than an encyclopedia's. This one is calibrated on chat questions, read the way `ask` reads:
-
-- the development conversations' train split (LoCoMo format, category 5 left out): per question the turns research
-  ranks (BM25 over turns, tiermem.memory.turns, the `turn_k` best), split into sentences and shown to the reader as
-  `date: speaker: sentence`; "answerable" when a gold evidence turn is among them, unanswerable when none is;
-- Molweni's unanswerable questions (multi-party chats written to look answered): every sentence of the dialogue,
-  shown as `speaker: sentence`.
-
-The best sentence's logit per question is the answerer's own decision; the floor is the threshold with the largest
-Youden's J (router_train.reader.answer_floor.calibrated_floor). It is written to `<reader>/answer_floor.json` bound to
-the sha256 of the reader's weights, so a retrained reader is never held to an old floor (tiermem.memory.extractive
-refuses it), and `make demo` recalibrates each reader it trains (skipped while the weights and settings are
-unchanged).
-"""
+"""The extractive answerer's floor calibrated on conversations (`tiermem-router answer-floor reader=DIR`): chat
+questions read as `ask` reads them, Molweni's unanswerable ones, Youden's J, bound to the reader's weights."""
 
 from __future__ import annotations
 

@@ -1,18 +1,5 @@
-"""Chat reading data for the reader's pre-training, each source in its published shape, as ReadingQuestions whose
-units are a dialogue's turns shown as `speaker: text` (the shape the router's units and `ask`'s sentences have).
-
-- Molweni (multi-party Ubuntu IRC chats; `data` -> `dialogues` -> `edus` [`speaker`, `text`], `context` (the turns
-  joined as `speaker: text `, lower-cased) and `qas` with `answers` [`text`, `answer_start` into `context`],
-  `is_impossible`, `plausible_answers`). Offsets are mapped from the lower-cased context to the turns.
-- FriendsQA (TV-show scenes; `data` -> scenes -> `paragraphs` with `utterances:` [`uid`, `speakers`,
-  `utterance`] and `qas` with `answers` [`answer_text`, `utterance_id`, `inner_start`, `inner_end` (word positions,
-  space-split), `is_speaker`]). A speaker answer (`is_speaker` true, a bool) points at that speaker's name in the
-  turn's `speaker:` prefix; its answer_text must be one of the utterance's speakers, a non-empty list of names.
-
-Every question's dialogue id is its `article`, so a dialogue is held out whole. In a file, question ids and scene
-titles are unique; across the `chat_data` sources a file is listed once, holds a question, and shares no question id
-or scene with another source of its kind (load_chat_sources), so nothing is trained on twice or held out twice.
-"""
+"""Chat reading data for the reader's pre-training (Molweni, FriendsQA), each in its published shape, as
+ReadingQuestions whose units are a dialogue's turns shown as `speaker: text`; a dialogue is held out whole."""
 
 from __future__ import annotations
 

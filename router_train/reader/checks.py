@@ -1,7 +1,5 @@
-"""What reading data must be for a reader-pretrain run to finish: checked when the data is loaded or
-split, so a run never trains for minutes and then fails on a paragraph without a sentence, a held-out set with one
-class, a character no tokenizer takes or a hub row of another shape. Each is a `DataError` (exit 3) naming the file,
-article and question."""
+"""What reading data must be for a reader-pretrain run to finish, checked when it is loaded or split: each problem a
+DataError (exit 3) naming the file, article and question."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""`tiermem-router reader-pretrain`: teach the reader's base to read before it meets a conversation.
-
-The unit reader (serving/routers/unit_reader.py) asks one question of each retrieved unit: does this text state the
-answer? Seven development conversations (~450 labeled questions) cannot teach that beyond word overlap, so the
-base encoder is first fine-tuned, every layer, as an answerability cross-encoder on public reading data (SQuAD 2.0:
-router_train/reader/reading_data.py). Whole articles are held out and the checkpoint's held-out answerability is
-reported: per pair (does the sentence hold the answer) and per question (does the best sentence of the paragraph
-answer it; unanswerable questions were written to look answerable).
-
-The checkpoint is cached under $TIERMEM_CACHE/readers/<key>, the key a digest of the data's sha256, the base's
-weights and every training setting; a rerun with the same key copies it into `output_dir` and says so (no
-training). The unit-reader stage takes `output_dir` as its `base`.
-"""
+"""`tiermem-router reader-pretrain`: teach the reader's base to read (an answerability cross-encoder on public
+reading data, whole articles held out) before it meets a conversation; cached by its key (docs/DESIGN.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>`: a hit only for an entry that proves
-itself, a bad entry rebuilt (and said so), a race lost to another run settled by taking its entry. The key is a
-digest of the data's sha256, the base's weights and every training setting (`cache_key`).
-
-An entry is a hit when its files are exactly the ones sealed when it was built, each with its stored sha256
-(tiermem.models.cache), its `reader_pretrain.json` reads (tiermem.models.floors.read_pretrain_meta) and its answer
-floor is a finite number bound to its weights (tiermem.models.floors.load_floor). Anything else is a miss that
-rebuilds it."""
+"""reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>` (`cache_key`: data, base weights, settings): a hit
+only for an entry that proves itself, a bad entry rebuilt, a lost race settled by taking the winner's entry."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Public answerability data for the reader's pre-training: SQuAD 2.0 as (question, sentence, target) pairs.
-
-SQuAD 2.0 pairs every question with a paragraph; about half of its questions were written to look answerable from
-that paragraph and are not. A pair is (question, one sentence of its paragraph), target 1 when the sentence holds
-(overlaps) a gold answer span. The negatives that teach reading rather than word matching are the sentences of the
-paragraph sharing the most words with the question (same topic, no answer) and every sentence of an unanswerable
-question (written to look answered). The router's reader sees the same shape at serve time: (question, one unit).
-
-Sources: a local file in the official SQuAD 2.0 JSON shape (`data` -> articles -> `paragraphs` -> `context`,
-`qas`), or `hf:<name>` (`datasets.load_dataset(name, split=...)`, e.g. `hf:rajpurkar/squad_v2`).
-"""
+"""Public answerability data for the reader's pre-training: SQuAD 2.0 (a local file or `hf:<name>`) as (question,
+sentence, target) pairs, with the negatives that teach reading rather than word matching."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The unit reader's head as the router scores it: the unit reader stage reaches the router's scoring
-(serving/routers/unit_reader.py, serving/signals.py) through this module, so what CV compares, what the final head
-is fitted on and the out-of-fold scores are computed as the router computes them when it serves.
-
-Records are label records (question, router_summaries); `logits` are per record, per unit, the reader's scores as
-`read_units` gives them; a head's inputs are the serve-time signals then the pooled text features."""
+"""The unit reader's head as the router scores it: the stage reaches the router's scoring
+(serving/routers/unit_reader.py) through this module, so CV, the final head and the out-of-fold scores are computed
+as the router serves."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""The router interface every kind implements, the one decision rule, and the Decision a router returns.
-
-A router reads a question and its top-k summaries and says ANSWER (the summaries suffice) or ESCALATE (read the
-linked raw pages). Routers with a `score()` return log-odds of ESCALATE, and every one of them decides by
-`decide(score, threshold_logit)`: escalate when score >= threshold_logit. Thresholds are log-odds everywhere in
-Python and in the JSON files the package writes; a probability appears only where a person or the HTTP API reads
-one (`threshold_prob`).
-"""
+"""The router interface every kind implements, the one decision rule (`decide`: ESCALATE when score >=
+threshold_logit, log-odds everywhere), and the Decision a router returns."""
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from abc import ABC, abstractmethod
@@ -21,9 +14,7 @@ from typing import Any, ClassVar
 from tiermem import contract
 from tiermem.models.logistic import logit, sigmoid  # noqa: F401  (the routers' p_escalate and thresholds)
 from tiermem.runs.run_meta import RunMeta, read_run_meta, verify_files
-from tiermem.settings.errors import UsageError
-
-log = logging.getLogger(__name__)
+from tiermem.settings.errors import RouterLoadError, UsageError
 
 DEFAULT_THRESHOLD_LOGIT = 0.0  # p_escalate = 0.5: the argmax decision
 ESCALATE_ALL = -1.0e9  # below any model margin: every question escalates (a JSON-safe -inf)
@@ -90,11 +81,6 @@ def open_run_dir(run_dir: str | Path, where: str | None = None) -> RunMeta:
     contract.check_version(meta.contract_version, where=where)
     contract.check_limits(meta.data.get("router_input"), where=where)
     verify_files(run_dir, meta)
-    from serving.model_card import check_card
-
-    stale = check_card(run_dir, meta)
-    if stale:  # the card is documentation; the router loads from the metadata, so it serves, and says so
-        log.warning("%s", stale)
     return meta
 
 
@@ -166,6 +152,13 @@ class ScoreRouter(Router):
         self.name = self.kind
         self.run_dir: Path | None = None  # the directory it was loaded from, if any
         self.meta: RunMeta | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Any, trunk_cache: dict[str, Any] | None = None) -> Router:
+        """A score router saved in a run directory (`router.path`), loaded by its kind's `load`."""
+        if not spec.path:
+            raise RouterLoadError(f"a {cls.kind} router needs router.path: the directory its stage wrote")
+        return cls.load(spec.path, threshold_logit=spec.threshold_logit)  # type: ignore[attr-defined]
 
     def scored(self, questions: Sequence[str], summaries: Sequence[Summaries]
                ) -> tuple[list[float], list[dict[str, float]] | None, list[list[str]] | None]:

@@ -28,12 +28,6 @@ class FeatureRouter(ScoreRouter):
         self.model = model
         super().__init__(threshold_logit)
 
-    @classmethod
-    def from_spec(cls, spec, trunk_cache=None):
-        if not spec.path:
-            raise RouterLoadError("a features router needs router.path: a `tiermem-router fit-features` directory")
-        return cls.load(spec.path, threshold_logit=spec.threshold_logit)
-
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
         check_lengths(questions, summaries)
         return self.scored(questions, summaries)[0]

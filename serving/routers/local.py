@@ -1,11 +1,5 @@
-"""An in-process LM router: base model + LoRA adapter (or merged weights) read by the contract.
-
-Modes:
-- fast (default): one forward pass over the prompt + contract.OUTPUT_PREFIX; the score is the log-odds margin
-  logit(ESCALATE) - logit(ANSWER) of the two actions' first tokens, in float64 so that no two distinct margins tie
-  (a float32 softmax saturates at 1.0), plus the signal head's log-odds when the run has one. No generation.
-- generate: greedy generation of the full JSON, parsed by the contract (audits, reasons).
-"""
+"""An in-process LM router: base model + LoRA adapter (or merged weights) read by the contract; `fast`: the float64
+first-token margin (+ signal head) of one forward pass, `generate`: the full JSON, parsed."""
 
 from __future__ import annotations
 
@@ -253,29 +247,28 @@ class LocalRouter(Router):
         prefix cache)."""
         if self.signal_head is not None and (signals is None or len(signals) != len(prompts)):
             raise ValueError("this router has a signal head: score_prompts needs one signal row per prompt")
-        out: list[float] = []
-        skip_lm = self.signal_head is not None and self.text_weight == 0.0  # as the fast path: the LM is not run
-        for i in range(0, len(prompts), self.batch_size):
-            rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts[i: i + self.batch_size]]
-            out += [0.0] * len(rows) if skip_lm else self._score(rows)
+        out = [m for i in range(0, len(prompts), self.batch_size)
+               for m in self._margins(prompts[i: i + self.batch_size])[0]]
         if self.signal_head is not None:
             out = [served_score(m, h, self.text_weight) for m, h in zip(out, self.head_log_odds(signals), strict=True)]
         return out
+
+    def _margins(self, prompts: Sequence[str]) -> tuple[list[float], list[int]]:
+        """The LM's first-token margins of rendered prompts, and their token counts; when validation gave the margin
+        no weight the decision is the head's and the LM is not run."""
+        if self.signal_head is not None and self.text_weight == 0.0:
+            return [0.0] * len(prompts), [0] * len(prompts)
+        rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts]
+        return self._score(rows), [len(r) for r in rows]
 
     def _fast(self, questions, summaries, threshold_logit: float) -> list[Decision]:
         out: list[Decision] = []
         for i in range(0, len(questions), self.batch_size):
             qs, ss = questions[i: i + self.batch_size], summaries[i: i + self.batch_size]
             started = time.perf_counter()
-            if self.signal_head is not None and self.text_weight == 0.0:
-                # Validation gave the LM's margin no weight: the decision is the head's, and the LM is not run.
-                rows = [[] for _ in qs]
-                margins = [0.0] * len(rows)
-            else:
-                rows = [self._encode(contract.render_prompt(self.tokenizer, q, s) + contract.OUTPUT_PREFIX)
-                        for q, s in zip(qs, ss, strict=True)]
-                margins = self._score(rows)
-            heads, parts, clipped = [0.0] * len(rows), [None] * len(rows), [None] * len(rows)
+            margins, tokens = self._margins([contract.render_prompt(self.tokenizer, q, s)
+                                             for q, s in zip(qs, ss, strict=True)])
+            heads, parts, clipped = [0.0] * len(qs), [None] * len(qs), [None] * len(qs)
             if self.signal_head is not None:
                 x = feature_matrix(qs, ss)
                 heads = self.head_log_odds(x)
@@ -283,15 +276,15 @@ class LocalRouter(Router):
                 groups = self.signal_head.contributions(x, FEATURE_GROUPS)
                 parts = [{"text": self.text_weight * m, **{f"signals: {g}": float(v[i]) for g, v in groups.items()}}
                          for i, m in enumerate(margins)]
-            dt = (time.perf_counter() - started) / len(rows)
-            for m, h, part, row, clip in zip(margins, heads, parts, rows, clipped, strict=True):
+            dt = (time.perf_counter() - started) / len(qs)
+            for m, h, part, n_tokens, clip in zip(margins, heads, parts, tokens, clipped, strict=True):
                 score = served_score(m, h if self.signal_head is not None else None, self.text_weight)
                 action = decide(score, threshold_logit)
                 why = (f"log-odds {score:.3f} (text {self.text_weight:g} x {m:.3f} + signals {h:.3f})"
                        if self.signal_head is not None
                        else f"log-odds {score:.3f}")
                 out.append(Decision(action, sigmoid(score), f"{why} vs threshold {threshold_logit:.3f}", True, dt,
-                                    len(row), score=score, score_parts=part, clipped=clip))
+                                    n_tokens, score=score, score_parts=part, clipped=clip))
         return out
 
     # -- generate path -----------------------------------------------------------------------------

@@ -1,11 +1,5 @@
-"""The teacher's recorded decisions as a router: what a careful reader decided from the question and the units
-alone, read from a judgments file (labeling/judgments/format.py), so eval can show how far each router is from it.
-
-The score is the log-odds of the decision's probability of ESCALATE (confidence c of 1..5 on its side: 0.5 + 0.09 c),
-so calibration and the ceiling rows treat it as any score router. Units no decision was recorded for escalate
-(faithfulness first) and are counted as errors, never guessed. With an endpoint, the `teacher` kind is the same
-row asked live.
-"""
+"""The teacher's recorded decisions as a router, read from a judgments file: the score is the log-odds of its
+confidence (0.5 + 0.09 c); units no decision was recorded for escalate and are counted as errors."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The router kinds: the only list of them. Adding a kind is one module with a Router subclass plus one line here.
-
-Entries name "module:Class" and are imported when a kind is built, so a stage that serves a features router
-never imports torch or openai.
-"""
+"""The router kinds: the only list of them ("module:Class", imported when a kind is built). Adding a kind is one
+module with a Router subclass plus one line here."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """The unit reader router: a cross-encoder scores each retrieved unit against the question, the unit scores are
-pooled, and a logistic head joins them with the serve-time signals into one log-odds of ESCALATE.
-
-    reader(question, unit_i) -> s_i, m_i      classifier logit that unit i alone states the answer, and (a reader
-                                              with a span head) its span margin: best answer span - no answer
-    pool(s_1..s_k), pool(m_1..m_k) -> text features  max, second max, soft-OR (POOLINGS), of the TEXT_SCORES read
-    score = bias + signals . w_s + text_weight x (text features . w_t)
-
-The reader is trained on per-unit targets (labeling/unit_targets.py), the head and `text_weight` by
-router_train/reader/unit_reader.py. `score_parts` carries the text part and each signal group's share, so eval reports
-what carries the decision. The k units of a question are one batch of short pairs (~60 tokens each), so there is
-no long prompt to cache. One scorer: training metrics, calibrate, eval, serve and the card all call `scored`.
-"""
+pooled, and a logistic head joins them with the serve-time signals into one log-odds of ESCALATE (docs/DESIGN.md).
+One scorer: the stage's metrics, calibrate, eval and serve all call `scored`."""
 
 from __future__ import annotations
 
@@ -157,12 +147,6 @@ class UnitReaderRouter(ScoreRouter):
             raise RouterLoadError(f"unit reader: text_scores {text_scores!r} needs a reader with a span head")
         self.text_scores = text_scores
         super().__init__(threshold_logit)
-
-    @classmethod
-    def from_spec(cls, spec, trunk_cache=None):
-        if not spec.path:
-            raise RouterLoadError("a unit-reader router needs router.path: a `tiermem-router unit-reader` directory")
-        return cls.load(spec.path, threshold_logit=spec.threshold_logit)
 
     def scored(self, questions: Sequence[str], summaries: Sequence[Summaries]
                ) -> tuple[list[float], list[dict[str, float]], list[list[str]]]:

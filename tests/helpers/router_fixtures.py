@@ -198,9 +198,12 @@ def _train(model, tokenizer, labels: list[str], steps: int, lr: float) -> None:
 
 def make_router_run() -> Path:
     """Base + adapter run directory; built once and kept under $TIERMEM_CACHE/test-fixtures, keyed by this
-    file's source and the contract version (training takes ~20 s of CPU; reruns should not pay it). Shared by
-    every test: a test that writes into a run directory (calibrate, eval) copies it first."""
-    sources = Path(__file__).read_text()
+    file's source, the metadata's format (run_meta.py) and the contract version (training takes ~20 s of CPU; reruns
+    should not pay it). Shared by every test: a test that writes into a run directory (calibrate, eval) copies it
+    first."""
+    from tiermem.runs import run_meta
+
+    sources = Path(__file__).read_text() + Path(run_meta.__file__).read_text()
     key = hashlib.sha256((sources + contract.CONTRACT_VERSION).encode()).hexdigest()[:12]
     cached = cache_root() / "test-fixtures" / f"router-{key}"
     if (cached / "run" / RUN_META_FILE).is_file():

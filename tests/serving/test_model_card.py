@@ -1,5 +1,6 @@
-"""Artefacts anyone can open: a trained run's adapter config names the base model by hub id, and its README.md is
-our model card from the moment training saves the adapter, refreshed by calibrate and eval.
+"""Artefacts anyone can open: a trained run's adapter config names the base model by hub id, its README.md is our
+model card from the moment training saves the adapter (calibrate re-renders it), and push renders the card with the
+router's eval.json.
 
 The base is a tiny random Llama placed in a hand-built hub cache as `acme/tiny-base`, so the recipes resolve a
 real hub id with HF_HUB_OFFLINE=1 (set by conftest) and nothing is downloaded.
@@ -15,16 +16,17 @@ from pathlib import Path
 import pytest
 
 from evaluation import calibrate, evaluate
-from evaluation.report import eval_summary
 from router_train.lm import grpo, sft
 from router_train.lm.recipe_config import LoraSettings
 from router_train.lm.router_run import load_adapter_run
-from serving.model_card import check_card, record_eval, refresh_card, save_with_card
+from serving.hub import read_eval
+from serving.model_card import render_card, save_with_card
 from tests.helpers.router_fixtures import build_tiny_model_dir, edit_run_meta, make_router_run, record
 from tiermem import contract
 from tiermem.models.specs import make_adapter_portable
 from tiermem.runs import run_meta
 from tiermem.runs.run_meta import RunMetaFile, read_run_meta, sha256_file
+from tiermem.settings.errors import ConfigError
 
 BASE_ID = "acme/tiny-base"
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
@@ -68,7 +70,7 @@ def _g(x: float) -> str:
 def cell(report: dict, policy: str, metric: str) -> str:
     """A card cell as eval.json has it: the policy's point value, then its bootstrap interval."""
     iv = report["intervals"][policy][metric]
-    return f"{_g(report['policies'][policy][metric])} [{_g(iv['lo'])}, {_g(iv['hi'])}]"
+    return f"{_g(iv['estimate'])} [{_g(iv['lo'])}, {_g(iv['hi'])}]"
 
 
 def _rows(text: str, header: str) -> dict[str, list[str]]:
@@ -88,16 +90,11 @@ def eval_rows(text: str) -> dict[str, list[str]]:
     return _rows(text, "| policy | accuracy |")
 
 
-def ranking_rows(text: str) -> dict[str, list[str]]:
-    return _rows(text, "| router | AUROC |")
-
-
 def assert_our_card(text: str, run_dir: Path, stage: str) -> None:
     assert text.startswith("---\n") and f"base_model: {BASE_ID}" in text
     assert "[More Information Needed]" not in text  # PEFT's template is gone
     assert "sufficiency router" in text and contract.CONTRACT_VERSION in text and f"`{stage}`" in text
-    assert f'Router.from_pretrained("{run_dir}")' in text and "AutoPeftModelForCausalLM" in text
-    assert f"vllm serve {BASE_ID} --enable-lora --lora-modules router={run_dir}" in text
+    assert f'Router.from_pretrained("{run_dir}")' in text and f"router={run_dir}" in text
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +121,6 @@ def runs(tmp_path_factory):
         cards["calibrate"] = card(grpo_dir)
         paths = evaluate.run(evaluate.EvalConfig(data=str(data), split="test", output_dir=str(root / "eval"),
                                                  router=evaluate.RouterSpec(path=str(grpo_dir))))
-        cards["eval"] = card(grpo_dir)
         yield {"sft": sft_dir, "grpo": grpo_dir, "cards": cards, "calibration": cal, "eval": paths,
                "snapshot": snapshot, "mp": mp}
 
@@ -136,28 +132,30 @@ def test_saved_adapter_configs_name_the_hub_id_and_meta_keeps_the_spec(runs):
         assert read_run_meta(runs[stage]).base_model == BASE_ID
 
 
-def test_run_card_after_sft_grpo_calibrate_and_eval(runs):
+def test_run_card_after_sft_grpo_calibrate_and_the_pushed_card_with_eval(runs):
     cards = runs["cards"]
     assert_our_card(cards["sft"], runs["sft"], "sft")
-    assert check_card(runs["sft"]) is None  # training saved the card from the metadata it wrote, digests included
-    assert "## GRPO rewards" not in cards["sft"] and "Not calibrated" in cards["sft"]
+    assert "not calibrated" in cards["sft"]
     assert_our_card(cards["grpo"], runs["grpo"], "grpo")
     rewards = read_run_meta(runs["grpo"]).training["rewards"]
-    assert "## GRPO rewards" in cards["grpo"]
-    assert f"| escalate_research_wrong | {rewards['escalate_research_wrong']} |" in cards["grpo"]
-    assert "Not evaluated yet" in cards["grpo"] and "Not calibrated" in cards["grpo"]
+    assert f"| rewards.escalate_research_wrong | {rewards['escalate_research_wrong']} |" in cards["grpo"]
+    assert "Not on this card: run `make eval`" in cards["grpo"] and "not calibrated" in cards["grpo"]
 
     threshold = runs["calibration"]["threshold_logit"]
-    assert "Not calibrated" not in cards["calibrate"] and f"threshold_logit **{threshold:.4g}**" in cards["calibrate"]
-    assert "Not evaluated yet" in cards["calibrate"]
+    assert "not calibrated" not in cards["calibrate"] and f"threshold_logit **{threshold:.4g}**" in cards["calibrate"]
+    assert "Not on this card" in cards["calibrate"]
 
-    report = json.loads(runs["eval"]["json"].read_text())
-    assert "Not evaluated yet" not in cards["eval"] and f"threshold_logit **{threshold:.4g}**" in cards["eval"]
-    rows = eval_rows(cards["eval"])
+    # push renders the card with the eval of the router as it is
+    meta = read_run_meta(runs["grpo"])
+    report = read_eval(str(runs["eval"]["json"]), meta)
+    text = render_card(meta, "acme/router", report)
+    assert "Not on this card" not in text and f"threshold_logit **{threshold:.4g}**" in text
+    rows = eval_rows(text)
     for name in ("routed", "summary_only", "raw_only", "random", "oracle"):
         assert rows[name][:2] == [cell(report, name, "accuracy"), cell(report, name, "escalation_rate")], name
-    stored = read_run_meta(runs["grpo"]).eval
-    assert stored.path == str(runs["eval"]["json"]) and stored.split == "test" and stored.n == 4
+    meta.calibration = {**meta.calibration, "threshold_logit": threshold + 1.0}  # calibrated again after the eval
+    with pytest.raises(ConfigError, match="before its metadata changed"):
+        read_eval(str(runs["eval"]["json"]), meta)
 
 
 def test_trained_router_loads_offline_by_its_spec(runs):
@@ -204,9 +202,9 @@ def test_packaged_base_gets_its_upstream_hub_id(tmp_path):
         make_adapter_portable(run, "packaged:smollm2-135m-instruct")
 
 
-def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path, monkeypatch):
-    """eval.json from the eval stage itself (the fixture router on its own questions, two conversations), recorded
-    in the router run: the card shows every policy's intervals and the AUROC table, with eval.json's numbers."""
+def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path):
+    """eval.json from the eval stage itself (the fixture router on its own questions, two conversations): the card
+    shows every policy's intervals and each router's AUROC, with eval.json's numbers."""
     from datasets import Dataset, DatasetDict
 
     from tests.helpers.records import rec
@@ -222,44 +220,22 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path, mo
         r.update(question=question, router_summaries=[dict(s, unit_id="u", page_ids=[]) for s in summaries])
         rows.append(r)
     DatasetDict({"test": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
-    # the router's own data (its metadata names it): this eval is its evaluation of record
-    edit_run_meta(run, data={**read_run_meta(run).data, "data": str(tmp_path / "ds")})
     paths = evaluate.run(evaluate.EvalConfig(data=str(tmp_path / "ds"), split="test", output_dir=str(tmp_path / "eval"),
                                              router=evaluate.RouterSpec(path=str(run)),
                                              bootstrap=evaluate.BootstrapConfig(n_boot=200)))
-    report = json.loads(paths["json"].read_text())
-    stored = read_run_meta(run).eval  # eval recorded its summary in the run: eval.json's own numbers
-    assert stored == eval_summary(report, paths["json"], date=stored.date)
-    assert (stored.n, stored.n_conversations, stored.level, stored.n_boot) == (12, 2, 0.95, 200)
-
-    text = card(run)
-    assert f"(evaluated {stored.date}; full report: `{paths['json']}`)" in text
-    assert "95% two-stage cluster bootstrap intervals" in text and "200 replicates" in text
+    report = read_eval(str(paths["json"]), read_run_meta(run))
+    text = render_card(read_run_meta(run), "acme/router", report)
+    assert "12 questions in 2 conversation(s)" in text and "95% two-stage cluster bootstrap intervals" in text
     rows = eval_rows(text)
     assert list(rows) == list(report["policies"])
     for name in report["policies"]:
-        assert rows[name][:3] == [cell(report, name, m) for m in ("accuracy", "escalation_rate",
-                                                                  "mean_input_tokens")], name
-        assert "[" not in rows[name][3]  # mean latency: no interval in eval.json
-    ranking = ranking_rows(text)
+        assert rows[name] == [cell(report, name, m) for m in ("accuracy", "escalation_rate", "hard_recall",
+                                                              "mean_input_tokens")], name
     routed = report["ranking"]["routed"]
     assert routed["auroc"]["estimate"] > 0.5 and routed["auroc"]["lo"] < routed["auroc"]["hi"]
-    for metric, got in zip(("auroc", "auprc", "apgr", "ece"), ranking["routed"][:4], strict=True):
-        iv = routed[metric]
-        assert got == f"{_g(iv['estimate'])} [{_g(iv['lo'])}, {_g(iv['hi'])}]", metric
-    assert ranking["routed"][4] == str(routed["n_labeled"]) == "12"
-    assert f"gap (raw-only - summary-only accuracy) {_g(report['sweep']['gap'])}" in text
-    meta_text = (run / "tiermem_router.json").read_text()
-    assert "confusion" not in meta_text and "per_category" not in meta_text and "reliability" not in meta_text
-    assert record_eval(None, stored) is None and record_eval(tmp_path / "nowhere", stored) is None
-    # recording an eval reads tiermem_router.json once and writes it once, with its card
-    calls = []
-    read, write = run_meta.read_run_meta, run_meta.write_atomic
-    monkeypatch.setattr(run_meta, "read_run_meta", lambda d: calls.append(("read", Path(d).name)) or read(d))
-    monkeypatch.setattr(run_meta, "write_atomic", lambda f, t: calls.append(("write", Path(f).name)) or write(f, t))
-    assert record_eval(run, stored) == run / "README.md" and check_card(run) is None
-    assert calls == [("read", "run"), ("write", "README.md"), ("write", "tiermem_router.json")]
-    monkeypatch.undo()
+    iv = routed["auroc"]
+    assert f"routed {_g(iv['estimate'])} [{_g(iv['lo'])}, {_g(iv['hi'])}]" in text
+    assert "eval" not in json.loads((run / "tiermem_router.json").read_text())  # eval writes nothing in the run
     # a file another stage rewrote after this operation read it is not overwritten: its change is kept
     held = run_meta.RunMetaFile.open(run)
     edit_run_meta(run, metrics={**held.meta.metrics, "written_by": "another stage"})
@@ -267,19 +243,19 @@ def test_card_shows_the_intervals_and_ranking_of_a_real_eval_report(tmp_path, mo
     with pytest.raises(run_meta.RunMetaChanged, match="changed on disk since this stage read it"):
         save_with_card(held)
     assert read_run_meta(run).metrics["written_by"] == "another stage" and read_run_meta(run).stage != "mine"
+    with pytest.raises(ConfigError, match="another router"):
+        read_eval(str(paths["json"]), read_run_meta(run))
+    undigested = tmp_path / "old_eval.json"
+    undigested.write_text(json.dumps({**report, "meta": {k: v for k, v in report["meta"].items()
+                                                         if k != "router_meta_sha256"}}))
+    with pytest.raises(ConfigError, match="records no router metadata digest"):
+        read_eval(str(undigested), read_run_meta(run))
 
     logit = math.log(0.2 / 0.8)
     edit_run_meta(run, calibration={
         "criterion": "hard_recall", "value": 0.9, "threshold_logit": logit, "data": "d", "split": "validation",
         "guarantee": {"method": "clopper-pearson", "alpha": 0.1, "delta": 0.05, "n_calibration": 57,
                       "achieved": 0.93}})
-    text = card(refresh_card(run).parent)
-    assert "threshold_logit **-1.386** on the log-odds score (threshold_prob 0.2 on p_escalate)" in text
-    assert "hard_recall = 0.9" in text
-    assert "method `clopper-pearson`, alpha = 0.1, delta = 0.05, on 57 calibration questions" in text
-    edit_run_meta(run, calibration={"threshold_logit": math.log(0.42 / 0.58), "criterion": "escalation_rate",
-                                      "value": 0.5,
-                                      "guarantee": None})
-    text = card(refresh_card(run).parent)
-    assert "threshold_prob 0.42 on" in text and "escalation_rate = 0.5" in text and "No statistical guarantee" in text
-    assert refresh_card(tmp_path / "not-a-run") is None
+    text = render_card(read_run_meta(run))
+    assert "threshold_logit **-1.386**" in text and "hard_recall = 0.9" in text
+    assert "method `clopper-pearson`, alpha 0.1, delta 0.05, on 57 calibration questions" in text

@@ -1,28 +1,12 @@
-"""Benchmark loaders: LoCoMo and LongMemEval files -> Conversation records with gold evidence.
-
-Every structural problem raises DataError naming the file, the sample and the field. The one tolerated
-defect is an evidence id that names no turn: the public LoCoMo file has a handful (e.g. `D` or a turn
-past the end of its session). Two known typo forms are repaired (`D8:6; D9:17` -> two ids,
-`D:11:26` -> `D11:26`); anything still unknown is dropped with a warning naming it by default, or raises
-with `unknown_evidence="error"`.
-
-Dates: every session's date (LoCoMo `session_N_date_time`, LongMemEval `haystack_dates`) must name a real moment
-in one of the forms of `tiermem.data.dates` ("1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21", ISO 8601, ...);
-the memory shows it as the turns' date, so a string that is not one is a DataError naming the file, the sample,
-the session and the field, never a date.
-
-Empty turns: a turn whose text is empty or whitespace is dropped, and its id is kept in
-`Conversation.dropped_turns` (the label stats and report count them). For LoCoMo the text is the turn's `text`
-plus its image's `blip_caption` ("[shares a photo: ...]"); `img_url` alone adds no text. Evidence naming a dropped
-turn is left out of the question (the drop is counted already). A conversation with no turn text at all is a
-DataError, and so is a LoCoMo conversation whose turns carry image captions only and no `text` of their own.
-"""
+"""Benchmark loaders: LoCoMo and LongMemEval files -> Conversation records with gold evidence; every structural
+problem a DataError naming the file, the sample and the field (what is repaired or dropped: docs/formats.md)."""
 
 from __future__ import annotations
 
 import math
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +69,17 @@ def _first_seen(seen: dict[str, int], key: str, index: int, what: str, where: st
     seen[key] = index
 
 
+def _samples(data: Any, path: str | Path, what: str, one: str, id_key: str) -> Iterator[tuple[str, Any, str]]:
+    """(where, sample, id) of each sample of a benchmark file: a non-empty list of `what`, their ids unique."""
+    if not isinstance(data, list) or not data:
+        raise DataError(f"{path}: expected a non-empty list of {what}")
+    seen: dict[str, int] = {}
+    for index, sample in enumerate(data):
+        key = _get(sample, id_key, str, f"{path}: {one} {index}")
+        _first_seen(seen, key, index, id_key, str(path))
+        yield f"{path}: {one} {key!r}", sample, key
+
+
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _TYPO_COLON = re.compile(r"^D:(\d+):(\d+)$")
 
@@ -133,16 +128,9 @@ def _parse_locomo(
 ) -> list[Conversation]:
     if unknown_evidence not in ("drop", "error"):
         raise ValueError(f"unknown_evidence must be 'drop' or 'error', got {unknown_evidence!r}")
-    if not isinstance(data, list) or not data:
-        raise DataError(f"{path}: expected a non-empty list of LoCoMo samples")
     excluded = {str(c) for c in exclude_categories}
     conversations: list[Conversation] = []
-    seen_ids: dict[str, int] = {}
-    for index, sample in enumerate(data):
-        where = f"{path}: sample {index}"
-        conv_id = _get(sample, "sample_id", str, where)
-        _first_seen(seen_ids, conv_id, index, "sample_id", str(path))
-        where = f"{path}: sample {conv_id!r}"
+    for where, sample, conv_id in _samples(data, path, "LoCoMo samples", "sample", "sample_id"):
         conv = _get(sample, "conversation", dict, where)
         speakers = [_get(conv, k, str, f"{where}.conversation") for k in ("speaker_a", "speaker_b")]
         sessions = sorted(int(m.group(1)) for k in conv if (m := _SESSION_KEY.match(k)))
@@ -213,15 +201,8 @@ def load_longmemeval(path: str | Path, exclude_categories: tuple[str, ...] = ())
 
 
 def _parse_longmemeval(data: Any, path: str | Path, exclude_categories: tuple[str, ...]) -> list[Conversation]:
-    if not isinstance(data, list) or not data:
-        raise DataError(f"{path}: expected a non-empty list of LongMemEval instances")
     conversations: list[Conversation] = []
-    seen_qids: dict[str, int] = {}
-    for index, item in enumerate(data):
-        where = f"{path}: instance {index}"
-        qid = _get(item, "question_id", str, where)
-        _first_seen(seen_qids, qid, index, "question_id", str(path))
-        where = f"{path}: instance {qid!r}"
+    for where, item, qid in _samples(data, path, "LongMemEval instances", "instance", "question_id"):
         session_ids = _get(item, "haystack_session_ids", list, where)
         dates = _get(item, "haystack_dates", list, where)
         sessions = _get(item, "haystack_sessions", list, where)

@@ -1,10 +1,5 @@
-"""Reading data files: UTF-8 text whose bad bytes are named by file and byte offset, and the one JSONL reader.
-
-JSONL records are separated by "\\n" only. `str.splitlines()` also splits on U+2028, U+2029, \\x85, \\x0c, \\x1c-\\x1e
-and a lone \\r, all of which `json.dumps(..., ensure_ascii=False)` writes raw inside a string: splitting on them
-cuts a valid record in two. Every reader of line records (the label record store, the label dataset loader, the
-tiermem conversation format) goes through `jsonl_records`.
-"""
+"""Reading data files: UTF-8 text whose bad bytes are named by file and byte offset, the checked JSON file reader,
+and the one JSONL reader (`jsonl_records`: records split on "\\n" only, never on U+2028 and its kin)."""
 
 from __future__ import annotations
 

@@ -1,55 +1,11 @@
-"""The tiermem conversation format (version 1): bring your own agent's history into the pipeline.
-
-A JSON file holds one object, a JSONL file one header line then one conversation per line:
-
-    {"format": "tiermem-conversations", "version": 1, "conversations": [<conversation>, ...]}     (.json)
-
-    {"format": "tiermem-conversations", "version": 1}                                            (.jsonl)
-    <conversation>
-    <conversation>
-
-    <conversation> = {
-      "id": "support-2024-06",                      # unique in the file
-      "turns": [                                    # a session's turns are contiguous; out of time order: sorted
-        {"id": "t1", "session": "s1", "timestamp": "2024-06-03T09:12:00Z", "speaker": "user", "text": "..."},
-        ...
-      ],
-      "questions": [                                # optional (ingest alone needs none; labeling needs some)
-        {"id": "q1", "question": "...", "answer": "...",  # answer: string or number
-         "evidence": ["t1"],                        # optional: gold turn ids (enables the generator-free rule)
-         "category": "single-hop",                  # optional: any label you want metrics broken down by
-         "date": "2024-07-01",                      # optional: when the question is asked
-         "asked_after": "t40"}                      # optional: the memory holds turns up to this one only
-      ],
-      "summaries": [                                # optional: your memory system's own facts, as Tier 1
-        {"id": "m1", "text": "The user lives in Leith.", "source_turns": ["t1"], "date": "2024-06-03"}
-      ]
-    }
-
-`summaries` are read as Tier 1 (`memory.summaries=imported`, the default when they are present), each linked to
-the pages of its `source_turns` (required, non-empty, known turn ids; the research path follows these links). With
-`asked_after`, the question reads the memory as of that turn: no turn after it, and no summary made from one, is
-retrievable or read; a question whose `evidence` names a later turn is dropped by `label` with that reason.
-
-`timestamp` is the turn's absolute time as you want the memory to show it (dates in the summaries come from it):
-ISO 8601 ("2024-06-03T09:12:00Z", "2024-06-03") or one of the benchmark forms of `tiermem.data.dates`
-("1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21"). It is required; a string that names no real day or time
-("not a date at all", "2024-13-45T99:99:99Z") is an error naming the turn, never a date. A turn whose `text` is
-empty or whitespace is dropped and its id kept in `Conversation.dropped_turns` (the label stats and report count
-the drops; evidence naming it is left out); a conversation whose every turn is empty is an error. Turns out of
-time order are sorted (sessions by their first turn, turns by timestamp, stably) and counted; a conversation mixing
-time-zone-aware and naive timestamps is an error (tiermem.data.time_order).
-
-Ids are strings; turn ids are unique within a conversation, question ids too. Any
-object may carry a free-form "metadata" field (ignored by the pipeline). Other unknown keys are errors (a typo
-such as `"speeker"` must not silently drop data). Every problem raises
-TiermemFormatError naming the file, the line (JSONL), the conversation and the field.
-"""
+"""The tiermem conversation format (version 1): bring your own agent's history into the pipeline. The format,
+its fields and every check: docs/formats.md; every problem is a TiermemFormatError naming file, line, conversation
+and field."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,17 +104,7 @@ def parse_conversation(raw: Any, where: str, source: str,
         raise _fail(where, f"field 'turns': every turn's text is empty ({len(dropped)} turns); nothing to remember")
     known, gone = {t.turn_id for t in turns}, set(dropped)
     questions: list[Question] = []
-    questions_raw = obj.get("questions", [])
-    if not isinstance(questions_raw, list):
-        raise _fail(where, "field 'questions' must be a list")
-    seen_q: set[str] = set()
-    for i, q in enumerate(questions_raw):
-        qwhere = f"{where} questions[{i}]"
-        q = _object(q, qwhere, _QUESTION_KEYS)
-        qid = _string(q, "id", qwhere)
-        if qid in seen_q:
-            raise _fail(qwhere, f"field 'id': question id {qid!r} repeats")
-        seen_q.add(qid)
+    for qwhere, q, qid in _items(obj.get("questions", []), where, "questions", "question", _QUESTION_KEYS):
         if "answer" not in q:
             raise _fail(qwhere, "missing field 'answer'")
         answer = q["answer"]
@@ -195,17 +141,24 @@ def _next_kept(after: str, order: list[str], known: set[str]) -> str | None:
     return next((t for t in order[order.index(after) + 1:] if t in known), None)
 
 
-def _summaries(raw: Any, where: str, known: set[str], gone: set[str]) -> list[ImportedUnit]:
+def _items(raw: Any, where: str, name: str, one: str, keys: set[str]) -> Iterator[tuple[str, dict, str]]:
+    """(where, object, id) of each item of the list field `name`: an object of `keys` whose id no other repeats."""
     if not isinstance(raw, list):
-        raise _fail(where, "field 'summaries' must be a list")
-    units, seen = [], set()
+        raise _fail(where, f"field '{name}' must be a list")
+    seen: set[str] = set()
     for i, item in enumerate(raw):
-        swhere = f"{where} summaries[{i}]"
-        item = _object(item, swhere, _SUMMARY_KEYS)
-        unit_id = _string(item, "id", swhere)
-        if unit_id in seen:
-            raise _fail(swhere, f"field 'id': summary id {unit_id!r} repeats")
-        seen.add(unit_id)
+        iwhere = f"{where} {name}[{i}]"
+        item = _object(item, iwhere, keys)
+        item_id = _string(item, "id", iwhere)
+        if item_id in seen:
+            raise _fail(iwhere, f"field 'id': {one} id {item_id!r} repeats")
+        seen.add(item_id)
+        yield iwhere, item, item_id
+
+
+def _summaries(raw: Any, where: str, known: set[str], gone: set[str]) -> list[ImportedUnit]:
+    units = []
+    for swhere, item, unit_id in _items(raw, where, "summaries", "summary", _SUMMARY_KEYS):
         sources = item.get("source_turns")
         if not isinstance(sources, list) or not sources or not all(isinstance(t, str) for t in sources):
             raise _fail(swhere, "field 'source_turns' must be a non-empty list of turn id strings")

@@ -1,16 +1,5 @@
-"""Time order of an own-format conversation (tiermem/data/tiermem_format.py): the policy is **sort, and count**.
-
-Summaries carry their turns' dates and the research path reads pages in order, so a conversation whose turns go
-back in time would give "after the change" the wrong answer. The loader therefore puts the turns in time order:
-sessions by their earliest turn, and each session's turns by timestamp. Both sorts are stable, so turns with equal
-timestamps (a session often shares one) keep their file order; a conversation already in order is unchanged. The
-ids of the turns that moved are kept in `Conversation.reordered_turns`, and the label stats and report count them
-(`time_order` in stats.json).
-
-Timestamps that cannot be ordered against each other are refused: a time-zone-aware one ("...T09:12:00Z") mixed
-with naive ones ("2024-06-03 09:12") in one conversation names no single order (which zone is the naive one in?),
-so that is a TiermemFormatError naming a turn of each kind; write every timestamp with an offset, or none.
-"""
+"""Time order of an own-format conversation: sort (sessions by their first turn, turns by timestamp, stably) and
+count the turns that moved; time-zone-aware timestamps mixed with naive ones are refused (docs/formats.md)."""
 
 from __future__ import annotations
 

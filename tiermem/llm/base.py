@@ -7,10 +7,11 @@ import json
 import re
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from tiermem.llm.cache import ResponseCache
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import EXIT_FAILED, ConfigError
 
 Messages = list[dict[str, str]]
@@ -50,36 +51,24 @@ class LLMStats:
 
 @dataclass
 class LLMConfig:
-    backend: str = "local"  # "local" (in-process transformers) | "openai" (any OpenAI-compatible endpoint)
+    backend: Literal["local", "openai"] = "local"  # in-process transformers | any OpenAI-compatible endpoint
     model: str = "packaged:smollm2-135m-instruct"
     base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1 for `vllm serve`; None = api.openai.com
     api_key_env: str = "OPENAI_API_KEY"  # name of the variable holding the key; the key is never stored
-    max_concurrency: int = 8
-    timeout_s: float = 60.0
-    max_retries: int = 4  # the openai client's own exponential backoff
-    max_tokens: int = 256
-    temperature: float = 0.0
-    structured: str = "vllm"  # how to send choice/json constraints: "vllm" | "openai" | "none"
+    # max_concurrency, max_tokens, batch_size >= 1: 0 would hang (a zero-size semaphore), loop forever or silently
+    # fall back to a default
+    max_concurrency: int = field(default=8, metadata={"ge": 1})
+    timeout_s: float = field(default=60.0, metadata={"gt": 0})
+    max_retries: int = field(default=4, metadata={"ge": 0})  # the openai client's own exponential backoff
+    max_tokens: int = field(default=256, metadata={"ge": 1})
+    temperature: float = field(default=0.0, metadata={"ge": 0, "le": 2})
+    structured: Literal["vllm", "openai", "none"] = "vllm"  # how to send choice/json constraints
     cache_path: str | None = None  # SQLite response cache; None = no cache
-    batch_size: int = 8  # local backend generation batch
+    batch_size: int = field(default=8, metadata={"ge": 1})  # local backend generation batch
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.backend not in ("local", "openai"):
-            raise ConfigError(f"llm.backend must be 'local' or 'openai', got {self.backend!r}")
-        if self.structured not in ("vllm", "openai", "none"):
-            raise ConfigError(f"llm.structured must be vllm|openai|none, got {self.structured!r}")
-        # 0 or negative would hang (a zero-size semaphore), loop forever or silently fall back to a default
-        for name in ("max_concurrency", "max_tokens", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"llm.{name} must be an integer >= 1, got {value!r}")
-        if not self.timeout_s > 0:
-            raise ConfigError(f"llm.timeout_s must be > 0 seconds, got {self.timeout_s!r}")
-        if self.max_retries < 0:
-            raise ConfigError(f"llm.max_retries must be >= 0, got {self.max_retries!r}")
-        if not 0 <= self.temperature <= 2:
-            raise ConfigError(f"llm.temperature must be in [0, 2], got {self.temperature!r}")
+        check_declared(self, "llm.")
         if not _ENV_NAME.match(self.api_key_env):
             # never echo it: what does not look like a variable name is most likely the key itself
             raise ConfigError("llm.api_key_env must be the NAME of an environment variable (letters, digits, "

@@ -1,13 +1,5 @@
-"""JSON-schema-constrained generation for the local (transformers) backend, through lm-format-enforcer.
-
-Why lm-format-enforcer: it is pure Python (a 45 KB wheel whose dependencies, pydantic, pyyaml, packaging and
-interegular, are small or already here), it filters tokens through the `prefix_allowed_tokens_fn` hook every
-transformers `generate` has, and vLLM ships it as one of its structured-output backends, so the local and the
-served model are held to the same JSON Schema. xgrammar (vLLM's default backend, used when the OpenAI-compatible
-backend sends `structured_outputs`) requires triton on Linux, hundreds of MB for a CPU install; outlines brings
-a dozen more dependencies. The library's own transformers glue imports a transformers 4 module path, so the few
-lines of glue live here, over its stable core (TokenEnforcer, JsonSchemaParser).
-"""
+"""JSON-schema-constrained generation for the local (transformers) backend, through lm-format-enforcer's stable
+core (TokenEnforcer, JsonSchemaParser); why that library: docs/DESIGN.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""An OpenAI-compatible endpoint's reply body read as a chat completion, or MalformedReply saying why it is not one.
-
-The body is read here rather than by the openai client, which builds its response objects without validation (a
-text/plain or HTML 200 comes back as a string, `choices: [{}]` as a choice without a message, `content: 5` as a
-number) and so lets a wrong shape through to fail later as an AttributeError. Every field used is checked here.
-"""
+"""An OpenAI-compatible endpoint's reply body read as a chat completion, or MalformedReply saying why it is not one:
+every field used is checked here (the openai client builds its objects without validation)."""
 
 from __future__ import annotations
 

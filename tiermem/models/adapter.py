@@ -1,14 +1,5 @@
-"""A LoRA router's adapter loaded as it was trained: over the base model it was trained on, every trained weight in
-place.
-
-What decides an adapter router besides its weights is checked with them: `adapter_config.json` (its rank, alpha,
-target modules and layers) is one of the files tiermem_router.json records a sha256 of (tiermem.runs.run_meta,
-checked before anything loads); the base model's identity is the digest of its config (`base_config_digest`,
-what the computation reads: no names, versions or runtime switches), recorded at training as
-`data.base_config_sha256` and compared with the base about to carry the adapter; and every adapter weight the
-config's model needs must be in the weights file, none left over (PEFT only warns about either, and a moved
-`layers_to_transform` then serves untrained LoRA weights).
-"""
+"""A LoRA router's adapter loaded as it was trained: over the base it was trained on (the digest of the base's config,
+`data.base_config_sha256`), every trained weight in place and none left over (docs/serving.md)."""
 
 from __future__ import annotations
 

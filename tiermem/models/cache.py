@@ -1,15 +1,5 @@
-"""A model cache entry that proves what it hands out: `$TIERMEM_CACHE/<kind>/<key>/`, a checkpoint
-built once and copied into run directories.
-
-- When an entry is built its files are listed with their sha256 in `tiermem_cache_manifest.json` (`seal`).
-- A hit copies a file only after the bytes it read hash to the digest the manifest holds (`copy_verified`); an
-  entry holding a link, a folder, a file the manifest does not list, or missing one, is no hit (`check_entry`
-  says why): the caller rebuilds, says so, and the rebuilt entry replaces the bad one.
-- Two runs building the same key at the same time: the first to publish wins (`publish`); the other takes the
-  winner's entry when it verifies, or replaces it when it does not (a partial entry left by a killed run).
-- Entries are readable by every user of a shared cache (directories 0755, files 0644), as the converted model
-  cache is (tiermem.models.specs).
-"""
+"""A model cache entry that proves what it hands out (`$TIERMEM_CACHE/<kind>/<key>/`): sealed with every file's sha256,
+copied only after the bytes read hash right, a race settled by publishing once (docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import StoreError
 
 MANIFEST = "tiermem_cache_manifest.json"
@@ -58,11 +49,8 @@ def _manifest(entry: Path) -> dict[str, dict]:
     path = entry / MANIFEST
     if path.is_symlink() or not path.is_file():
         raise ValueError(f"no {MANIFEST} (an entry from before digests were stored, or a partial one)")
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{MANIFEST} is not readable JSON ({type(exc).__name__})") from None
-    files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+    doc = read_json_state(path, ValueError, MANIFEST, "the entry is rebuilt")
+    files = doc.get("files") if doc.get("format") == FORMAT else None
     if not isinstance(files, dict) or not files or not all(
             isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
         raise ValueError(f"{MANIFEST} does not list files with their sha256")

@@ -1,15 +1,6 @@
-"""The reader's model: an encoder read once per (question, text) pair, with two heads over the same pass.
-
-- the classifier: one logit that the text states the question's answer (a sequence-classification head);
-- the span head (optional): start/end logits per token, the extractive-QA shape of SQuAD 2.0. The text answers when
-  its best span (start <= end, inside the text, at most `MAX_ANSWER_TOKENS`) outscores the no-answer option (the
-  first token, [CLS]); the span margin = best span score - no-answer score is the reader's answerability, and the
-  best span is the answer itself.
-
-Both heads live in one `model.safetensors` under the names transformers gives them (`classifier.*`, `qa_outputs.*`),
-so the checkpoint loads as a standard `AutoModelForQuestionAnswering` (config `num_labels` 2) as well as here. The
-unit reader router scores retrieved units with it, the reading pre-training trains it, and `ask`'s extractive
-answerer scores sentences and takes spans with it."""
+"""The reader's model: an encoder read once per (question, text) pair with two heads over the same pass, the
+classifier (the text states the answer) and the optional span head (best span vs no answer), saved so the
+checkpoint also loads as a standard `AutoModelForQuestionAnswering`."""
 
 from __future__ import annotations
 

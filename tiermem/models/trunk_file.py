@@ -1,16 +1,5 @@
-"""A frozen trunk's state file: what its states depend on, what is checked when it is read, and the run that proves it.
-
-The states are the output of a model's bottom layers, so they hold only for that model: `trunk_fingerprint` hashes
-the model's config (every key the computation reads, not runtime flags) and every byte of the weights the states
-come from (the embeddings and the bottom layers), with the split. A file is read back through
-`load_trunk_states`, which checks each state's token ids, length, shape, dtype and finiteness.
-
-A fingerprint says which model the states belong to, not that the states are the ones that model computed: a file
-whose tensors were edited keeps its fingerprint. So the run that writes a file records its sha256 in its
-tiermem_router.json (`data.trunk_states`, `trunk_record`) and names itself in the file (`writer`); a stage that reads
-the file checks it against that record first (`proof`): a digest that differs is a tampered file, refused; a file no
-run records (its writer was stopped before its metadata, or it was never a run's) proves nothing.
-"""
+"""A frozen trunk's state file: its fingerprint (the model's config and weights the states come from), the checks
+on reading it back, and the proof a file is the one a run wrote (its sha256 in that run's tiermem_router.json)."""
 
 from __future__ import annotations
 

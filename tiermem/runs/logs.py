@@ -1,13 +1,5 @@
-"""One place that sets up the console: our INFO lines, library warnings and errors, progress bars untouched.
-
-By default the project's own loggers (`tiermem`, `labeling`, `router_train`, `serving`, `benchmarks`) print INFO
-and above, and every other logger only WARNING and above: library INFO/DEBUG lines (bm25s announcing an index
-build, matplotlib's font cache, HTTP request logs) are nothing a user can act on. `--verbose` (or
-`TIERMEM_LOG=DEBUG`, or any other level name) lets every logger through at that level.
-
-The level lives on a handler filter, not on the library loggers: bm25s sets its own logger to DEBUG when it is
-imported, which would undo a `setLevel` made before that import.
-"""
+"""One place that sets up the console: the project's loggers at INFO, every other one at WARNING (`--verbose` or
+TIERMEM_LOG lowers both), the level kept on a handler filter because bm25s resets its own logger on import."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""`tiermem_router.json`: the one metadata file saved next to every router checkpoint.
-
-Training writes it (contract version, base model spec, training config, metrics), calibration adds the
-threshold, eval adds its summary (`eval`, a tiermem.runs.eval_summary.EvalSummary), serving and the model card read
-it. Reading and writing live only here so every stage agrees on the format. A stage that changes the file
-holds one `RunMetaFile` for the whole operation: read once, changed in memory, written once with its card.
-
-Integrity: `files` maps every weight/model file a loader reads (`weight_files`), and the adapter config that
-decides how a LoRA adapter's weights are applied, to its sha256, recorded at save time by `file_digests` and
-checked by `verify_files` before any loader opens one. `read_run_meta` checks every
-field's type and range, so a nonsensical value is refused when the router loads, never on a request.
-"""
+"""`tiermem_router.json`: the one metadata file saved next to every router checkpoint, its only reader and writer
+(`RunMetaFile`: one read, one write per stage), and the sha256 of every weight file, checked before a loader opens
+one. Fields: docs/formats.md."""
 
 from __future__ import annotations
 
@@ -23,12 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.runs.eval_summary import EvalSummary
-from tiermem.runs.safe_io import write_atomic
+from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.errors import MissingFileError, StoreError, UsageError
 
 RUN_META_FILE = "tiermem_router.json"
-CARD_FILE = "README.md"  # the model card, rendered from this file (serving.model_card)
+CARD_FILE = "README.md"  # the model card (serving.model_card)
 _REQUIRED = ("contract_version", "base_model")
 FEATURE_MODEL_FILE = "feature_model.json"  # the features router's fitted model (serving/feature_router.py)
 SIGNAL_HEAD_FILE = "signal_head.json"  # an LM router's signal head (serving/signals.py), beside its adapter
@@ -65,11 +55,6 @@ class RunMeta:
     files: dict[str, str] | None = None  # weight file name -> sha256 (file_digests); None: saved before digests
     # which router the directory holds: "local" (a LoRA/merged LM), else a serving.router kind (features, top1-score)
     router_kind: str = "local"
-    # the evaluation of record: the latest eval on the held-out test split of the data the router was trained from
-    eval: EvalSummary | None = None
-    # evaluations on any other data or split (a user's own file), newest last, one per (dataset, split): listed
-    # beside the evaluation of record on the card, never in its place (serving.model_card.record_eval)
-    other_evals: list[EvalSummary] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept verbatim
 
 
@@ -77,11 +62,7 @@ def read_run_meta(run_dir: str | Path) -> RunMeta:
     path = Path(run_dir) / RUN_META_FILE
     if not path.is_file():
         raise MissingFileError(f"{path} not found: not a tiermem router run directory (make sft writes one)")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RunMetaError(f"{path}: not valid JSON: {exc}") from None
-    return run_meta_from_dict(raw, path)
+    return run_meta_from_dict(read_json_state(path, RunMetaError, RUN_META_FILE, "retrain the router"), path)
 
 
 def run_meta_from_dict(raw: Any, path: str | Path) -> RunMeta:
@@ -94,27 +75,14 @@ def run_meta_from_dict(raw: Any, path: str | Path) -> RunMeta:
     known = set(RunMeta.__dataclass_fields__) - {"extra"}
     extra = {k: v for k, v in raw.items() if k not in known}
     values = {k: v for k, v in raw.items() if k in known}
-    if values.get("eval") is not None:
-        try:
-            values["eval"] = EvalSummary.from_dict(values["eval"])
-        except ValueError as exc:
-            raise RunMetaError(f"{path}: {exc} (remove the `eval` key and rerun `make eval`)") from None
-    others = values.get("other_evals")
-    if others is not None:
-        if not isinstance(others, list):
-            raise RunMetaError(f"{path}: field 'other_evals' must be a list, got {type(others).__name__}")
-        try:
-            values["other_evals"] = [EvalSummary.from_dict(e) for e in others]
-        except ValueError as exc:
-            raise RunMetaError(f"{path}: other_evals: {exc} (remove the entry and rerun its eval)") from None
     meta = RunMeta(**values, extra=extra)
     validate_run_meta(meta, path)
     return meta
 
 
 def meta_digest(meta: RunMeta) -> str:
-    """sha256 of the metadata as RunMetaFile.save writes it: the model card records the digest of the metadata it was
-    rendered from, so a card left behind by a stage killed between the two writes is detected (model_card)."""
+    """sha256 of the metadata as RunMetaFile.save writes it: eval.json records the digest of the router it evaluated,
+    so push puts on the card only an evaluation of the router as it is."""
     data = asdict(meta)
     data.update(data.pop("extra"))
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
@@ -168,15 +136,6 @@ def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
                                                "(log-odds); recalibrate")
     if not isinstance(meta.router_kind, str) or not meta.router_kind:
         raise bad("router_kind", f"must be a non-empty string, got {meta.router_kind!r}")
-    if meta.eval is not None:
-        if not isinstance(meta.eval, EvalSummary):
-            raise bad("eval", f"must be an EvalSummary or null, got {type(meta.eval).__name__}")
-        try:
-            EvalSummary.from_dict(asdict(meta.eval))
-        except ValueError as exc:
-            raise RunMetaError(f"{where}: {exc}") from None
-    if not isinstance(meta.other_evals, list) or not all(isinstance(e, EvalSummary) for e in meta.other_evals):
-        raise bad("other_evals", "must be a list of EvalSummary")
     clash = sorted(set(meta.extra) & set(RunMeta.__dataclass_fields__))
     if clash:
         raise bad("extra", f"holds {clash}, which are fields of RunMeta: set them as fields")

@@ -1,27 +1,5 @@
-"""Run directories: a stage only deletes or overwrites files in a directory it created, and only one stage at a
-time writes a run directory.
-
-Each stage claims its output directory before writing: `claim_output_dir(path, stage)` creates it with a
-marker file naming the stage. A directory that already holds files is accepted only when its marker names
-the same stage (a rerun or resume); anything else (a home directory, the current directory via an empty
-`output_dir=`, another stage's run) is refused with RunDirError before a single file is touched.
-`check_output_dir` applies the same rules without creating anything, for stages that must read their inputs
-before the directory may exist.
-
-A claim also takes an exclusive `fcntl.flock` on `.tiermem-run.lock` inside the directory, held until
-`release_output_dir` (the `claimed_output_dir` context manager pairs the two) or until the process ends: the
-kernel drops the lock of a process that dies, so a crash never leaves a directory locked. A second claim (another
-process, or another thread of this one) is refused at once with a RunDirError naming the holder's pid and stage.
-A claim from the thread that already holds the directory is counted, not refused, so a stage may call helpers
-that claim the same directory again.
-
-Stages that legitimately change another stage's run (calibrate stores a threshold in a router run, push writes
-the router's card, eval records its summary there) go through `claim_run_to_update(path, stage, kinds)`: the
-directory must be a run of one of `kinds`, its marker is left as it is, and it is locked the same way.
-
-Run directories made before markers existed are recognized by the file each stage always wrote (e.g. a
-label run's resume_fingerprint.json, the `stage` inside a router's tiermem_router.json) and adopted once.
-"""
+"""Run directories: a stage claims, marks and locks its output directory before it writes, and only changes another
+stage's run through `claim_run_to_update` (docs/serving.md, "Run directories")."""
 
 from __future__ import annotations
 
@@ -35,7 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from tiermem.runs.safe_io import open_nofollow, staging_pattern, write_atomic
+from tiermem.runs.safe_io import open_nofollow, read_json_state, staging_pattern, write_atomic
 from tiermem.settings.errors import RunDirError, RunError
 
 try:
@@ -68,13 +46,7 @@ def read_marker(path: str | Path) -> dict | None:
     marker = Path(path) / MARKER
     if not marker.is_file():
         return None
-    try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunDirError(f"{marker}: unreadable run marker ({exc}); remove the directory or pick another") from None
-    if not isinstance(data, dict) or not isinstance(data.get("stage"), str):
-        raise RunDirError(f"{marker}: not a run marker (no 'stage'); remove the directory or pick another")
-    return data
+    return read_json_state(marker, RunDirError, "run marker", "remove the directory or pick another", {"stage": str})
 
 
 def legacy_stage(path: str | Path) -> str | None:

@@ -1,25 +1,15 @@
-"""Writes inside a run directory that never go through a symbolic link the stage did not create.
-
-A run directory is the stage's own, but a file in it may be a link someone planted (`README.md ->
-~/.bashrc`): `open(path, "w")` would write through it to the target, outside the directory. Every write here is
-write-then-rename: a new file made exclusively next to the target (mkstemp: O_CREAT | O_EXCL, which never follows a
-link), then renamed over it. A path that is a link is refused first (RunDirError naming it, exit 4): replacing a
-link the user made would be as surprising as writing through it. The lock file is opened with O_NOFOLLOW.
-
-Libraries that write a folder by plain open() (transformers' `save_pretrained`, a trainer's `save_model`, datasets'
-`save_to_disk`) write into a fresh folder of unguessable name instead (`save_into`, `save_pretrained`), whose files
-are then renamed into place (`move_into`). tests/tiermem/runs/test_safe_writes.py fails for a stage module that
-writes any other way.
-"""
+"""Writes inside a run directory that never go through a symbolic link the stage did not create: write-then-rename,
+a link refused (RunDirError), library folder saves made in a fresh folder and moved into place (docs/serving.md)."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -159,3 +149,20 @@ def save_pretrained(obj: Any, directory: str | Path, **kwargs: Any) -> list[Path
     """`obj.save_pretrained(directory, **kwargs)` for a model, tokenizer or config, without following a link
     planted in `directory` (`save_into`). Returns the files written."""
     return save_into(directory, lambda folder: obj.save_pretrained(str(folder), **kwargs))
+
+
+def read_json_state(path: str | Path, error: type[Exception], what: str, fix: str,
+                    need: Mapping[str, type | tuple[type, ...]] | None = None) -> dict[str, Any]:
+    """A JSON object a stage wrote and reads back (a run marker, a shard state, a manifest, a model's config): an
+    unreadable file, invalid UTF-8 or JSON, another JSON type, or a field of `need` missing or of another type is
+    `error` naming the file, what it should be and how to fix it."""
+    try:
+        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise error(f"{path}: unreadable {what}, not valid JSON ({type(exc).__name__}: {exc}); {fix}") from None
+    if not isinstance(doc, dict):
+        raise error(f"{path}: holds a JSON {type(doc).__name__}, not an object ({what}); {fix}")
+    for key, kind in (need or {}).items():
+        if isinstance(doc.get(key), bool) is not (kind is bool) or not isinstance(doc.get(key), kind):
+            raise error(f"{path}: not a {what} (no {key!r} of the right type); {fix}")
+    return doc

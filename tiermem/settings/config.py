@@ -1,18 +1,16 @@
-"""YAML configs parsed into dataclasses, with `key=value` overrides.
-
-HfArgumentParser/TrlParser handle flat dataclasses and `--flag value` CLIs; our stage configs nest
-(e.g. `llm.answerer.model=...`), so this is a small recursive loader that rejects unknown keys with the
-file and key named. TRL's own config objects (SFTConfig, GRPOConfig) are still built from a `trainer:`
-mapping in the YAML, so TRL validates its own fields.
-"""
+"""YAML configs parsed into (nested) dataclasses, with `key=value` overrides; unknown keys are refused with the file
+and key named. TRL's own configs are built from a `trainer:` mapping, so TRL validates its fields."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import operator
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +19,7 @@ import yaml
 from tiermem.settings.config_help import strip_optional
 
 # ConfigError is defined with the other error kinds; `tiermem.settings.config.ConfigError` still works
-from tiermem.settings.errors import ConfigError, HelpShown
+from tiermem.settings.errors import ConfigError, HelpShown, stage_main
 
 T = TypeVar("T")
 # the checkout the package runs from: where a relative config path is looked up when the working directory lacks it
@@ -102,6 +100,32 @@ def require_finite(value: Any, where: str) -> Any:
         for key, item in value.items():
             require_finite(item, f"{where}.{key}")
     return value
+
+
+# a field's declared range: `field(default=1, metadata={"ge": 1})`; its choices: a `Literal[...]` type
+AT_LEAST_ONE = {"ge": 1}  # a count that must be positive: field(default=8, metadata=AT_LEAST_ONE)
+BOUNDS = (("ge", operator.ge, ">="), ("gt", operator.gt, ">"), ("le", operator.le, "<="), ("lt", operator.lt, "<"))
+
+
+def choices_of(tp: Any) -> tuple[Any, ...] | None:
+    """The values a `Literal[...]` (or optional Literal) type allows; None for any other type."""
+    base = strip_optional(tp)
+    return typing.get_args(base) if typing.get_origin(base) is typing.Literal else None
+
+
+def check_declared(obj: Any, prefix: str = "") -> None:
+    """Every field of dataclass `obj` within its declared range and among its declared choices (None passes where the
+    type allows it): ConfigError naming the key (`prefix` + name). Called from __post_init__, so a config built in
+    Python is checked as one read from YAML or overrides."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        choices = choices_of(hints[f.name])
+        if choices is not None and value is not None and value not in choices:
+            raise ConfigError(f"{key} must be one of {'|'.join(map(str, choices))}, got {value!r}")
+        for name, holds, words in BOUNDS:
+            if name in f.metadata and value is not None and not holds(value, f.metadata[name]):
+                raise ConfigError(f"{key} must be {words} {f.metadata[name]}, got {value!r}")
 
 
 def _check_scalar(tp: Any, value: Any, where: str) -> Any:
@@ -198,7 +222,10 @@ def _key_type(cls: type | None, parts: list[str]) -> Any:
 
 
 def _is_text(tp: Any) -> bool:
-    """A key that holds free text (`str`, or `str | int` like ask's question, which is an id or words)."""
+    """A key that holds free text (`str`, `str | int` like ask's question, which is an id or words, or a choice of
+    words: a `Literal` of strings)."""
+    if choices_of(tp) is not None:
+        return all(isinstance(c, str) for c in choices_of(tp))
     args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (
         typing.Union, types.UnionType) else [tp]
     return str in args and all(a in (str, int) for a in args)
@@ -303,3 +330,15 @@ def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, 
             out[name] = _check_scalar(tp, value, f"{where}.{name}")
     return out
 
+
+def json_stage(stage: str, cls: type[T], run: Callable[[T], dict[str, Any]]) -> Callable[[list[str] | None], int]:
+    """The `main(argv)` of a stage that prints its result: its config from argv (no default file), `run(cfg)`, then
+    the config and the result as JSON."""
+
+    @stage_main(stage)
+    def main(argv: list[str]) -> int:
+        cfg = parse_cli(cls, argv, default_config=None)
+        print(json.dumps({"config": dataclasses.asdict(cfg), **run(cfg)}, indent=2))
+        return 0
+
+    return main

@@ -1,11 +1,5 @@
-"""`tiermem-router <stage> --help`: every config key of the stage's dataclass, with its default and its help text,
-as HfArgumentParser prints for TRL users.
-
-The help text is the field's `metadata["help"]` when it has one, else the comment the dataclass source writes on
-the field's line (`seed: int = 0  # the split's seed`) or on the comment lines right above it: the configs document
-their keys in comments, and reading those keeps one text for the source and the help. Nested sections are listed
-key by key (`llm.answerer.model`), as the `key=value` overrides name them.
-"""
+"""`tiermem-router <stage> --help`: every config key of the stage's dataclass with its default and help text (the
+field's `metadata["help"]`, else the comment on or above its line), nested keys listed as overrides name them."""
 
 from __future__ import annotations
 
@@ -67,6 +61,8 @@ def _help_of(cls: type, f: dataclasses.Field) -> str:
 
 
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(strip_optional(tp)) is typing.Literal:  # a choice: its values
+        return "|".join(map(str, typing.get_args(strip_optional(tp)))) + (" | None" if strip_optional(tp) != tp else "")
     text = getattr(tp, "__name__", None) if not typing.get_args(tp) else None
     return text or str(tp).replace("typing.", "")
 

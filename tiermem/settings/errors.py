@@ -1,9 +1,5 @@
-"""Named errors shared across stages, one per kind of failure, and the one table that maps them to exit codes
-(docs/serving.md "Exit codes"): each kind carries its `exit_code`; errors elsewhere subclass a kind or set
-`exit_code` themselves (contract, models, LLM layer). Only those, and a transport failure reaching an endpoint, are
-bad input or a bad environment: any other exception is a bug, and a stage reports it with its traceback and
-EXIT_INTERNAL. It sits under every other module of the project and imports only the credential mask its error lines
-need (tiermem.text.redact, which imports nothing of the project)."""
+"""Named errors, one per kind of failure, and the one table that maps them to exit codes (docs/serving.md "Exit
+codes"); any other exception is a bug, reported with its traceback. Imports only tiermem.text.redact."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """What a number means decides what values it may take: the one place that says so, for every boundary (label
-records, /route requests, configs).
-
-A summary's retrieval `score` is the cosine similarity the memory's summary index returns (unit-normalized
-embeddings, `SummaryStore.search_vector`), so it lies in [-1, 1]; the routers that read it (top1-score, features, an
-LM router's signal head) were fitted on that scale. A score from another retriever on another scale (BM25, a raw dot
-product of unnormalized vectors) is refused rather than squashed: a BM25 score of 12 would read as far above any
-cosine ever seen, and a router decides on that alone. Map such scores to cosine similarities (normalize the
-vectors) before sending them. `SCORE_SLACK` allows the rounding of a float32 dot product of unit vectors.
-
-Each checker returns the value as a float or raises `error(message)`, the message naming `where`.
-"""
+records, /route requests, configs). A retrieval `score` is a cosine similarity in [-1, 1] (docs/formats.md)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,5 @@
-"""Answer matching: does a text state the gold answer? One module for the evidence rule, the lexical judge and
-the research policy's reading by time.
-
-LoCoMo's normalization (drop commas, lower-case, strip punctuation and articles, Porter-stem) stays the base of every
-comparison. Three kinds of answer words are compared by what they mean before that, because their spelling varies:
-- **Dates** in the common forms ("18.01.2024", "2024-01-15", "30 December, 2023", "15th of January", "Jan 15",
-  "January 2024", "May") are found in the text and compared as dates: a unit states a gold date when what it says
-  lies inside the gold's span ("18 January 2024" states "January 2024"; "January" does not state "18 January").
-  Numeric day-month forms are read in the dataset's convention (`date_order`: DMY or MDY; ISO is always year first).
-  python-dateutil parses the absolute forms; a text's relative expressions ("yesterday", "two days ago", "last
-  week", "this morning") are resolved against the unit's own date by dateparser, to a day or a range. A gold
-  answer such as "the week before 9 June 2023" is a range too.
-- **Numbers** as words or digits ("two" = 2), "once"/"twice"/"thrice" = 1/2/3 time(s), ordinals ("first" = "1st").
-- A gold date weighs what its fields do (day, month, year: 3 for a full date, however it is written; a range 3),
-  and is stated or not: the right month with the wrong day is the wrong date, not two thirds of the right one.
-The regular expressions below only spot where a date may be; the date libraries say what it is.
-"""
+"""Answer matching: does a text state the gold answer? LoCoMo's normalization, with dates compared as dates (spans,
+relative expressions resolved), numbers as numbers; one module for the evidence rule, the lexical judge and research."""
 
 from __future__ import annotations
 

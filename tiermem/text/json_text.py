@@ -1,16 +1,5 @@
-"""JSON values inside an LLM reply: the one reader of them (the judges' verdicts, the research steps' facts and
-searches).
-
-Models wrap JSON in prose or code fences, so a value may start at any `{` or `[`. Trying `raw_decode` at every one
-is quadratic (each failed start builds an error that counts the lines before it) and a reply of 200,000 `{` took
-seconds; a reply nested 100,000 deep raises RecursionError. So the scan here is linear in the reply's length:
-- a reply is read up to MAX_REPLY_CHARS (far above any `max_tokens` a stage asks for); the rest is ignored, with a
-  warning naming the length;
-- a start is tried only where a value can begin (`{` before `"` or `}`, `[` before a value or `]`);
-- at most MAX_FAILED_STARTS starts may fail per reply: each failure costs at most the reply's length, so the whole
-  scan is a constant times the length; a reply whose JSON comes after more failed starts than that is unread;
-- a decoded value moves the scan past its end, so the values found are disjoint and each character is decoded once.
-"""
+"""JSON values inside an LLM reply: the one reader of them, a scan linear in the reply's length (read up to
+MAX_REPLY_CHARS, at most MAX_FAILED_STARTS failed starts, each value decoded once)."""
 
 from __future__ import annotations
 

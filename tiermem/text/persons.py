@@ -1,24 +1,5 @@
-"""Whose fact it is: the persons a question names, resolved against the people a conversation knows.
-
-A question about a person is answered only by what is said of that person: the evidence rule keeps, for such a
-question, the units about them. Who a unit is about is read from data where the data has it: every input format
-names each turn's speaker, and each unit carries the speakers of the turns it came from (`SummaryUnit.speakers`).
-Its text still counts for the people it mentions ('Caroline: Wow Mel, that's beautiful' is about Melanie too).
-
-A question's name is resolved against the conversation's `Cast` (its speakers and the names its turns mention):
-case-folded, possessives folded ("Melanie's"), short forms both ways ('Mel' = 'Melanie'), common nicknames both
-ways ('Bob' = 'Robert'), and spelling variants of names of 5+ letters (doubled letters folded, then an edit
-distance of 1, or 2 for names of 8+ letters: 'Muhhamed' = 'Muhammad', 'Kate' != 'Kane'). A name that matches no
-speaker and no mentioned name (a place, a title, a typo beyond repair) does not narrow the units: the guard says so
-in its reason instead of dropping every unit. Abbreviated months and days ('Jan', 'Sept', 'Tue') are dates.
-
-The cast is data and wins over those rules: a speaker named May, June, Will or Sun is a person (the
-calendar and modal words are names only for words no speaker bears); a name that is exactly one speaker's does not
-take in another speaker by the spelling rules (Dan is not Danielle, Maria not Mario, when both speak); a name in
-lower case counts unless a determiner makes it a noun ('the bill', 'my will'); a question that opens by addressing
-someone ('Melanie, what did you paint?') is about them; and a speaker's name in a script written without spaces
-(Chinese, Japanese) is found inside the words of a question or a unit.
-"""
+"""Whose fact it is: the persons a question names, resolved against the people a conversation knows (its `Cast`:
+speakers and mentioned names), the cast winning over the spelling rules (docs/labeling.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """Credentials never reach a file or a log: URLs lose their `user:password@`, key-shaped strings are masked.
-
-Used wherever a config or an endpoint is recorded: config.yaml and resume_fingerprint.json (via
-tiermem.settings.config.to_dict), LLM names in stats.json/report.md and the response cache, and httpx's request log.
-tiermem.settings.errors masks every error line with `redact_text`, so this module imports nothing of the project.
-"""
+Imports nothing of the project (tiermem.settings.errors masks every error line with it)."""
 
 from __future__ import annotations
 

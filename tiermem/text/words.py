@@ -1,20 +1,5 @@
-"""Content words: the one place that says how text is split into words, how words are folded, and which are stop words.
-
-Three readers drop the words a text is made of rather than about, each with its own stop set, because each set is
-part of an output that is pinned elsewhere:
-
-- `FORM_WORDS`: the router contract's "Question words in no summary" line (`tiermem.contract.missing_words`); a
-  change changes the rendered prompt, so it needs a CONTRACT_VERSION bump and retrained routers.
-- `SIGNAL_STOPWORDS`: the lexical-overlap features of the feature router and the signal head
-  (`serving.signals.content_words`); a change changes every saved feature model's inputs.
-- `MEMORY_STOPWORDS`: the memory's keyword search, quote linking and summary filters (`tiermem.memory.text`); a
-  change changes retrieval, hence labels.
-
-All three are `FUNCTION_WORDS` (the words they agree on) plus named groups, so where they differ is written once,
-here, with the reason. Two tokenizers: `tokens` (ASCII letter/digit runs, what the contract and the signals read:
-"don't" -> don, t) and `normalize` (the memory's casefolded Unicode form, in which "don't" == "dont"). Two folds:
-`stem` (the contract's plural/tense fold) and `strip_plural` (the signals' plural strip).
-"""
+"""Content words: how text is split into words, folded, and which words are stop words, for the contract
+(`FORM_WORDS`), the signals (`SIGNAL_STOPWORDS`) and the memory (`MEMORY_STOPWORDS`); each set is pinned elsewhere."""
 
 from __future__ import annotations
 

@@ -191,19 +191,11 @@ def test_a_nonsensical_top_k_is_refused_at_load(lm_run, field, value, pattern):
         _load(lm_run)
 
 
-EVAL = {"path": "runs/eval/eval.json", "date": "2025-01-01T00:00:00+00:00", "dataset": "d", "split": "test",
-        "router": "local:runs/grpo (fast)", "correctness_rule": "label_rule", "n": 4, "n_conversations": 1}
-
-
-def test_router_kind_and_eval_are_fields_of_the_metadata(lm_run, tmp_path):
-    from tiermem.runs.eval_summary import EvalSummary
+def test_router_kind_is_a_field_of_the_metadata(lm_run, tmp_path):
     from tiermem.runs.run_meta import RunMeta, RunMetaFile, read_run_meta
 
     meta = read_run_meta(lm_run)
-    assert meta.router_kind == "local" and meta.eval is None and meta.extra == {}
-    meta.eval = EvalSummary.from_dict(EVAL)
-    RunMetaFile.new(lm_run, meta).save()
-    assert read_run_meta(lm_run).eval == meta.eval and _meta(lm_run)["eval"]["split"] == "test"
+    assert meta.router_kind == "local" and meta.extra == {}
     top1 = RunMeta(contract_version=meta.contract_version, base_model="none", adapter=False, router_kind="top1-score")
     RunMetaFile.new(tmp_path / "top1", top1).save()
     assert _meta(tmp_path / "top1")["router_kind"] == "top1-score" == read_run_meta(tmp_path / "top1").router_kind
@@ -221,16 +213,6 @@ def test_router_kind_and_eval_are_fields_of_the_metadata(lm_run, tmp_path):
     ("contract_version", 2, "'contract_version'"),
     ("router_kind", "", "'router_kind'"),
     ("router_kind", ["features"], "'router_kind'"),
-    ("eval", [], "'eval'"),
-    ("eval", {"path": None, "dataset": "d", "split": "test"}, "'eval'.*missing"),
-    ("eval", {**EVAL, "n": -1}, "'eval.n'"),
-    ("eval", {**EVAL, "policies": {"routed": {"metrics": {"accuracy": "0.5"}}}},
-     "'eval.policies.routed.metrics.accuracy'"),
-    ("eval", {**EVAL, "policies": {"routed": {"intervals": {"accuracy": {"estimate": 0.5, "lo": 0.6, "hi": 0.4}}}}},
-     "'eval.policies.routed.intervals.accuracy'"),
-    ("eval", {**EVAL, "ranking": {"routed": {"n_labeled": 4, "auroc": {"lo": 0.1, "hi": 0.9}}}},
-     "'eval.ranking.routed.auroc'"),
-    ("eval", {**EVAL, "sweep": {"apgr": 0.6}}, "'eval' has unknown key"),  # the shape of extra["eval"] before
 ])
 def test_other_metadata_fields_are_typed(lm_run, field, value, pattern):
     meta = _meta(lm_run)
