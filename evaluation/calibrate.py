@@ -3,7 +3,7 @@
 Every record eval replays is scored (labeled ones, and dropped ones whose path correctness is known: what the
 router will meet), with the router's log-odds `score()`; the decision rule is `score >= threshold_logit`.
 A router whose stage cross-validated over conversations (the unit reader) keeps out-of-fold scores over every train
-+ validation conversation (oof_scores.json, router_train.reader.oof_scores: each conversation scored by a head fitted on
++ validation conversation (oof_scores.json, tiermem.runs.oof_scores: each conversation scored by a head fitted on
 the others); `scores_from: auto` calibrates on those when they are of `data`, else on `split` (the result's
 `scores_from` and `scored_on` say which, and so does the card).
 Records whose path correctness is unknown under the rule (e.g. the evidence rule's research verdict for a question
@@ -270,11 +270,11 @@ def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: in
 
 def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
                 ) -> tuple[list[dict[str, Any]], list[float], dict[str, int], dict[str, Any]] | None:
-    """(records, scores, counts, source) from the router's out-of-fold CV scores (router_train.reader.oof_scores) when
+    """(records, scores, counts, source) from the router's out-of-fold CV scores (tiermem.runs.oof_scores) when
     cfg.scores_from allows and the router's stage wrote them for cfg.data (`meta`: the router's metadata, None for
     a router without a local run); None: score cfg.split instead."""
     from evaluation.metrics import replayable_records
-    from router_train.reader.oof_scores import read_oof_scores
+    from tiermem.runs.oof_scores import read_oof_scores
 
     if cfg.scores_from == "split":
         return None

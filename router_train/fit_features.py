@@ -53,9 +53,9 @@ def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
 
 def out_of_fold(cfg: FitFeaturesConfig) -> dict[str, Any]:
     """oof_scores.json over cv_splits' natural records: each conversation scored by a model fitted on the other
-    conversations' labeled records (router_train/reader/oof_scores.py)."""
+    conversations' labeled records (tiermem/runs/oof_scores.py)."""
     from labeling.dataset import load_split
-    from router_train.reader.oof_scores import loco, write_oof_scores
+    from tiermem.runs.oof_scores import loco, write_oof_scores
 
     records = [r for s in cfg.cv_splits for r in load_split(cfg.data, s)
                if not r.get("augmentation") and not r.get("error")]

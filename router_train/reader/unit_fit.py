@@ -67,8 +67,8 @@ def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dic
 def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[str, Any]) -> dict[str, Any]:
     """The chosen settings' out-of-fold router scores over every CV record (each conversation scored by a head
     fitted on the other conversations' labeled records, from their out-of-fold unit logits), written for calibrate
-    (router_train/reader/oof_scores.py); returns what the run's metadata keeps of them."""
-    from .oof_scores import loco, write_oof_scores
+    (tiermem/runs/oof_scores.py); returns what the run's metadata keeps of them."""
+    from tiermem.runs.oof_scores import loco, write_oof_scores
 
     logits = [oof[point_key(best)][question_key(r)] for r in records]
     x = head_inputs(records, logits, best["pooling"], best["text_scores"])

@@ -1,4 +1,4 @@
-"""Calibrate on the CV's out-of-fold scores (router_train/reader/oof_scores.py) when the router keeps them, over every
+"""Calibrate on the CV's out-of-fold scores (tiermem/runs/oof_scores.py) when the router keeps them, over every
 train + validation conversation, else on the validation split; the result and the card say which."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evaluation.calibrate import CalibrateConfig
-from router_train.reader.oof_scores import OOF_SCORES_FILE, loco, read_oof_scores, write_oof_scores
+from tiermem.runs.oof_scores import OOF_SCORES_FILE, loco, read_oof_scores, write_oof_scores
 from tests.evaluation.test_operating_points import _replayable
 from tests.helpers.router_fixtures import edit_run_meta
 from tiermem.runs.run_meta import read_run_meta

@@ -107,7 +107,7 @@ def test_cv_compares_every_target_setting_and_trains_the_chosen_one(tmp_path):
 
     from datasets import Dataset, DatasetDict
 
-    from router_train.reader.oof_scores import read_oof_scores
+    from tiermem.runs.oof_scores import read_oof_scores
     from router_train.reader.unit_reader import main
     from tiermem.models.cross_encoder import CrossEncoder
 

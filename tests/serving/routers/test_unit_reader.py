@@ -62,10 +62,11 @@ def test_the_stage_chooses_by_cross_validation_over_conversations(trained):
     _, out, splits = trained
     meta = json.loads((out / "tiermem_router.json").read_text())
     cv = meta["metrics"]["cv"]
-    # leave-one-conversation-out over train + validation: 3 + 3 conversations, each held out once
-    # the default candidates: the base as it is (zero-shot, scored once) and its top 2 layers fine-tuned per fold
-    assert set(cv["folds"]) == {"zero-shot"} | {f"2 layer(s), lexical, held out {s}-c{i}"
-                                                 for s in ("train", "validation") for i in range(3)}
+    # the default 4 grouped folds over train + validation (3 + 3 conversations): validation held out whole (its
+    # reader is the final one), each train conversation a fold; the default candidates: the base as it is
+    # (zero-shot, scored once) and its top 2 layers fine-tuned per fold
+    assert set(cv["folds"]) == {"zero-shot", "2 layer(s), lexical, held out validation-c0+validation-c1+validation-c2",
+                                *(f"2 layer(s), lexical, held out train-c{i}" for i in range(3))}
     # (zero-shot + 2 layers x 2 epochs) x poolings x text weights
     assert len(meta["cv_grid"]) == (1 + 2) * 2 * 2
     assert {(g["finetune_layers"], g["epochs"]) for g in meta["metrics"]["cv_by_finetuning"]} == {(0, 0), (2, 1),
@@ -184,7 +185,7 @@ def test_reading_says_why_a_row_is_missing(trained):
 
 def test_the_stage_keeps_out_of_fold_scores_that_calibrate_uses(trained, capsys):
     from evaluation.calibrate import main as calibrate_main
-    from router_train.reader.oof_scores import read_oof_scores
+    from tiermem.runs.oof_scores import read_oof_scores
 
     data, out, splits = trained
     meta = json.loads((out / "tiermem_router.json").read_text())
