@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from evaluation.calibrate import CalibrateConfig
-from tiermem.runs.oof_scores import OOF_SCORES_FILE, loco, read_oof_scores, write_oof_scores
 from tests.evaluation.test_operating_points import _replayable
 from tests.helpers.router_fixtures import edit_run_meta
+from tiermem.runs.oof_scores import OOF_SCORES_FILE, loco, read_oof_scores, write_oof_scores
 from tiermem.runs.run_meta import read_run_meta
 from tiermem.settings.errors import DataError
 from tiermem_cli import cli

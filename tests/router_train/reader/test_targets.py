@@ -107,9 +107,9 @@ def test_cv_compares_every_target_setting_and_trains_the_chosen_one(tmp_path):
 
     from datasets import Dataset, DatasetDict
 
-    from tiermem.runs.oof_scores import read_oof_scores
     from router_train.reader.unit_reader import main
     from tiermem.models.cross_encoder import CrossEncoder
+    from tiermem.runs.oof_scores import read_oof_scores
 
     base = tmp_path / "base"
     CrossEncoder.load(tiny_bert(tmp_path / "tiny"), span_head=True).save(base)
