@@ -1,27 +1,5 @@
-"""`make demo`: the main job on the embedded default, one real stage command after another.
-
-    label -> reader_pretrain -> reader -> sft -> grpo -> features -> calibrate (every router) -> eval (one table)
-
-The unit reader it trains is followed by `answer-floor`, ask's "not stated" floor calibrated on chat questions and
-bound to the reader's weights (router_train.reader.chat_floor); the pre-trained reader is its base, not served.
-
-Each step is the same `main(argv)` that `tiermem-router <stage>` runs, pointed at one run folder, so the demo
-proves the real commands work together. The routers compared on the held-out test conversations:
-SFT with the signal head (the LM's decision margin plus a learned head over the serve-time signals), GRPO from the
-SFT router (GRPO refines the SFT adapter on the decision token; the head, which the sampled policy leaves out, is
-refit on the new margins), with their paired difference (`grpo (from sft)` - `sft`); optionally the plain LM router
-(`lm`: the SFT recipe without the head) and the exact expected-reward loss (`expected_reward`), and the
-serve-time baselines (feature logistic regression, top-1 score), and the unit reader (`reader`: a cross-encoder
-scores each retrieved unit, pooled and joined with the signals by a head, chosen by cross-validation over
-conversations). The main row is the trained router (unit reader or LM router) with the best worst-domain
-out-of-fold AUROC (cross-validation over the train + validation conversations) when it is at or above the
-features router on every domain, else the features router (`main_router: best`, tiermem_cli.main_choice), chosen
-without the test split.
-
-Domains: data_path's conversations (LoCoMo), and each `more_data` entry (RealMem) labeled by its own config into
-label_<name>/; every router trains, is calibrated and is evaluated on all of them (`data=[...]`), and eval reports
-each domain beside the pool.
-"""
+"""`make demo`: the main job on the embedded default, one real stage command after another, each the same
+`main(argv)` as `tiermem-router <stage>`, on every domain (docs/DESIGN.md, the stage table's `demo` row)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The demo's main router, chosen by its worst domain on out-of-fold scores: each trained router and the features
-router are compared on the train + validation questions that cross-validation scored with a model that never saw
-their conversation (calibration_scores.json when calibrate used the run's oof_scores.json), domain by domain. A
-router calibrated on one split only has no such scores and is not a candidate (named). The candidate with the best
-worst-domain AUROC is served only when at or above the features router on every domain, else the features router
-is. Every candidate must have scored the same questions as the features router; each domain's paired difference
-has a bootstrap interval over its conversations. Records of any other split (test) are never read."""
+"""The demo's main router by its worst domain on out-of-fold train + validation scores against the features router;
+routers calibrated on one split are named, not candidates; the test split is never read (docs/DESIGN.md)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""`tiermem-router unit-reader`: train the unit reader router (serving/routers/unit_reader.py).
-
-1. Pairs: every natural question's per-unit targets (labeling/unit_targets.py): its router units and, in the train
-   split, its deeper units that state the answer plus the `deep_negatives` highest-ranked ones that do not (the near
-   misses: same topic, no answer). The target is the unit's own answer recall (soft) or its one-unit verdict
-   (targets.py; the records: unit_inputs.py).
-2. Model selection by cross-validation over the train + validation conversations (cv_folds: one fold per
-   conversation, or validation as one fold and the train conversations grouped in the others): for each fold, a
-   reader is fine-tuned on the other folds' pairs and scores the held-out conversations' router units after every
-   epoch (out-of-fold unit logits). For each (epochs, pooling, text weight) a logistic head over the serve-time
-   signals and the pooled unit logits is fitted on the other conversations and ranks each held-out one; the best
-   worst-domain mean AUROC wins (fold spread reported, beside the signals-only head's). The test split is never
-   read (unit_cv.py).
-3. The final reader is the validation fold's (it trained on the train split), else fine-tuned on the train split;
-   the head is fitted on the train split's out-of-fold logits (a reader's logits on its own training questions are
-   overconfident, so a head fitted on them would overweight the text), and validation stays clean for calibrate
-   (unit_fit.py). Metrics go through
-   the serving scorer (UnitReaderRouter.score).
-
-Every step reaches the router's scoring through unit_head.py, so what it measures is what the router serves.
-"""
+"""`tiermem-router unit-reader`: train the unit reader router (serving/routers/unit_reader.py): per-unit pairs, model
+selection by cross-validation over conversations, the final reader and head, metrics through the serving scorer
+(docs/DESIGN.md, "The unit reader")."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Out-of-fold router scores for calibration (oof_scores.json in a router's run directory).
-
-A stage that chooses its settings by leave-one-conversation-out cross-validation (the unit reader) can score every
-train + validation question with a router that never saw its conversation: at the chosen settings, a head fitted on
-the other conversations' labeled questions scores the held-out conversation's. Those scores are what the final
-router's scores look like on new conversations, over every conversation the stage had, so `calibrate` picks the
-threshold on them rather than on the validation split alone (one conversation in the demo).
-
-The file keeps, per question, the score and the fields replay reads (evaluation.metrics.to_case: the path verdicts
-under every correctness rule and the path costs), so calibrate needs neither the router nor the dataset to use it;
-the run's metadata (`extra.oof_scores`) records its sha256, checked before calibrate reads it.
-"""
+"""Out-of-fold router scores (oof_scores.json in a router's run directory): each train + validation question scored
+by a model that never saw its conversation, with the fields replay reads; calibrate and the demo's choice read them
+(docs/DESIGN.md, "Out-of-fold scores for calibration")."""
 
 from __future__ import annotations
 
