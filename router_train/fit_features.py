@@ -51,14 +51,25 @@ def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
     return rows
 
 
-def out_of_fold(cfg: FitFeaturesConfig) -> dict[str, Any]:
+def out_of_fold(cfg: FitFeaturesConfig) -> dict[str, Any] | None:
     """oof_scores.json over cv_splits' natural records: each conversation scored by a model fitted on the other
-    conversations' labeled records (tiermem/runs/oof_scores.py)."""
+    conversations' labeled records (tiermem/runs/oof_scores.py). None, said why, when some fold would have no model
+    to fit (a split missing, or the other conversations hold one label only): calibrate then scores its split."""
     from labeling.dataset import load_split
     from tiermem.runs.oof_scores import loco, write_oof_scores
 
-    records = [r for s in cfg.cv_splits for r in load_split(cfg.data, s)
-               if not r.get("augmentation") and not r.get("error")]
+    try:
+        records = [r for s in cfg.cv_splits for r in load_split(cfg.data, s)
+                   if not r.get("augmentation") and not r.get("error")]
+    except ConfigError as exc:
+        print(f"fit-features: no out-of-fold scores ({exc})")
+        return None
+    labels = [(str(r["conv_id"]), r.get("label")) for r in records if r.get("label") in contract.ACTIONS]
+    for conv in sorted({c for c, _ in labels}):
+        if len({lab for c, lab in labels if c != conv}) < 2:
+            print(f"fit-features: no out-of-fold scores (without conversation {conv!r} the {cfg.cv_splits} records "
+                  "hold one label or none)")
+            return None
     x = feature_matrix([r["question"] for r in records], [r["router_summaries"] for r in records])
     y = np.array([r.get("label") == "ESCALATE" for r in records], dtype=np.float64)
 
@@ -107,8 +118,8 @@ def _fit(cfg: FitFeaturesConfig) -> dict[str, Any]:
         labels = [r["label"] == "ESCALATE" for r in eval_rows]
         metrics[split] = {"n": len(eval_rows), "auroc": auroc(s, labels) if 0 < sum(labels) < len(labels) else None}
     if isinstance(router, FeatureRouter):
-        router.save(cfg.output_dir, data=data, metrics=metrics,
-                    extra={"oof_scores": out_of_fold(cfg)} if cfg.cv_splits else None)
+        oof = out_of_fold(cfg) if cfg.cv_splits else None
+        router.save(cfg.output_dir, data=data, metrics=metrics, extra={"oof_scores": oof} if oof else None)
     else:
         router.save(cfg.output_dir, data=data, metrics=metrics)
     weights = dict(zip(FEATURES, router.model.weights, strict=True)) if isinstance(router, FeatureRouter) else {}

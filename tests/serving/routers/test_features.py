@@ -157,3 +157,16 @@ def test_the_features_router_keeps_out_of_fold_scores_and_calibrates_on_them(tmp
     assert calibrate_main([f"router={out}", f"data={data}", "criterion=escalation_rate", "value=0.3"]) == 0
     scores = json.loads((out / SCORES_FILE).read_text())
     assert scores["scores_from"] == "out_of_fold" and "test" not in {r["split"] for r in scores["records"]}
+
+
+def test_no_out_of_fold_scores_where_a_fold_has_nothing_to_fit_and_calibrate_scores_its_split(tmp_path, capsys):
+    """A dataset without a validation split, or whose other conversations hold one label: the router is fitted as
+    before, without oof_scores.json, and the reason is printed (never a traceback, never scores of a fold unfitted)."""
+    from tiermem_cli.cli import main as cli_main
+
+    data = _label_dataset(tmp_path)
+    out = tmp_path / "features"
+    assert cli_main(["fit-features", f"data={data}", f"output_dir={out}", "cv_splits=[train,nosuch]"]) == 0
+    assert "no out-of-fold scores" in capsys.readouterr().out and not (out / "oof_scores.json").exists()
+    meta = json.loads((out / "tiermem_router.json").read_text())
+    assert "oof_scores" not in (meta.get("extra") or {}) and "oof_scores" not in meta
