@@ -89,11 +89,11 @@ def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int, s
             if u["rank"] <= k:
                 out.append((r["question"], unit_text(u), y, span_target(u) if spans else None))
             else:
-                (negatives if not u["s_ok"] and y == 0.0 else positives).append((u["rank"], -y, u))
+                (negatives if not u["s_ok"] and y == 0.0 else positives).append((u["rank"], y, u))
         # a long history restates a fact many times: its deeper partial matches can outnumber the rest of the pairs
-        kept = sorted(positives, key=lambda p: (p[1], p[0]))[:deep_positives]
-        for _, _, u in sorted(kept + sorted(negatives, key=lambda p: p[0])[:deep_negatives], key=lambda p: p[0]):
-            out.append((r["question"], unit_text(u), unit_target(u, target, source), span_target(u) if spans else None))
+        kept = sorted(positives, key=lambda p: (-p[1], p[0]))[:deep_positives]
+        for _, y, u in sorted(kept + sorted(negatives, key=lambda p: p[0])[:deep_negatives], key=lambda p: p[0]):
+            out.append((r["question"], unit_text(u), y, span_target(u) if spans else None))
     if records and not out:  # nothing to fine-tune on (the loss would divide by zero pairs)
         raise DataError(f"none of {len(records)} record(s) has a unit with a target: every answer_recall is null "
                         "or unit_targets is empty (relabel with unit_targets.enabled)")
