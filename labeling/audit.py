@@ -36,7 +36,6 @@ class AuditConfig:
     output_dir: str = "runs/audit"
     baseline: str | None = None  # another label run of the same questions: sample only those whose label changed
     judge: LLMConfig | None = None  # fill the verdicts with this LLM (the strict sufficiency judge); null = leave empty
-    judge_max_tokens: int = field(default=128, metadata={"ge": 1})
 
     def __post_init__(self) -> None:
         check_declared(self)
@@ -248,7 +247,7 @@ def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
             judge_llm = build_llm(cfg.judge)
         errors: list[LLMError] = []
         if judge_llm is not None:
-            errors = judge_rows(rows, SufficiencyJudge(judge_llm, cfg.judge_max_tokens))
+            errors = judge_rows(rows, SufficiencyJudge(judge_llm))
             summary["judge"] = {"model": getattr(judge_llm, "model", type(judge_llm).__name__),
                                 **agreement(rows, cfg.seed)}
         # never through a link planted in the claimed directory

@@ -63,10 +63,9 @@ class LabelConfig:
     max_conversations: int | None = field(default=None, metadata=AT_LEAST_ONE)  # None: all
     max_questions_per_conversation: int | None = field(default=None, metadata=AT_LEAST_ONE)
     question_sampling: Literal["random", "first"] = "random"  # random (seeded) | first
-    categories: list[str] = field(default_factory=list)  # keep only these categories; empty = all
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     llm: LLMRoles = field(default_factory=LLMRoles)
-    judge_threshold: float = 0.3  # LoCoMo F1 threshold of the lexical judge
+    judge_threshold: float = field(default=0.3, metadata={"ge": 0, "le": 1})  # LoCoMo F1 threshold of the lexical judge
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     label_rule: str = "outcome"  # outcome (the paper's) | evidence; both are always recorded
     # false: no answer is generated on either path (the evidence rule needs none). Research cost fields then hold
@@ -95,22 +94,20 @@ class LabelConfig:
     llm_cache: str | None = None  # response cache for roles without cache_path; None = <output_dir>/llm_cache.sqlite
     # questions in flight (HTTP backends only; the local backend runs one at a time)
     concurrency: int = field(default=1, metadata=AT_LEAST_ONE)
-    retry_errors: bool = True  # a rerun retries error records
     # "i/n": label only shard i of n (conversations by a hash of their id) into <output_dir>/shards/<i>-of-<n>/;
     # `tiermem-router label-merge` then writes the one dataset. None = every conversation in this process.
     shard: str | None = None
     # How `label` runs: "process" (in this process; with shard=i/n, that one shard) | "ray" (`shards` shards, one Ray
     # task each, then label-merge; the optional extra: pip install -e '.[ray]'; docs/labeling.md "Running shards")
-    executor: str = "process"
-    shards: int | None = None  # executor=ray: how many shards (Ray tasks) the conversations are split into
+    executor: Literal["process", "ray"] = "process"
+    shards: int | None = field(default=None, metadata=AT_LEAST_ONE)  # executor=ray: how many shards (Ray tasks)
     # executor=ray: the cluster. None = start a local one on this machine (every core) for this run; "auto" = join
     # the one `ray start` runs here; or an address (host:6379, ray://host:10001) to join that one
     ray_address: str | None = None
-    ray_cpus_per_task: float = 1.0  # executor=ray: CPUs Ray reserves for each shard task (how many run at once)
+    ray_cpus_per_task: float = field(default=1.0, metadata={"gt": 0})  # executor=ray: CPUs reserved per shard task
     # executor=ray: Ray reruns a shard task whose worker died (SIGKILL, OOM, a lost node) or that raised, up to
     # this many times; each rerun resumes from the shard's committed records
-    ray_max_retries: int = 3
-    teacher_max_tokens: int = 128
+    ray_max_retries: int = field(default=3, metadata={"ge": 0})
     push_to_hub: str | None = None  # dataset repo id
     hub_private: bool = True
 
@@ -136,8 +133,6 @@ class LabelConfig:
         if self.dataset_format not in FORMATS:
             raise ConfigError(f"dataset_format must be {'|'.join(FORMATS)}, got {self.dataset_format!r}")
         check_declared(self)
-        if not 0 <= self.judge_threshold <= 1:
-            raise ConfigError(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
         self._check_executor()
         if self.shard is not None:
             parse_shard(self.shard)
@@ -154,22 +149,16 @@ class LabelConfig:
                                       "(its per-request seed) for a sharded run")
 
     def _check_executor(self) -> None:
-        if self.executor not in ("process", "ray"):
-            raise ConfigError(f"executor must be process|ray, got {self.executor!r}")
         if self.executor == "process":
             if self.shards is not None:
                 raise ConfigError(f"shards={self.shards} runs every shard as a Ray task: it needs executor=ray "
                                   "(one process labels one shard with shard=i/n)")
             return
-        if self.shards is None or isinstance(self.shards, bool) or self.shards < 1:
-            raise ConfigError(f"executor=ray needs shards=N (N >= 1 Ray tasks), got shards={self.shards!r}")
+        if self.shards is None:
+            raise ConfigError("executor=ray needs shards=N (N >= 1 Ray tasks)")
         if self.shard is not None:
             raise ConfigError(f"executor=ray runs every shard of {self.shards} itself; leave shard= out "
                               f"(got shard={self.shard})")
-        if not self.ray_cpus_per_task > 0:
-            raise ConfigError(f"ray_cpus_per_task must be > 0, got {self.ray_cpus_per_task!r}")
-        if self.ray_max_retries < 0:
-            raise ConfigError(f"ray_max_retries must be >= 0, got {self.ray_max_retries!r}")
 
 
 def select(cfg: LabelConfig, conversations: list[Conversation]) -> list[Conversation]:
@@ -184,7 +173,7 @@ def select(cfg: LabelConfig, conversations: list[Conversation]) -> list[Conversa
         conversations = conversations[: cfg.max_conversations]
     out = []
     for conv in conversations:
-        questions = [q for q in conv.questions if not cfg.categories or q.category in set(map(str, cfg.categories))]
+        questions = list(conv.questions)
         limit = cfg.max_questions_per_conversation
         if limit is not None and len(questions) > limit:
             if cfg.question_sampling == "random":

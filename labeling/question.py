@@ -191,7 +191,7 @@ def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: 
     if judged is not None and judged.teacher is not None:
         teacher = recorded_teacher(judged.teacher)
     elif ctx.roles["teacher"] is not None:
-        teacher = ask_teacher(ctx.roles["teacher"], q.question, rec["router_summaries"], cfg.teacher_max_tokens)
+        teacher = ask_teacher(ctx.roles["teacher"], q.question, rec["router_summaries"])
     if teacher is not None:
         rec["teacher"] = json.dumps(teacher.to_dict())
     target = sft_target(chosen.label, teacher, signals.answer_recall, sufficiency)

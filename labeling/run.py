@@ -1,20 +1,7 @@
-"""`make label`: hindsight labeling of benchmark questions into router training data.
+"""`make label`: hindsight labeling of benchmark questions into router training data (docs/labeling.md).
 
-For each conversation: build (or reuse) its two tiers. For each question: summary-only policy (its retrieved
-units are logged verbatim as the router's input), research policy, judges on both answers, the strict
-sufficiency judge, generator-free evidence signals, labels under both rules, the teacher, and per-path costs.
-Each record is committed (fsync) before the next, so a killed run restarts where it stopped; LLM calls go
-through the response cache, so a rerun makes no new calls. Outputs in `output_dir`: records.jsonl (the
-working store), all_records.jsonl, dataset/ (DatasetDict split by conversation), stats.json, report.md.
-
-Write new, then swap: a rerun leaves the finished outputs of the last run in place while it labels, writes all of
-its own into a staging directory inside `output_dir`, and only once every one is produced swaps them in
-(os.replace for the files; the old dataset/ is renamed aside, the new one renamed in, the old one deleted). A rerun
-that fails or is killed before that leaves the previous outputs whole.
-
-`shard=i/n` labels one shard's conversations into `<output_dir>/shards/<i>-of-<n>/` (labeling/shards.py) and writes
-no dataset; `tiermem-router label-merge` (labeling/merge.py) checks the shards and calls the same `finish`.
-"""
+Records are committed one by one (a killed run resumes); outputs are written new, then swapped in (docs/serving.md);
+`shard=i/n` labels one shard, which `label-merge` (labeling/merge.py) finishes."""
 
 from __future__ import annotations
 
@@ -83,12 +70,8 @@ def _results(ctx: Context, jobs: list[tuple[Question, str]], fn: Any) -> Iterato
 
 
 def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> dict[str, Any]:
-    """Label everything not yet committed, then write the dataset, stats and report. Returns the stats.
-
-    With `cfg.shard` set, only that shard's conversations are labeled, into its own directory, and the shard's
-    state is returned (`tiermem-router label-merge` writes the dataset once every shard is done).
-    `roles` and `embedder` replace the ones the config would build (tests, or reuse across runs; in this process
-    only). `executor=ray` is the stage's (labeling/stage.py): every shard a Ray task running this function."""
+    """Label what is not yet committed, then write the outputs and return the stats (with `cfg.shard`: only that
+    shard, returning its state). `roles` and `embedder` replace the ones the config would build."""
     started = time.perf_counter()
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     if cfg.shard is not None:
@@ -117,7 +100,7 @@ def selected_conversations(cfg: LabelConfig) -> list[Conversation]:
     """The conversations and questions the config selects (every shard and the merge select the same)."""
     conversations = select(cfg, load_conversations(cfg.data_path, cfg.dataset_format))
     if not any(c.questions for c in conversations):
-        raise UsageError("no questions selected: check conversations, categories and max_questions_per_conversation")
+        raise UsageError("no questions selected: check conversations and max_questions_per_conversation")
     return conversations
 
 
@@ -137,11 +120,8 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
 
 def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
                started: float) -> dict[str, Any]:
-    """One shard: its conversations into `<output_dir>/shards/<i>-of-<n>/`, a label run directory of its own
-    (records.jsonl, resume_fingerprint.json, config.yaml, shard.json, and the default tiers/ and LLM cache).
-
-    `<output_dir>` gets the label marker but no lock: every shard runs at once under it, each locking its own
-    directory; label-merge locks `<output_dir>` (and every shard) while it writes the dataset there."""
+    """One shard's conversations into `<output_dir>/shards/<i>-of-<n>/`, a label run directory of its own.
+    `<output_dir>` gets the label marker but no lock: the shards run at once, each locking its own directory."""
     index, count = parse_shard(cfg.shard)
     claim_output_dir(cfg.output_dir, "label", lock=False)
     here = shard_dir(cfg.output_dir, index, count)
@@ -169,9 +149,7 @@ def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversatio
 
 def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
                         assignment: dict[str, str]) -> tuple[Context, dict[tuple[str, str], dict[str, Any]], int]:
-    """Label every question of `conversations` not yet committed in `<cfg.output_dir>/records.jsonl`.
-
-    Returns (the context, key -> committed record, how many of the questions were committed before this run)."""
+    """Label the questions not yet committed: (the context, key -> committed record, how many were resumed)."""
     out = Path(cfg.output_dir)
     roles = roles or Roles.from_config(cfg)
     lexical = LexicalJudge(cfg.judge_threshold, cfg.evidence.date_order)
@@ -187,11 +165,11 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
     with RecordStore(out / "records.jsonl") as store:
         if store.torn_lines:
             log.warning("dropped a torn record line left by an interrupted run")
-        resumed = sum(1 for c in conversations for q in c.questions if store.done((c.conv_id, q.qid), cfg.retry_errors))
+        resumed = sum(1 for c in conversations for q in c.questions if store.done((c.conv_id, q.qid)))
         bar = tqdm(total=total, initial=resumed, desc="label", unit="q", file=sys.stderr)
         for conv in conversations:
             split = assignment[conv.conv_id]
-            todo = [q for q in conv.questions if not store.done((conv.conv_id, q.qid), cfg.retry_errors)]
+            todo = [q for q in conv.questions if not store.done((conv.conv_id, q.qid))]
             if not todo:
                 continue
             try:
@@ -219,7 +197,7 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
                                          count_tokens=runtime.count_tokens, retrieved=retrieved)
                 for group in _results(ctx, [(q, split) for q in todo], work):
                     for rec in group:  # a question's minimal pairs, then the question itself
-                        if not store.done(record_key(rec), cfg.retry_errors):  # pairs committed before a kill
+                        if not store.done(record_key(rec)):  # pairs committed before a kill
                             store.put(rec)
                     bar.update(1)
                     bar.set_postfix({k: ctx.progress[k] for k in
@@ -308,9 +286,7 @@ def _swap_in(stage: Path, out: Path) -> None:
 def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapsed_s: float,
            dropped_turns: dict[str, list[str]] | None = None, *, llm_judge: bool, llm_stats: dict[str, Any],
            extra_stats: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write dataset/, all_records.jsonl, stats.json and report.md into a staging directory, then swap them in.
-
-    The one finalize of a labeling run: a one-process run calls it on its records, label-merge on the shards'."""
+    """Write the outputs into a staging directory, then swap them in (a one-process run and label-merge alike)."""
     out = Path(cfg.output_dir)
     records, pairs = for_dataset(records, cfg.minimal_pairs.enabled)  # minimal pairs reach the train split only
     records = for_split(records)  # deeper units' targets reach the train split only
@@ -351,10 +327,7 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
 
 
 def build_dataset(records: list[dict[str, Any]]) -> Any:
-    """DatasetDict with the non-empty splits of train / validation / test.
-
-    An empty split is left out: `datasets` saves it without a data file and then cannot load the DatasetDict
-    back. stats.json lists every split's size, zeros included."""
+    """DatasetDict of the non-empty splits: `datasets` saves an empty one without a data file, then cannot load it."""
     from datasets import Dataset, DatasetDict
 
     for rec in records:

@@ -28,7 +28,7 @@ def test_a_reply_without_json_is_not_cached_and_a_rerun_asks_again(tmp_path):
     first = _label_live(out, path, _judge(ResponseCache(cache_path), bad_for=question))
     assert [r["qid"] for r in first if r["error"]] and all("coverage judge" in r["error"] for r in first if r["error"])
     again = _judge(ResponseCache(cache_path))  # the same response cache; this time the judge replies in JSON
-    records = _label_live(out, path, again)  # retry_errors: the error record is labeled again
+    records = _label_live(out, path, again)  # a rerun labels the error record again
     assert len(again.calls) == 1 and question in again.calls[0][-1]["content"]  # asked, not read from the cache
     assert not any(r["error"] for r in records)
     assert len(load_judgments(path)) == len([r for r in records if not r["augmentation"]])

@@ -65,10 +65,10 @@ def test_executor_ray_without_ray_is_a_named_error_naming_the_extra(tmp_path, mo
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"executor": "dask"}, "executor must be process|ray"),
+    ({"executor": "dask"}, "executor must be one of process|ray"),
     ({"shards": 2}, "shards=2 runs every shard as a Ray task: it needs executor=ray"),
     ({"executor": "ray"}, "executor=ray needs shards=N"),
-    ({"executor": "ray", "shards": 0}, "executor=ray needs shards=N"),
+    ({"executor": "ray", "shards": 0}, "shards must be >= 1"),
     ({"executor": "ray", "shards": 2, "shard": "0/2"}, "leave shard= out"),
     ({"executor": "ray", "shards": 2, "ray_cpus_per_task": 0}, "ray_cpus_per_task must be > 0"),
     ({"executor": "ray", "shards": 2, "ray_max_retries": -1}, "ray_max_retries must be >= 0"),
