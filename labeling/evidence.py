@@ -214,10 +214,8 @@ def compute_signals(
     points: Sequence[Any] = (),
     reply: str | None = None,
 ) -> EvidenceSignals:
-    """`summaries` are the retrieved units (dicts or objects with text, date, page_ids, speakers) in rank order.
-    `page_turns`: the conversation's `Reading` (turn ids, the turns' text and its cast), or turn ids alone (then
-    research is judged by gold turns only and question names are taken as written).
-    `gold_in_summary_pages` counts the gold turns in pages linked to the units about the question's person."""
+    """`summaries`: the retrieved units in rank order. `page_turns`: the conversation's `Reading`, or turn ids alone
+    (then research is judged by gold turns only and question names are taken as written)."""
     reading = Reading.of(page_turns)
     guard = person_guard(question, reading.cast)
     gold_turns = set(evidence_ids)

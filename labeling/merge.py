@@ -46,8 +46,7 @@ def _count(cfg: LabelConfig, out: Path) -> tuple[int, dict[int, Path]]:
 
 
 def _check_shards(cfg: LabelConfig, out: Path, count: int, dirs: dict[int, Path]) -> dict[int, dict[str, Any]]:
-    """index -> state of every shard, once all are there and finished under this config; else one RunError that
-    lists every incomplete shard (missing, never started, not finished), so one rerun round fixes them all."""
+    """index -> state of every shard, all finished under this config; else one RunError listing every incomplete one."""
     missing = [i for i in range(count) if i not in dirs]
     problems = [f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing (of {count})"] if missing else []
     states: dict[int, dict[str, Any]] = {}

@@ -149,9 +149,7 @@ def with_variants(by_key: dict[tuple[str, str], dict[str, Any]],
 
 
 def for_dataset(records: list[dict[str, Any]], enabled: bool) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(the records that reach the outputs: natural ones and the train split's variants, the counts per kind).
-
-    Counts: `emitted` over every split (what labeling produced), `train` by label (what training sees)."""
+    """(natural records and the train split's variants; per kind: `emitted` over every split, `train` by label)."""
     kept = [r for r in records if not r.get("augmentation") or r["split"] == "train"]
     if not enabled:
         return kept, None

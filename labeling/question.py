@@ -1,6 +1,5 @@
-"""Labeling one question: both paths, the judges, the evidence signals, the labels, the teacher and the costs.
-
-Everything that turns a single question into its record; the run only orders the questions and commits records."""
+"""Labeling one question into its record: both paths, the judges, the evidence signals, the labels, the teacher and
+the costs (the run only orders the questions and commits records)."""
 
 from __future__ import annotations
 
@@ -122,10 +121,8 @@ def summary_input_tokens(q: Question, retrieved: list[Any], count_tokens: Any) -
 
 def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any], count_tokens: Any,
                      retrieved: list[Any] | None = None) -> tuple[list[Any], list[str]]:
-    """No generation: the router's retrieval and the research policy's first-round pages, costs estimated.
-
-    With memory.max_rounds=1 these are exactly the pages a generated run reads; deeper runs also read pages
-    chosen by the planner, which only a generator can pick."""
+    """No generation: the router's retrieval and the research policy's first-round pages, costs estimated (with
+    memory.max_rounds=1 exactly the pages a generated run reads; deeper rounds need a generator's planner)."""
     cfg_memory = ctx.cfg.memory
     started = time.perf_counter()
     if retrieved is None:

@@ -1,6 +1,5 @@
-"""The LLM behind each labeling role, and the lock proxy that lets questions in flight share one memory.
-
-Both decide what may run concurrently during a labeling run, so they live together."""
+"""The LLM behind each labeling role, and the lock proxy that lets questions in flight share one memory (both
+decide what may run concurrently during a labeling run)."""
 
 from __future__ import annotations
 
@@ -67,11 +66,8 @@ class Roles:
 
 
 class Serialized:
-    """Proxy that runs every method of the wrapped object (and of the named attributes) under one lock.
-
-    Questions in flight share a conversation's memory: SQLite connections, the embedder's tokenizer and the
-    page cache are not safe under concurrent calls, while the LLM calls between them are what runs in parallel.
-    """
+    """Runs every method of the wrapped object (and of the named attributes) under one lock: SQLite connections,
+    the tokenizer and the page cache are not safe under concurrent calls; the LLM calls between them run in parallel."""
 
     def __init__(self, target: Any, lock: threading.RLock, nested: tuple[str, ...] = ()) -> None:
         self._target, self._lock = target, lock
