@@ -43,14 +43,10 @@ class MinimalPairsConfig:
     """Train-split variants of each question's summary set, one unit apart, labeled by the evidence rule."""
 
     enabled: bool = False
-    kinds: list[str] = field(default_factory=lambda: list(PAIR_KINDS))
     # retrieval depth the brought-in units come from (ranks top_k+1 .. deep_k)
     deep_k: int = field(default=20, metadata=AT_LEAST_ONE)
 
     def __post_init__(self) -> None:
-        unknown = [k for k in self.kinds if k not in PAIR_KINDS]
-        if unknown or not self.kinds or len(set(self.kinds)) != len(self.kinds):
-            raise ConfigError(f"minimal_pairs.kinds must be distinct names from {PAIR_KINDS}, got {self.kinds}")
         check_declared(self, "minimal_pairs.")
 
 

@@ -92,7 +92,7 @@ def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[An
     out = []
     original_ids = {u.unit_id for u in shown}
     for kind, units in summary_sets(shown, deeper, rec["label"], rec["s_ok"], s_ok, q.question).items():
-        if kind not in cfg.minimal_pairs.kinds or {u.unit_id for u in units} == original_ids:
+        if {u.unit_id for u in units} == original_ids:
             continue
         started = time.perf_counter()
         var = copy.deepcopy(rec)

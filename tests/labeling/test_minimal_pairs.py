@@ -196,11 +196,9 @@ def test_config_switch_is_checked_and_fingerprinted(tmp_path):
                                 "minimal_pairs": {"enabled": True}})
     with pytest.raises(ValueError, match="deep_k"):
         _cfg(tmp_path, minimal_pairs={"enabled": True, "deep_k": 2})
-    with pytest.raises(ValueError, match="kinds"):
-        _cfg(tmp_path, minimal_pairs={"enabled": True, "kinds": ["drop_everything"]})
     out = tmp_path / "fp"
-    _label(out, minimal_pairs={"enabled": True, "kinds": ["drop_answer"]})
-    with pytest.raises(ValueError, match="minimal_pairs.kinds"):
+    _label(out, minimal_pairs={"enabled": True, "deep_k": 15})
+    with pytest.raises(ValueError, match="minimal_pairs.deep_k"):
         _label(out)
 
 
