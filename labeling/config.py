@@ -76,9 +76,6 @@ class LabelConfig:
     # come from the judgment, the lexical evidence rule elsewhere; each record's `s_ok_by` says which decided.
     # r_ok keeps its rule (the research pages were not judged). None = the lexical rule everywhere
     judgments: str | None = None
-    # a judgments file that judges none of the selected questions (or none over their units) is refused: most
-    # likely the file of other data or another retrieval; true labels by the lexical rule anyway, and says so
-    allow_unmatched_judgments: bool = False
     # careful-reading verdicts to check the labels against (labeling/judgments/verdicts.py: tiermem-judgments or
     # realmem-careful-reading files): report.md and stats.json say how the labels agree with them, where a verdict
     # read the record's own units. Never a label source. Empty = no check

@@ -18,7 +18,7 @@ FINAL_OUTPUTS = ("dataset", "all_records.jsonl", "stats.json", "report.md")
 RESUME_IGNORED = {"output_dir", "tiers_dir", "llm_cache", "concurrency", "push_to_hub", "hub_private",
                   "shard", "executor", "shards", "ray_address", "ray_cpus_per_task", "ray_max_retries",
                   "split", "conversations", "max_conversations", "max_questions_per_conversation",
-                  "question_sampling", "seed", "allow_unmatched_judgments", "verdicts"}
+                  "question_sampling", "seed", "verdicts"}
 LLM_RESUME_IGNORED = {"max_concurrency", "timeout_s", "max_retries", "cache_path", "batch_size", "base_url"}
 
 

@@ -82,7 +82,7 @@ def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> d
     conversations = selected_conversations(cfg)
     if cfg.judgments and cfg.llm.coverage is None:  # a live judge covers what the file does not
         check_covers(cfg.judgments, load_judgments(cfg.judgments),
-                     [(c.conv_id, q.qid) for c in conversations for q in c.questions], cfg.allow_unmatched_judgments)
+                     [(c.conv_id, q.qid) for c in conversations for q in c.questions])
     if cfg.shard is not None:
         return _run_shard(cfg, roles, embedder, conversations, started)
     # Held until the run ends: a second run on this directory would append every record a second time.
@@ -299,7 +299,7 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
         stats = build_stats(records, cfg.label_rule, llm_judge=llm_judge)
         if cfg.verdicts:  # checked against careful reading (read before labeling: a bad file stopped the run there)
             stats["verdicts"] = agreement(records, load_verdicts(cfg.verdicts))
-        check_matched(cfg.judgments, stats.get("judgments"), cfg.allow_unmatched_judgments)
+        check_matched(cfg.judgments, stats.get("judgments"))
         dropped_turns = dropped_turns or {}
         stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
                       "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": llm_stats,

@@ -246,25 +246,22 @@ def parse_judgments(path: str | Path, text: str, allow_empty: bool = False) -> J
 # ---- what a label run reports -------------------------------------------------------------------
 
 
-def check_covers(path: str | Path, judgments: Judgments, keys: Sequence[tuple[str, str]], allow: bool) -> None:
-    """Before labeling: a judgments file none of whose judgments names one of the selected questions (`keys`:
-    conversation and question ids) is refused unless `allow` (allow_unmatched_judgments)."""
-    if allow or not keys or any(k in judgments.by_key for k in keys):
+def check_covers(path: str | Path, judgments: Judgments, keys: Sequence[tuple[str, str]]) -> None:
+    """Before labeling: refuse a judgments file none of whose judgments names one of the selected questions."""
+    if not keys or any(k in judgments.by_key for k in keys):
         return
     raise ConfigError(f"judgments {path}: none of its {len(judgments)} judgment(s) names one of the "
                       f"{len(keys)} selected questions (conv_id and qid): the file of other data? Give the "
-                      "conversations it judged, or allow_unmatched_judgments=true to label by the lexical rule")
+                      "conversations it judged, or leave judgments out to label by the lexical rule")
 
 
-def check_matched(path: str | Path, stats: dict[str, Any] | None, allow: bool) -> None:
-    """After labeling: a run whose judgments matched none of its questions' units is refused unless `allow` (its
-    records are kept: the rerun with allow_unmatched_judgments=true resumes them)."""
-    if allow or not stats or not stats["questions"] or stats["by_match"]["matched"]:
+def check_matched(path: str | Path, stats: dict[str, Any] | None) -> None:
+    """After labeling: refuse a run whose judgments matched none of its questions' units (its records are kept)."""
+    if not stats or not stats["questions"] or stats["by_match"]["matched"]:
         return
     raise ConfigError(f"judgments {path}: 0 of {stats['questions']} questions judged over their units "
                       f"({stats['by_match']}): the units this run retrieved are not the ones judged (another "
-                      "memory or top_k?); no dataset written. Rerun with allow_unmatched_judgments=true to label by "
-                      "the lexical rule (the committed records are resumed)")
+                      "memory or top_k?); no dataset written")
 
 
 def coverage_line(path: str | Path, stats: dict[str, Any] | None) -> str | None:

@@ -1,5 +1,5 @@
-"""`label judgments=FILE` that judges none of the run's questions: refused unless allow_unmatched_judgments, as
-eval refuses it, and said on the command line either way (how many questions the judgments decided)."""
+"""`label judgments=FILE` that judges none of the run's questions: refused, as eval refuses it; the command line
+says how many questions the judgments decided."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from tiermem.settings.config import from_dict
 from tiermem.settings.errors import ConfigError
 
 
-def _cfg(out, judgments, **extra) -> LabelConfig:
+def _cfg(out, judgments) -> LabelConfig:
     return from_dict(LabelConfig, {"output_dir": str(out), "memory": MEMORY, "label_rule": "evidence",
-                                   "generate_answers": False, "judgments": str(judgments),
-                                   "split": {"train": ["sample-1", "sample-2"]}, **extra})
+                                   "generate_answers": False, "judgments": judgments and str(judgments),
+                                   "split": {"train": ["sample-1", "sample-2"]}})
 
 
 def _label(cfg: LabelConfig) -> dict:
@@ -32,15 +32,12 @@ def test_a_file_judging_other_questions_is_refused_before_labeling(tmp_path):
     with pytest.raises(ConfigError, match=r"none of its 1 judgment\(s\) names one of the \d+ selected questions"):
         _label(_cfg(tmp_path / "run", path))
     assert not (tmp_path / "run" / "records.jsonl").exists()
-    stats = _label(_cfg(tmp_path / "allowed", path, allow_unmatched_judgments=True))
-    assert stats["judgments"]["by_match"]["matched"] == 0 and (tmp_path / "allowed" / "dataset").is_dir()
 
 
-def test_a_file_judging_other_units_is_refused_after_labeling_and_said_on_the_command_line(tmp_path, monkeypatch,
-                                                                                           capsys):
+def test_a_file_judging_other_units_is_refused_after_labeling_and_coverage_is_printed(tmp_path, monkeypatch,
+                                                                                      capsys):
     probe = tmp_path / "probe"
-    _label(_cfg(probe, write(tmp_path / "p.jsonl", [judgment("x", "y", "Q?", ["a"], ["no"], "no")]),
-                allow_unmatched_judgments=True))
+    _label(_cfg(probe, None))
     natural = [json.loads(x) for x in (probe / "all_records.jsonl").read_text().splitlines()]
     natural = [r for r in natural if not r["augmentation"] and not r["error"]]
     rows = [judgment(r["conv_id"], r["qid"], r["question"], ["units this run did not retrieve"], ["yes"], "yes")
@@ -53,11 +50,14 @@ def test_a_file_judging_other_units_is_refused_after_labeling_and_said_on_the_co
 
     monkeypatch.setattr(stage, "run", lambda cfg, roles, embedder: _label(cfg))
     (tmp_path / "label.yaml").write_text("{}\n")  # the dataclass's defaults: the sample conversations
-    argv = ["--config", str(tmp_path / "label.yaml"), f"output_dir={out}", f"judgments={path}", "label_rule=evidence",
-            "generate_answers=false",
+    rows = [judgment(r["conv_id"], r["qid"], r["question"], [u["text"] for u in r["router_summaries"]],
+                     ["no"] * len(r["router_summaries"]), "no") for r in natural]
+    matching = write(tmp_path / "m.jsonl", rows)
+    argv = ["--config", str(tmp_path / "label.yaml"), f"output_dir={tmp_path / 'matched'}", f"judgments={matching}",
+            "label_rule=evidence", "generate_answers=false",
             "split.train=[sample-1,sample-2]", *[f"memory.{k}={v}" for k, v in MEMORY.items()]]
-    assert stage.main([*argv, "allow_unmatched_judgments=true"]) == 0
+    assert stage.main(argv) == 0
     printed = capsys.readouterr().out
-    assert f"judgments {path}: 0 of {len(natural)} questions judged over their units ({len(natural)} over " \
+    assert f"judgments {matching}: {len(natural)} of {len(natural)} questions judged over their units (0 over " \
            "other units" in printed
-    assert (out / "dataset").is_dir()
+    assert (tmp_path / "matched" / "dataset").is_dir()
