@@ -50,9 +50,8 @@ def records_path(data: str) -> Path:
 
 
 def load_questions(data: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The labeled run's question records (minimal-pair variants left out), keyed by (conv_id, qid), read by the
-    label-record reader every stage shares; each field the sheet shows is checked, a failure naming file, line and
-    field (RecordError, exit 3)."""
+    """The run's question records (no minimal pairs) by (conv_id, qid); each field the sheet shows is checked, a
+    RecordError naming file, line and field."""
     located = jsonl_label_records(records_path(data))
     for where, rec in located:
         record_key(rec, where)

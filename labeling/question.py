@@ -145,9 +145,8 @@ def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
 
 def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: list[str],
                     page_turns: Reading | dict[str, list[str]]) -> None:
-    """From `rec["router_summaries"]` and the research path's pages to the labels, the teacher and the SFT target:
-    the sufficiency judge, the evidence signals and both rules. Minimal pairs label their summary sets through it too.
-    Raises LLMError (a judge or the teacher failed)."""
+    """From `rec["router_summaries"]` and the research pages to the labels, the teacher and the SFT target (minimal
+    pairs too). Raises LLMError (a judge or the teacher failed)."""
     cfg = ctx.cfg
     sufficiency = None
     if ctx.roles["sufficiency"] is not None:

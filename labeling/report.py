@@ -148,8 +148,7 @@ def build_stats(records: list[dict[str, Any]], rule: str, llm_judge: bool = Fals
 
 
 def coverage(records: list[dict[str, Any]], key: str, rule: str) -> dict[str, Any]:
-    """Per value of `key` (a person, a category): questions, labeled, the ANSWER share of the labeled, and why the
-    rest were dropped."""
+    """Per value of `key`: questions, labeled, the ANSWER share of the labeled, and why the rest were dropped."""
     out = {}
     for value in sorted({str(r[key]) for r in records}):
         rows = [r for r in records if str(r[key]) == value]

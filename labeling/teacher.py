@@ -42,9 +42,8 @@ def recorded_teacher(decision: Any) -> TeacherOutput:
 
 
 def teacher_decision(value: Any, where: str) -> Any:
-    """A label record's `teacher` field (TeacherOutput.to_dict as a JSON string, or null), checked: the decision
-    with its confidence (labeling.judgments.format.TeacherDecision) when one was given and read, else None. A field of
-    another shape is a RecordError naming `where` and the field."""
+    """A label record's `teacher` field (TeacherOutput.to_dict as JSON, or null): a TeacherDecision when one was given
+    and read, else None; a field of another shape is a RecordError naming `where` and the field."""
     import json
 
     from labeling.dataset import RecordError

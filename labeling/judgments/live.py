@@ -107,13 +107,9 @@ class CoverageJudge:
 
 
 class JudgmentsCache:
-    """The judgments file a live judge appends to: created by the run when absent (whole, header and all, so a
-    second run never reads it half made), appended to only when a live judge created it (its header says so),
-    never through a link; each line flushed and fsynced before use.
-
-    Several runs may share the file: every append happens under an exclusive lock on it, after reading the lines
-    other writers appended since this run last read it, so a question another run judged first is taken from the
-    file, never appended a second time."""
+    """The judgments file a live judge appends to: created whole when absent, appended to only when a live judge
+    created it, never through a link, each line fsynced; runs sharing it append under an exclusive lock after
+    reading what the others appended, so a question another run judged first is never appended twice."""
 
     def __init__(self, path: str | Path) -> None:
         self.path, self.lock = Path(path), threading.Lock()
@@ -134,8 +130,7 @@ class JudgmentsCache:
                              "path, or leave llm.coverage out to label with this file alone")
 
     def _create(self) -> bool:
-        """Make the file with its header in one step (a link to a finished file); False when another run made it
-        first."""
+        """Make the file with its header in one step; False when another run made it first."""
         return create_exclusive(self.path, json.dumps({"format": FORMAT, "version": VERSION, "writer": WRITER}) + "\n")
 
     @contextmanager
@@ -200,8 +195,7 @@ def _read_from(fd: int, offset: int) -> bytes:
 
 def judge_missing(judge: CoverageJudge, cache: JudgmentsCache, judgments: Any, conv_id: str, qid: str,
                   question: str, gold: str, units: Sequence[Any]) -> Judgment:
-    """The judgment of a question no judgment covered when this run read the file: another run's, appended since,
-    or this judge's, appended to the file and added to the judgments read."""
+    """The judgment of a question the file did not cover when read: another run's, appended since, or this judge's."""
     cache.refresh(judgments)
     judged = judgments.by_key.get((conv_id, qid))
     if judged is not None:

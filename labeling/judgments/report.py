@@ -62,8 +62,7 @@ class ReplayedRouter:
 
 
 def judged_summary(report: dict[str, Any], coverage: dict[str, Any]) -> dict[str, Any]:
-    """eval.json's `judged`: coverage, then per router its AUROC (with interval) and ceiling against the judgments,
-    and the paired comparisons of that scoring."""
+    """eval.json's `judged`: coverage, then the scoring against the judgments (subset_summary)."""
     return {**coverage, **subset_summary(report)}
 
 
