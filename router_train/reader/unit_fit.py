@@ -16,8 +16,8 @@ from tiermem.models.cross_encoder import CrossEncoder
 from tiermem.models.logistic import LogisticModel
 
 from .finetune import FrozenBottom, train_epochs
-from .targets import head_targets, pairs, parse_targets
-from .unit_cv import choose, point_key
+from .targets import pairs
+from .unit_cv import choose, escalate, point_key
 from .unit_head import fit_head, head_inputs, head_names, head_score, zero_shot_entry
 from .unit_inputs import fresh_reader, question_key
 
@@ -27,8 +27,7 @@ Record = dict[str, Any]
 def final_reader(cfg: Any, train_records: list[Record], chosen: tuple[int, int, str], snapshots: dict,
                  table: dict[str, Any], train_convs: set[str]) -> tuple[CrossEncoder, list[float], int]:
     """(the reader at the chosen (layers, epochs, targets), its loss by epoch, the train split's pair count)."""
-    source, spans = parse_targets(chosen[2]) if chosen[0] > 0 else ("lexical", False)
-    final_pairs = pairs(train_records, cfg.target, cfg.deep_negatives, source, spans, cfg.deep_positives)
+    final_pairs = pairs(train_records, cfg.target, cfg.deep_negatives, cfg.deep_positives)
     reader = fresh_reader(cfg)
     losses: list[float] = []
     if chosen in snapshots:
@@ -50,8 +49,7 @@ def final_head(cfg: Any, rows: list[Record], oof: dict, point: dict[str, Any]) -
     """The head at `point`, fitted on the labeled train records' out-of-fold unit logits."""
     x = head_inputs(rows, [oof[point_key(point)][question_key(r)] for r in rows], point["pooling"],
                     point["text_scores"])
-    return fit_head(x, np.array(head_targets(rows, point.get("head_target", "label"))), cfg.l2,
-                    head_names(point["pooling"], point["text_scores"]))
+    return fit_head(x, escalate(rows), cfg.l2, head_names(point["pooling"], point["text_scores"]))
 
 
 def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dict) -> dict[str, Any]:
@@ -72,7 +70,7 @@ def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[st
 
     logits = [oof[point_key(best)][question_key(r)] for r in records]
     x = head_inputs(records, logits, best["pooling"], best["text_scores"])
-    y = np.array(head_targets(records, best.get("head_target", "label")))  # loco fits on labeled rows only
+    y = escalate(records)  # loco fits on labeled rows only
     names = head_names(best["pooling"], best["text_scores"])
 
     def score_held(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
