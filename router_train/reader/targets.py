@@ -1,5 +1,5 @@
 """The unit reader's training pairs: each retrieved unit with its lexical target, the label rule's own measure of
-the unit alone (its answer recall, or its one-unit verdict `s_ok`)."""
+the unit alone (its answer recall, a soft BCE target)."""
 
 from __future__ import annotations
 
@@ -15,22 +15,19 @@ LEXICAL = "lexical"  # the target setting's name in the CV table and the run's m
 Pair = tuple[str, str, float]
 
 
-def unit_target(u: dict[str, Any], target: str) -> float | None:
+def unit_target(u: dict[str, Any]) -> float | None:
     """The unit's target; None when its gold answer has no scorable token."""
-    if u["answer_recall"] is None:
-        return None
-    return float(u["answer_recall"]) if target == "recall" else float(u["s_ok"])
+    return None if u["answer_recall"] is None else float(u["answer_recall"])
 
 
-def pairs(records: Sequence[dict[str, Any]], target: str, deep_negatives: int,
-          deep_positives: int | None = None) -> list[Pair]:
+def pairs(records: Sequence[dict[str, Any]], deep_negatives: int, deep_positives: int | None = None) -> list[Pair]:
     """The reader's training pairs: router units, the `deep_positives` deeper positives with the highest targets
     (all when None) and the `deep_negatives` highest-ranked deeper negatives of each record."""
     out: list[Pair] = []
     for r in records:
         k, negatives, positives = len(r["router_summaries"]), [], []
         for u in r["unit_targets"]:
-            y = unit_target(u, target)
+            y = unit_target(u)
             if y is None:  # the gold answer has no scorable token: no target
                 continue
             if not 0.0 <= y <= 1.0:

@@ -1,7 +1,5 @@
-"""The unit reader's model selection: cross-validation over the train + validation conversations (fold_groups).
-
-Per fold a reader fine-tuned on the other folds scores the held-out router units after every epoch; per (layers,
-epochs, text scores, pooling, text weight) a head fitted on the other conversations ranks the held-out one; the best
+"""The unit reader's model selection: cross-validation over the train + validation conversations (fold_groups);
+per fold a reader fine-tuned on the other folds, per grid point a head fitted on the other conversations; the best
 mean AUROC wins (fold spread reported, beside the signals-only head's). The test split is never read."""
 
 from __future__ import annotations
@@ -125,7 +123,7 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
             started = time.perf_counter()
             held = [r for r in records if str(r["conv_id"]) in group]
             rest = [r for r in records if str(r["conv_id"]) not in group]
-            train = pairs(rest, cfg.target, cfg.deep_negatives, cfg.deep_positives)
+            train = pairs(rest, cfg.deep_negatives, cfg.deep_positives)
             reader = fresh_reader(cfg)
             bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
             is_final = {str(r["conv_id"]) for r in rest} == train_convs

@@ -1,10 +1,6 @@
-"""The unit reader's final fit at the settings CV chose (`point`: a grid point of the CV table).
-
-The final reader is the CV fold that trained on exactly the train split at the chosen epoch when there is one (the
-model CV measured), else the base fine-tuned once more on the train split. Its head is fitted on the train split's
-out-of-fold unit logits: a reader's logits on its own training questions are overconfident, so a head fitted on
-them would overweight the text; validation stays clean for calibrate. The base reader's own best head is kept beside
-it (what fine-tuning adds), and every CV question's out-of-fold router score is written for calibrate."""
+"""The unit reader's final fit at the settings CV chose (`point`: a grid point of the CV table): the final reader,
+its head on out-of-fold unit logits (docs/DESIGN.md, "Notes by module"), the base reader's own best head beside it,
+and every CV question's out-of-fold router score for calibrate."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ Record = dict[str, Any]
 def final_reader(cfg: Any, train_records: list[Record], chosen: tuple[int, int, str], snapshots: dict,
                  table: dict[str, Any], train_convs: set[str]) -> tuple[CrossEncoder, list[float], int]:
     """(the reader at the chosen (layers, epochs, targets), its loss by epoch, the train split's pair count)."""
-    final_pairs = pairs(train_records, cfg.target, cfg.deep_negatives, cfg.deep_positives)
+    final_pairs = pairs(train_records, cfg.deep_negatives, cfg.deep_positives)
     reader = fresh_reader(cfg)
     losses: list[float] = []
     if chosen in snapshots:

@@ -26,7 +26,6 @@ class UnitReaderConfig:
     # the reader's starting point: the reader-pretrain checkpoint (an answerability cross-encoder), or any encoder
     # (a model spec: packaged:, hub id, directory)
     base: str = "runs/reader_pretrain"
-    target: str = "recall"  # recall: the unit's answer recall (soft BCE) | s_ok: its one-unit evidence verdict
     # deeper units (rank > top_k, train split) per question kept as negatives, highest-ranked first; every deeper
     # positive is kept
     deep_negatives: int = 3
@@ -60,8 +59,6 @@ class UnitReaderConfig:
         from labeling.dataset import data_paths
 
         data_paths(self.data)
-        if self.target not in ("recall", "s_ok"):
-            raise ConfigError(f"target must be recall or s_ok, got {self.target!r}")
         bad = [p for p in self.poolings if p not in POOLINGS]
         if bad or not self.poolings:
             raise ConfigError(f"poolings must be names from {sorted(POOLINGS)}, got {self.poolings}")

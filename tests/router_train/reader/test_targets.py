@@ -14,10 +14,10 @@ def unit(text: str, recall: float | None, verdict: str | None = None, span: str 
 
 
 def test_each_unit_trains_towards_its_lexical_number_whatever_a_judgment_said():
-    assert unit_target(unit("Ana: a friend gave me a pot, that's when I started", 1.0, "no"), "recall") == 1.0
-    assert unit_target(unit("Leo: the project was huge", 0.0, "partial", "the project"), "s_ok") == 0.0
-    assert unit_target(unit("Other talk.", 0.25), "recall") == 0.25
-    assert unit_target(unit("Other talk.", None, "yes", "Other"), "recall") is None  # no scorable gold token
+    assert unit_target(unit("Ana: a friend gave me a pot, that's when I started", 1.0, "no")) == 1.0
+    assert unit_target(unit("Leo: the project was huge", 0.0, "partial", "the project")) == 0.0
+    assert unit_target(unit("Other talk.", 0.25)) == 0.25
+    assert unit_target(unit("Other talk.", None, "yes", "Other")) is None  # no scorable gold token
 
 
 def test_pairs_keep_router_units_and_the_nearest_deeper_negatives():
@@ -26,7 +26,7 @@ def test_pairs_keep_router_units_and_the_nearest_deeper_negatives():
          "unit_targets": [unit("Mia: I joined the gym last Monday.", 0.0, "yes", "last Monday"),
                           unit("Mia: I started a diet.", 1.0, "no", rank=2),
                           unit("Mia went climbing.", 0.0, rank=3), unit("Mia ran.", 0.0, rank=4)]}
-    assert [p[2] for p in pairs([r], "recall", 1)] == [0.0, 1.0, 0.0]
+    assert [p[2] for p in pairs([r], 1)] == [0.0, 1.0, 0.0]
 
 
 def test_deep_positives_keeps_the_deeper_units_that_state_the_most_and_every_router_unit():
@@ -37,11 +37,11 @@ def test_deep_positives_keeps_the_deeper_units_that_state_the_most_and_every_rou
                           unit("Mia climbs at Boulder Hall.", 0.5, rank=3), unit("Mia ran.", 0.0, rank=4),
                           unit("Mia climbs, Boulder Hall, Tuesdays.", 1.0, rank=5),
                           unit("Boulder Hall is new.", 0.25, rank=6), unit("Mia climbs.", 0.5, rank=7)]}
-    every = pairs([r], "recall", deep_negatives=1)
+    every = pairs([r], deep_negatives=1)
     assert [p[1].split(": ", 1)[-1] for p in every][2:] == [
         "Mia climbs at Boulder Hall.", "Mia ran.", "Mia climbs, Boulder Hall, Tuesdays.", "Boulder Hall is new.",
         "Mia climbs."]
-    assert every == pairs([r], "recall", deep_negatives=1, deep_positives=None)
-    two = pairs([r], "recall", deep_negatives=1, deep_positives=2)
+    assert every == pairs([r], deep_negatives=1, deep_positives=None)
+    two = pairs([r], deep_negatives=1, deep_positives=2)
     assert [p[2] for p in two] == [0.5, 0.0, 0.5, 0.0, 1.0]  # the 0.25 and the later 0.5 left out
-    assert [p[2] for p in pairs([r], "recall", deep_negatives=0, deep_positives=0)] == [0.5, 0.0]
+    assert [p[2] for p in pairs([r], deep_negatives=0, deep_positives=0)] == [0.5, 0.0]
