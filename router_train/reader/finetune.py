@@ -184,10 +184,6 @@ class FrozenBottom:
                 for r, (k, row, n) in enumerate(zip(chunk, h, lengths, strict=True)):
                     self.states[k], self.text_masks[k] = row[:n].clone(), text[r, :n].clone()
 
-    def logits(self, reader: Any, keys: Sequence[tuple[str, str]]) -> Any:
-        """The top layers, pooler and classifier of `reader` over the cached bottom states (with grad)."""
-        return self.scores(reader, keys)[0]
-
     def scores(self, reader: Any, keys: Sequence[tuple[str, str]]) -> tuple[Any, Any, Any, Any]:
         """(classifier logits, start logits, end logits, text mask) over the cached bottom states (with grad); the
         span parts None when the reader has no span head."""

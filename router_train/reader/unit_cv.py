@@ -14,6 +14,7 @@ import numpy as np
 from labeling.dataset import domain_of
 from tiermem import contract
 from tiermem.models.cross_encoder import CrossEncoder
+from tiermem.models.logistic import fit_logistic
 from tiermem.settings.errors import DataError
 
 from .finetune import FrozenBottom, train_epochs
@@ -21,7 +22,6 @@ from .targets import LEXICAL, pairs
 from .unit_head import (
     column_names,
     first_text_feature,
-    fit_head,
     head_inputs,
     head_score,
     read_units,
@@ -44,16 +44,14 @@ def escalate(rows: Sequence[dict[str, Any]]) -> np.ndarray:
 
 
 def loco_scores(rows: list[dict[str, Any]], x: np.ndarray, text_weight: float, l2: float,
-                text_columns: bool, fit_y: np.ndarray | None = None) -> dict[str, float | None]:
-    """conv -> AUROC (against the labels) of a head fitted on the other conversations' rows (towards `fit_y`,
-    default the labels), scoring this one's."""
+                text_columns: bool) -> dict[str, float | None]:
+    """conv -> AUROC of a head fitted on the other conversations' rows, scoring this one's."""
     y = escalate(rows)
-    fit_y = y if fit_y is None else fit_y
     conv = np.array([r["conv_id"] for r in rows])
     out: dict[str, float | None] = {}
     for c in sorted(set(conv)):
         fit_on, held = conv != c, conv == c
-        head = fit_head(x[fit_on], fit_y[fit_on], l2, column_names(x))
+        head = fit_logistic(x[fit_on], y[fit_on], column_names(x), l2)
         score = head_score(head, x[held], text_weight) if text_columns else head.log_odds(x[held])
         out[str(c)] = auroc_or_none(score.tolist(), (y[held] > 0.5).tolist())
     return out

@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 
 from tiermem.models.cross_encoder import CrossEncoder
-from tiermem.models.logistic import LogisticModel
+from tiermem.models.logistic import LogisticModel, fit_logistic
 
 from .finetune import FrozenBottom, train_epochs
 from .targets import pairs
 from .unit_cv import choose, escalate, point_key
-from .unit_head import fit_head, head_inputs, head_names, head_score, zero_shot_entry
+from .unit_head import head_inputs, head_names, head_score, zero_shot_entry
 from .unit_inputs import fresh_reader, question_key
 
 Record = dict[str, Any]
@@ -45,7 +45,7 @@ def final_head(cfg: Any, rows: list[Record], oof: dict, point: dict[str, Any]) -
     """The head at `point`, fitted on the labeled train records' out-of-fold unit logits."""
     x = head_inputs(rows, [oof[point_key(point)][question_key(r)] for r in rows], point["pooling"],
                     point["text_scores"])
-    return fit_head(x, escalate(rows), cfg.l2, head_names(point["pooling"], point["text_scores"]))
+    return fit_logistic(x, escalate(rows), head_names(point["pooling"], point["text_scores"]), cfg.l2)
 
 
 def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dict) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[st
     names = head_names(best["pooling"], best["text_scores"])
 
     def score_held(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
-        return head_score(fit_head(x[fit], y[fit], cfg.l2, names), x[held], best["text_weight"])
+        return head_score(fit_logistic(x[fit], y[fit], names, cfg.l2), x[held], best["text_weight"])
 
     settings = {k: best[k] for k in ("finetune_layers", "epochs", "targets", "head_target", "text_scores", "pooling",
                                      "text_weight")}

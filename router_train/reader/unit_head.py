@@ -20,7 +20,7 @@ from serving.routers.unit_reader import (
     unit_logits,
 )
 from serving.signals import FEATURES, feature_matrix
-from tiermem.models.logistic import LogisticModel, fit_logistic
+from tiermem.models.logistic import LogisticModel
 
 Record = dict[str, Any]
 
@@ -60,11 +60,6 @@ def head_names(pooling: str, text_scores: str) -> list[str]:
 def column_names(x: np.ndarray) -> list[str]:
     """The signals' names, then text0, text1, ... for the text columns of `x` (a head fitted only to be scored)."""
     return [*FEATURES, *[f"text{i}" for i in range(x.shape[1] - len(FEATURES))]]
-
-
-def fit_head(x: np.ndarray, y: np.ndarray, l2: float, names: Sequence[str]) -> LogisticModel:
-    """The logistic head over `x` towards `y` (serving.signals.fit_logistic, balanced classes)."""
-    return fit_logistic(x, y, names, l2)
 
 
 def head_score(head: LogisticModel, x: np.ndarray, text_weight: float) -> np.ndarray:
