@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from labeling.dataset import domain_of
+from serving.routers.unit_reader import TEXT_SCORES
+from serving.signals import FEATURES, feature_matrix
 from tiermem import contract
 from tiermem.models.cross_encoder import CrossEncoder
 from tiermem.models.logistic import fit_logistic
@@ -19,15 +21,7 @@ from tiermem.settings.errors import DataError
 
 from .finetune import FrozenBottom, train_epochs
 from .targets import LEXICAL, pairs
-from .unit_head import (
-    column_names,
-    first_text_feature,
-    head_inputs,
-    head_score,
-    read_units,
-    reads_spans,
-    signal_inputs,
-)
+from .unit_head import column_names, head_inputs, head_score, read_units
 from .unit_inputs import fresh_reader, question_key
 
 log = logging.getLogger(__name__)
@@ -143,12 +137,12 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
             log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
                         folds[name]["wall_s"])
     labeled = [r for r in records if r["label"] in contract.ACTIONS]
-    signals = signal_inputs(labeled)
+    signals = feature_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled])
     domains = {str(r["conv_id"]): domain_of(r) for r in labeled}
     table: dict[str, Any] = {"folds": folds, "signals_only": summary(loco_scores(labeled, signals, 0.0, cfg.l2,
                                                                                   False), domains), "grid": []}
     spans_read = any(len(u) > 1 for row in next(iter(oof.values())).values() for u in row)
-    scores = [t for t in cfg.text_scores if spans_read or not reads_spans(t)]
+    scores = [t for t in cfg.text_scores if spans_read or 1 not in TEXT_SCORES[t]]  # 1: the span margin
     if not scores:
         raise DataError(f"text_scores {cfg.text_scores} all read the span margin, and the base {cfg.base!r} has no "
                         "span head")
@@ -157,7 +151,7 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
         for text_scores in scores:
             for pooling in cfg.poolings:
                 x = head_inputs(labeled, logits, pooling, text_scores)
-                text_alone = [-v for v in first_text_feature(x)]  # high = answered
+                text_alone = [-v for v in x[:, len(FEATURES)]]  # the first text feature, a max: high = answered
                 for w in cfg.text_weights:
                     table["grid"].append({
                         "finetune_layers": layers, "epochs": epoch, "targets": targets, "head_target": "label",

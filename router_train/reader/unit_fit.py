@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from serving.routers.unit_reader import ZERO_SHOT_HEAD_FILE
 from tiermem.models.cross_encoder import CrossEncoder
 from tiermem.models.logistic import LogisticModel, fit_logistic
 
 from .finetune import FrozenBottom, train_epochs
 from .targets import pairs
 from .unit_cv import choose, escalate, point_key
-from .unit_head import head_inputs, head_names, head_score, zero_shot_entry
+from .unit_head import head_inputs, head_names, head_score
 from .unit_inputs import fresh_reader, question_key
 
 Record = dict[str, Any]
@@ -49,13 +50,15 @@ def final_head(cfg: Any, rows: list[Record], oof: dict, point: dict[str, Any]) -
 
 
 def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dict) -> dict[str, Any]:
-    """The base reader's own best head, for the run's `extra` (`zero_shot`, `zero_shot_head`), when CV chose a
-    fine-tuned reader; {} otherwise."""
+    """The base reader's own best head, for the run's `extra` (`zero_shot`, `zero_shot_head`: its file written by
+    UnitReaderRouter.save), when CV chose a fine-tuned reader; {} otherwise."""
     zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
     if not zero_shot:
         return {}
     point = choose({"grid": zero_shot})
-    return {"zero_shot": zero_shot_entry(point), "zero_shot_head": final_head(cfg, rows, oof, point)}
+    entry = {"head": ZERO_SHOT_HEAD_FILE, **{k: point[k] for k in ("pooling", "text_weight", "text_scores")},
+             "cv_mean": point["mean"]}
+    return {"zero_shot": entry, "zero_shot_head": final_head(cfg, rows, oof, point)}
 
 
 def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[str, Any]) -> dict[str, Any]:

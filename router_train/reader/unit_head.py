@@ -9,17 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from serving.routers.unit_reader import (
-    TEXT_SCORES,
-    ZERO_SHOT_HEAD_FILE,
-    CrossEncoder,
-    UnitReaderRouter,
-    head_matrix,
-    head_parts,
-    text_features,
-    unit_logits,
-)
-from serving.signals import FEATURES, feature_matrix
+from serving.routers.unit_reader import CrossEncoder, head_matrix, head_parts, text_features, unit_logits
+from serving.signals import FEATURES
 from tiermem.models.logistic import LogisticModel
 
 Record = dict[str, Any]
@@ -30,26 +21,11 @@ def read_units(reader: CrossEncoder, records: Sequence[Record]) -> list[list[tup
     return unit_logits(reader, [r["question"] for r in records], [r["router_summaries"] for r in records])
 
 
-def signal_inputs(records: Sequence[Record]) -> np.ndarray:
-    """The serve-time signals alone (the signals-only head CV compares against)."""
-    return feature_matrix([r["question"] for r in records], [r["router_summaries"] for r in records])
-
-
 def head_inputs(records: Sequence[Record], logits: Sequence[Sequence[Any]], pooling: str,
                 text_scores: str) -> np.ndarray:
     """The head's rows: the serve-time signals, then the pooling's text features of each reader score read."""
     return head_matrix([r["question"] for r in records], [r["router_summaries"] for r in records], logits, pooling,
                        text_scores)
-
-
-def reads_spans(text_scores: str) -> bool:
-    """Whether these text scores read the span margin (a base with a span head only)."""
-    return 1 in TEXT_SCORES[text_scores]
-
-
-def first_text_feature(x: np.ndarray) -> np.ndarray:
-    """The head inputs' first text feature (a max over the units: high = some unit answers)."""
-    return x[:, len(FEATURES)]
 
 
 def head_names(pooling: str, text_scores: str) -> list[str]:
@@ -67,13 +43,3 @@ def head_score(head: LogisticModel, x: np.ndarray, text_weight: float) -> np.nda
     return head_parts(head, x, text_weight)[0]
 
 
-def unit_router(reader: CrossEncoder, head: LogisticModel, point: dict[str, Any]) -> UnitReaderRouter:
-    """The router of `reader` and `head` at a CV grid point's pooling, text weight and text scores."""
-    return UnitReaderRouter(reader, head, point["pooling"], point["text_weight"], text_scores=point["text_scores"])
-
-
-def zero_shot_entry(point: dict[str, Any]) -> dict[str, Any]:
-    """What the router's metadata keeps of the base reader's own head (`extra.zero_shot`, its file written by
-    UnitReaderRouter.save from `extra.zero_shot_head`)."""
-    return {"head": ZERO_SHOT_HEAD_FILE, "pooling": point["pooling"], "text_weight": point["text_weight"],
-            "text_scores": point["text_scores"], "cv_mean": point["mean"]}

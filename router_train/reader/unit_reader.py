@@ -8,13 +8,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from serving.routers.unit_reader import POOLINGS, TEXT_SCORES
+from serving.routers.unit_reader import POOLINGS, TEXT_SCORES, UnitReaderRouter
 from tiermem import contract
 from tiermem.settings.errors import ConfigError, stage_main
 
 from .unit_cv import auroc_or_none, candidates, choose, cross_validate, escalate, point_key
 from .unit_fit import final_head, final_reader, out_of_fold_scores, zero_shot_head
-from .unit_head import unit_router
 from .unit_inputs import load_splits, pretraining_of
 
 
@@ -107,7 +106,8 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     final_rows = [r for r in by_split[cfg.train_split] if r["label"] in contract.ACTIONS]
     chosen = point_key(best)
     reader, losses, train_pairs = final_reader(cfg, by_split[cfg.train_split], chosen, snapshots, table, train_convs)
-    router = unit_router(reader, final_head(cfg, final_rows, oof, best), best)
+    router = UnitReaderRouter(reader, final_head(cfg, final_rows, oof, best), best["pooling"], best["text_weight"],
+                              text_scores=best["text_scores"])
     metrics: dict[str, Any] = {"cv": {k: v for k, v in table.items() if k != "grid"}, "chosen": best,
                                "cv_by_finetuning": candidates(table)}
     for split in cfg.eval_splits:  # through the serving scorer
