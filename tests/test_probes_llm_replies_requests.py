@@ -388,7 +388,7 @@ def test_unit_reader_without_any_unit_target_is_a_named_error(tmp_path):
     for targets in ([], nulls):
         path.write_text("".join(json.dumps(r) + "\n" for r in _reader_rows(targets)))
         with pytest.raises(DataError, match="none of 4 record"):
-            pairs(natural_records(str(path), "train"), "recall", 2)
+            pairs(natural_records(str(path), "train"), 2)
 
 
 # ---- 16: config numbers that are not finite ------------------------------------------------------------------------

@@ -1,14 +1,6 @@
-"""Fine-tuning a cross-encoder reader (serving/routers/unit_reader.py's CrossEncoder) on (question, text, target)
-pairs, soft BCE on its one logit, AdamW with linear warmup and decay, two ways:
-
-- `fit_reader`: every layer, each batch through the whole encoder (reading pre-training on public data);
-- `FrozenBottom` + `train_epochs`: only the top layers (the unit reader's CV on the conversations, where every fold
-  starts from the same weights, so the frozen bottom's output is computed once and reused by every fold).
-
-On CPU most of a step is padding-bound, so batches are drawn from length buckets (pairs of similar length share a
-batch, the buckets' order shuffled): the same pairs and epochs, far fewer padded positions. Progress is printed
-every `log_every` steps with the running loss and the time left.
-"""
+"""Fine-tuning a cross-encoder reader on (question, text, target[, span]) pairs: every layer (`fit_reader`, reading
+pre-training), or the top layers over a `FrozenBottom` computed once (`train_epochs`, the unit reader's CV folds).
+Batches come from length buckets: on CPU a step is padding-bound (docs/DESIGN.md, "Notes by module")."""
 
 from __future__ import annotations
 
@@ -21,8 +13,6 @@ from typing import Any
 
 from router_train.reader.checks import check_loss
 from tiermem.settings.errors import ConfigError
-
-Pair = tuple[str, str, float]
 
 
 def length_batches(lengths: Sequence[int], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -54,12 +44,10 @@ def span_targets(enc: Any, pairs: Sequence[Sequence[Any]]) -> list[tuple[int, in
 
 
 def reader_loss(reader: Any, cls: Any, start: Any, end: Any, mask: Any, y: Any, span_y: Any,
-                span_weight: float, margin_for_missing: bool = False) -> Any:
+                span_weight: float) -> Any:
     """BCE on the classifier; with a span head, cross-entropy of start and end over [CLS] + the text's tokens (the
-    SQuAD 2.0 target: the answer span, or [CLS] for no answer) and BCE on the span margin where no span target
-    is given (soft targets: the conversations' unit targets). Rows whose span target is -100 are left out of the
-    cross-entropy; with `margin_for_missing` they train the span margin instead, the two parts weighed by their
-    share of the batch (the unit reader's judged units beside unjudged ones)."""
+    SQuAD 2.0 target: the answer span, or [CLS] for no answer; rows whose span target is -100 left out), or with no
+    span targets (`span_y` None: the conversations' soft unit targets) BCE on the span margin."""
     import torch
 
     bce = torch.nn.functional.binary_cross_entropy_with_logits
@@ -74,16 +62,6 @@ def reader_loss(reader: Any, cls: Any, start: Any, end: Any, mask: Any, y: Any, 
 
         return loss + span_weight * bce(span_scores(start, end, mask)[0], y)
     ce = torch.nn.functional.cross_entropy
-    if margin_for_missing:
-        from tiermem.models.cross_encoder import span_scores
-
-        has = span_y[:, 0] != -100
-        share = has.float().mean()
-        if has.any():
-            loss = loss + span_weight * share * (ce(start[has], span_y[has, 0]) + ce(end[has], span_y[has, 1])) / 2
-        if (~has).any():
-            loss = loss + span_weight * (1 - share) * bce(span_scores(start[~has], end[~has], mask[~has])[0], y[~has])
-        return loss
     return loss + span_weight * (ce(start, span_y[:, 0], ignore_index=-100)
                                  + ce(end, span_y[:, 1], ignore_index=-100)) / 2
 
@@ -206,10 +184,6 @@ class FrozenBottom:
                 for r, (k, row, n) in enumerate(zip(chunk, h, lengths, strict=True)):
                     self.states[k], self.text_masks[k] = row[:n].clone(), text[r, :n].clone()
 
-    def logits(self, reader: Any, keys: Sequence[tuple[str, str]]) -> Any:
-        """The top layers, pooler and classifier of `reader` over the cached bottom states (with grad)."""
-        return self.scores(reader, keys)[0]
-
     def scores(self, reader: Any, keys: Sequence[tuple[str, str]]) -> tuple[Any, Any, Any, Any]:
         """(classifier logits, start logits, end logits, text mask) over the cached bottom states (with grad); the
         span parts None when the reader has no span head."""
@@ -235,12 +209,8 @@ class FrozenBottom:
 def train_epochs(reader: Any, train: Sequence[Sequence[Any]], cfg: Any,
                  bottom: FrozenBottom, after_epoch: Any = None, epochs: int | None = None) -> list[float]:
     """Fine-tune the reader's top layers for `epochs` (default cfg.max_epochs), calling after_epoch(epoch) after
-    each; returns the mean loss per epoch. Seeded shuffles; AdamW with weight decay, linear warmup and decay.
-    Pairs are (question, text, target[, span target]) (router_train/reader/targets.py): with a span head, pairs
-    carrying a span target train it towards that span, the others its margin."""
+    each; returns the mean loss per epoch. Seeded shuffles; AdamW with weight decay, linear warmup and decay."""
     import torch
-
-    from router_train.reader.targets import span_token_targets
 
     epochs = epochs or cfg.max_epochs
     bottom.freeze(reader)
@@ -249,8 +219,6 @@ def train_epochs(reader: Any, train: Sequence[Sequence[Any]], cfg: Any,
     params = [p for p in model.parameters() if p.requires_grad]
     if reader.has_spans:  # the span margin is trained as a second logit of the same target
         params += list(reader.span_head.parameters())
-    spans = reader.has_spans and any(len(p) > 3 and p[3] is not None for p in train)
-    span_y = torch.tensor(span_token_targets(reader, train), dtype=torch.long) if spans else None
     steps_per_epoch = (len(train) + cfg.batch_size - 1) // cfg.batch_size
     total = steps_per_epoch * epochs
     warmup = max(1, int(cfg.warmup_share * total))
@@ -269,8 +237,7 @@ def train_epochs(reader: Any, train: Sequence[Sequence[Any]], cfg: Any,
             batch = [train[i] for i in idx]
             y = torch.tensor([b[2] for b in batch], dtype=torch.float32)
             cls, begin, end, text = bottom.scores(reader, [(b[0], b[1]) for b in batch])
-            loss = reader_loss(reader, cls, begin, end, text, y, None if span_y is None else span_y[idx], 1.0,
-                               margin_for_missing=True)
+            loss = reader_loss(reader, cls, begin, end, text, y, None, 1.0)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -126,6 +126,7 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
     from router_train.reader.chat_reading import load_chat_sources
     from router_train.reader.checks import check_reading_questions
     from router_train.reader.reading_data import load_reading_data
+    from tiermem.models.cache import copy_verified
     from tiermem.models.floors import read_pretrain_meta
     from tiermem.models.model_dir import check_model_dir, refuse_output_over_input
     from tiermem.models.specs import cache_root, setup_cpu_threads
@@ -164,7 +165,7 @@ def pretrain(cfg: ReaderPretrainConfig) -> dict[str, Any]:
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         if entry is not None:
-            pretrain_cache.copy_out(entry, out)  # each file checked against its digest as it is copied
+            copy_verified(entry, out)  # each file checked against its digest as it is copied
     meta = read_pretrain_meta(cfg.output_dir, need=pretrain_cache.NEEDED)
     return {"output_dir": cfg.output_dir, "cache_hit": hit,
             "cache_key": key, "heldout": meta["heldout"], "train_pairs": meta["train_pairs"],

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tiermem.models.cache import check_entry, copy_verified, publish, seal
+from tiermem.models.cache import check_entry, publish, seal
 from tiermem.models.floors import ReaderFileError, load_floor, read_pretrain_meta
 from tiermem.settings.errors import ConfigError
 
@@ -51,10 +51,6 @@ def store(tmp: Path, entry: Path) -> None:
     seal(tmp)
     if not publish(tmp, entry):
         _say(f"another run stored {entry} first (verified): using its entry")
-
-
-def copy_out(entry: Path, out: Path) -> None:
-    copy_verified(entry, out)
 
 
 def weights_digest(model_dir: Path) -> str:

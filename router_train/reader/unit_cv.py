@@ -1,10 +1,6 @@
-"""The unit reader's model selection: cross-validation over the train + validation conversations (fold_groups).
-
-For each fold a reader is fine-tuned on the other folds' pairs and scores the held-out conversations' router units
-after every epoch (out-of-fold unit logits). For each (layers, epochs, targets, text scores, pooling, head
-target, text weight) a head over the serve-time signals and the pooled unit logits is fitted on the other
-conversations and ranks the held-out one; the best mean AUROC wins (fold spread reported, beside the signals-only
-head's). The test split is never read."""
+"""The unit reader's model selection: cross-validation over the train + validation conversations (fold_groups);
+per fold a reader fine-tuned on the other folds, per grid point a head fitted on the other conversations; the best
+mean AUROC wins (fold spread reported, beside the signals-only head's). The test split is never read."""
 
 from __future__ import annotations
 
@@ -16,22 +12,16 @@ from typing import Any
 import numpy as np
 
 from labeling.dataset import domain_of
+from serving.routers.unit_reader import TEXT_SCORES
+from serving.signals import FEATURES, feature_matrix
 from tiermem import contract
 from tiermem.models.cross_encoder import CrossEncoder
+from tiermem.models.logistic import fit_logistic
 from tiermem.settings.errors import DataError
 
 from .finetune import FrozenBottom, train_epochs
-from .targets import head_targets, pairs, parse_targets, targets_name
-from .unit_head import (
-    column_names,
-    first_text_feature,
-    fit_head,
-    head_inputs,
-    head_score,
-    read_units,
-    reads_spans,
-    signal_inputs,
-)
+from .targets import LEXICAL, pairs
+from .unit_head import column_names, head_inputs, head_score, read_units
 from .unit_inputs import fresh_reader, question_key
 
 log = logging.getLogger(__name__)
@@ -48,16 +38,14 @@ def escalate(rows: Sequence[dict[str, Any]]) -> np.ndarray:
 
 
 def loco_scores(rows: list[dict[str, Any]], x: np.ndarray, text_weight: float, l2: float,
-                text_columns: bool, fit_y: np.ndarray | None = None) -> dict[str, float | None]:
-    """conv -> AUROC (against the labels) of a head fitted on the other conversations' rows (towards `fit_y`,
-    default the labels), scoring this one's."""
+                text_columns: bool) -> dict[str, float | None]:
+    """conv -> AUROC of a head fitted on the other conversations' rows, scoring this one's."""
     y = escalate(rows)
-    fit_y = y if fit_y is None else fit_y
     conv = np.array([r["conv_id"] for r in rows])
     out: dict[str, float | None] = {}
     for c in sorted(set(conv)):
         fit_on, held = conv != c, conv == c
-        head = fit_head(x[fit_on], fit_y[fit_on], l2, column_names(x))
+        head = fit_logistic(x[fit_on], y[fit_on], column_names(x), l2)
         score = head_score(head, x[held], text_weight) if text_columns else head.log_odds(x[held])
         out[str(c)] = auroc_or_none(score.tolist(), (y[held] > 0.5).tolist())
     return out
@@ -97,17 +85,12 @@ def fold_groups(records: list[dict[str, Any]], train_convs: set[str], n_folds: i
     return [g for g in ([held] if held else []) + groups if g]
 
 
-def target_settings(cfg: Any) -> list[str]:
-    """The target settings CV compares (targets.targets_name), lexical first."""
-    return [targets_name(source, spans) for source in cfg.target_sources for spans in cfg.span_targets]
-
-
 def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str]
                    ) -> tuple[dict, dict, dict]:
     """(out-of-fold unit logits: (layers, epochs, targets) -> (conv, qid) -> logits, the CV table, (layers, epochs,
     targets) -> the reader weights of the fold trained on exactly `train_convs`, if there is one). Records: the
     natural ones of cv_splits. Layers 0 is the base as it is (zero-shot: the same logits in every fold, nothing
-    fitted on them; its targets "none")."""
+    fitted on them; its targets "none", a fine-tuned reader's "lexical")."""
     import copy
 
     convs = sorted({str(r["conv_id"]) for r in records})
@@ -126,59 +109,55 @@ def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str
                         folds["zero-shot"]["wall_s"])
             continue
         bottom = None
-        for targets in target_settings(cfg):
-            source, spans = parse_targets(targets)
-            for e in range(1, cfg.max_epochs + 1):
-                oof[(layers, e, targets)] = {}
-            for group in fold_groups(records, train_convs, cfg.cv_folds):
-                started = time.perf_counter()
-                held = [r for r in records if str(r["conv_id"]) in group]
-                rest = [r for r in records if str(r["conv_id"]) not in group]
-                train = pairs(rest, cfg.target, cfg.deep_negatives, source, spans, cfg.deep_positives)
-                reader = fresh_reader(cfg)
-                bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
-                is_final = {str(r["conv_id"]) for r in rest} == train_convs
+        for e in range(1, cfg.max_epochs + 1):
+            oof[(layers, e, LEXICAL)] = {}
+        for group in fold_groups(records, train_convs, cfg.cv_folds):
+            started = time.perf_counter()
+            held = [r for r in records if str(r["conv_id"]) in group]
+            rest = [r for r in records if str(r["conv_id"]) not in group]
+            train = pairs(rest, cfg.deep_negatives, cfg.deep_positives)
+            reader = fresh_reader(cfg)
+            bottom = bottom or FrozenBottom(reader, layers)  # frozen weights: shared by every fold
+            is_final = {str(r["conv_id"]) for r in rest} == train_convs
 
-                def after_epoch(epoch: int, reader: CrossEncoder = reader, held: list = held,
-                                is_final: bool = is_final, key: tuple[int, str] = (layers, targets)):
-                    logits = read_units(reader, held)
-                    oof[(key[0], epoch, key[1])].update({question_key(r): row
-                                                         for r, row in zip(held, logits, strict=True)})
-                    if is_final:
-                        snapshots[(key[0], epoch, key[1])] = copy.deepcopy(
-                            (reader.model.state_dict(), reader.span_head.state_dict() if reader.has_spans else None))
+            def after_epoch(epoch: int, reader: CrossEncoder = reader, held: list = held,
+                            is_final: bool = is_final, layers: int = layers):
+                logits = read_units(reader, held)
+                oof[(layers, epoch, LEXICAL)].update({question_key(r): row
+                                                      for r, row in zip(held, logits, strict=True)})
+                if is_final:
+                    snapshots[(layers, epoch, LEXICAL)] = copy.deepcopy(
+                        (reader.model.state_dict(), reader.span_head.state_dict() if reader.has_spans else None))
 
-                losses = train_epochs(reader, train, cfg, bottom, after_epoch)
-                name = f"{layers} layer(s), {targets}, held out {'+'.join(group)}"
-                folds[name] = {"held_out": group, "train_pairs": len(train), "held_questions": len(held),
-                               "loss_by_epoch": losses,
-                               "wall_s": round(time.perf_counter() - started, 1)}
-                log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
-                            folds[name]["wall_s"])
+            losses = train_epochs(reader, train, cfg, bottom, after_epoch)
+            name = f"{layers} layer(s), {LEXICAL}, held out {'+'.join(group)}"
+            folds[name] = {"held_out": group, "train_pairs": len(train), "held_questions": len(held),
+                           "loss_by_epoch": losses,
+                           "wall_s": round(time.perf_counter() - started, 1)}
+            log.warning("unit-reader CV %s: %d pairs, losses %s, %.0f s", name, len(train), losses,
+                        folds[name]["wall_s"])
     labeled = [r for r in records if r["label"] in contract.ACTIONS]
-    signals = signal_inputs(labeled)
+    signals = feature_matrix([r["question"] for r in labeled], [r["router_summaries"] for r in labeled])
     domains = {str(r["conv_id"]): domain_of(r) for r in labeled}
     table: dict[str, Any] = {"folds": folds, "signals_only": summary(loco_scores(labeled, signals, 0.0, cfg.l2,
                                                                                   False), domains), "grid": []}
     spans_read = any(len(u) > 1 for row in next(iter(oof.values())).values() for u in row)
-    scores = [t for t in cfg.text_scores if spans_read or not reads_spans(t)]
+    scores = [t for t in cfg.text_scores if spans_read or 1 not in TEXT_SCORES[t]]  # 1: the span margin
     if not scores:
         raise DataError(f"text_scores {cfg.text_scores} all read the span margin, and the base {cfg.base!r} has no "
                         "span head")
-    fit_targets = {t: np.array(head_targets(labeled, t)) for t in cfg.head_targets}
     for (layers, epoch, targets), by_key in oof.items():
         logits = [by_key[question_key(r)] for r in labeled]
         for text_scores in scores:
             for pooling in cfg.poolings:
                 x = head_inputs(labeled, logits, pooling, text_scores)
-                text_alone = [-v for v in first_text_feature(x)]  # high = answered
-                for head_target, fit_y in fit_targets.items():
-                    for w in cfg.text_weights:
-                        table["grid"].append({
-                            "finetune_layers": layers, "epochs": epoch, "targets": targets, "head_target": head_target,
-                            "text_scores": text_scores, "pooling": pooling, "text_weight": w,
-                            **summary(loco_scores(labeled, x, w, cfg.l2, True, fit_y), domains),
-                            "text_alone_auroc": auroc_or_none(text_alone, (escalate(labeled) > 0.5).tolist())})
+                text_alone = [-v for v in x[:, len(FEATURES)]]  # the first text feature, a max: high = answered
+                for w in cfg.text_weights:
+                    table["grid"].append({
+                        "finetune_layers": layers, "epochs": epoch, "targets": targets, "head_target": "label",
+                        "text_scores": text_scores, "pooling": pooling, "text_weight": w,
+                        **summary(loco_scores(labeled, x, w, cfg.l2, True), domains),
+                        "text_alone_auroc": auroc_or_none(text_alone, (escalate(labeled) > 0.5).tolist())})
     return oof, table, snapshots
 
 
@@ -202,11 +181,11 @@ def choose(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def candidates(table: dict[str, Any]) -> list[dict[str, Any]]:
-    """The best grid point of each (layers, epochs, targets, text scores): what each fine-tuning step, target
-    setting and each of the reader's scores adds, zero-shot first."""
-    best: dict[tuple[int, int, str, str, str], dict[str, Any]] = {}
+    """The best grid point of each (layers, epochs, targets, text scores): what each fine-tuning step and each of
+    the reader's scores adds, zero-shot first."""
+    best: dict[tuple[int, int, str, str], dict[str, Any]] = {}
     for g in table["grid"]:
-        k = (*point_key(g), g.get("text_scores", "classifier"), g.get("head_target", "label"))
+        k = (*point_key(g), g.get("text_scores", "classifier"))
         if g["mean"] is not None and (k not in best or g["mean"] > best[k]["mean"]):
             best[k] = g
     return [{k: v for k, v in best[key].items() if k != "per_conversation"} for key in sorted(best)]

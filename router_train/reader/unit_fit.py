@@ -1,10 +1,6 @@
-"""The unit reader's final fit at the settings CV chose (`point`: a grid point of the CV table).
-
-The final reader is the CV fold that trained on exactly the train split at the chosen epoch when there is one (the
-model CV measured), else the base fine-tuned once more on the train split. Its head is fitted on the train split's
-out-of-fold unit logits: a reader's logits on its own training questions are overconfident, so a head fitted on
-them would overweight the text; validation stays clean for calibrate. The base reader's own best head is kept beside
-it (what fine-tuning adds), and every CV question's out-of-fold router score is written for calibrate."""
+"""The unit reader's final fit at the settings CV chose (`point`: a grid point of the CV table): the final reader,
+its head on out-of-fold unit logits (docs/DESIGN.md, "Notes by module"), the base reader's own best head beside it,
+and every CV question's out-of-fold router score for calibrate."""
 
 from __future__ import annotations
 
@@ -12,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from serving.routers.unit_reader import ZERO_SHOT_HEAD_FILE
 from tiermem.models.cross_encoder import CrossEncoder
-from tiermem.models.logistic import LogisticModel
+from tiermem.models.logistic import LogisticModel, fit_logistic
 
 from .finetune import FrozenBottom, train_epochs
-from .targets import head_targets, pairs, parse_targets
-from .unit_cv import choose, point_key
-from .unit_head import fit_head, head_inputs, head_names, head_score, zero_shot_entry
+from .targets import pairs
+from .unit_cv import choose, escalate, point_key
+from .unit_head import head_inputs, head_names, head_score
 from .unit_inputs import fresh_reader, question_key
 
 Record = dict[str, Any]
@@ -27,8 +24,7 @@ Record = dict[str, Any]
 def final_reader(cfg: Any, train_records: list[Record], chosen: tuple[int, int, str], snapshots: dict,
                  table: dict[str, Any], train_convs: set[str]) -> tuple[CrossEncoder, list[float], int]:
     """(the reader at the chosen (layers, epochs, targets), its loss by epoch, the train split's pair count)."""
-    source, spans = parse_targets(chosen[2]) if chosen[0] > 0 else ("lexical", False)
-    final_pairs = pairs(train_records, cfg.target, cfg.deep_negatives, source, spans, cfg.deep_positives)
+    final_pairs = pairs(train_records, cfg.deep_negatives, cfg.deep_positives)
     reader = fresh_reader(cfg)
     losses: list[float] = []
     if chosen in snapshots:
@@ -50,18 +46,19 @@ def final_head(cfg: Any, rows: list[Record], oof: dict, point: dict[str, Any]) -
     """The head at `point`, fitted on the labeled train records' out-of-fold unit logits."""
     x = head_inputs(rows, [oof[point_key(point)][question_key(r)] for r in rows], point["pooling"],
                     point["text_scores"])
-    return fit_head(x, np.array(head_targets(rows, point.get("head_target", "label"))), cfg.l2,
-                    head_names(point["pooling"], point["text_scores"]))
+    return fit_logistic(x, escalate(rows), head_names(point["pooling"], point["text_scores"]), cfg.l2)
 
 
 def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dict) -> dict[str, Any]:
-    """The base reader's own best head, for the run's `extra` (`zero_shot`, `zero_shot_head`), when CV chose a
-    fine-tuned reader; {} otherwise."""
+    """The base reader's own best head, for the run's `extra` (`zero_shot`, `zero_shot_head`: its file written by
+    UnitReaderRouter.save), when CV chose a fine-tuned reader; {} otherwise."""
     zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
     if not zero_shot:
         return {}
     point = choose({"grid": zero_shot})
-    return {"zero_shot": zero_shot_entry(point), "zero_shot_head": final_head(cfg, rows, oof, point)}
+    entry = {"head": ZERO_SHOT_HEAD_FILE, **{k: point[k] for k in ("pooling", "text_weight", "text_scores")},
+             "cv_mean": point["mean"]}
+    return {"zero_shot": entry, "zero_shot_head": final_head(cfg, rows, oof, point)}
 
 
 def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[str, Any]) -> dict[str, Any]:
@@ -72,11 +69,11 @@ def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[st
 
     logits = [oof[point_key(best)][question_key(r)] for r in records]
     x = head_inputs(records, logits, best["pooling"], best["text_scores"])
-    y = np.array(head_targets(records, best.get("head_target", "label")))  # loco fits on labeled rows only
+    y = escalate(records)  # loco fits on labeled rows only
     names = head_names(best["pooling"], best["text_scores"])
 
     def score_held(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
-        return head_score(fit_head(x[fit], y[fit], cfg.l2, names), x[held], best["text_weight"])
+        return head_score(fit_logistic(x[fit], y[fit], names, cfg.l2), x[held], best["text_weight"])
 
     settings = {k: best[k] for k in ("finetune_layers", "epochs", "targets", "head_target", "text_scores", "pooling",
                                      "text_weight")}

@@ -9,18 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from serving.routers.unit_reader import (
-    TEXT_SCORES,
-    ZERO_SHOT_HEAD_FILE,
-    CrossEncoder,
-    UnitReaderRouter,
-    head_matrix,
-    head_parts,
-    text_features,
-    unit_logits,
-)
-from serving.signals import FEATURES, feature_matrix
-from tiermem.models.logistic import LogisticModel, fit_logistic
+from serving.routers.unit_reader import CrossEncoder, head_matrix, head_parts, text_features, unit_logits
+from serving.signals import FEATURES
+from tiermem.models.logistic import LogisticModel
 
 Record = dict[str, Any]
 
@@ -30,26 +21,11 @@ def read_units(reader: CrossEncoder, records: Sequence[Record]) -> list[list[tup
     return unit_logits(reader, [r["question"] for r in records], [r["router_summaries"] for r in records])
 
 
-def signal_inputs(records: Sequence[Record]) -> np.ndarray:
-    """The serve-time signals alone (the signals-only head CV compares against)."""
-    return feature_matrix([r["question"] for r in records], [r["router_summaries"] for r in records])
-
-
 def head_inputs(records: Sequence[Record], logits: Sequence[Sequence[Any]], pooling: str,
                 text_scores: str) -> np.ndarray:
     """The head's rows: the serve-time signals, then the pooling's text features of each reader score read."""
     return head_matrix([r["question"] for r in records], [r["router_summaries"] for r in records], logits, pooling,
                        text_scores)
-
-
-def reads_spans(text_scores: str) -> bool:
-    """Whether these text scores read the span margin (a base with a span head only)."""
-    return 1 in TEXT_SCORES[text_scores]
-
-
-def first_text_feature(x: np.ndarray) -> np.ndarray:
-    """The head inputs' first text feature (a max over the units: high = some unit answers)."""
-    return x[:, len(FEATURES)]
 
 
 def head_names(pooling: str, text_scores: str) -> list[str]:
@@ -62,23 +38,8 @@ def column_names(x: np.ndarray) -> list[str]:
     return [*FEATURES, *[f"text{i}" for i in range(x.shape[1] - len(FEATURES))]]
 
 
-def fit_head(x: np.ndarray, y: np.ndarray, l2: float, names: Sequence[str]) -> LogisticModel:
-    """The logistic head over `x` towards `y` (serving.signals.fit_logistic, balanced classes)."""
-    return fit_logistic(x, y, names, l2)
-
-
 def head_score(head: LogisticModel, x: np.ndarray, text_weight: float) -> np.ndarray:
     """The router's score of head inputs `x`: bias + signals + text_weight x the text part."""
     return head_parts(head, x, text_weight)[0]
 
 
-def unit_router(reader: CrossEncoder, head: LogisticModel, point: dict[str, Any]) -> UnitReaderRouter:
-    """The router of `reader` and `head` at a CV grid point's pooling, text weight and text scores."""
-    return UnitReaderRouter(reader, head, point["pooling"], point["text_weight"], text_scores=point["text_scores"])
-
-
-def zero_shot_entry(point: dict[str, Any]) -> dict[str, Any]:
-    """What the router's metadata keeps of the base reader's own head (`extra.zero_shot`, its file written by
-    UnitReaderRouter.save from `extra.zero_shot_head`)."""
-    return {"head": ZERO_SHOT_HEAD_FILE, "pooling": point["pooling"], "text_weight": point["text_weight"],
-            "text_scores": point["text_scores"], "cv_mean": point["mean"]}

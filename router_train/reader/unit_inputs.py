@@ -15,7 +15,6 @@ def natural_records(data: str, split: str) -> list[dict[str, Any]]:
     reader and field checks: RecordError naming file or record and field), so a bad record stops the stage before
     any training, never after the whole cross-validation."""
     from labeling.dataset import action_label, load_split, record_key, summary_units, text
-    from labeling.teacher import teacher_decision
     from labeling.unit_targets import check_unit_targets
 
     rows = [r for r in load_split(data, split) if not r.get("augmentation") and not r.get("error")]
@@ -30,7 +29,6 @@ def natural_records(data: str, split: str) -> list[dict[str, Any]]:
         summary_units(r, where)
         action_label(r, where)
         check_unit_targets(r["unit_targets"], where)
-        teacher_decision(r.get("teacher"), where)  # the head's target under head_targets teacher
     return rows
 
 

@@ -8,14 +8,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from serving.routers.unit_reader import POOLINGS, TEXT_SCORES
+from serving.routers.unit_reader import POOLINGS, TEXT_SCORES, UnitReaderRouter
 from tiermem import contract
 from tiermem.settings.errors import ConfigError, stage_main
 
-from .targets import HEAD_TARGETS, TARGET_SOURCES
 from .unit_cv import auroc_or_none, candidates, choose, cross_validate, escalate, point_key
 from .unit_fit import final_head, final_reader, out_of_fold_scores, zero_shot_head
-from .unit_head import unit_router
 from .unit_inputs import load_splits, pretraining_of
 
 
@@ -27,15 +25,6 @@ class UnitReaderConfig:
     # the reader's starting point: the reader-pretrain checkpoint (an answerability cross-encoder), or any encoder
     # (a model spec: packaged:, hub id, directory)
     base: str = "runs/reader_pretrain"
-    target: str = "recall"  # recall: the unit's answer recall (soft BCE) | s_ok: its one-unit evidence verdict
-    # candidates CV chooses among (router_train/reader/targets.py): lexical (the target above), judged (a careful
-    # reading's unit verdict where the label run read judgments, the lexical target elsewhere), both (their mean)
-    target_sources: list[str] = field(default_factory=lambda: ["lexical"])
-    # candidates: false | true = judged units also train the span head towards their quoted span (or no answer)
-    span_targets: list[bool] = field(default_factory=lambda: [False])
-    # candidates: label = the head is fitted on the labels | teacher = on the recorded teacher decisions' confidence
-    # (a label run with judgments; the label where a row has none). CV scores both against the labels
-    head_targets: list[str] = field(default_factory=lambda: ["label"])
     # deeper units (rank > top_k, train split) per question kept as negatives, highest-ranked first; every deeper
     # positive is kept
     deep_negatives: int = 3
@@ -69,17 +58,6 @@ class UnitReaderConfig:
         from labeling.dataset import data_paths
 
         data_paths(self.data)
-        if self.target not in ("recall", "s_ok"):
-            raise ConfigError(f"target must be recall or s_ok, got {self.target!r}")
-        bad = [t for t in self.target_sources if t not in TARGET_SOURCES]
-        if bad or not self.target_sources or len(set(self.target_sources)) != len(self.target_sources):
-            raise ConfigError(f"target_sources must be distinct names from {TARGET_SOURCES}, got {self.target_sources}")
-        if (not self.span_targets or len(set(self.span_targets)) != len(self.span_targets)
-                or any(not isinstance(v, bool) for v in self.span_targets)):
-            raise ConfigError(f"span_targets must be distinct true/false values, got {self.span_targets}")
-        bad = [t for t in self.head_targets if t not in HEAD_TARGETS]
-        if bad or not self.head_targets or len(set(self.head_targets)) != len(self.head_targets):
-            raise ConfigError(f"head_targets must be distinct names from {HEAD_TARGETS}, got {self.head_targets}")
         bad = [p for p in self.poolings if p not in POOLINGS]
         if bad or not self.poolings:
             raise ConfigError(f"poolings must be names from {sorted(POOLINGS)}, got {self.poolings}")
@@ -128,7 +106,8 @@ def _train(cfg: UnitReaderConfig) -> dict[str, Any]:
     final_rows = [r for r in by_split[cfg.train_split] if r["label"] in contract.ACTIONS]
     chosen = point_key(best)
     reader, losses, train_pairs = final_reader(cfg, by_split[cfg.train_split], chosen, snapshots, table, train_convs)
-    router = unit_router(reader, final_head(cfg, final_rows, oof, best), best)
+    router = UnitReaderRouter(reader, final_head(cfg, final_rows, oof, best), best["pooling"], best["text_weight"],
+                              text_scores=best["text_scores"])
     metrics: dict[str, Any] = {"cv": {k: v for k, v in table.items() if k != "grid"}, "chosen": best,
                                "cv_by_finetuning": candidates(table)}
     for split in cfg.eval_splits:  # through the serving scorer

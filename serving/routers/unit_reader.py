@@ -101,8 +101,7 @@ def head_matrix(questions: Sequence[str], summaries: Sequence[Summaries], logits
     cols = TEXT_SCORES[text_scores]
 
     def column(row: Sequence[Any], col: int) -> list[float]:
-        values = [u if isinstance(u, int | float) and col == 0 else u[col] for u in row]
-        return values
+        return [u if isinstance(u, int | float) and col == 0 else u[col] for u in row]
 
     try:
         text = [[v for col in cols for v in pooled(column(row, col), pooling)] for row in logits]

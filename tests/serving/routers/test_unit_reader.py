@@ -121,7 +121,7 @@ def test_one_scorer_for_the_stage_eval_calibrate_and_serve(trained, tmp_path):
 def test_pairs_keep_router_units_deeper_positives_and_the_top_near_misses():
     row = _records("train", 1, 3, True)[0]
     row["unit_targets"] += [dict(row["unit_targets"][-1], unit_id=f"n{i}", rank=5 + i) for i in range(4)]
-    got = pairs([row], "recall", deep_negatives=2)
+    got = pairs([row], deep_negatives=2)
     k = len(row["router_summaries"])
     deeper = row["unit_targets"][k:]
     kept_negatives = [u for u in deeper if u["answer_recall"] == 0.0][:2]
