@@ -41,37 +41,6 @@ def recorded_teacher(decision: Any) -> TeacherOutput:
                          confidence=decision.confidence, source=FORMAT)
 
 
-def teacher_decision(value: Any, where: str) -> Any:
-    """A label record's `teacher` field (TeacherOutput.to_dict as JSON, or null): a TeacherDecision when one was given
-    and read, else None; a field of another shape is a RecordError naming `where` and the field."""
-    import json
-
-    from labeling.dataset import RecordError
-    from labeling.judgments.format import TeacherDecision
-
-    if value is None:
-        return None
-    at = f"{where}: field 'teacher'"
-    if not isinstance(value, str):
-        raise RecordError(f"{at} must be a JSON string or null, got {type(value).__name__}")
-    try:
-        obj = json.loads(value)
-    except (json.JSONDecodeError, RecursionError):
-        raise RecordError(f"{at} is not JSON: {value[:80]!r}") from None
-    if not isinstance(obj, dict):
-        raise RecordError(f"{at} must hold a JSON object, got {type(obj).__name__}")
-    if obj.get("action") not in contract.ACTIONS:
-        raise RecordError(f"{at}: 'action' must be one of {list(contract.ACTIONS)}, got {obj.get('action')!r}")
-    parsed_ok, confidence = obj.get("parsed_ok", True), obj.get("confidence")
-    if not isinstance(parsed_ok, bool):
-        raise RecordError(f"{at}: 'parsed_ok' must be true or false, got {parsed_ok!r}")
-    if confidence is None:
-        return None
-    if isinstance(confidence, bool) or not isinstance(confidence, int) or not 1 <= confidence <= 5:
-        raise RecordError(f"{at}: 'confidence' must be an integer 1..5 or null, got {confidence!r}")
-    return TeacherDecision(obj["action"], confidence, "") if parsed_ok else None
-
-
 def templated_rationale(label: str, answer_recall: float | None, sufficiency: dict[str, Any] | None) -> str:
     """A label-consistent reason: the sufficiency judge's reason when it agrees, else a template."""
     if sufficiency and sufficiency.get("parsed_ok") and sufficiency.get("reason"):

@@ -19,8 +19,6 @@ from tiermem.settings.errors import ConfigError, MissingFileError
 
 FORMAT, VERSION = "tiermem-judgments", 1
 VERDICTS = ("yes", "no", "partial")
-# A unit's judged verdict as a reader target: partly stating the answer is half of stating it.
-VERDICT_TARGET = {"yes": 1.0, "partial": 0.5, "no": 0.0}
 MATCH_OUTCOMES = ("matched", "no_judgment", "question_differs", "units_differ")
 
 
