@@ -44,10 +44,6 @@ class MemoryConfig:
     # the router is not a unit reader with its own
     answerer: str = "auto"
     reader: str = "runs/reader_pretrain"
-    # verified write-back after an escalation (benchmark runs keep tier 1 fixed: off by default)
-    write_back: bool = False
-    writeback_skip_similarity: float = 0.92
-    writeback_update_similarity: float = 0.8
 
     def __post_init__(self) -> None:
         if self.summaries not in ("imported", "extractive"):
@@ -72,8 +68,6 @@ class MemoryConfig:
                 raise ConfigError(f"memory.{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0 < self.keep_ratio <= 1:
             raise ConfigError(f"memory.keep_ratio must be in (0, 1], got {self.keep_ratio!r}")
-        if not self.writeback_update_similarity <= self.writeback_skip_similarity:
-            raise ConfigError("writeback_update_similarity must be <= writeback_skip_similarity")
 
     def tier_fields(self) -> dict[str, Any]:
         keys = ["page_tokens", "tokenizer", "summaries", "summarizer", "embedder"]

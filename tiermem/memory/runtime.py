@@ -35,7 +35,6 @@ from tiermem.memory.extractive import (
 from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates, with_similarity
 from tiermem.memory.memory_config import MemoryConfig
 from tiermem.memory.policies import (
-    LinkedQuote,
     PathCost,
     ResearchResult,
     SummaryResult,
@@ -60,7 +59,6 @@ from tiermem.memory.tier_build import (
 )
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
-from tiermem.memory.writeback import WriteBack, write_back
 from tiermem.models.specs import spec_digest
 from tiermem.runs.safe_io import write_atomic
 
@@ -103,7 +101,6 @@ class RuntimeAnswer:
     router_error: str | None = None  # the router's own failure (it then escalates, flagged)
     summary: SummaryResult | None = None
     research: ResearchResult | None = None
-    writeback: list[WriteBack] = field(default_factory=list)
     error: str | None = None
     # grounding (tiermem.memory.grounding): `answer` is the LM's reply (`answer_source` "lm") or, when that reply
     # was unusable for `fallback_reason`, the extractive quote ("extractive"); `evidence` is the quote it rests on.
@@ -308,11 +305,6 @@ class MemoryRuntime:
                              "memory")
         return np.load(path, allow_pickle=False)
 
-    def _save_tier1_root(self) -> None:
-        """After a write-back: the manifest's tier-1 root hash follows the index (written atomically)."""
-        self.manifest["tier1_root_hash"] = self._require().summaries.root_hash()
-        write_atomic(self.workdir / MANIFEST, json.dumps(self.manifest, indent=2))
-
     @classmethod
     def open_or_build(cls, root: str | Path, conv: Conversation, cfg: MemoryConfig | None = None,
                       share_turn_vectors: bool = False, **kwargs: Any) -> MemoryRuntime:
@@ -414,8 +406,6 @@ class MemoryRuntime:
         else:
             out.research = self.research_path(question, retrieved)
             out.answer, out.cost, out.error = out.research.answer, out.research.cost, out.research.error
-            if self.cfg.write_back and out.error is None:
-                out.writeback = self.write_back(out.research.linked)
         if out.error is None and not extractive:  # an LLM error stays an error: no quote is passed off as its answer
             self._ground(out, memory)
         out.elapsed_s = time.perf_counter() - began
@@ -460,10 +450,3 @@ class MemoryRuntime:
             step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
             structured=cfg.structured_steps, turn_k=cfg.turn_k,
         )
-
-    def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:
-        """Verified write-back of the linked facts into tier 1 (tiermem.memory.writeback)."""
-        actions = write_back(self._require(), quotes, self.cfg)
-        if any(a.action != "skip" for a in actions):
-            self._save_tier1_root()
-        return actions
