@@ -35,7 +35,6 @@ class MemoryConfig:
     max_snippets: int = 8
     step_max_tokens: int = 384
     answer_max_tokens: int = 48
-    structured_steps: bool = True  # research's integrate/plan replies held to their JSON Schemas (policies.py)
     # An LM answer that is empty, a fragment or foreign to what was read is replaced by the best-matching quote
     # (tiermem.memory.grounding); "none" keeps the LM's reply whatever it is (the quote is still attached).
     answer_fallback: str = "extractive"

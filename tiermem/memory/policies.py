@@ -301,15 +301,15 @@ def research_policy(
     memory: TwoTierMemory, question: str | Question, llm: LLM, retrieved: Sequence[RetrievedUnit],
     max_rounds: int = 3, *, pages_per_round: int = 2, keyword_k: int = 3, search_k: int = 3,
     max_searches: int = 3, max_snippets: int = 8, step_max_tokens: int = 384, answer_max_tokens: int = 48,
-    structured: bool = True, turn_k: int = TURN_CANDIDATES,
+    turn_k: int = TURN_CANDIDATES,
 ) -> ResearchResult:
     """Escalation: read the pages behind the retrieved summaries plus BM25 hits, then up to `max_rounds`
     rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches), then answer.
 
     Stops on DONE, on a round with no unread page, after `max_rounds`, or on an unparseable reply (counted
     in `parse_failures`; the answer still uses what was found). Queries and pages are deduplicated.
-    `structured` sends the steps' JSON Schemas (INTEGRATE_SCHEMA, PLAN_SCHEMA) with their calls; `turn_k` turns
-    ranked by BM25 and the turn embeddings add their pages to the first round (0: pages only).
+    The steps' calls send their JSON Schemas (INTEGRATE_SCHEMA, PLAN_SCHEMA); `turn_k` turns ranked by BM25 and the
+    turn embeddings add their pages to the first round (0: pages only).
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -339,7 +339,7 @@ def research_policy(
             read.extend(batch)
             new_pages = memory.raw.get_many(batch)
             facts = parse_facts_reply(meter.chat(llm, integrate_messages(q, date, quotes, new_pages), step_max_tokens,
-                                                 INTEGRATE_SCHEMA if structured else None))
+                                                 INTEGRATE_SCHEMA))
             if facts is None:
                 parse_failures += 1
                 stop = "integrate_unparseable"
@@ -361,7 +361,7 @@ def research_policy(
             if rnd == max_rounds:
                 break
             plan = parse_plan_reply(meter.chat(llm, plan_messages(q, date, quotes, searches), step_max_tokens,
-                                               PLAN_SCHEMA if structured else None))
+                                               PLAN_SCHEMA))
             if plan is None:
                 parse_failures += 1
                 stop = "plan_unparseable"

@@ -448,5 +448,5 @@ class MemoryRuntime:
             pages_per_round=cfg.pages_per_round,
             keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
             step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
-            structured=cfg.structured_steps, turn_k=cfg.turn_k,
+            turn_k=cfg.turn_k,
         )
