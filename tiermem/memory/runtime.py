@@ -1,9 +1,6 @@
-"""The memory runtime: ingest a conversation into its two tiers, then answer questions through a router.
-
-A workdir holds one conversation's tiers: `raw.db` (tier 2), `tier1/summaries.db` (tier 1) and
-`manifest.json`, written last. Ingestion builds everything in a temporary sibling directory and renames
-it into place, so a crash or an LLM error never leaves a half-ingested workdir behind.
-"""
+"""The memory runtime: ingest a conversation into its two tiers (`raw.db`, `tier1/summaries.db`, `manifest.json`
+written last, all built in a temporary sibling directory renamed into place, so a crash never leaves a half-ingested
+workdir), then answer questions through a router."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Tier 1: summary units linked to the raw pages and turns they came from, with dense retrieval.
-
-Units and their embeddings live in one SQLite file next to the raw store; the embedding matrix is loaded once and
-searched in memory: a question costs one query embedding, never a corpus re-embedding.
-"""
+"""Tier 1: summary units linked to the raw pages and turns they came from, with dense retrieval. Units and their
+embeddings live in one SQLite file; the matrix is loaded once and searched in memory (a question: one embedding)."""
 
 from __future__ import annotations
 
