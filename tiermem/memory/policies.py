@@ -325,7 +325,6 @@ def research_policy(
             facts = parse_facts_reply(meter.chat(llm, integrate_messages(q, date, quotes, new_pages), step_max_tokens,
                                                  INTEGRATE_SCHEMA))
             if facts is None:
-                parse_failures += 1
                 stop = "integrate_unparseable"
                 break
             search_space = new_pages + memory.raw.get_many(read[: -len(batch)])
@@ -347,7 +346,6 @@ def research_policy(
             plan = parse_plan_reply(meter.chat(llm, plan_messages(q, date, quotes, searches), step_max_tokens,
                                                PLAN_SCHEMA))
             if plan is None:
-                parse_failures += 1
                 stop = "plan_unparseable"
                 break
             if not plan:
@@ -363,6 +361,7 @@ def research_policy(
                     enqueue([pid for u in memory.search_summaries(search.query, search_k) for pid in u.page_ids])
                 else:
                     enqueue(memory.search_pages(search.query, keyword_k))
+        parse_failures = int(stop.endswith("_unparseable"))  # an unparseable reply ends the rounds
         linked = [x for x in quotes if x.page_id is not None]
         snippets = select_snippets(q, memory.raw.get_many(read), linked, max_snippets)
         answer = clean_answer(meter.chat(llm, research_messages(q, date, linked, snippets), answer_max_tokens))

@@ -260,9 +260,3 @@ class RawPageStore:
 
     def close(self) -> None:
         self._conn.close()
-
-    def __enter__(self) -> RawPageStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

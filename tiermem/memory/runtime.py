@@ -12,6 +12,7 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -199,7 +200,7 @@ class MemoryRuntime:
         self.workdir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.workdir.name}.tmp-", dir=self.workdir.parent))
         try:
-            with RawPageStore(tmp / "raw.db") as raw:
+            with closing(RawPageStore(tmp / "raw.db")) as raw:
                 raw.append(pages)
                 root_hash = raw.root_hash()
             if progress:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_verify_reports_deleted_pages(tmp_path):
     assert n >= 3
     _sql(workdir / "raw.db", "DROP TRIGGER pages_no_delete", "DELETE FROM pages WHERE page_index = 1",
          f"DELETE FROM pages WHERE page_index = {n - 1}")
-    with RawPageStore(workdir / "raw.db") as raw:
+    with closing(RawPageStore(workdir / "raw.db")) as raw:
         problems = raw.verify({conv.conv_id: n})
     assert f"{conv.conv_id}:p0001 (missing)" in problems and f"{conv.conv_id}:p{n - 1:04d} (missing)" in problems
     with pytest.raises(StoreError, match="tier-2 integrity check failed"):
