@@ -15,12 +15,12 @@ from tiermem.memory.grounding import Evidence, _Candidate, extractive_answer, su
 from tiermem.memory.policies import PathCost, ResearchResult, SummaryResult, first_round_pages, question_text
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
-from tiermem.models.floors import CALIBRATE, FLOOR_FILE, load_floor
+from tiermem.models.floors import load_floor
 from tiermem.settings.errors import ConfigError, MissingFileError
 from tiermem.text.sentences import sentence_spans
 
 ANSWERERS = ("extractive", "llm", "auto")
-__all__ = ["CALIBRATE", "FLOOR_FILE", "load_floor"]  # the one reader of floors is tiermem.models.floors
+__all__ = ["load_floor"]  # the one reader of floors is tiermem.models.floors
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:
