@@ -2,9 +2,7 @@
 
 from tiermem.data.conversations import (
     SAMPLE_PATH,
-    Conversation,
     DataError,
-    Question,
     Turn,
     load_conversations,
     load_locomo,
@@ -13,9 +11,7 @@ from tiermem.data.conversations import (
 
 __all__ = [
     "SAMPLE_PATH",
-    "Conversation",
     "DataError",
-    "Question",
     "Turn",
     "load_conversations",
     "load_locomo",

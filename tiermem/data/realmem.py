@@ -1,29 +1,6 @@
-"""RealMem histories as they are (`<Person>_dialogues_*.json`): one long user-assistant conversation per person.
-
-What the file holds and what the loader makes of it:
-- Sessions are not stored in time order: they are sorted by their date (`current_time`, "2025-12-19 (Friday)"),
-  stably, so sessions of one day keep their file order. Turn ids say session and position after that sort:
-  `S12:3` is the third turn of the twelfth session (1-based, like LoCoMo's `D12:3`).
-- Every turn is kept, queries and replies too: a later request may need what was said in an earlier one.
-- A query turn (`is_query`) is a question asked *as of* itself (`Question.asked_before` is its own turn id): the
-  memory it reads holds only the turns before it. Its category (`category_name`), `session_type` and `topic` are
-  kept; its gold evidence is the source turns of the memory points the next (Assistant) turn used
-  (`memory_used`), and its gold answer the text of those points, one per line (`Question.points` keeps them apart).
-- A memory point's source turn is never earlier than the turn that says it: the snapshot's turn
-  (`source_content_snapshot`, nearest to `source_turn` if several) only where that turn's speaker is the point's
-  role (`source_role_snapshot`: about one point in nine carries another turn's snapshot, often an earlier one);
-  else the turn of the role in its session that states the point (by content words, the latest of equals); else
-  the session's end. `Conversation.load_notes` counts each way.
-- The Assistant's reply to a query is kept (`Question.reply`): what the request's label reads.
-- The session's `extracted_memory` points are the conversation's own Tier 1 (`Conversation.summaries`, unit id
-  `S12:m3`: the twelfth session's third point; the files' own `index` repeats), each linked to its source turn; a
-  point with no source is linked to its whole session (it is read once the session has ended).
-- A point whose content is structured (an itinerary as an object or a list) is its JSON text
-  (`points_structured`); a point of a session whose turns are all empty links to nothing and is left out
-  (`points_in_empty_sessions`); a query turn with no text asks nothing and is left out (`queries_empty`).
-A malformed file stops with one DataError naming the file, the session and the field; every file a folder holds is
-read through the checked reader (tiermem.data.textfile.read_json_file: a regular file, size and depth bounded).
-"""
+"""RealMem histories as they are (`<Person>_dialogues_*.json`): one long user-assistant conversation per person
+(what the loader makes of them: docs/formats.md); a malformed file stops with one DataError naming the file, the
+session and the field. Every file a folder holds is read through tiermem.data.textfile.read_json_file."""
 
 from __future__ import annotations
 
@@ -125,7 +102,12 @@ STATES_SHARE = 0.5  # a turn states a point when it holds at least this share of
 
 def _source_turn(point: dict[str, Any], text: str, contents: list[tuple[str, str]], where: str
                  ) -> tuple[int | None, str]:
-    """(0-based index of the turn that says the point, or None: the session's end; how it was found)."""
+    """(0-based index of the turn that says the point, or None: the session's end; how it was found).
+
+    Never earlier than the turn that first states it: the snapshot's turn (nearest to `source_turn`) only where that
+    turn's speaker is the point's role (about one point in nine carries another turn's snapshot, often an earlier
+    one); else the turn of the role that states it (by content words, the latest of equals); else the session's end.
+    """
     source = point.get("source_turn")
     if source is not None and (isinstance(source, bool) or not isinstance(source, int)):
         raise DataError(f"{where}: field 'source_turn' must be an integer, got {type(source).__name__}")

@@ -1,11 +1,10 @@
 """The LLM layer: one interface, two real backends (local transformers, OpenAI-compatible HTTP)."""
 
-from tiermem.llm.base import LLM, CallParams, ChatResult, LLMConfig, LLMError, LLMStats, Messages
+from tiermem.llm.base import LLM, LLMConfig, LLMError
 from tiermem.llm.cache import ResponseCache
 from tiermem.llm.scripted import ScriptedLLM
 
-__all__ = ["LLM", "CallParams", "ChatResult", "LLMConfig", "LLMError", "LLMStats", "Messages",
-           "ResponseCache", "ScriptedLLM", "build_llm"]
+__all__ = ["LLM", "LLMConfig", "LLMError", "ResponseCache", "ScriptedLLM", "build_llm"]
 
 
 def build_llm(cfg: LLMConfig) -> LLM:

@@ -1,22 +1,6 @@
-"""The extractive answerer: the reader picks the sentence of what was read that answers the question.
-
-The packaged 135M LM costs most of `ask`'s seconds and adds little: the quote grounding falls back to is usually
-the answer. So on the embedded default (`memory.answerer: auto` with the packaged local model) no LM is called:
-
-- ANSWER: the sentences of the top-k summary units; ESCALATE: the sentences of the pages the raw index gives
-  (tiermem.memory.policies.first_round_pages: first the pages of the turns the reader scores best among the few
-  dozen that BM25 and the turn embeddings rank first, then time range, provenance links of the retrieved
-  units, BM25; at most max_rounds x pages_per_round pages), all scored against the question by the answerability
-  cross-encoder in one batch (`date: speaker: sentence`, the unit reader's own view of an extractive summary unit).
-- The best-scored sentence is the answer, shown with its speaker, date and turn (relative dates made absolute); a
-  reader that predicts spans (`best_spans`) answers with its span of that sentence, the sentence kept as the quote.
-- Under the reader's calibrated floor (router_train.reader.answer_floor) nothing read states the answer: the ANSWER path
-  escalates once (the router's false cache hit is caught here), and the memory is said not to state it when the
-  pages do not either.
-
-Which reader: the router's own when the router is a unit reader (its run directory holds its floor), else the
-directory `memory.reader` names (a `make reader-pretrain` checkpoint).
-"""
+"""The extractive answerer (README, `ask`): the answerability reader scores the sentences of what was read; the best
+one answers, and under the reader's calibrated floor the ANSWER path escalates once and the memory is said not to
+state it. The reader: the router's own when it is a unit reader, else the directory `memory.reader` names."""
 
 from __future__ import annotations
 
@@ -31,12 +15,12 @@ from tiermem.memory.grounding import Evidence, _Candidate, extractive_answer, su
 from tiermem.memory.policies import PathCost, ResearchResult, SummaryResult, first_round_pages, question_text
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import RetrievedUnit, absolutize, day_of
-from tiermem.models.floors import CALIBRATE, FLOOR_FILE, load_floor
+from tiermem.models.floors import load_floor
 from tiermem.settings.errors import ConfigError, MissingFileError
 from tiermem.text.sentences import sentence_spans
 
 ANSWERERS = ("extractive", "llm", "auto")
-__all__ = ["CALIBRATE", "FLOOR_FILE", "load_floor"]  # the one reader of floors is tiermem.models.floors
+__all__ = ["load_floor"]  # the one reader of floors is tiermem.models.floors
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:

@@ -1,17 +1,6 @@
-"""Grounding an answer in what was read: the quote it rests on, and an extractive answer when the LM's is unusable.
-
-The packaged 135M answerer often replies with an empty string, a fragment that mimics the prompt's excerpt
-format ("(17 March 2024) Tomas:") or words found nowhere in what it was shown. Such a reply is no answer, so
-the runtime falls back to the best-matching sentence of what the path read (the raw pages for research, the
-retrieved summary units for the summary path), quoted verbatim with its speaker and date. Every answer, the
-LM's or the extractive one, carries that quote, so a user can always check it against the conversation.
-
-Matching is deterministic: question (and, for an LM answer, answer) content words, folded by `tiermem.text.words.stem`
-and weighted by their inverse frequency among the candidate sentences, plus the sentence's cosine similarity to
-the question under the memory's own embedder, which breaks the ties lexical matching leaves ("What breed is
-Pepper?" shares only "Pepper" with every sentence about the dog; "A three-year-old border collie called Pepper"
-is the nearest in meaning).
-"""
+"""Grounding an answer in what was read: the quote it rests on, and an extractive answer when the LM's is unusable
+(the best-matching sentence of what the path read, verbatim with speaker and date; docs/DESIGN.md, "Research steps
+the small model can keep, and answers that rest on a quote")."""
 
 from __future__ import annotations
 
@@ -131,14 +120,8 @@ def _idf(candidates: Sequence[_Candidate]) -> dict[str, float]:
 
 
 def ranked(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> list[_Candidate]:
-    """The candidate sharing the most (idf-weighted) content words with the question, and with `answer` when it
-    is given (its words count double: the quote shown under an LM answer should contain that answer), plus
-    SIMILARITY_WEIGHT times its similarity to the question; question words elsewhere in its turn count
-    CONTEXT_WEIGHT, and a "when" question adds TIME_BONUS to a sentence that names a time.
-
-    A candidate matches when it shares a word or is at least MIN_SIMILARITY similar. Ties go to the shorter
-    sentence (more focused), then to the earlier one. Best first; those that do not match are left out.
-    """
+    """The matching candidates, best first: idf-weighted words shared with the question (and doubled, with `answer`:
+    the quote under an LM answer should contain it), plus context, similarity and time; ties to the shorter one."""
     idf = _idf(candidates)
     # the people talking are named all over their conversation ("Hey Nate!"): their names only count as context
     # (a sentence of the turn they speak or are named in), never as the match itself
@@ -174,17 +157,9 @@ def extractive_answer(cand: _Candidate) -> str:
 
 def unusable_reason(answer: str | None, question: str, read_text: str,
                     speakers: Iterable[str] = (), support_text: str | None = None) -> str | None:
-    """Why an LM answer cannot be shown as the answer, or None when it can.
-
-    "empty": nothing (or only punctuation); "fragment": only the excerpt format's date/marker/speaker
-    prefixes, or a turn id; "copied excerpt": the prompt's excerpt format ("(date) Speaker: ..." or "[n] ...")
-    reproduced, i.e. a line of the notes copied rather than an answer; "echo": nothing beyond the question's own
-    words; "not in what was read": none of its words occur in what the answerer was shown (an abstention such
-    as "not mentioned" lands here too); "no time": a "when" question answered without a date or time word;
-    "unsupported": fewer than half its words occur in `support_text` (the sentences that best match the question,
-    when given): a reply assembled from elsewhere in the pages ("Piper is a border collie" for a question about
-    the vet's diet). A reply starting with yes or no answers a yes/no question.
-    """
+    """Why an LM answer cannot be shown as the answer, or None when it can. "not in what was read" also catches an
+    abstention ("not mentioned"); "unsupported": fewer than half its words in `support_text` (the best-matching
+    sentences), a reply assembled from elsewhere ("Piper is a border collie" for a question about the vet's diet)."""
     text = (answer or "").strip()
     if not normalize(text):
         return "empty"
@@ -232,11 +207,8 @@ class Grounded:
 
 
 def ground(question: str, lm_answer: str | None, candidates: Sequence[_Candidate]) -> Grounded:
-    """Keep a usable LM answer with the quote that best supports it; else answer with the best-matching quote.
-
-    The vocabulary an answer may draw on is the candidates' text plus their dates (the answer prompts show both).
-    With no candidate matching the question, an unusable LM answer stays as it is, flagged, without evidence.
-    """
+    """Keep a usable LM answer with the quote that best supports it; else answer with the best-matching quote (with
+    none matching, an unusable LM answer stays as it is, flagged, without evidence)."""
     def text(cands: Sequence[_Candidate], dated: bool = True) -> str:  # what the prompts showed: sentence, date
         return " ".join(f"{c.evidence.quote} {c.resolved} {c.evidence.date if dated and c.evidence.date else ''}"
                         for c in cands)

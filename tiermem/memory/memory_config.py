@@ -2,78 +2,53 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from tiermem.memory.extractive import answerer_mode
-from tiermem.settings.errors import ConfigError
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
+
+# the counts' declared ranges: a 0 would silently become a default further down, a negative count slices from the end
+ZERO_OR_MORE = {"ge": 0}
 
 
 @dataclass
 class MemoryConfig:
     # tier building (these fields, with the conversation, key the tier cache)
-    page_tokens: int = 1000
+    page_tokens: int = field(default=1000, metadata=AT_LEAST_ONE)
     tokenizer: str = "packaged:smollm2-135m-instruct"  # model spec whose tokenizer sizes pages, or "whitespace"
     # Tier 1: "imported" (the conversation's own summary units when it brings them, e.g. RealMem's memory points;
     # else built by `summarizer`) | "extractive" (always built from the raw turns by `summarizer`)
-    summaries: str = "imported"
-    summarizer: str = "extractive"  # "extractive" (fast, deterministic) | "llm" (fact extraction)
-    keep_ratio: float = 0.3  # extractive: share of a page's sentences kept
-    max_units_per_page: int = 16  # extractive
-    summarizer_max_tokens: int = 512  # llm
+    summaries: Literal["imported", "extractive"] = "imported"
+    summarizer: Literal["extractive", "llm"] = "extractive"  # "extractive" (fast, deterministic) | "llm" (facts)
+    keep_ratio: float = field(default=0.3, metadata={"gt": 0, "le": 1})  # extractive: share of sentences kept
+    max_units_per_page: int = field(default=16, metadata=AT_LEAST_ONE)  # extractive
+    summarizer_max_tokens: int = field(default=512, metadata=AT_LEAST_ONE)  # llm
     embedder: str = "packaged:all-minilm-l6-v2"  # a model spec, or "hashing" (lexical, model-free)
     # answering
-    top_k: int = 5
-    fixed_policy: str = "summary"  # without a router: "summary" (always ANSWER) | "research" (always ESCALATE)
-    max_rounds: int = 3
-    pages_per_round: int = 2
-    keyword_k: int = 3
+    top_k: int = field(default=5, metadata=AT_LEAST_ONE)
+    # without a router: "summary" (always ANSWER) | "research" (always ESCALATE)
+    fixed_policy: Literal["summary", "research"] = "summary"
+    max_rounds: int = field(default=3, metadata={"ge": 1, "le": 3})  # bounded research
+    pages_per_round: int = field(default=2, metadata=AT_LEAST_ONE)
+    keyword_k: int = field(default=3, metadata=ZERO_OR_MORE)
     # turns research ranks by BM25 and the turn embeddings fused (and the reader scores, on the extractive path):
     # their pages join the first round, the reader's best first (tiermem.memory.turns); 0 = rank pages only
-    turn_k: int = 36
-    search_k: int = 3
-    max_snippets: int = 8
-    step_max_tokens: int = 384
-    answer_max_tokens: int = 48
-    structured_steps: bool = True  # research's integrate/plan replies held to their JSON Schemas (policies.py)
+    turn_k: int = field(default=36, metadata=ZERO_OR_MORE)
+    search_k: int = field(default=3, metadata=ZERO_OR_MORE)
+    max_snippets: int = field(default=8, metadata=ZERO_OR_MORE)
+    step_max_tokens: int = field(default=384, metadata=AT_LEAST_ONE)
+    answer_max_tokens: int = field(default=48, metadata=AT_LEAST_ONE)
     # An LM answer that is empty, a fragment or foreign to what was read is replaced by the best-matching quote
     # (tiermem.memory.grounding); "none" keeps the LM's reply whatever it is (the quote is still attached).
-    answer_fallback: str = "extractive"
+    answer_fallback: Literal["extractive", "none"] = "extractive"
     # who answers (tiermem.memory.extractive): "extractive" (the reader picks the sentence, no LM), "llm", or "auto"
     # (extractive on the packaged local model, generation on any other); `reader` is the reader's directory when
     # the router is not a unit reader with its own
-    answerer: str = "auto"
+    answerer: Literal["extractive", "llm", "auto"] = "auto"
     reader: str = "runs/reader_pretrain"
-    # verified write-back after an escalation (benchmark runs keep tier 1 fixed: off by default)
-    write_back: bool = False
-    writeback_skip_similarity: float = 0.92
-    writeback_update_similarity: float = 0.8
 
     def __post_init__(self) -> None:
-        if self.summaries not in ("imported", "extractive"):
-            raise ConfigError(f"memory.summaries must be 'imported' or 'extractive', got {self.summaries!r}")
-        if self.summarizer not in ("extractive", "llm"):
-            raise ConfigError(f"summarizer must be 'extractive' or 'llm', got {self.summarizer!r}")
-        if self.answer_fallback not in ("extractive", "none"):
-            raise ConfigError(f"answer_fallback must be 'extractive' or 'none', got {self.answer_fallback!r}")
-        answerer_mode(self.answerer, None, None)  # a bad setting fails at load, whatever the model
-        if self.fixed_policy not in ("summary", "research"):
-            raise ConfigError(f"fixed_policy must be 'summary' or 'research', got {self.fixed_policy!r}")
-        if not 1 <= self.max_rounds <= 3:
-            raise ConfigError(f"max_rounds must be 1..3 (bounded research), got {self.max_rounds}")
-        positive = ("page_tokens", "top_k", "pages_per_round", "max_units_per_page", "summarizer_max_tokens",
-                    "step_max_tokens", "answer_max_tokens")
-        for name in positive:  # 0 would silently become a default further down; negatives slice from the end
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"memory.{name} must be an integer >= 1, got {value!r}")
-        for name in ("keyword_k", "search_k", "max_snippets", "turn_k"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"memory.{name} must be >= 0, got {getattr(self, name)!r}")
-        if not 0 < self.keep_ratio <= 1:
-            raise ConfigError(f"memory.keep_ratio must be in (0, 1], got {self.keep_ratio!r}")
-        if not self.writeback_update_similarity <= self.writeback_skip_similarity:
-            raise ConfigError("writeback_update_similarity must be <= writeback_skip_similarity")
+        check_declared(self, "memory.")
 
     def tier_fields(self) -> dict[str, Any]:
         keys = ["page_tokens", "tokenizer", "summaries", "summarizer", "embedder"]

@@ -1,9 +1,6 @@
 """The two answer paths: summary-only (tier 1) and bounded multi-hop research over raw pages (tier 2).
-
-Costs are priced so a cached rerun prices a path the same as the original run: `wall_s` is the time
-measured outside LLM calls plus each call's recorded latency (a cache hit keeps its original latency).
-An LLMError ends a path with `answer=None` and the error recorded; it is never turned into an answer.
-"""
+`wall_s` is the time outside LLM calls plus each call's recorded latency, so a cached rerun costs what the original
+run did; an LLMError ends a path with `answer=None` and the error recorded, never turned into an answer."""
 
 from __future__ import annotations
 
@@ -43,12 +40,9 @@ PLAN_SYSTEM = (
     "'summary' searches short notes by meaning; 'keyword' searches the raw conversation by words."
 )
 
-# The replies' JSON Schemas. Sent with each step call: the local backend decodes only what they allow
-# (tiermem.llm.constrained), an OpenAI-compatible server gets them as structured output (vLLM's
-# `structured_outputs`, or `response_format` with llm.structured=openai), so even the packaged 135M model's
-# replies parse. The bounds keep a constrained reply inside step_max_tokens (384): a small model held to valid
-# JSON otherwise fills every string to the token limit and is cut off mid-reply; each held token also costs
-# the enforcer's step (~0.1 s on 2 CPU cores), so the bounds are `ask`'s seconds too.
+# The replies' JSON Schemas, sent with each step call (docs/DESIGN.md, "Research steps the small model can keep").
+# The bounds keep a constrained reply inside step_max_tokens (384): a small model held to valid JSON otherwise fills
+# every string to the token limit; each held token also costs the enforcer's step (~0.1 s on 2 CPU cores).
 _TEXT = {"type": "string", "maxLength": 100}  # a sentence; 2 facts of 2 such strings stay under ~150 tokens
 INTEGRATE_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["facts"],
@@ -258,16 +252,11 @@ def _interleave(*orders: Sequence[str]) -> list[str]:
 def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
                       pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None,
                       reader: Any = None, turn_k: int = TURN_CANDIDATES, needed: int | None = None) -> list[str]:
-    """The pages the research policy reads in its first round; they depend on retrieval only, not on any LLM.
-
-    Interleaves the signals (dense summaries' provenance, BM25 over raw pages, and the pages of the best turns by
-    BM25 and the turn embeddings fused, tiermem.memory.turns) so a small pages_per_round still reads the best of
-    each. With a `reader` (a cross-encoder's `logits`), the `turn_k` best turns are scored against the question and
-    the pages of the best-scored ones are read first (one round's worth). A question that names a time reads the
-    pages of that time too, first and then every other slot: words cannot find a day's page ("Where is Paola going
-    on 16.01.2024?"), its timestamp can. `needed` (<= pages_per_round): the caller reads only that many pages, so
-    where provenance fills them the turns are not ranked (nor embedded).
-    """
+    """The pages research reads in its first round (retrieval only, no LLM): summaries' provenance, BM25 pages and
+    the pages of the best turns (tiermem.memory.turns) interleaved, so a small pages_per_round reads the best of each.
+    A `reader` (a cross-encoder) puts the pages of its best-scored turns first; a question naming a time reads that
+    time's pages in every other slot (words cannot find "16.01.2024", a timestamp can). `needed`: the caller reads
+    only that many pages, so where provenance fills them the turns are not ranked (nor embedded)."""
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
     provenance = None
@@ -301,16 +290,11 @@ def research_policy(
     memory: TwoTierMemory, question: str | Question, llm: LLM, retrieved: Sequence[RetrievedUnit],
     max_rounds: int = 3, *, pages_per_round: int = 2, keyword_k: int = 3, search_k: int = 3,
     max_searches: int = 3, max_snippets: int = 8, step_max_tokens: int = 384, answer_max_tokens: int = 48,
-    structured: bool = True, turn_k: int = TURN_CANDIDATES,
+    turn_k: int = TURN_CANDIDATES,
 ) -> ResearchResult:
-    """Escalation: read the pages behind the retrieved summaries plus BM25 hits, then up to `max_rounds`
-    rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches), then answer.
-
-    Stops on DONE, on a round with no unread page, after `max_rounds`, or on an unparseable reply (counted
-    in `parse_failures`; the answer still uses what was found). Queries and pages are deduplicated.
-    `structured` sends the steps' JSON Schemas (INTEGRATE_SCHEMA, PLAN_SCHEMA) with their calls; `turn_k` turns
-    ranked by BM25 and the turn embeddings add their pages to the first round (0: pages only).
-    """
+    """Escalation: up to `max_rounds` rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches)
+    over the first round's pages and the searches' pages, then answer. Stops on DONE, on a round with no unread page,
+    or on an unparseable reply (counted in `parse_failures`; the answer still uses what was found)."""
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
     meter = _Meter()
@@ -339,9 +323,8 @@ def research_policy(
             read.extend(batch)
             new_pages = memory.raw.get_many(batch)
             facts = parse_facts_reply(meter.chat(llm, integrate_messages(q, date, quotes, new_pages), step_max_tokens,
-                                                 INTEGRATE_SCHEMA if structured else None))
+                                                 INTEGRATE_SCHEMA))
             if facts is None:
-                parse_failures += 1
                 stop = "integrate_unparseable"
                 break
             search_space = new_pages + memory.raw.get_many(read[: -len(batch)])
@@ -361,9 +344,8 @@ def research_policy(
             if rnd == max_rounds:
                 break
             plan = parse_plan_reply(meter.chat(llm, plan_messages(q, date, quotes, searches), step_max_tokens,
-                                               PLAN_SCHEMA if structured else None))
+                                               PLAN_SCHEMA))
             if plan is None:
-                parse_failures += 1
                 stop = "plan_unparseable"
                 break
             if not plan:
@@ -379,6 +361,7 @@ def research_policy(
                     enqueue([pid for u in memory.search_summaries(search.query, search_k) for pid in u.page_ids])
                 else:
                     enqueue(memory.search_pages(search.query, keyword_k))
+        parse_failures = int(stop.endswith("_unparseable"))  # an unparseable reply ends the rounds
         linked = [x for x in quotes if x.page_id is not None]
         snippets = select_snippets(q, memory.raw.get_many(read), linked, max_snippets)
         answer = clean_answer(meter.chat(llm, research_messages(q, date, linked, snippets), answer_max_tokens))

@@ -1,12 +1,6 @@
-"""Tier 2: immutable raw pages of conversation turns in an append-only SQLite store.
-
-A page holds turns up to `max_tokens` tokens of its rendered text, and never more: a turn too long for one page
-is cut at word boundaries (inside a word only when one word alone is too long) into pieces that each fill a page,
-and every piece keeps its turn's id, speaker, timestamp and session, so summaries of any of those pages link back
-to the turn and its pages. Rows
-cannot be updated or deleted through SQLite (triggers abort it) and each row carries the sha256 of its
-content, so `verify()` catches a page edited behind the store's back (e.g. with the triggers dropped).
-"""
+"""Tier 2: immutable raw pages of conversation turns in an append-only SQLite store (triggers abort an update or a
+delete; each row's sha256 lets `verify()` catch an edit behind the store's back). A turn too long for one page is cut
+at word boundaries into pieces that each keep its id, speaker, timestamp and session."""
 
 from __future__ import annotations
 
@@ -266,9 +260,3 @@ class RawPageStore:
 
     def close(self) -> None:
         self._conn.close()
-
-    def __enter__(self) -> RawPageStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

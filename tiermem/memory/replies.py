@@ -1,7 +1,5 @@
-"""The research steps' replies read back: the facts an integrate step found, the searches a plan step asks for.
-JSON is found by the one linear reader of LLM replies (tiermem.text.json_text), which bounds how much of a reply is
-read.
-"""
+"""The research steps' replies read back: the facts an integrate step found, the searches a plan step asks for,
+through the one linear, length-bounded reader of JSON in LLM replies (tiermem.text.json_text)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The memory runtime: ingest a conversation into its two tiers, then answer questions through a router.
-
-A workdir holds one conversation's tiers: `raw.db` (tier 2), `tier1/summaries.db` (tier 1) and
-`manifest.json`, written last. Ingestion builds everything in a temporary sibling directory and renames
-it into place, so a crash or an LLM error never leaves a half-ingested workdir behind.
-"""
+"""The memory runtime: ingest a conversation into its two tiers (`raw.db`, `tier1/summaries.db`, `manifest.json`
+written last, all built in a temporary sibling directory renamed into place, so a crash never leaves a half-ingested
+workdir), then answer questions through a router."""
 
 from __future__ import annotations
 
@@ -15,6 +12,7 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,7 +33,6 @@ from tiermem.memory.extractive import (
 from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates, with_similarity
 from tiermem.memory.memory_config import MemoryConfig
 from tiermem.memory.policies import (
-    LinkedQuote,
     PathCost,
     ResearchResult,
     SummaryResult,
@@ -60,7 +57,6 @@ from tiermem.memory.tier_build import (
 )
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
-from tiermem.memory.writeback import WriteBack, write_back
 from tiermem.models.specs import spec_digest
 from tiermem.runs.safe_io import write_atomic
 
@@ -103,7 +99,6 @@ class RuntimeAnswer:
     router_error: str | None = None  # the router's own failure (it then escalates, flagged)
     summary: SummaryResult | None = None
     research: ResearchResult | None = None
-    writeback: list[WriteBack] = field(default_factory=list)
     error: str | None = None
     # grounding (tiermem.memory.grounding): `answer` is the LM's reply (`answer_source` "lm") or, when that reply
     # was unusable for `fallback_reason`, the extractive quote ("extractive"); `evidence` is the quote it rests on.
@@ -205,7 +200,7 @@ class MemoryRuntime:
         self.workdir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.workdir.name}.tmp-", dir=self.workdir.parent))
         try:
-            with RawPageStore(tmp / "raw.db") as raw:
+            with closing(RawPageStore(tmp / "raw.db")) as raw:
                 raw.append(pages)
                 root_hash = raw.root_hash()
             if progress:
@@ -308,11 +303,6 @@ class MemoryRuntime:
                              "memory")
         return np.load(path, allow_pickle=False)
 
-    def _save_tier1_root(self) -> None:
-        """After a write-back: the manifest's tier-1 root hash follows the index (written atomically)."""
-        self.manifest["tier1_root_hash"] = self._require().summaries.root_hash()
-        write_atomic(self.workdir / MANIFEST, json.dumps(self.manifest, indent=2))
-
     @classmethod
     def open_or_build(cls, root: str | Path, conv: Conversation, cfg: MemoryConfig | None = None,
                       share_turn_vectors: bool = False, **kwargs: Any) -> MemoryRuntime:
@@ -414,8 +404,6 @@ class MemoryRuntime:
         else:
             out.research = self.research_path(question, retrieved)
             out.answer, out.cost, out.error = out.research.answer, out.research.cost, out.research.error
-            if self.cfg.write_back and out.error is None:
-                out.writeback = self.write_back(out.research.linked)
         if out.error is None and not extractive:  # an LLM error stays an error: no quote is passed off as its answer
             self._ground(out, memory)
         out.elapsed_s = time.perf_counter() - began
@@ -458,12 +446,5 @@ class MemoryRuntime:
             pages_per_round=cfg.pages_per_round,
             keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
             step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
-            structured=cfg.structured_steps, turn_k=cfg.turn_k,
+            turn_k=cfg.turn_k,
         )
-
-    def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:
-        """Verified write-back of the linked facts into tier 1 (tiermem.memory.writeback)."""
-        actions = write_back(self._require(), quotes, self.cfg)
-        if any(a.action != "skip" for a in actions):
-            self._save_tier1_root()
-        return actions

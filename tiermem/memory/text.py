@@ -51,13 +51,8 @@ class QuoteLink:
 
 
 def link_quote(quote: str, pages: Sequence[object], fact: str = "") -> QuoteLink | None:
-    """Find the raw turn a model-written quote came from, never trusting ids the model wrote.
-
-    1. normalized exact match of the quote inside one turn (with or without its speaker prefix);
-    2. else the turn sharing the most content words with the quote (or the fact when the quote is
-       empty), if it shares at least half of them.
-    `pages` are raw-store Page objects (anything with `.page_id` and `.turns`).
-    """
+    """The raw turn a model-written quote came from (never trusting ids the model wrote): the one holding it exactly,
+    else the one sharing at least half of its content words (of `fact`'s when the quote is empty)."""
     needle = normalize(quote)
     if len(needle) >= 3 and content_words(quote):
         for page in pages:

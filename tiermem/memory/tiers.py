@@ -1,11 +1,6 @@
 """One conversation's two tiers opened together: raw pages, summary units, the BM25 page index and the turn index.
-
-Memory as of a question: `memory.as_of(turn_id)` is a view of the same tiers (nothing rebuilt) holding only what
-came before that turn. Its searches leave out every unit with a later source turn, every later turn, and every page
-that holds one for BM25 over pages; a page the question's turn falls in is read cut at it (reached through the turn
-index, a unit's provenance or a time range). No text of a later turn is returned or read through either path; only
-BM25's term statistics are the whole history's (one index per conversation).
-"""
+`as_of(turn_id)` is a view of the same tiers holding only what came before that turn (docs/formats.md, "Memory as of
+the question"); only BM25's term statistics are the whole history's."""
 
 from __future__ import annotations
 
@@ -46,7 +41,7 @@ class History:
         return self.position[turn_id]
 
     def unit_last(self, summaries: SummaryIndex) -> np.ndarray:
-        """Each unit's last source turn position (units added by write-back included; unknown turns: never)."""
+        """Each unit's last source turn position (unknown turns: never)."""
         if len(self._unit_last) != len(summaries.units):
             never = np.iinfo(np.int64).max
             self._unit_last = np.array([max((self.position.get(t, never) for t in u.turn_ids), default=never)

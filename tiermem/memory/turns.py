@@ -1,12 +1,6 @@
-"""Research that finds the turn: candidate turns ranked by BM25 and the embedding index over turns, fused
-by reciprocal rank, then (when a reader is given) the best few dozen scored against the question by the reader; the
-pages holding the best-scored turns are the pages research reads first.
-
-BM25 over whole pages lets a long page of small talk outrank the one line that answers; a turn is the unit a
-question's evidence names, so the ranking is done on turns and only then mapped back to pages. The turn vectors
-are embedded once, when a conversation is ingested (`turns.npy` beside the raw store, its sha256 in the manifest), or,
-for a memory system's own Tier 1 whose provenance research follows first, on demand: only the turns a ranking reads.
-"""
+"""Research that finds the turn: turns ranked by BM25 and the turn embeddings fused by reciprocal rank, the best few
+dozen scored by the reader when one is given, their pages read first (BM25 over whole pages lets a long page of
+small talk outrank the one line that answers). Turn vectors: docs/formats.md, "The turn-vector cache"."""
 
 from __future__ import annotations
 

@@ -246,9 +246,3 @@ def person_guard(question: str | None, cast: Cast | None = None) -> PersonGuard:
     if question is not None:
         cast._guards[question] = guard
     return guard
-
-
-def names_person(text: str, persons: Iterable[str], speakers: Sequence[str] | None = None) -> bool:
-    """Whether a unit is about one of `persons` (as written, no cast): `PersonGuard.about`."""
-    persons = tuple(fold(p) for p in persons)
-    return PersonGuard(persons, tuple((p, ()) for p in persons), ()).about(text, speakers)

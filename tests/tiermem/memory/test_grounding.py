@@ -1,4 +1,3 @@
-import dataclasses
 import json
 
 import pytest
@@ -158,25 +157,15 @@ def _responder(messages):
     return "the Riverside animal shelter"
 
 
-@pytest.mark.parametrize("structured", [True, False])
-def test_research_steps_send_their_schemas(tmp_path, example, structured):
+def test_research_steps_send_their_schemas(tmp_path, example):
     rt = build(tmp_path, example, _research_cfg())
     llm = _RecordingLLM(_responder)
-    r = research_policy(rt.memory, example.questions[0], llm, rt.retrieve(example.questions[0]), 3,
-                        structured=structured)
+    r = research_policy(rt.memory, example.questions[0], llm, rt.retrieve(example.questions[0]), 3)
     assert (r.stop_reason, r.parse_failures, len(r.linked)) == ("done", 0, 1)
-    expected = [INTEGRATE_SCHEMA, PLAN_SCHEMA, None] if structured else [None, None, None]
-    assert llm.schemas == expected  # the answer itself is free text
-
-
-def test_structured_steps_can_be_turned_off_in_the_runtime(tmp_path, example):
-    rt = build(tmp_path, example, _research_cfg(structured_steps=False))
+    assert llm.schemas == [INTEGRATE_SCHEMA, PLAN_SCHEMA, None]  # the answer itself is free text
     rt.llm = _RecordingLLM(_responder)
-    rt.answer(example.questions[0])
-    assert rt.llm.schemas == [None, None, None]
-    rt.cfg = dataclasses.replace(rt.cfg, structured_steps=True)
-    rt.answer(example.questions[0])
-    assert rt.llm.schemas[3:] == [INTEGRATE_SCHEMA, PLAN_SCHEMA, None]
+    rt.answer(example.questions[0])  # the runtime's research path sends them too
+    assert rt.llm.schemas == [INTEGRATE_SCHEMA, PLAN_SCHEMA, None]
 
 
 def test_a_reply_cut_off_by_max_tokens_keeps_its_whole_facts():

@@ -1,4 +1,5 @@
 import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -61,13 +62,13 @@ def test_pagination_is_deterministic_and_depends_on_budget():
 
 def test_store_round_trip_and_wal(tmp_path):
     pages = paginate("c", _turns(20), whitespace_tokens, 80)
-    with RawPageStore(tmp_path / "raw.db") as store:
+    with closing(RawPageStore(tmp_path / "raw.db")) as store:
         store.append(pages)
         assert len(store) == len(pages)
         assert store.verify() == []
         mode = store._conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
-    with RawPageStore(tmp_path / "raw.db") as store:  # reopened from disk
+    with closing(RawPageStore(tmp_path / "raw.db")) as store:  # reopened from disk
         again = store.pages("c")
         assert [(p.page_id, p.turns, p.token_count, p.sha256) for p in again] == [
             (p.page_id, p.turns, p.token_count, p.sha256) for p in pages
@@ -79,7 +80,7 @@ def test_store_round_trip_and_wal(tmp_path):
 
 def test_store_is_append_only(tmp_path):
     pages = paginate("c", _turns(20), whitespace_tokens, 80)
-    with RawPageStore(tmp_path / "raw.db") as store:
+    with closing(RawPageStore(tmp_path / "raw.db")) as store:
         store.append(pages[:2])
         with pytest.raises(sqlite3.DatabaseError, match="immutable"):
             with store._conn:
@@ -96,7 +97,7 @@ def test_store_is_append_only(tmp_path):
 def test_tamper_detection(tmp_path):
     pages = paginate("c", _turns(20), whitespace_tokens, 80)
     db = tmp_path / "raw.db"
-    with RawPageStore(db) as store:
+    with closing(RawPageStore(db)) as store:
         store.append(pages)
         root = store.root_hash()
     conn = sqlite3.connect(db)  # someone edits the file behind the store's back
@@ -104,7 +105,7 @@ def test_tamper_detection(tmp_path):
     conn.execute("UPDATE pages SET turns_json = replace(turns_json, 'w3x1', 'EDITED') WHERE page_id = 'c:p0000'")
     conn.commit()
     conn.close()
-    with RawPageStore(db) as store:
+    with closing(RawPageStore(db)) as store:
         assert store.verify() == ["c:p0000"]
         assert store.root_hash() == root  # the row hash is unchanged; verify() is what catches it
     conn = sqlite3.connect(db)  # opening the store put the trigger back; a new edit must drop it again
@@ -113,7 +114,7 @@ def test_tamper_detection(tmp_path):
                  "WHERE page_id = 'c:p0001'")
     conn.commit()
     conn.close()
-    with RawPageStore(db) as store:
+    with closing(RawPageStore(db)) as store:
         assert store.verify() == ["c:p0000", "c:p0001"] and store.root_hash() != root
 
 

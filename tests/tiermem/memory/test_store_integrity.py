@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_verify_reports_deleted_pages(tmp_path):
     assert n >= 3
     _sql(workdir / "raw.db", "DROP TRIGGER pages_no_delete", "DELETE FROM pages WHERE page_index = 1",
          f"DELETE FROM pages WHERE page_index = {n - 1}")
-    with RawPageStore(workdir / "raw.db") as raw:
+    with closing(RawPageStore(workdir / "raw.db")) as raw:
         problems = raw.verify({conv.conv_id: n})
     assert f"{conv.conv_id}:p0001 (missing)" in problems and f"{conv.conv_id}:p{n - 1:04d} (missing)" in problems
     with pytest.raises(StoreError, match="tier-2 integrity check failed"):
@@ -122,12 +123,16 @@ def test_injected_summary_row_with_a_valid_row_hash_is_caught_by_the_root(tmp_pa
 
 
 def test_summary_linked_to_a_missing_page_is_a_named_error(tmp_path):
-    from tiermem.memory.summaries import SummaryIndex, load_embedder_spec
+    from tiermem.memory.summaries import SummaryIndex, load_embedder_spec, unit_hash
 
     workdir, cfg, _ = _ingested(tmp_path)
     index = SummaryIndex(workdir / "tier1", load_embedder_spec("hashing"))
     unit = index.units[0]
-    index.replace(type(unit)(unit.unit_id, unit.text, ["nowhere:p9999"], unit.turn_ids, unit.date, unit.origin))
+    unit.page_ids = ["nowhere:p9999"]  # a consistent row (its own hash) that links to a page tier 2 lacks
+    (blob,) = index._conn.execute("SELECT embedding FROM units WHERE rowid = 1").fetchone()
+    with index._conn:
+        index._conn.execute("UPDATE units SET page_ids = ?, sha256 = ? WHERE rowid = 1",
+                            (json.dumps(unit.page_ids), unit_hash(unit, blob)))
     index.close()
     manifest = json.loads((workdir / "manifest.json").read_text())
     manifest["tier1_root_hash"] = SummaryIndex(workdir / "tier1", load_embedder_spec("hashing")).root_hash()

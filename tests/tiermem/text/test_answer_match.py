@@ -8,7 +8,7 @@ import pytest
 from labeling.answer_judges import LexicalJudge
 from labeling.evidence import answer_recall, units_about
 from tiermem.text.answer_match import canonical_numbers, find_dates, states
-from tiermem.text.persons import names_person, question_persons
+from tiermem.text.persons import PersonGuard, fold, question_persons
 
 
 def _one(text, base=None, order="DMY"):
@@ -102,6 +102,12 @@ def test_answer_recall_wrong_day_is_not_partly_right():
 def test_a_unit_dated_that_day_but_about_something_else_does_not_state_the_date():
     units = [{"text": "Ana: Let's make great memories tomorrow at the opening!", "date": "17 January 2024"}]
     assert answer_recall("18 January 2024", units, question="When did Ana sign the studio lease?") == 0.0
+
+
+def names_person(text, persons):
+    """Whether a unit is about one of `persons` as written (no cast)."""
+    persons = tuple(fold(p) for p in persons)
+    return PersonGuard(persons, tuple((p, ()) for p in persons), ()).about(text)
 
 
 def test_question_persons_and_units_about_them():
