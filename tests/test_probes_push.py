@@ -243,6 +243,50 @@ def test_push_in_offline_mode_exits_2_naming_hf_hub_offline(top1_run, tmp_path):
     assert TOKEN not in proc.stderr
 
 
+# ---- 18: write-back ids from a counter stored with the tier -----------------------------------------------------
+
+
+def test_write_back_ids_never_collide_after_an_update(tmp_path):
+    from tests.helpers.memory_runtime import CFG, build
+    from tiermem.data import load_conversations
+    from tiermem.memory.policies import LinkedQuote
+    from tiermem.memory.runtime import MemoryConfig
+
+    conv = load_conversations(None)[1]
+    cfg = MemoryConfig(**{**CFG.__dict__, "writeback_skip_similarity": 0.97, "writeback_update_similarity": 0.6})
+    rt = build(tmp_path, conv, cfg)
+    page = rt.memory.raw.pages()[0]
+    turn = page.turn_ids[0]
+
+    def write(fact: str):
+        return rt.write_back([LinkedQuote(fact, fact, page.page_id, turn, "exact", 1)])[0]
+
+    first = write("Zora keeps three tortoises named Ada, Bo and Cy in the garden")
+    assert first.action == "add"
+    updated = write("Zora keeps three tortoises named Ada, Bo and Cy in the garden shed")
+    assert updated.action == "update" and updated.unit_id == first.unit_id  # its origin is now writeback-update
+    second = write("The lighthouse keeper repaints the stairs every October")
+    assert second.action == "add" and second.unit_id != first.unit_id  # was: duplicate summary unit id(s)
+    rt.close()
+    rt = build(tmp_path, conv, cfg)  # reopened: the counter is stored with the tier
+    third = write("Quinn bought a red kayak for the lake trip")
+    assert third.action == "add" and third.unit_id not in (first.unit_id, second.unit_id)
+    ids = [u.unit_id for u in rt.memory.summaries.units]
+    assert len(ids) == len(set(ids))
+
+
+def test_an_index_from_before_the_counter_continues_above_its_highest_id(tmp_path):
+    from tiermem.memory.summaries import HashingEmbedder, SummaryIndex, SummaryUnit
+
+    index = SummaryIndex(tmp_path / "tier1", HashingEmbedder(64))
+    index.add([SummaryUnit("c:w0000", "a", [], [], None, "writeback-update"),
+               SummaryUnit("c:w0003", "b", [], [], None, "writeback")])
+    index._conn.execute("DELETE FROM counters")  # as an index written before counters existed
+    assert index.new_unit_id("c:w") == "c:w0004" and index.new_unit_id("c:w") == "c:w0005"
+    index.close()
+    assert SummaryIndex(tmp_path / "tier1", HashingEmbedder(64)).new_unit_id("c:w") == "c:w0006"
+
+
 # ---- 19: every stage runs from any working directory ------------------------------------------------------------
 
 

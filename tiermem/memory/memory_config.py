@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tiermem.settings.config import AT_LEAST_ONE, check_declared
+from tiermem.settings.errors import ConfigError
 
 # the counts' declared ranges: a 0 would silently become a default further down, a negative count slices from the end
 ZERO_OR_MORE = {"ge": 0}
@@ -46,9 +47,15 @@ class MemoryConfig:
     # the router is not a unit reader with its own
     answerer: Literal["extractive", "llm", "auto"] = "auto"
     reader: str = "runs/reader_pretrain"
+    # verified write-back after an escalation (benchmark runs keep tier 1 fixed: off by default)
+    write_back: bool = False
+    writeback_skip_similarity: float = field(default=0.92, metadata={"ge": -1, "le": 1})
+    writeback_update_similarity: float = field(default=0.8, metadata={"ge": -1, "le": 1})
 
     def __post_init__(self) -> None:
         check_declared(self, "memory.")
+        if not self.writeback_update_similarity <= self.writeback_skip_similarity:
+            raise ConfigError("memory.writeback_update_similarity must be <= memory.writeback_skip_similarity")
 
     def tier_fields(self) -> dict[str, Any]:
         keys = ["page_tokens", "tokenizer", "summaries", "summarizer", "embedder"]

@@ -33,6 +33,7 @@ from tiermem.memory.extractive import (
 from tiermem.memory.grounding import Evidence, ground, page_candidates, summary_candidates, with_similarity
 from tiermem.memory.memory_config import MemoryConfig
 from tiermem.memory.policies import (
+    LinkedQuote,
     PathCost,
     ResearchResult,
     SummaryResult,
@@ -49,22 +50,22 @@ from tiermem.memory.summaries import (
     load_embedder_spec,
 )
 from tiermem.memory.tier_build import (
+    TIERS_VERSION,
     TURN_VECTOR_CACHE,
     TURN_VECTOR_TOKENS,
     cached_turn_vectors,
     imported_units,
+    imports_units,
     save_turn_vectors,
+    tier_key,
 )
 from tiermem.memory.tiers import TwoTierMemory
 from tiermem.memory.turns import TURN_VECTORS, page_turns, turn_text
+from tiermem.memory.writeback import WriteBack, write_back
 from tiermem.models.specs import spec_digest
 from tiermem.runs.safe_io import write_atomic
 
 MANIFEST = "manifest.json"
-# Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
-TIERS_VERSION = "tiers/6"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers;
-# 5: the turn vectors research ranks turns with (turns.npy, its sha256 in the manifest); 6: turn vectors read a
-# turn's first TURN_VECTOR_TOKENS tokens; imported tier-1 units
 LONG_HISTORY_TURNS = 500  # a history this long shows progress bars while its tiers are built
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class RuntimeAnswer:
     router_error: str | None = None  # the router's own failure (it then escalates, flagged)
     summary: SummaryResult | None = None
     research: ResearchResult | None = None
+    writeback: list[WriteBack] = field(default_factory=list)
     error: str | None = None
     # grounding (tiermem.memory.grounding): `answer` is the LM's reply (`answer_source` "lm") or, when that reply
     # was unusable for `fallback_reason`, the extractive quote ("extractive"); `evidence` is the quote it rests on.
@@ -113,34 +115,6 @@ class RuntimeAnswer:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def conversation_hash(conv: Conversation) -> str:
-    blob = json.dumps([conv.conv_id, [asdict(t) for t in conv.turns]], ensure_ascii=False, sort_keys=True)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def imports_units(conv: Conversation, cfg: MemoryConfig) -> bool:
-    """Whether this conversation's Tier 1 is its own units (memory.summaries=imported and it brings some)."""
-    return cfg.summaries == "imported" and bool(conv.summaries)
-
-
-def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None = None) -> str:
-    """Hash of the conversation and every setting that shapes its tiers (the tier cache key)."""
-    spec: dict[str, Any] = {"version": TIERS_VERSION, "conversation": conversation_hash(conv),
-                            "tiers": cfg.tier_fields()}
-    # a local model folder is keyed by what it holds: changed in place, it builds new tiers (packaged: unchanged)
-    local = {k: d for k in ("tokenizer", "embedder") if (d := spec_digest(getattr(cfg, k))) != getattr(cfg, k)}
-    if local:
-        spec["model_digests"] = local
-    if imports_units(conv, cfg):  # the summarizer's settings then shape nothing; the units do
-        spec["tiers"] = {k: v for k, v in spec["tiers"].items()
-                         if k in ("page_tokens", "tokenizer", "summaries", "embedder")}
-        spec["imported"] = hashlib.sha256(json.dumps([asdict(u) for u in conv.summaries], ensure_ascii=False)
-                                          .encode("utf-8")).hexdigest()
-    elif cfg.summarizer == "llm":
-        spec["summarizer_llm"] = getattr(summarizer_llm, "name", None)
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
 class MemoryRuntime:
@@ -404,6 +378,8 @@ class MemoryRuntime:
         else:
             out.research = self.research_path(question, retrieved)
             out.answer, out.cost, out.error = out.research.answer, out.research.cost, out.research.error
+            if self.cfg.write_back and out.error is None:
+                out.writeback = self.write_back(out.research.linked)
         if out.error is None and not extractive:  # an LLM error stays an error: no quote is passed off as its answer
             self._ground(out, memory)
         out.elapsed_s = time.perf_counter() - began
@@ -448,3 +424,11 @@ class MemoryRuntime:
             step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
             turn_k=cfg.turn_k,
         )
+
+    def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:
+        """Verified write-back of the linked facts into tier 1; the manifest's tier-1 root hash follows the index."""
+        actions = write_back(self._require(), quotes, self.cfg)
+        if any(a.action != "skip" for a in actions):
+            self.manifest["tier1_root_hash"] = self._require().summaries.root_hash()
+            write_atomic(self.workdir / MANIFEST, json.dumps(self.manifest, indent=2))
+        return actions

@@ -1,5 +1,5 @@
 """Tier 1: summary units linked to the raw pages and turns they came from, with dense retrieval. Units and their
-embeddings live in one SQLite file; the matrix is loaded once and searched in memory (a question: one embedding)."""
+embeddings live in one SQLite file (a write-back is one transaction); the matrix is searched in memory."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class SummaryUnit:
     page_ids: list[str]
     turn_ids: list[str]
     date: str | None
-    origin: str  # "extractive" | "llm" | "imported"
+    origin: str  # "extractive" | "llm" | "imported" | "writeback" | "writeback-update"
     # who speaks in the turns it came from (data, never parsed back out of the text): the person guard reads it
     speakers: list[str] = field(default_factory=list)
 
@@ -157,6 +157,8 @@ class SummaryIndex:
                 "NULL, turn_ids TEXT NOT NULL, date TEXT, origin TEXT NOT NULL, speakers TEXT NOT NULL, "
                 "embedding BLOB NOT NULL, sha256 TEXT NOT NULL)"
             )
+            # id counters kept with the tier (write-back ids): never derived from a count of units
+            self._conn.execute("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             rows = self._conn.execute("SELECT unit_id, text, page_ids, turn_ids, date, origin, speakers, embedding, "
                                       "sha256 FROM units ORDER BY rowid").fetchall()
         except sqlite3.DatabaseError as exc:
@@ -219,6 +221,35 @@ class SummaryIndex:
             self._position[u.unit_id] = len(self.units)
             self.units.append(u)
         self.matrix = vectors if not self.matrix.size else np.vstack([self.matrix, vectors])
+
+    def replace(self, unit: SummaryUnit) -> None:
+        """Overwrite a unit in place (write-back `update`); Tier 1 is mutable, Tier 2 never is."""
+        i = self._position[unit.unit_id]
+        vector = self.embed([unit.text])
+        self._check_dim(vector)
+        with self._conn:
+            self._conn.execute(
+                "UPDATE units SET text=?, page_ids=?, turn_ids=?, date=?, origin=?, speakers=?, embedding=?, "
+                "sha256=? WHERE unit_id=?",
+                (unit.text, json.dumps(unit.page_ids), json.dumps(unit.turn_ids), unit.date, unit.origin,
+                 json.dumps(unit.speakers), vector[0].tobytes(), unit_hash(unit, vector[0].tobytes()), unit.unit_id),
+            )
+        self.units[i] = unit
+        self.matrix[i] = vector[0]
+
+    def new_unit_id(self, prefix: str) -> str:
+        """`prefix` + the next number of a counter stored in this index: never reused, whatever units were updated
+        or replaced since (a count of units would be; an update changes a unit's origin). An index from before the
+        counter continues above the highest such id it holds."""
+        row = self._conn.execute("SELECT value FROM counters WHERE name=?", (prefix,)).fetchone()
+        pattern = re.compile(re.escape(prefix) + r"(\d+)")
+        n = row[0] if row else max((int(m.group(1)) + 1 for u in self.units if (m := pattern.fullmatch(u.unit_id))),
+                                   default=0)
+        while f"{prefix}{n:04d}" in self._position:  # an id made by hand or by an older version
+            n += 1
+        with self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", (prefix, n + 1))
+        return f"{prefix}{n:04d}"
 
     def get(self, unit_id: str) -> SummaryUnit:
         return self.units[self._position[unit_id]]

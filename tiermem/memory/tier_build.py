@@ -1,5 +1,5 @@
-"""What building a conversation's tiers needs beside the runtime: a memory system's own units as Tier 1, and the
-turn vectors, kept by content so a history's tier variants embed its turns once."""
+"""What building a conversation's tiers needs beside the runtime: the tier cache key, a memory system's own units as
+Tier 1, and the turn vectors, kept by content so a history's tier variants embed its turns once."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tiermem.data.records import Conversation
+from tiermem.llm import LLM
+from tiermem.memory.memory_config import MemoryConfig
 from tiermem.memory.raw_store import Page
 from tiermem.memory.summaries import SummaryUnit, day_of, speakers_of
+from tiermem.models.specs import spec_digest
 from tiermem.runs.safe_io import write_atomic, write_stream
 from tiermem.settings.errors import DataError
 
@@ -26,6 +30,10 @@ from tiermem.settings.errors import DataError
 # long history embeds in half the time. No LoCoMo turn is longer.
 TURN_VECTOR_TOKENS = 128
 TURN_VECTOR_CACHE = ".turn_vectors"
+# Bump when pagination, page rendering or a summarizer changes its output: it is part of the tier cache key.
+TIERS_VERSION = "tiers/6"  # 3: tier-1 units carry a sha256 (root hash in the manifest); 4: their speakers;
+# 5: the turn vectors research ranks turns with (turns.npy, its sha256 in the manifest); 6: turn vectors read a
+# turn's first TURN_VECTOR_TOKENS tokens; imported tier-1 units
 log = logging.getLogger(__name__)
 
 
@@ -131,3 +139,31 @@ def _store(cache: Path, path: Path, digest: Path, vectors: np.ndarray) -> None:
             os.replace(old, aside / "entry")
             shutil.rmtree(aside, ignore_errors=True)
     write_atomic(digest, save_turn_vectors(path, vectors))
+
+
+def conversation_hash(conv: Conversation) -> str:
+    blob = json.dumps([conv.conv_id, [asdict(t) for t in conv.turns]], ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def imports_units(conv: Conversation, cfg: MemoryConfig) -> bool:
+    """Whether this conversation's Tier 1 is its own units (memory.summaries=imported and it brings some)."""
+    return cfg.summaries == "imported" and bool(conv.summaries)
+
+
+def tier_key(conv: Conversation, cfg: MemoryConfig, summarizer_llm: LLM | None = None) -> str:
+    """Hash of the conversation and every setting that shapes its tiers (the tier cache key)."""
+    spec: dict[str, Any] = {"version": TIERS_VERSION, "conversation": conversation_hash(conv),
+                            "tiers": cfg.tier_fields()}
+    # a local model folder is keyed by what it holds: changed in place, it builds new tiers (packaged: unchanged)
+    local = {k: d for k in ("tokenizer", "embedder") if (d := spec_digest(getattr(cfg, k))) != getattr(cfg, k)}
+    if local:
+        spec["model_digests"] = local
+    if imports_units(conv, cfg):  # the summarizer's settings then shape nothing; the units do
+        spec["tiers"] = {k: v for k, v in spec["tiers"].items()
+                         if k in ("page_tokens", "tokenizer", "summaries", "embedder")}
+        spec["imported"] = hashlib.sha256(json.dumps([asdict(u) for u in conv.summaries], ensure_ascii=False)
+                                          .encode("utf-8")).hexdigest()
+    elif cfg.summarizer == "llm":
+        spec["summarizer_llm"] = getattr(summarizer_llm, "name", None)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()

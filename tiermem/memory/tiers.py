@@ -41,7 +41,7 @@ class History:
         return self.position[turn_id]
 
     def unit_last(self, summaries: SummaryIndex) -> np.ndarray:
-        """Each unit's last source turn position (unknown turns: never)."""
+        """Each unit's last source turn position (units added by write-back included; unknown turns: never)."""
         if len(self._unit_last) != len(summaries.units):
             never = np.iinfo(np.int64).max
             self._unit_last = np.array([max((self.position.get(t, never) for t in u.turn_ids), default=never)

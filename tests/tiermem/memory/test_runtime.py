@@ -7,6 +7,7 @@ import pytest
 from tests.helpers.memory_runtime import CFG, answer_llm, build
 from tiermem.data import load_conversations, load_locomo
 from tiermem.llm import LLMError, ScriptedLLM
+from tiermem.memory.policies import LinkedQuote
 from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
 from tiermem.memory.summaries import HashingEmbedder
 
@@ -133,6 +134,47 @@ def test_llm_error_is_an_error_not_an_answer(tmp_path, conv):
     out = rt.answer(conv.questions[0])
     assert out.answer is None and "quota exceeded" in out.error
     assert out.answer_source is None and out.evidence is None and out.extractive_answer is None  # no quote as answer
+
+
+def test_verified_write_back(tmp_path, conv):
+    cfg = MemoryConfig(**{**CFG.__dict__, "fixed_policy": "research", "write_back": True})
+    rt = build(tmp_path, conv, cfg)
+    facts = {"facts": [
+        {"fact": "Lena counted a record eleven octopuses on a research dive.", "quote": "Eleven on one dive"},
+        {"fact": "Lena has a pet parrot.", "quote": "my parrot Kiwi"},  # links nowhere: never written back
+    ]}
+    rt.llm = answer_llm(integrate=json.dumps(facts))
+    before = len(rt.memory.summaries)
+    out = rt.answer("How many octopuses did Lena see on one dive?")
+    assert [w.action for w in out.writeback] == ["add"]
+    added = rt.memory.summaries.get(out.writeback[0].unit_id)
+    assert added.origin == "writeback" and added.turn_ids == ["D3:3"]
+    assert added.page_ids == [p.page_id for p in rt.memory.raw.pages() if "D3:3" in p.turn_ids]
+    assert added.date == "15 October 2023" and len(rt.memory.summaries) == before + 1
+    # persisted, and retrievable next time
+    workdir = rt.workdir
+    rt.close()
+    reopened = MemoryRuntime(workdir, cfg, embedder=HashingEmbedder())
+    assert reopened.memory.summaries.get(added.unit_id).text == added.text
+    assert reopened.retrieve("record eleven octopuses research dive")[0].unit_id == added.unit_id
+
+
+def test_write_back_skip_update_add(tmp_path, conv):
+    cfg = MemoryConfig(**{**CFG.__dict__, "writeback_skip_similarity": 0.95, "writeback_update_similarity": 0.6})
+    rt = build(tmp_path, conv, cfg)
+    page = next(p for p in rt.memory.raw.pages() if "D3:3" in p.turn_ids)
+    fact = "Lena counted eleven octopuses on one dive"
+    first = rt.write_back([LinkedQuote(fact, "Eleven on one dive", page.page_id, "D3:3", "exact", 1)])
+    assert first[0].action == "add"
+    again = rt.write_back([LinkedQuote(fact, "Eleven on one dive", page.page_id, "D3:3", "exact", 1)])
+    assert again[0].action == "skip" and again[0].unit_id == first[0].unit_id
+    variant = "Lena counted eleven octopuses on one dive, a team record"
+    upd = rt.write_back([LinkedQuote(variant, "a record for our team", page.page_id, "D3:3", "exact", 1)])
+    assert upd[0].action == "update" and upd[0].unit_id == first[0].unit_id
+    unit = rt.memory.summaries.get(first[0].unit_id)
+    assert unit.text == variant and unit.origin == "writeback-update" and unit.page_ids == [page.page_id]
+    unlinked = rt.write_back([LinkedQuote("Lena likes jazz", "jazz", None, None, None, 1)])
+    assert unlinked == []
 
 
 @pytest.mark.filterwarnings("ignore:.*dropping unknown evidence")

@@ -123,16 +123,12 @@ def test_injected_summary_row_with_a_valid_row_hash_is_caught_by_the_root(tmp_pa
 
 
 def test_summary_linked_to_a_missing_page_is_a_named_error(tmp_path):
-    from tiermem.memory.summaries import SummaryIndex, load_embedder_spec, unit_hash
+    from tiermem.memory.summaries import SummaryIndex, load_embedder_spec
 
     workdir, cfg, _ = _ingested(tmp_path)
     index = SummaryIndex(workdir / "tier1", load_embedder_spec("hashing"))
     unit = index.units[0]
-    unit.page_ids = ["nowhere:p9999"]  # a consistent row (its own hash) that links to a page tier 2 lacks
-    (blob,) = index._conn.execute("SELECT embedding FROM units WHERE rowid = 1").fetchone()
-    with index._conn:
-        index._conn.execute("UPDATE units SET page_ids = ?, sha256 = ? WHERE rowid = 1",
-                            (json.dumps(unit.page_ids), unit_hash(unit, blob)))
+    index.replace(type(unit)(unit.unit_id, unit.text, ["nowhere:p9999"], unit.turn_ids, unit.date, unit.origin))
     index.close()
     manifest = json.loads((workdir / "manifest.json").read_text())
     manifest["tier1_root_hash"] = SummaryIndex(workdir / "tier1", load_embedder_spec("hashing")).root_hash()

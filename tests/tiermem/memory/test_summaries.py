@@ -95,7 +95,7 @@ def test_llm_fact_summarizer_links_and_counts(sample_pages):
     assert parsed.units == [] and parsed.parse_failures == 1
 
 
-def test_index_search_and_persist(tmp_path):
+def test_index_search_persist_and_replace(tmp_path):
     units = [
         SummaryUnit("u1", "Ada bought a red kayak", ["c:p0"], ["D1:1"], "4 January 2024", "extractive"),
         SummaryUnit("u2", "Ben is learning the cello with Mrs Ibarra", ["c:p1"], ["D2:1"], None, "extractive"),
@@ -112,9 +112,11 @@ def test_index_search_and_persist(tmp_path):
     reopened = SummaryIndex(tmp_path / "t1", HashingEmbedder())
     assert reopened.units == units
     assert [h.unit_id for h in reopened.search("Ada paddles on which lake?", k=2)] == ["u3", "u1"]
+    reopened.replace(SummaryUnit("u2", "Ben plays the trumpet", ["c:p1"], ["D2:3"], None, "writeback-update"))
+    assert reopened.search("trumpet", 1)[0].unit_id == "u2"
     reopened.close()
     again = SummaryIndex(tmp_path / "t1", HashingEmbedder())
-    assert np.allclose(again.matrix, reopened.matrix)
+    assert again.get("u2").text == "Ben plays the trumpet" and np.allclose(again.matrix, reopened.matrix)
     with pytest.raises(ValueError, match="dim"):
         SummaryIndex(tmp_path / "t1", HashingEmbedder(dim=8)).add(
             [SummaryUnit("u9", "x y z", ["c:p0"], ["D1:1"], None, "extractive")])
