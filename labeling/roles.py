@@ -61,7 +61,7 @@ class Roles:
         out = {}
         for i, llm in enumerate(self._distinct()):
             names = [n for n, r in self.roles.items() if r is llm]
-            out[llm.name if llm.name not in out else f"{llm.name}#{i}"] = {"roles": names, **llm.stats.as_dict()}
+            out[llm.name if llm.name not in out else f"{llm.name}#{i}"] = {"roles": names, **llm.stats}
         return out
 
 

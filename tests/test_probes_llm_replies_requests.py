@@ -307,7 +307,7 @@ def test_malformed_endpoint_replies_are_llm_errors_for_their_call_after_retries(
         assert isinstance(result, LLMError), (kind, result)
         assert MALFORMED[kind][2] in str(result) and "after 2 attempt(s)" in str(result), (kind, str(result))
         assert hits[kind] == 2  # retried once (max_retries=1), then recorded
-    assert llm.stats.errors == len(MALFORMED) and llm.stats.new_calls == 1
+    assert llm.stats["errors"] == len(MALFORMED) and llm.stats["new_calls"] == 1
 
 
 # ---- 15: malformed records to audit and unit-reader are named -----------------------------------------------------

@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent("""
     llm = ScriptedLLM(responder, cache=ResponseCache(os.path.join(out, "cache.sqlite")))
     cfg = from_dict(LabelConfig, {"output_dir": out, "memory": SMALL_MEMORY, "label_rule": "evidence"})
     stats = run(cfg, Roles({"answerer": llm}), embedder=HashEmbedder())
-    print(json.dumps({"new_calls": llm.stats.new_calls, "cache_hits": llm.stats.cache_hits,
+    print(json.dumps({"new_calls": llm.stats["new_calls"], "cache_hits": llm.stats["cache_hits"],
                       "records": stats["records"], "resumed": stats["resumed_records"]}))
 """)
 
@@ -79,7 +79,7 @@ def test_store_drops_torn_line_and_refuses_duplicates(tmp_path):
 def test_killed_run_resumes_without_loss_or_duplicates(tmp_path):
     reference = ScriptedLLM(answer_from_prompt)
     ref_stats = run(_cfg(tmp_path / "ref"), Roles({"answerer": reference}), embedder=HashEmbedder())
-    total_calls = reference.stats.new_calls
+    total_calls = reference.stats["new_calls"]
     ref = {(r["conv_id"], r["qid"]): _strip(r) for r in _records(tmp_path / "ref" / "all_records.jsonl")}
     assert ref_stats["errors"] == 0 and len(ref) == ref_stats["records"] >= 10
 
@@ -122,11 +122,12 @@ def test_rerun_of_finished_run_makes_no_calls(tmp_path):
     # same output dir: every record is committed, nothing is asked again
     again = ScriptedLLM(answer_from_prompt, cache=cache)
     stats = run(_cfg(tmp_path / "a"), Roles({"answerer": again}), embedder=HashEmbedder())
-    assert again.stats.new_calls == 0 and again.stats.cache_hits == 0 and stats["resumed_records"] == stats["records"]
+    assert again.stats["new_calls"] == 0 and again.stats["cache_hits"] == 0
+    assert stats["resumed_records"] == stats["records"]
     # fresh output dir, same cache: every call is a cache hit
     fresh = ScriptedLLM(answer_from_prompt, cache=cache)
     run(_cfg(tmp_path / "b"), Roles({"answerer": fresh}), embedder=HashEmbedder())
-    assert fresh.stats.new_calls == 0 and fresh.stats.cache_hits == first.stats.new_calls
+    assert fresh.stats["new_calls"] == 0 and fresh.stats["cache_hits"] == first.stats["new_calls"]
 
 
 def test_output_dir_refuses_records_from_other_settings(tmp_path):

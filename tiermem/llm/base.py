@@ -7,6 +7,7 @@ import json
 import re
 import threading
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -36,17 +37,9 @@ class LLMError(RuntimeError):
     exit_code = EXIT_FAILED
 
 
-@dataclass
-class LLMStats:
-    new_calls: int = 0
-    cache_hits: int = 0
-    errors: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    usage_missing: int = 0  # responses without token usage (counted as 0 tokens, reported)
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+# what an LLM counts over its life, every key from the start (a report lists the zeros); usage_missing: responses
+# without token usage (counted as 0 tokens, reported)
+LLM_COUNTS = ("new_calls", "cache_hits", "errors", "input_tokens", "output_tokens", "usage_missing")
 
 
 @dataclass
@@ -102,7 +95,7 @@ class LLM(ABC):
         self.cache = cache
         self.default_max_tokens = max_tokens
         self.default_temperature = temperature
-        self.stats = LLMStats()
+        self.stats: Counter[str] = Counter(dict.fromkeys(LLM_COUNTS, 0))
         self._stats_lock = threading.Lock()  # labeling runs questions concurrently on HTTP backends
 
     @abstractmethod
@@ -133,7 +126,7 @@ class LLM(ABC):
             if hit is not None:
                 out[i] = ChatResult(**{**hit, "cached": True})
                 with self._stats_lock:
-                    self.stats.cache_hits += 1
+                    self.stats["cache_hits"] += 1
             else:
                 todo.append(i)
         if todo:
@@ -142,11 +135,11 @@ class LLM(ABC):
                 out[i] = res
                 with self._stats_lock:
                     if isinstance(res, LLMError):
-                        self.stats.errors += 1  # errors are never cached: a rerun retries them
+                        self.stats["errors"] += 1  # errors are never cached: a rerun retries them
                         continue
-                    self.stats.new_calls += 1
-                    self.stats.input_tokens += res.input_tokens
-                    self.stats.output_tokens += res.output_tokens
+                    self.stats["new_calls"] += 1
+                    self.stats["input_tokens"] += res.input_tokens
+                    self.stats["output_tokens"] += res.output_tokens
                 if self.cache is not None:
                     self.cache.put(keys[i], asdict(res) | {"cached": False})
         return out  # type: ignore[return-value]
@@ -163,7 +156,7 @@ class LLM(ABC):
                             list(choices) if choices else None, json_schema, logprobs)
         self.cache.delete(self._key(messages, params))
         with self._stats_lock:
-            self.stats.errors += 1
+            self.stats["errors"] += 1
 
     def chat(self, messages: Messages, **kwargs: Any) -> ChatResult:
         res = self.chat_many([messages], **kwargs)[0]

@@ -86,7 +86,7 @@ class OpenAIChatLLM(LLM):
         text, input_tokens, output_tokens, top = reply
         if input_tokens is None:
             with self._stats_lock:
-                self.stats.usage_missing += 1
+                self.stats["usage_missing"] += 1
         return ChatResult(text=text, input_tokens=input_tokens or 0, output_tokens=output_tokens or 0,
                           latency_s=latency, model=self.name, top_logprobs=top)
 

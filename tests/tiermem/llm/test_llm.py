@@ -18,7 +18,7 @@ def test_cache_makes_rerun_free(tmp_path):
     again = ScriptedLLM(lambda m: "WRONG", cache=ResponseCache(tmp_path / "c.sqlite")).chat(MSG)
     assert (first.text, first.cached) == ("four", False)
     assert (again.text, again.cached) == ("four", True)
-    assert llm.stats.new_calls == 1 and llm.stats.cache_hits == 0
+    assert llm.stats["new_calls"] == 1 and llm.stats["cache_hits"] == 0
 
 
 def test_cache_key_includes_parameters(tmp_path):
@@ -26,7 +26,7 @@ def test_cache_key_includes_parameters(tmp_path):
     llm.chat(MSG, max_tokens=5)
     llm.chat(MSG, max_tokens=6)
     llm.chat(MSG, max_tokens=5)
-    assert (llm.stats.new_calls, llm.stats.cache_hits) == (2, 1)
+    assert (llm.stats["new_calls"], llm.stats["cache_hits"]) == (2, 1)
 
 
 def test_errors_are_returned_not_cached(tmp_path):
@@ -36,7 +36,7 @@ def test_errors_are_returned_not_cached(tmp_path):
     assert isinstance(res, LLMError) and "endpoint down" in str(res)
     with pytest.raises(LLMError):
         failing.chat(MSG)
-    assert len(cache) == 0 and failing.stats.errors == 2
+    assert len(cache) == 0 and failing.stats["errors"] == 2
     assert ScriptedLLM(lambda m: "ok", cache=cache).chat(MSG).cached is False
 
 

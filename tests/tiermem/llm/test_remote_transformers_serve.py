@@ -24,9 +24,9 @@ def test_openai_backend_through_transformers_serve(served, tmp_path):
     first = llm.chat_many(batch)
     assert all(not isinstance(r, Exception) for r in first), first
     assert all(r.input_tokens > 0 and 0 < r.output_tokens <= 8 and r.text for r in first)
-    assert llm.stats.new_calls == 2 and llm.stats.usage_missing == 0
+    assert llm.stats["new_calls"] == 2 and llm.stats["usage_missing"] == 0
 
     rerun = build_llm(cfg)
     again = rerun.chat_many(batch)
     assert [r.text for r in again] == [r.text for r in first]
-    assert rerun.stats.new_calls == 0 and rerun.stats.cache_hits == 2
+    assert rerun.stats["new_calls"] == 0 and rerun.stats["cache_hits"] == 2
