@@ -23,6 +23,7 @@ from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
 from tiermem import contract
 from tiermem.settings import ranges
+from tiermem.settings.config import AT_LEAST_ONE, check_declared, parse_cli
 from tiermem.settings.errors import ConfigError, DataError, UsageError, stage_main
 
 log = logging.getLogger(__name__)
@@ -33,28 +34,25 @@ class ServeConfig:
     router: RouterSpec = field(default_factory=RouterSpec)  # a run directory / hub id, always-answer, or a mapping
     host: str = "127.0.0.1"
     port: int = 8088
-    max_body_bytes: int = 200_000
-    max_question_chars: int = 2_000
-    max_summary_chars: int = 4_000  # per summary; the contract clips what the model sees further
-    max_date_chars: int = 64  # per summary date: printed into an LM router's prompt whole ("Tuesday, 7 May 2023 ...")
+    max_body_bytes: int = field(default=200_000, metadata=AT_LEAST_ONE)
+    max_question_chars: int = field(default=2_000, metadata=AT_LEAST_ONE)
+    max_summary_chars: int = field(default=4_000, metadata=AT_LEAST_ONE)  # per summary; the contract clips further
+    # per summary date: printed into an LM router's prompt whole ("Tuesday, 7 May 2023 ...")
+    max_date_chars: int = field(default=64, metadata=AT_LEAST_ONE)
     chat_passthrough: bool = True
-    max_chat_tokens: int = 256
-    max_prompt_tokens: int = 2_048  # chat: rendered prompt tokens; 413 above (bounds one request's compute)
-    max_queue: int = 32  # per lane (route / chat): running + waiting requests; 503 beyond
-    queue_timeout_s: float = 10.0  # a request that cannot start within this gets 503
-    route_batch_size: int = 16  # /route requests scored together when they queue up
+    max_chat_tokens: int = field(default=256, metadata=AT_LEAST_ONE)
+    # chat: rendered prompt tokens; 413 above (bounds one request's compute)
+    max_prompt_tokens: int = field(default=2_048, metadata=AT_LEAST_ONE)
+    max_queue: int = field(default=32, metadata=AT_LEAST_ONE)  # per lane (route / chat): running + waiting; 503 beyond
+    queue_timeout_s: float = field(default=10.0, metadata={"gt": 0})  # a request that cannot start within this: 503
+    route_batch_size: int = field(default=16, metadata=AT_LEAST_ONE)  # /route requests scored together when queued
     ask: AskServeConfig = field(default_factory=AskServeConfig)  # POST /ask: the memory runtime, warm
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         if not 0 <= self.port <= 65_535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
-        for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_date_chars", "max_chat_tokens",
-                     "max_prompt_tokens", "max_queue", "route_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.queue_timeout_s > 0:
-            raise ConfigError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
+        check_declared(self)
 
 
 def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
@@ -369,8 +367,6 @@ def create_app(router: Any, cfg: ServeConfig | None = None, answer_reader: Any =
 
 @stage_main("serve")
 def main(argv: list[str]) -> int:
-    from tiermem.settings.config import parse_cli
-
     cfg = parse_cli(ServeConfig, argv, default_config=None)
     router = build(cfg.router)
     reader = check_readers(cfg.ask, router) if cfg.ask.enabled else None  # at start, as the router is

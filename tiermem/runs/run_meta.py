@@ -181,19 +181,11 @@ def file_digests(run_dir: str | Path) -> dict[str, str]:
 
 
 def verify_files(run_dir: str | Path, meta: RunMeta) -> None:
-    """Check every recorded digest before a loader opens the files; raise IntegrityError naming the file.
-
-    A directory without `files` was saved before digests were recorded: refused when it holds weights (nothing
-    says they are the ones training wrote); one without weights (top1-score) has nothing a digest would protect."""
+    """Check every recorded digest before a loader opens the files; raise IntegrityError naming the file. A weight
+    file with no recorded digest (`files` absent: saved before digests) is refused: nothing says training wrote it."""
     run_dir = Path(run_dir)
-    present = weight_files(run_dir)
-    if meta.files is None:
-        if present:
-            raise IntegrityError(f"{run_dir / RUN_META_FILE} records no sha256 of the weight files {present} (saved "
-                                 "before integrity digests): re-save the router (retrain, or rerun fit-features) "
-                                 "so that its files can be verified")
-        return
-    for name, expected in meta.files.items():
+    recorded = meta.files or {}
+    for name, expected in recorded.items():
         path = run_dir / name
         if not path.is_file():
             raise IntegrityError(f"{path}: missing, but {RUN_META_FILE} records it (sha256 {expected}); the run "
@@ -202,14 +194,10 @@ def verify_files(run_dir: str | Path, meta: RunMeta) -> None:
         if actual != expected:
             raise IntegrityError(f"{path}: sha256 {actual} differs from the {expected} recorded in {RUN_META_FILE}: "
                                  "the file changed after the router was saved; restore it or retrain")
-    unrecorded = [name for name in present if name not in meta.files]
-    if ADAPTER_CONFIG in unrecorded:
-        raise IntegrityError(f"{run_dir}: {RUN_META_FILE} records no sha256 of {ADAPTER_CONFIG} (saved before the "
-                             "adapter config was proven with the weights): retrain the router so that it can be "
-                             "verified")
+    unrecorded = [name for name in weight_files(run_dir) if name not in recorded]
     if unrecorded:
         raise IntegrityError(f"{run_dir}: weight file(s) {unrecorded} are not recorded in {RUN_META_FILE} files; "
-                             "remove them or re-save the router")
+                             "remove them or re-save the router (retrain, or rerun fit-features)")
 
 
 def meta_json(meta: RunMeta) -> str:

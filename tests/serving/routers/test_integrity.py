@@ -122,7 +122,7 @@ def test_a_router_saved_without_digests_is_refused_with_the_fix(lm_run, tmp_path
     meta = _meta(lm_run)
     meta.pop("files", None)
     _write_meta(lm_run, meta)
-    with pytest.raises(StoreError, match="records no sha256.*re-save the router"):
+    with pytest.raises(StoreError, match="are not recorded.*re-save the router"):
         _load(lm_run)
     # a top1-score directory holds no weights: nothing a digest would protect, so an older one still loads
     from serving.routers.top1 import Top1ScoreRouter
