@@ -14,6 +14,7 @@ from typing import Any
 from serving.request_error import RequestError
 from tiermem.memory.extractive import answerer_mode
 from tiermem.memory.memory_config import MemoryConfig
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
 from tiermem.settings.errors import ConfigError, DataError
 
 POLICIES = ("router", "summary", "research")
@@ -25,11 +26,12 @@ class AskServeConfig:
     enabled: bool = True
     workdir: str = "runs/memory"  # the tier cache `tiermem-router ask` builds (<workdir>/<conv_id>-<key>/)
     memory: MemoryConfig = field(default_factory=MemoryConfig)  # as `ask`'s memory: settings (configs/ingest)
-    max_open: int = 8  # conversations kept open (their tiers in memory); the least recently asked is closed
-    max_turns: int = 5_000  # an inline conversation's turns (building tiers is the request's cost)
+    # conversations kept open (their tiers in memory); the least recently asked is closed
+    max_open: int = field(default=8, metadata=AT_LEAST_ONE)
+    max_turns: int = field(default=5_000, metadata=AT_LEAST_ONE)  # an inline conversation's turns (building tiers)
     # tier directories this server builds for inline conversations that it keeps on disk; past it the least recently
     # asked one it built is removed (a directory it did not build, `tiermem-router ask`'s, is never removed)
-    max_inline_tiers: int = 64
+    max_inline_tiers: int = field(default=64, metadata=AT_LEAST_ONE)
 
     def __post_init__(self) -> None:
         if isinstance(self.memory, dict):
@@ -39,8 +41,7 @@ class AskServeConfig:
         if answerer_mode(self.memory.answerer, None, None) != "extractive":
             raise ConfigError("ask.memory.answerer: /ask serves the extractive answerer (no language model in the "
                               "server); set it to auto or extractive")
-        if self.max_open < 1 or self.max_turns < 1 or self.max_inline_tiers < 1:
-            raise ConfigError("ask.max_open, ask.max_turns and ask.max_inline_tiers must be >= 1")
+        check_declared(self, "ask.")
 
 
 @dataclass
@@ -192,10 +193,8 @@ class AskService:
 
 
 def check_readers(cfg: AskServeConfig, router: Any) -> Any:
-    """The readers /ask answers with, loaded through the checked loader before the server starts, as /route's router
-    is: `ask.memory.reader` (what a fixed policy and a router without a reader read) with its floor, and a unit-reader
-    router's floor. A reader that would fail every /ask is a named error at start (exit 2), not an HTTP 500 per
-    request. Returns the configured reader (AskService keeps it)."""
+    """The readers /ask answers with (`ask.memory.reader` with its floor, a unit-reader router's floor), loaded and
+    checked at start: a reader that would fail every /ask is a named error (exit 2), not an HTTP 500 per request."""
     from tiermem.memory.extractive import load_answer_reader, router_reader
     from tiermem.settings.errors import StoreError, UsageError
 

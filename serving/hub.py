@@ -37,10 +37,8 @@ MODEL_CONFIG_FILES = ("config.json", "generation_config.json")
 
 
 def push_files(run_dir: Path, meta: RunMeta) -> list[str]:
-    """The files a user needs to load the router, by name: recorded weights (adapter_model.safetensors,
-    model*.safetensors, feature_model.json), the adapter or model config, the tokenizer, tiermem_router.json and
-    the card. An allowlist rather than ignore patterns, so a file a trainer adds later is never published by
-    accident."""
+    """The files a user needs to load the router, by name: an allowlist rather than ignore patterns, so a file a
+    trainer adds later is never published by accident."""
     names = list(meta.files or {})
     if meta.router_kind == "local":
         names += [ADAPTER_CONFIG_FILE] if meta.adapter else list(MODEL_CONFIG_FILES)

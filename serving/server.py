@@ -58,9 +58,8 @@ class ServeConfig:
 def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
                            summary_fields: tuple[str, ...] = (), router_kind: str = "loaded",
                            ) -> tuple[str, list[dict[str, Any]], float | None]:
-    """Check a /route body; every failure names the field. Returns (question, summaries, threshold_logit). `top_k`: the
-    most summaries the router's training prompts held (saved with it); `summary_fields`: the optional summary
-    fields the router cannot decide without (Router.summary_fields)."""
+    """Check a /route body; every failure names the field. `top_k`: the most summaries the router's training prompts
+    held; `summary_fields`: the optional summary fields the router cannot decide without."""
     if not isinstance(body, dict):
         raise RequestError(400, "body must be a JSON object with 'question' and 'summaries'")
     unknown = sorted(set(body) - {"question", "summaries", "threshold_prob", "threshold_logit"})
@@ -271,9 +270,8 @@ def _chat_generate(router: Any, body: dict[str, Any], prompt: str, max_tokens: i
 
 
 def _submit(lane: Lane, item: Any) -> Any:
-    """Run `item` in `lane`; its own failure becomes its own response: RequestError as is, a UsageError or DataError
-    (the router refused this input) 422, anything else 500 with an error id (the traceback goes to the log, not the
-    client)."""
+    """Run `item` in `lane`; its own failure becomes its own response (an internal one a 500 with an error id: the
+    traceback goes to the log, not the client)."""
     try:
         return lane.submit(item)
     except RequestError:

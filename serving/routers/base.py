@@ -135,9 +135,8 @@ class Router(ABC):
         return check_threshold_logit(self.threshold_logit if override is None else override)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        """Log-odds of ESCALATE per question (what calibration and sweeps order by). Fixed policies and routers
-        that only emit parsed decisions (teacher, remote in generate mode) have none: asking one for it is a usage
-        error (e.g. `calibrate router=always-escalate`), reported as one line."""
+        """Log-odds of ESCALATE per question (what calibration and sweeps order by); routers that only emit parsed
+        decisions (fixed, teacher) have none: a usage error."""
         raise UsageError(f"router kind {self.kind!r} gives no score (log-odds of ESCALATE), so it has no threshold "
                          "to calibrate or sweep; use an LM, features or top1-score router")
 

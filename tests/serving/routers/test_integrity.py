@@ -227,7 +227,7 @@ def test_other_metadata_fields_are_typed(lm_run, field, value, pattern):
 
 @pytest.mark.parametrize(("change", "pattern"), [
     (lambda m: m["weights"].__setitem__(3, float("nan")), "field 'weights'.*finite"),
-    (lambda m: m["weights"].pop(), "field 'weights'.*13 numbers"),
+    (lambda m: m["weights"].pop(), "field 'weights'.*13 finite numbers"),
     (lambda m: m["mean"].__setitem__(0, float("inf")), "field 'mean'"),
     (lambda m: m["scale"].__setitem__(0, 0.0), "field 'scale'"),
     (lambda m: m.__setitem__("bias", float("nan")), "field 'bias'"),
