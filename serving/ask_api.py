@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.request_error import RequestError
+from serving.request_error import RequestError, checked_question
 from tiermem.memory.extractive import answerer_mode
 from tiermem.memory.memory_config import MemoryConfig
 from tiermem.settings.config import AT_LEAST_ONE, check_declared
@@ -54,16 +54,7 @@ class AskRequest:
 
 def validate_ask_request(body: Any, max_question_chars: int) -> AskRequest:
     """Check a /ask body; every failure names the field."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "body must be a JSON object with 'question' and 'conv_id' or 'conversation'")
-    unknown = sorted(set(body) - set(FIELDS))
-    if unknown:
-        raise RequestError(422, f"unknown field(s) {unknown}; allowed: {', '.join(FIELDS)}")
-    question = body.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise RequestError(422, "'question' must be a non-empty string")
-    if len(question) > max_question_chars:
-        raise RequestError(413, f"'question' has {len(question)} characters; the limit is {max_question_chars}")
+    question = checked_question(body, FIELDS, "'question' and 'conv_id' or 'conversation'", max_question_chars)
     conv_id, raw = body.get("conv_id"), body.get("conversation")
     if (conv_id is None) == (raw is None):
         raise RequestError(422, "give 'conv_id' (a conversation already ingested) or 'conversation' (a "
@@ -81,10 +72,6 @@ def validate_ask_request(body: Any, max_question_chars: int) -> AskRequest:
             conversation = parse_conversation(raw, "'conversation'", "request")
         except DataError as exc:
             raise RequestError(422, f"'conversation' is not a tiermem-format conversation: {exc}") from None
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RequestError(422, "'question' holds a lone surrogate: not a Unicode character; send valid text") from None
     return AskRequest(question.strip(), conv_id, conversation, policy)
 
 

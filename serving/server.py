@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from serving.ask_api import AskServeConfig, AskService, check_readers, validate_ask_request
-from serving.request_error import RequestError
+from serving.request_error import RequestError, check_text, checked_question
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
 from tiermem import contract
@@ -60,18 +60,8 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
                            ) -> tuple[str, list[dict[str, Any]], float | None]:
     """Check a /route body; every failure names the field. `top_k`: the most summaries the router's training prompts
     held; `summary_fields`: the optional summary fields the router cannot decide without."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "body must be a JSON object with 'question' and 'summaries'")
-    unknown = sorted(set(body) - {"question", "summaries", "threshold_prob", "threshold_logit"})
-    if unknown:
-        raise RequestError(422, f"unknown field(s) {unknown}; allowed: question, summaries, threshold_prob, "
-                                "threshold_logit")
-    question = body.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise RequestError(422, "'question' must be a non-empty string")
-    _check_text(question, "'question'")
-    if len(question) > cfg.max_question_chars:
-        raise RequestError(413, f"'question' has {len(question)} characters; the limit is {cfg.max_question_chars}")
+    question = checked_question(body, ("question", "summaries", "threshold_prob", "threshold_logit"),
+                                "'question' and 'summaries'", cfg.max_question_chars)
     summaries = body.get("summaries")
     if not isinstance(summaries, list):
         raise RequestError(422, "'summaries' must be a list of {text, date} objects (may be empty)")
@@ -87,7 +77,7 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
         if len(s["text"]) > cfg.max_summary_chars:
             raise RequestError(413, f"summaries[{i}].text has {len(s['text'])} characters; "
                                     f"the limit is {cfg.max_summary_chars}")
-        _check_text(s["text"], f"summaries[{i}].text")
+        check_text(s["text"], f"summaries[{i}].text")
         date = s.get("date")
         if date is not None and not isinstance(date, str):
             raise RequestError(422, f"summaries[{i}].date must be a string or null")
@@ -95,7 +85,7 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
             if len(date) > cfg.max_date_chars:  # the prompt prints it unclipped: 8 KB of date held the server 38 s
                 raise RequestError(422, f"summaries[{i}].date has {len(date)} characters; the limit is "
                                         f"{cfg.max_date_chars} (max_date_chars)")
-            _check_text(date, f"summaries[{i}].date")
+            check_text(date, f"summaries[{i}].date")
         unit = {"text": s["text"], "date": date}
         if s.get("score") is not None:  # the routers that read it were fitted on cosine similarities
             unit["score"] = ranges.retrieval_score(s["score"], f"summaries[{i}].score", _unprocessable)
@@ -120,16 +110,6 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
 
 def _unprocessable(message: str) -> RequestError:
     return RequestError(422, message)
-
-
-def _check_text(text: str, name: str) -> None:
-    """Text every tokenizer can take: valid Unicode. JSON's `\\ud800` escape decodes to a lone surrogate, which no
-    UTF-8 encoder (a tokenizer, the server log) accepts."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise RequestError(422, f"{name} holds a lone surrogate (U+{ord(text[exc.start]):04X}) at character "
-                                f"{exc.start}: not a Unicode character; send valid text") from None
 
 
 def _is_int(value: Any) -> bool:
@@ -232,7 +212,7 @@ def _chat_prepare(router: Any, body: Any, cfg: ServeConfig) -> Any:
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
                 or not isinstance(m.get("content"), str):
             raise RequestError(422, f"messages[{i}] must be {{role: system|user|assistant, content: string}}")
-        _check_text(m["content"], f"messages[{i}].content")
+        check_text(m["content"], f"messages[{i}].content")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     max_tokens = 64 if max_tokens is None else max_tokens
     if not _is_int(max_tokens) or not 1 <= max_tokens <= cfg.max_chat_tokens:
