@@ -229,8 +229,8 @@ def check_output_dir(path: str | Path | None, stage: str) -> Path:
 
 def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Path:
     """Create `path` as a `stage` run directory, or accept it if it already is one, and lock it for this stage
-    until `release_output_dir` or the end of the process (RunDirError otherwise). `lock=False` is for the other
-    ranks of a distributed launch, whose rank 0 holds the lock for all of them."""
+    until `release_output_dir` or the end of the process (RunDirError otherwise). `lock=False`: the shards of one
+    label run, which claim their common directory at once."""
     if not lock:
         out = _path(path, stage)
         _check_contents(out, stage)
@@ -279,14 +279,13 @@ def launch_run_dir(path: str | Path | None, stage: str, leader: bool) -> Iterato
 
 
 @contextmanager
-def claimed_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Iterator[Path]:
+def claimed_output_dir(path: str | Path | None, stage: str) -> Iterator[Path]:
     """`claim_output_dir` for the duration of a `with` block: the lock is released when the stage ends."""
-    out = claim_output_dir(path, stage, lock=lock)
+    out = claim_output_dir(path, stage)
     try:
         yield out
     finally:
-        if lock:
-            release_output_dir(out)
+        release_output_dir(out)
 
 
 def claim_cache_dir(path: str | Path | None, stage: str = TIERS) -> Path:
