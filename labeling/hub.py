@@ -96,8 +96,7 @@ the label over a one-unit summary set. Ranks below the router's top-k appear in 
 """
 
 
-def render_dataset_card(dataset: Any, repo_id: str, label_config: dict[str, Any], stats: dict[str, Any] | None,
-                        license: str | None = None) -> Any:
+def render_dataset_card(dataset: Any, repo_id: str, label_config: dict[str, Any], stats: dict[str, Any] | None) -> Any:
     """The dataset card: features, label rule, labeling config, counts per split, source license."""
     import yaml
     from huggingface_hub import DatasetCard, DatasetCardData
@@ -107,7 +106,7 @@ def render_dataset_card(dataset: Any, repo_id: str, label_config: dict[str, Any]
     derived, license_notes = _dataset_license(sources, label_config)
     rule = label_config.get("label_rule") or "unknown"
     data = DatasetCardData(
-        license=license or derived, pretty_name=f"tiermem router labels ({repo_id})",
+        license=derived, pretty_name=f"tiermem router labels ({repo_id})",
         task_categories=["text-classification"], tags=["tiermem", "agent-memory", "router", "hindsight-labels"],
         configs=[{"config_name": "default",
                   "data_files": [{"split": name, "path": f"data/{name}-*.parquet"} for name in splits]}],
@@ -173,8 +172,7 @@ Train a router on it with `tiermem-router sft dataset_dir=...` after `ds.save_to
     return DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 
 
-def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: str | None = None,
-                 commit_message: str = "Upload tiermem router labels") -> dict[str, Any]:
+def push_dataset(path: str | Path, repo_id: str, private: bool = True) -> dict[str, Any]:
     """Publish a labeled DatasetDict saved by `make label` (its `dataset/` folder) as parquet files with a
     dataset card. The labeling run's config.yaml and stats.json, next to the dataset folder, feed the card."""
     import tempfile
@@ -193,7 +191,7 @@ def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: 
     stats = json.loads(stats_path.read_text()) if stats_path.is_file() else None
     if get_token() is None:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
-    card = render_dataset_card(dataset, repo_id, label_config or {}, stats, license)
+    card = render_dataset_card(dataset, repo_id, label_config or {}, stats)
     api = HfApi()
     with tempfile.TemporaryDirectory(prefix="tiermem-dataset-") as tmp:
         folder = Path(tmp)
@@ -206,6 +204,6 @@ def push_dataset(path: str | Path, repo_id: str, private: bool = True, license: 
         with hub_errors(f"dataset push to {repo_id}"):
             repo = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
             info = api.upload_folder(repo_id=repo.repo_id, repo_type="dataset", folder_path=str(folder),
-                                     commit_message=commit_message)
+                                     commit_message="Upload tiermem router labels")
     return {"repo_id": repo.repo_id, "commit": info.oid, "commit_url": info.commit_url, "private": private,
             "splits": {name: len(dataset[name]) for name in dataset}}

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.request_error import RequestError
+from serving.request_error import RequestError, checked_question
 from tiermem.memory.extractive import answerer_mode
 from tiermem.memory.memory_config import MemoryConfig
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
 from tiermem.settings.errors import ConfigError, DataError
 
 POLICIES = ("router", "summary", "research")
@@ -25,11 +26,12 @@ class AskServeConfig:
     enabled: bool = True
     workdir: str = "runs/memory"  # the tier cache `tiermem-router ask` builds (<workdir>/<conv_id>-<key>/)
     memory: MemoryConfig = field(default_factory=MemoryConfig)  # as `ask`'s memory: settings (configs/ingest)
-    max_open: int = 8  # conversations kept open (their tiers in memory); the least recently asked is closed
-    max_turns: int = 5_000  # an inline conversation's turns (building tiers is the request's cost)
+    # conversations kept open (their tiers in memory); the least recently asked is closed
+    max_open: int = field(default=8, metadata=AT_LEAST_ONE)
+    max_turns: int = field(default=5_000, metadata=AT_LEAST_ONE)  # an inline conversation's turns (building tiers)
     # tier directories this server builds for inline conversations that it keeps on disk; past it the least recently
     # asked one it built is removed (a directory it did not build, `tiermem-router ask`'s, is never removed)
-    max_inline_tiers: int = 64
+    max_inline_tiers: int = field(default=64, metadata=AT_LEAST_ONE)
 
     def __post_init__(self) -> None:
         if isinstance(self.memory, dict):
@@ -39,8 +41,7 @@ class AskServeConfig:
         if answerer_mode(self.memory.answerer, None, None) != "extractive":
             raise ConfigError("ask.memory.answerer: /ask serves the extractive answerer (no language model in the "
                               "server); set it to auto or extractive")
-        if self.max_open < 1 or self.max_turns < 1 or self.max_inline_tiers < 1:
-            raise ConfigError("ask.max_open, ask.max_turns and ask.max_inline_tiers must be >= 1")
+        check_declared(self, "ask.")
 
 
 @dataclass
@@ -53,16 +54,7 @@ class AskRequest:
 
 def validate_ask_request(body: Any, max_question_chars: int) -> AskRequest:
     """Check a /ask body; every failure names the field."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "body must be a JSON object with 'question' and 'conv_id' or 'conversation'")
-    unknown = sorted(set(body) - set(FIELDS))
-    if unknown:
-        raise RequestError(422, f"unknown field(s) {unknown}; allowed: {', '.join(FIELDS)}")
-    question = body.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise RequestError(422, "'question' must be a non-empty string")
-    if len(question) > max_question_chars:
-        raise RequestError(413, f"'question' has {len(question)} characters; the limit is {max_question_chars}")
+    question = checked_question(body, FIELDS, "'question' and 'conv_id' or 'conversation'", max_question_chars)
     conv_id, raw = body.get("conv_id"), body.get("conversation")
     if (conv_id is None) == (raw is None):
         raise RequestError(422, "give 'conv_id' (a conversation already ingested) or 'conversation' (a "
@@ -80,10 +72,6 @@ def validate_ask_request(body: Any, max_question_chars: int) -> AskRequest:
             conversation = parse_conversation(raw, "'conversation'", "request")
         except DataError as exc:
             raise RequestError(422, f"'conversation' is not a tiermem-format conversation: {exc}") from None
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RequestError(422, "'question' holds a lone surrogate: not a Unicode character; send valid text") from None
     return AskRequest(question.strip(), conv_id, conversation, policy)
 
 
@@ -192,10 +180,8 @@ class AskService:
 
 
 def check_readers(cfg: AskServeConfig, router: Any) -> Any:
-    """The readers /ask answers with, loaded through the checked loader before the server starts, as /route's router
-    is: `ask.memory.reader` (what a fixed policy and a router without a reader read) with its floor, and a unit-reader
-    router's floor. A reader that would fail every /ask is a named error at start (exit 2), not an HTTP 500 per
-    request. Returns the configured reader (AskService keeps it)."""
+    """The readers /ask answers with (`ask.memory.reader` with its floor, a unit-reader router's floor), loaded and
+    checked at start: a reader that would fail every /ask is a named error (exit 2), not an HTTP 500 per request."""
     from tiermem.memory.extractive import load_answer_reader, router_reader
     from tiermem.settings.errors import StoreError, UsageError
 

@@ -9,20 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.model_card import render_card, save_with_card
+from serving.model_card import render_card
 from serving.portable import portable_adapter_config, portable_meta
 from tiermem import contract
-from tiermem.models.specs import ADAPTER_CONFIG_FILE, hub_id, make_adapter_portable
+from tiermem.models.specs import ADAPTER_CONFIG_FILE, hub_id
 from tiermem.runs.run_meta import (
     CARD_FILE,
     RUN_META_FILE,
     SIGNAL_HEAD_FILE,
     RunMeta,
-    RunMetaFile,
     meta_digest,
     meta_json,
     read_run_meta,
-    sha256_file,
     verify_files,
 )
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
@@ -39,10 +37,8 @@ MODEL_CONFIG_FILES = ("config.json", "generation_config.json")
 
 
 def push_files(run_dir: Path, meta: RunMeta) -> list[str]:
-    """The files a user needs to load the router, by name: recorded weights (adapter_model.safetensors,
-    model*.safetensors, feature_model.json), the adapter or model config, the tokenizer, tiermem_router.json and
-    the card. An allowlist rather than ignore patterns, so a file a trainer adds later is never published by
-    accident."""
+    """The files a user needs to load the router, by name: an allowlist rather than ignore patterns, so a file a
+    trainer adds later is never published by accident."""
     names = list(meta.files or {})
     if meta.router_kind == "local":
         names += [ADAPTER_CONFIG_FILE] if meta.adapter else list(MODEL_CONFIG_FILES)
@@ -109,19 +105,6 @@ def pushed_content(run_dir: Path, meta: RunMeta, name: str, card: str) -> bytes 
     return str(run_dir / name)
 
 
-def _portable_adapter(run_dir: Path, meta: RunMeta) -> RunMeta:
-    """The run's adapter config naming its base by hub id (make_adapter_portable): checked above, only that name
-    changes, so the run records the new file's sha256 (and goes on proving it)."""
-    make_adapter_portable(run_dir, meta.base_model)
-    digest = sha256_file(run_dir / ADAPTER_CONFIG_FILE)
-    if meta.files is None or meta.files.get(ADAPTER_CONFIG_FILE) in (None, digest):
-        return meta
-    record = RunMetaFile.open(run_dir)
-    record.meta.files = {**(record.meta.files or {}), ADAPTER_CONFIG_FILE: digest}
-    save_with_card(record)
-    return record.meta
-
-
 def _pushed_adapter_config(run_dir: Path, meta: RunMeta) -> bytes:
     base = hub_id(meta.base_model) or portable_meta(meta).base_model
     return portable_adapter_config((run_dir / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"), base).encode()
@@ -154,8 +137,6 @@ def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
     eval_report = read_eval(cfg.eval, meta) if cfg.eval else None
     if get_token() is None:
         raise HubError("no hub token: set HF_TOKEN or run `hf auth login`")
-    if meta.adapter:  # runs saved before adapters were made portable still name this machine's base path
-        meta = _portable_adapter(run_dir, meta)
     card = render_card(pushed_meta(run_dir, meta), cfg.repo_id, eval_report, license=cfg.license,
                        datasets=cfg.datasets, tags=cfg.tags)
     files = sorted({*push_files(run_dir, meta), RUN_META_FILE, CARD_FILE})

@@ -175,9 +175,8 @@ def evaluation_text(report: dict[str, Any] | None) -> str:
 def render_card(meta: RunMeta, repo_id: str | None = None, eval_report: dict[str, Any] | None = None,
                 license: str = "apache-2.0", datasets: list[str] | None = None, tags: list[str] | None = None,
                 ref: str | None = None) -> str:
-    """The card of `meta`'s router. `repo_id`: the hub repo it is pushed to (rendered from the metadata as pushed:
-    no path of this machine); `eval_report`: the eval.json of its evaluation; `ref`: what the usage snippet loads
-    when there is no repo (the run directory)."""
+    """The card of `meta`'s router; with `repo_id` rendered from the metadata as pushed (no path of this machine).
+    `ref`: what the usage snippet loads when there is no repo (the run directory)."""
     from huggingface_hub import ModelCardData
 
     meta = portable_meta(meta) if repo_id else meta

@@ -96,9 +96,8 @@ NAMED_TABLES = ("data", "training", "calibration")
 
 
 def portable_meta(meta: RunMeta) -> RunMeta:
-    """The metadata a push uploads: the same router (digests, threshold, head, contract), with every path of this
-    machine replaced by a name (training data, output and run directories, eval reports, a base model or reader
-    loaded from a local directory). Idempotent."""
+    """The metadata a push uploads: the same router, with every path of this machine replaced by a name.
+    Idempotent."""
     data = asdict(meta)
     data.update(data.pop("extra"))
     files = data.pop("files")
@@ -112,10 +111,12 @@ def portable_meta(meta: RunMeta) -> RunMeta:
 
 
 def portable_adapter_config(text: str, base_model: str) -> str:
-    """adapter_config.json as pushed: the base named by its hub id (`base_model`, when it has one), else a local
-    directory by its name; any other path in it likewise."""
+    """adapter_config.json as pushed: the base named by its hub id (`base_model`, when it has one; PEFT wrote the local
+    directory it loaded the base from), else a local directory by its name; any other path in it likewise."""
     config = json.loads(text)
     recorded = config.get("base_model_name_or_path")
-    if isinstance(recorded, str) and recorded != base_model:
-        config["base_model_name_or_path"] = base_model if HUB_ID.match(base_model) else portable_model(recorded)
+    if HUB_ID.match(base_model):
+        config["base_model_name_or_path"] = base_model
+    elif isinstance(recorded, str):
+        config["base_model_name_or_path"] = portable_model(recorded)
     return json.dumps(_scrub(config), indent=2, sort_keys=True) + "\n"

@@ -18,11 +18,12 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from serving.ask_api import AskServeConfig, AskService, check_readers, validate_ask_request
-from serving.request_error import RequestError
+from serving.request_error import RequestError, check_text, checked_question
 from serving.routers import RouterSpec, as_router_spec, build
 from serving.routers.base import logit, sigmoid
 from tiermem import contract
 from tiermem.settings import ranges
+from tiermem.settings.config import AT_LEAST_ONE, check_declared, parse_cli
 from tiermem.settings.errors import ConfigError, DataError, UsageError, stage_main
 
 log = logging.getLogger(__name__)
@@ -33,48 +34,34 @@ class ServeConfig:
     router: RouterSpec = field(default_factory=RouterSpec)  # a run directory / hub id, always-answer, or a mapping
     host: str = "127.0.0.1"
     port: int = 8088
-    max_body_bytes: int = 200_000
-    max_question_chars: int = 2_000
-    max_summary_chars: int = 4_000  # per summary; the contract clips what the model sees further
-    max_date_chars: int = 64  # per summary date: printed into an LM router's prompt whole ("Tuesday, 7 May 2023 ...")
+    max_body_bytes: int = field(default=200_000, metadata=AT_LEAST_ONE)
+    max_question_chars: int = field(default=2_000, metadata=AT_LEAST_ONE)
+    max_summary_chars: int = field(default=4_000, metadata=AT_LEAST_ONE)  # per summary; the contract clips further
+    # per summary date: printed into an LM router's prompt whole ("Tuesday, 7 May 2023 ...")
+    max_date_chars: int = field(default=64, metadata=AT_LEAST_ONE)
     chat_passthrough: bool = True
-    max_chat_tokens: int = 256
-    max_prompt_tokens: int = 2_048  # chat: rendered prompt tokens; 413 above (bounds one request's compute)
-    max_queue: int = 32  # per lane (route / chat): running + waiting requests; 503 beyond
-    queue_timeout_s: float = 10.0  # a request that cannot start within this gets 503
-    route_batch_size: int = 16  # /route requests scored together when they queue up
+    max_chat_tokens: int = field(default=256, metadata=AT_LEAST_ONE)
+    # chat: rendered prompt tokens; 413 above (bounds one request's compute)
+    max_prompt_tokens: int = field(default=2_048, metadata=AT_LEAST_ONE)
+    max_queue: int = field(default=32, metadata=AT_LEAST_ONE)  # per lane (route / chat): running + waiting; 503 beyond
+    queue_timeout_s: float = field(default=10.0, metadata={"gt": 0})  # a request that cannot start within this: 503
+    route_batch_size: int = field(default=16, metadata=AT_LEAST_ONE)  # /route requests scored together when queued
     ask: AskServeConfig = field(default_factory=AskServeConfig)  # POST /ask: the memory runtime, warm
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         if not 0 <= self.port <= 65_535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
-        for name in ("max_body_bytes", "max_question_chars", "max_summary_chars", "max_date_chars", "max_chat_tokens",
-                     "max_prompt_tokens", "max_queue", "route_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.queue_timeout_s > 0:
-            raise ConfigError(f"queue_timeout_s must be > 0, got {self.queue_timeout_s}")
+        check_declared(self)
 
 
 def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
                            summary_fields: tuple[str, ...] = (), router_kind: str = "loaded",
                            ) -> tuple[str, list[dict[str, Any]], float | None]:
-    """Check a /route body; every failure names the field. Returns (question, summaries, threshold_logit). `top_k`: the
-    most summaries the router's training prompts held (saved with it); `summary_fields`: the optional summary
-    fields the router cannot decide without (Router.summary_fields)."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "body must be a JSON object with 'question' and 'summaries'")
-    unknown = sorted(set(body) - {"question", "summaries", "threshold_prob", "threshold_logit"})
-    if unknown:
-        raise RequestError(422, f"unknown field(s) {unknown}; allowed: question, summaries, threshold_prob, "
-                                "threshold_logit")
-    question = body.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise RequestError(422, "'question' must be a non-empty string")
-    _check_text(question, "'question'")
-    if len(question) > cfg.max_question_chars:
-        raise RequestError(413, f"'question' has {len(question)} characters; the limit is {cfg.max_question_chars}")
+    """Check a /route body; every failure names the field. `top_k`: the most summaries the router's training prompts
+    held; `summary_fields`: the optional summary fields the router cannot decide without."""
+    question = checked_question(body, ("question", "summaries", "threshold_prob", "threshold_logit"),
+                                "'question' and 'summaries'", cfg.max_question_chars)
     summaries = body.get("summaries")
     if not isinstance(summaries, list):
         raise RequestError(422, "'summaries' must be a list of {text, date} objects (may be empty)")
@@ -90,7 +77,7 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
         if len(s["text"]) > cfg.max_summary_chars:
             raise RequestError(413, f"summaries[{i}].text has {len(s['text'])} characters; "
                                     f"the limit is {cfg.max_summary_chars}")
-        _check_text(s["text"], f"summaries[{i}].text")
+        check_text(s["text"], f"summaries[{i}].text")
         date = s.get("date")
         if date is not None and not isinstance(date, str):
             raise RequestError(422, f"summaries[{i}].date must be a string or null")
@@ -98,7 +85,7 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
             if len(date) > cfg.max_date_chars:  # the prompt prints it unclipped: 8 KB of date held the server 38 s
                 raise RequestError(422, f"summaries[{i}].date has {len(date)} characters; the limit is "
                                         f"{cfg.max_date_chars} (max_date_chars)")
-            _check_text(date, f"summaries[{i}].date")
+            check_text(date, f"summaries[{i}].date")
         unit = {"text": s["text"], "date": date}
         if s.get("score") is not None:  # the routers that read it were fitted on cosine similarities
             unit["score"] = ranges.retrieval_score(s["score"], f"summaries[{i}].score", _unprocessable)
@@ -123,16 +110,6 @@ def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None
 
 def _unprocessable(message: str) -> RequestError:
     return RequestError(422, message)
-
-
-def _check_text(text: str, name: str) -> None:
-    """Text every tokenizer can take: valid Unicode. JSON's `\\ud800` escape decodes to a lone surrogate, which no
-    UTF-8 encoder (a tokenizer, the server log) accepts."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise RequestError(422, f"{name} holds a lone surrogate (U+{ord(text[exc.start]):04X}) at character "
-                                f"{exc.start}: not a Unicode character; send valid text") from None
 
 
 def _is_int(value: Any) -> bool:
@@ -235,7 +212,7 @@ def _chat_prepare(router: Any, body: Any, cfg: ServeConfig) -> Any:
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
                 or not isinstance(m.get("content"), str):
             raise RequestError(422, f"messages[{i}] must be {{role: system|user|assistant, content: string}}")
-        _check_text(m["content"], f"messages[{i}].content")
+        check_text(m["content"], f"messages[{i}].content")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     max_tokens = 64 if max_tokens is None else max_tokens
     if not _is_int(max_tokens) or not 1 <= max_tokens <= cfg.max_chat_tokens:
@@ -273,9 +250,8 @@ def _chat_generate(router: Any, body: dict[str, Any], prompt: str, max_tokens: i
 
 
 def _submit(lane: Lane, item: Any) -> Any:
-    """Run `item` in `lane`; its own failure becomes its own response: RequestError as is, a UsageError or DataError
-    (the router refused this input) 422, anything else 500 with an error id (the traceback goes to the log, not the
-    client)."""
+    """Run `item` in `lane`; its own failure becomes its own response (an internal one a 500 with an error id: the
+    traceback goes to the log, not the client)."""
     try:
         return lane.submit(item)
     except RequestError:
@@ -369,8 +345,6 @@ def create_app(router: Any, cfg: ServeConfig | None = None, answer_reader: Any =
 
 @stage_main("serve")
 def main(argv: list[str]) -> int:
-    from tiermem.settings.config import parse_cli
-
     cfg = parse_cli(ServeConfig, argv, default_config=None)
     router = build(cfg.router)
     reader = check_readers(cfg.ask, router) if cfg.ask.enabled else None  # at start, as the router is

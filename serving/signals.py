@@ -3,7 +3,6 @@ counts; read by the features router and the LM router's signal head, both a Logi
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Sequence
@@ -14,8 +13,6 @@ import numpy as np
 from tiermem.runs.run_meta import SIGNAL_HEAD_FILE  # noqa: F401  (the signal head's file name)
 from tiermem.settings.errors import DataError
 from tiermem.text.words import SIGNAL_STOPWORDS, strip_plural, tokens
-
-log = logging.getLogger(__name__)
 
 NO_SUMMARY_SCORE = -1.0  # top-1 score when nothing was retrieved: the floor of a cosine similarity
 

@@ -108,10 +108,7 @@ def render_messages(question: str, summaries: Sequence[Any]) -> list[dict[str, s
 
 
 def render_prompt(tokenizer: Any, question: str, summaries: Sequence[Any]) -> str:
-    """The exact prompt string a local router model sees, chat template applied.
-
-    SFT and GRPO train on this string and serving scores it, so all three share one rendering.
-    """
+    """The exact prompt string a local router model sees: SFT and GRPO train on it and serving scores it."""
     return tokenizer.apply_chat_template(
         render_messages(question, summaries), tokenize=False, add_generation_prompt=True
     )

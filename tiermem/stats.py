@@ -170,10 +170,6 @@ def average_precision_reps(scores: Sequence[float], positive: Sequence[bool], co
     return out
 
 
-def average_precision(scores: Sequence[float], positive: Sequence[bool]) -> float:
-    return float(average_precision_reps(scores, positive, ones(len(scores)))[0])
-
-
 def apgr_reps(scores: Sequence[float], s_ok: Sequence[bool], r_ok: Sequence[bool], counts: np.ndarray) -> np.ndarray:
     """APGR per replicate, as metrics.sweep: area under PGR(escalation rate) over thresholds from never to always
     escalating (tied scores escalate together). NaN where raw-only is not better than summary-only."""

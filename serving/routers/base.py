@@ -103,8 +103,7 @@ class Router(ABC):
 
     @classmethod
     def check_spec(cls, spec: Any) -> None:
-        """Refuse, when the config is read, a spec this kind cannot build (UsageError naming `router.<field>`);
-        most kinds need no check."""
+        """Refuse, when the config is read, a spec this kind cannot build (UsageError naming `router.<field>`)."""
         return None
 
     @classmethod
@@ -135,9 +134,8 @@ class Router(ABC):
         return check_threshold_logit(self.threshold_logit if override is None else override)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        """Log-odds of ESCALATE per question (what calibration and sweeps order by). Fixed policies and routers
-        that only emit parsed decisions (teacher, remote in generate mode) have none: asking one for it is a usage
-        error (e.g. `calibrate router=always-escalate`), reported as one line."""
+        """Log-odds of ESCALATE per question (what calibration and sweeps order by); routers that only emit parsed
+        decisions (fixed, teacher) have none: a usage error."""
         raise UsageError(f"router kind {self.kind!r} gives no score (log-odds of ESCALATE), so it has no threshold "
                          "to calibrate or sweep; use an LM, features or top1-score router")
 
@@ -162,13 +160,11 @@ class ScoreRouter(Router):
 
     def scored(self, questions: Sequence[str], summaries: Sequence[Summaries]
                ) -> tuple[list[float], list[dict[str, float]] | None, list[list[str]] | None]:
-        """(scores, what each is made of, the signals clipped in each): routers with parts or signals override
-        this, the rest only `score()`."""
+        """(scores, what each is made of, the signals clipped in each); routers without parts or signals: `score()`."""
         return self.score(questions, summaries), None, None
 
     def scored_reading(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> tuple[Any, Any, Any, Any]:
-        """`scored`, and the tokens the router read per question to score it: none for a router that runs no model
-        over the text (a router with a reader overrides this)."""
+        """`scored`, and the tokens the router read per question to score it (none here: no model reads the text)."""
         scores, parts, clipped = self.scored(questions, summaries)
         return scores, parts, clipped, [0] * len(scores)
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from serving.routers.base import ScoreRouter, Summaries, calibrated_threshold_logit, check_lengths
-from serving.routers.score_run import open_score_run, score_run_meta, write_router_run
+from serving.routers.base import ScoreRouter, Summaries, check_lengths
+from serving.routers.score_run import load_score_router, score_run_meta, write_router_run
 from serving.signals import FEATURES, feature_matrix
 from tiermem.models.logistic import LogisticModel, read_logistic, save_logistic
 from tiermem.runs.run_meta import FEATURE_MODEL_FILE
@@ -49,12 +49,11 @@ class FeatureRouter(ScoreRouter):
 
     @classmethod
     def load(cls, path: str | Path, threshold_logit: float | None = None) -> FeatureRouter:
-        run_dir, meta = open_score_run(path, cls.kind)
-        model_path = run_dir / FEATURE_MODEL_FILE
-        if not model_path.is_file():
-            raise RouterLoadError(f"{model_path} not found: a features router directory needs its fitted model")
-        calibrated = calibrated_threshold_logit(meta)
-        router = cls(read_logistic(model_path), threshold_logit=threshold_logit if threshold_logit is not None
-                     else calibrated)
-        router.run_dir, router.meta, router.name = run_dir, meta, f"{cls.kind}:{path}"
-        return router
+        return load_score_router(cls, path, threshold_logit, _read_model)
+
+
+def _read_model(run_dir: Path) -> tuple[LogisticModel]:
+    model_path = run_dir / FEATURE_MODEL_FILE
+    if not model_path.is_file():
+        raise RouterLoadError(f"{model_path} not found: a features router directory needs its fitted model")
+    return (read_logistic(model_path),)

@@ -52,17 +52,15 @@ class RecordedTeacherRouter(ScoreRouter):
     def route_batch(self, questions, summaries, threshold_logit=None):
         check_lengths(questions, summaries)
         t = self._threshold_logit(threshold_logit)
-        out = []
-        for q, units in zip(questions, summaries, strict=True):
-            started = time.perf_counter()
-            d = self._decision(q, units)  # looked up once per question: its score and its decision
-            s = self._score(d)
-            dt = time.perf_counter() - started  # a lookup: measured as every router's time is, reads no tokens
-            if d is None:
-                self.unrecorded += 1
-                out.append(Decision(contract.ACTIONS[1], 1.0, "no recorded decision for these units", False, dt, 0,
-                                    error="no recorded teacher decision for this question over these units",
-                                    score=s))
-                continue
-            out.append(Decision(decide(s, t), d.p_escalate(), d.thinking, True, dt, 0, score=s))
-        return out
+        return [self._route_one(q, units, t) for q, units in zip(questions, summaries, strict=True)]
+
+    def _route_one(self, question: str, units: Summaries, t: float) -> Decision:
+        started = time.perf_counter()
+        d = self._decision(question, units)  # looked up once per question: its score and its decision
+        s = self._score(d)
+        dt = time.perf_counter() - started  # a lookup: measured as every router's time is, reads no tokens
+        if d is None:
+            self.unrecorded += 1
+            return Decision(contract.ACTIONS[1], 1.0, "no recorded decision for these units", False, dt, 0,
+                            error="no recorded teacher decision for this question over these units", score=s)
+        return Decision(decide(s, t), d.p_escalate(), d.thinking, True, dt, 0, score=s)

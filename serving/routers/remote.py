@@ -34,38 +34,31 @@ from tiermem.settings.errors import RouterLoadError, UsageError
 
 
 class RemoteRouter(Router):
-    """strategy "auto" reads the action tokens' log-probs when the server returns them; a server without log-probs
-    is asked for a constrained choice between the two contract prefixes; a server that ignores the constraint (its
-    output is not one of the choices) falls back to parsing the generated JSON."""
+    """It reads the action tokens' log-probs when the server returns them; a server without log-probs is asked for a
+    constrained choice between the two contract prefixes; a server that ignores the constraint (its output is not one
+    of the choices) falls back to parsing the generated JSON."""
 
     kind = "remote"
-    spec_fields = ("base_url", "model", "api_key_env", "strategy", "max_tokens", "signal_head")
-    STRATEGIES = ("auto", "logprobs", "choice", "generate")
+    spec_fields = ("base_url", "model", "max_tokens", "signal_head")
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
-                 threshold_logit: float | None = None, strategy: str = "auto", max_tokens: int = 64,
+    def __init__(self, base_url: str, model: str, threshold_logit: float | None = None, max_tokens: int = 64,
                  top_logprobs: int = 10, timeout_s: float = 60.0, max_retries: int = 3,
                  signal_head: LogisticModel | None = None, text_weight: float = 1.0,
                  action_pieces: dict[str, str] | None = None) -> None:
         from openai import OpenAI
 
-        if strategy not in self.STRATEGIES:
-            raise UsageError(f"router.strategy must be one of {self.STRATEGIES}, got {strategy!r}")
-        if signal_head is not None and strategy not in ("auto", "logprobs"):
-            raise UsageError("a router with a signal head adds it to the log-odds margin: router.strategy must be "
-                             f"auto or logprobs, got {strategy!r}")
         # The served adapter's head: the endpoint returns the LM's first-token log-probs, the head is added here.
         self.signal_head = None if signal_head is None else check_head_features(signal_head)
         self.text_weight = check_text_weight(text_weight)
         # action -> the text of the first token the router's tokenizer gives it after OUTPUT_PREFIX (what the local
         # fast path reads); None: guessed from the returned pieces (the longest one that starts the action)
         self.action_pieces = action_pieces
-        self.client = OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
+        self.client = OpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
                              timeout=timeout_s, max_retries=max_retries)
         self.model = model
         self.name = f"remote:{model}@{base_url}"
         self.threshold_logit = DEFAULT_THRESHOLD_LOGIT if threshold_logit is None else threshold_logit
-        self.strategy = strategy
+        self.strategy = "auto"  # what this server answers: auto (log-probs first), then choice or generate
         self.max_tokens = max_tokens
         self.top_logprobs = top_logprobs
         self.choices = [contract.OUTPUT_PREFIX + a for a in contract.ACTIONS]
@@ -75,8 +68,6 @@ class RemoteRouter(Router):
     def check_spec(cls, spec):
         if not (spec.base_url and spec.model):
             raise UsageError("router.kind=remote needs base_url and model (router.base_url, router.model)")
-        if spec.strategy not in cls.STRATEGIES:
-            raise UsageError(f"router.strategy must be one of {cls.STRATEGIES}, got {spec.strategy!r}")
 
     @classmethod
     def from_spec(cls, spec, trunk_cache=None):
@@ -88,8 +79,8 @@ class RemoteRouter(Router):
             if head is None:
                 raise RouterLoadError(f"router.signal_head={spec.signal_head}: that run has no signal head")
             pieces = action_pieces(AutoTokenizer.from_pretrained(spec.signal_head))
-        return cls(base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
-                   threshold_logit=spec.threshold_logit, strategy=spec.strategy, max_tokens=spec.max_tokens,
+        return cls(base_url=spec.base_url, model=spec.model, threshold_logit=spec.threshold_logit,
+                   max_tokens=spec.max_tokens,
                    signal_head=head, text_weight=text_weight, action_pieces=pieces)
 
     def _p_from_logprobs(self, content: Any) -> float | None:
@@ -124,7 +115,7 @@ class RemoteRouter(Router):
         messages = contract.render_messages(question, summaries)
         started = time.perf_counter()
         strategy = self.strategy
-        if strategy in ("auto", "logprobs"):
+        if strategy == "auto":
             resp = self.client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=0.0,
                 logprobs=True, top_logprobs=self.top_logprobs)
@@ -147,7 +138,7 @@ class RemoteRouter(Router):
             if self.signal_head is not None:  # no margin to add the head to: never a decision without it
                 raise RuntimeError("the endpoint returned no log-probs for both actions at the decision position; "
                                    "a router with a signal head needs them (vLLM: logprobs=True, top_logprobs>=2)")
-            if strategy == "logprobs" or content is not None:
+            if content is not None:
                 # Log-probs were returned but the action tokens are not among them: the text is all we have.
                 self.used["generate"] += 1
                 return Decision(parsed.action, None, parsed.reason, parsed.parsed_ok, dt, tokens)

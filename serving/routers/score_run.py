@@ -3,10 +3,11 @@ writer every router run ends with (the LM routers' too), then the directory read
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving.routers.base import open_run_dir
+from serving.routers.base import calibrated_threshold_logit, open_run_dir
 from tiermem import contract
 from tiermem.runs.run_meta import RunMeta, RunMetaFile, file_digests, read_run_meta
 from tiermem.settings.errors import RouterLoadError
@@ -19,9 +20,8 @@ def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], ext
 
 
 def write_router_run(run_dir: str | Path, meta: RunMeta) -> Path:
-    """Every router run's last write (the LM routers' too, router_train.lm.router_run.save_run): the card (it
-    describes this kind of router; calibrate, eval and push rewrite it), then the metadata, written last with the
-    digest of every file in the directory, since it marks a finished run."""
+    """Every router run's last write (the LM routers' too): the card, then the metadata with the digest of every
+    file in the directory, written last since it marks a finished run."""
     from serving.model_card import save_with_card
 
     run_dir = Path(run_dir)
@@ -38,3 +38,13 @@ def open_score_run(path: str | Path, kind: str) -> tuple[Path, RunMeta]:
     if meta.router_kind != kind:
         raise RouterLoadError(f"{run_dir}: tiermem_router.json says router_kind {meta.router_kind!r}, not {kind!r}")
     return run_dir, open_run_dir(run_dir)
+
+
+def load_score_router(cls: Any, path: str | Path, threshold_logit: float | None,
+                      read: Callable[[Path], tuple[Any, ...]] = lambda run_dir: ()) -> Any:
+    """`cls(*read(run_dir), threshold_logit=...)` from its checked run directory; the stored threshold unless given."""
+    run_dir, meta = open_score_run(path, cls.kind)
+    threshold = threshold_logit if threshold_logit is not None else calibrated_threshold_logit(meta)
+    router = cls(*read(run_dir), threshold_logit=threshold)
+    router.run_dir, router.meta, router.name = run_dir, meta, f"{cls.kind}:{path}"
+    return router

@@ -13,6 +13,7 @@ from serving.routers.registry import ROUTER_KINDS, router_class
 from tiermem.llm.base import LLMConfig
 from tiermem.models.specs import is_hub_id
 from tiermem.runs.run_meta import read_run_meta
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
 from tiermem.settings.errors import HubError, MissingFileError, UnreachableError, UsageError
 
 # besides the registry's kinds: "auto" (what the directory's tiermem_router.json names) and "none" (no router:
@@ -30,7 +31,7 @@ class RouterSpec:
     kind: str = "auto"  # auto: what the directory's tiermem_router.json names; none; or a registry kind
     name: str | None = None  # display name (eval's compare rows)
     threshold_logit: float | None = None  # escalate when score >= this; None: the threshold calibrate stored
-    batch_size: int = 8  # questions per route_batch call
+    batch_size: int = field(default=8, metadata=AT_LEAST_ONE)  # questions per route_batch call
     revision: str | None = None  # local: hub revision
     mode: str = "fast"  # local: fast (log-odds of the action tokens) | generate (parsed JSON)
     base_model: str | None = None  # local: the base to load the adapter on; None: the one the router names
@@ -38,8 +39,6 @@ class RouterSpec:
     max_tokens: int = 64  # teacher / remote: the action comes first, so short completions suffice
     base_url: str | None = None  # remote: OpenAI-compatible endpoint serving the router adapter (vLLM, ...)
     model: str | None = None  # remote: the model name the endpoint serves the adapter under
-    api_key_env: str = "OPENAI_API_KEY"  # remote
-    strategy: str = "auto"  # remote: auto | logprobs | choice | generate
     # remote: the run directory of the adapter the endpoint serves, when it has a signal head (added to the margin)
     signal_head: str | None = None
 
@@ -57,8 +56,7 @@ class RouterSpec:
         if self.threshold_logit is not None and not math.isfinite(self.threshold_logit):
             raise UsageError(f"router.threshold_logit must be a finite log-odds number or null, got "
                              f"{self.threshold_logit!r}")
-        if self.batch_size < 1:
-            raise UsageError(f"router.batch_size must be >= 1, got {self.batch_size}")
+        check_declared(self, "router.")
         if self.kind == "auto" and not self.path:
             raise UsageError("router.kind=auto needs router.path (a run directory or hub id)")
         if self.kind in ROUTER_KINDS:
@@ -93,9 +91,8 @@ def resolved_kind(spec: RouterSpec) -> str:
 
 
 def pulled(spec: RouterSpec, kind: str) -> RouterSpec:
-    """A score router named by hub id is loaded from its pulled snapshot (digests checked), as from a run
-    directory (kinds with a `load`); an LM router's loader pulls for itself (it needs the revision for the base's
-    cache)."""
+    """A score router named by hub id, loaded from its pulled snapshot as from a run directory; an LM router's
+    loader pulls for itself (it needs the revision for the base's cache)."""
     if kind == "local" or not spec.path or Path(spec.path).expanduser().exists() or not is_hub_id(spec.path):
         return spec
     if not hasattr(router_class(kind), "load"):  # a kind that reads no directory (always-*, remote, teacher)

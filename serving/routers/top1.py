@@ -7,13 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from serving.routers.base import (
-    ScoreRouter,
-    Summaries,
-    calibrated_threshold_logit,
-    check_lengths,
-)
-from serving.routers.score_run import open_score_run, score_run_meta, write_router_run
+from serving.routers.base import ScoreRouter, Summaries, check_lengths
+from serving.routers.score_run import load_score_router, score_run_meta, write_router_run
 from serving.signals import top1
 
 
@@ -39,8 +34,4 @@ class Top1ScoreRouter(ScoreRouter):
 
     @classmethod
     def load(cls, path: str | Path, threshold_logit: float | None = None) -> Top1ScoreRouter:
-        run_dir, meta = open_score_run(path, cls.kind)
-        calibrated = calibrated_threshold_logit(meta)
-        router = cls(threshold_logit=threshold_logit if threshold_logit is not None else calibrated)
-        router.run_dir, router.meta, router.name = run_dir, meta, f"{cls.kind}:{path}"
-        return router
+        return load_score_router(cls, path, threshold_logit)

@@ -26,7 +26,7 @@ def test_auroc_matches_a_hand_computation_with_ties():
 
 def test_average_precision_matches_a_hand_computation():
     # ranked groups: 0.9 (P) -> precision 1; 0.8 (P+N) -> 2/3; 0.3 (N); 0.1 (P) -> 3/5
-    assert S.average_precision(SCORES, POS) == pytest.approx((1 + 2 / 3 + 3 / 5) / 3)
+    assert S.average_precision_reps(SCORES, POS, S.ones(len(SCORES)))[0] == pytest.approx((1 + 2 / 3 + 3 / 5) / 3)
 
 
 def test_reliability_and_ece_by_hand():

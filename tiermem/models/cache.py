@@ -11,20 +11,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tiermem.runs.run_meta import sha256_file
 from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import StoreError
 
 MANIFEST = "tiermem_cache_manifest.json"
 FORMAT = 1
 DIR_MODE, FILE_MODE = 0o755, 0o644
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def seal(entry: Path) -> Path:
@@ -110,9 +103,8 @@ def publish(tmp: Path, entry: Path) -> bool:
 
 
 def copy_verified(entry: Path, out: Path) -> list[str]:
-    """Every file of a checked entry into `out` (by write-then-rename, never through a link there), each only
-    after the bytes read hash to the manifest's digest. A mismatch is a StoreError naming the file (the caller
-    checked the entry first, so this is a change made while copying)."""
+    """Every file of a checked entry into `out` (write-then-rename), each only after the bytes read hash to the
+    manifest's digest: a mismatch here is a change made while copying."""
     from tiermem.runs.safe_io import write_atomic
 
     files = _manifest(entry)

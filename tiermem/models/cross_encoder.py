@@ -103,11 +103,6 @@ class CrossEncoder:
         start_end = self.span_head(out.hidden_states[-1])
         return out.logits[:, 0], start_end[..., 0], start_end[..., 1]
 
-    def eval_forward(self, enc: Any) -> tuple[Any, Any, Any]:
-        """forward() in eval mode without gradients (what scoring computes)."""
-        with eval_mode(self.model), self.torch.inference_mode():
-            return self.forward(enc)
-
     def read(self, questions: Sequence[str], texts: Sequence[str]) -> Reading:
         """Every pair's classifier logit (float64) and, with a span head, span margin and best span; eval mode."""
         # batches of similar length: a batch pads to its longest pair, and padding is most of a CPU forward pass

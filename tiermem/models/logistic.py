@@ -72,14 +72,13 @@ class LogisticModel:
         if not isinstance(self.feature_names, list) or not all(isinstance(n, str) for n in self.feature_names):
             raise bad("feature_names", "must be a list of feature names")
         n = len(self.feature_names)
-        for name in ("mean", "scale", "weights"):
+        if (self.train_min is None) != (self.train_max is None):
+            raise bad("train_min" if self.train_min is None else "train_max",
+                      "must be given with its partner (train_min and train_max: the training range, or neither)")
+        for name in ("mean", "scale", "weights", *(("train_min", "train_max") if self.train_min is not None else ())):
             values = getattr(self, name)
-            if not isinstance(values, list) or len(values) != n:
-                got = len(values) if isinstance(values, list) else type(values).__name__
-                raise bad(name, f"must be a list of {n} numbers (one per feature), got {got}")
-            wrong = [i for i, v in enumerate(values) if not finite(v)]
-            if wrong:
-                raise bad(name, f"must hold finite numbers; entries {wrong} are {[values[i] for i in wrong]}")
+            if not isinstance(values, list) or len(values) != n or not all(finite(v) for v in values):
+                raise bad(name, f"must be a list of {n} finite numbers (one per feature), got {values!r}")
         if any(v <= 0 for v in self.scale):
             raise bad("scale", "must be positive (a standardization divides by it)")
         if not finite(self.bias):
@@ -92,17 +91,9 @@ class LogisticModel:
             raise bad("n_train", f"must be a positive integer, got {self.n_train!r}")
         if not finite(self.train_escalate_share) or not 0.0 <= self.train_escalate_share <= 1.0:
             raise bad("train_escalate_share", f"must be in [0, 1], got {self.train_escalate_share!r}")
-        if (self.train_min is None) != (self.train_max is None):
-            raise bad("train_min" if self.train_min is None else "train_max",
-                      "must be given with its partner (train_min and train_max: the training range, or neither)")
-        if self.train_min is not None:
-            for name in ("train_min", "train_max"):
-                values = getattr(self, name)
-                if not isinstance(values, list) or len(values) != n or not all(finite(v) for v in values):
-                    raise bad(name, f"must be a list of {n} finite numbers (one per feature)")
-            inverted = [i for i in range(n) if self.train_min[i] > self.train_max[i]]
-            if inverted:
-                raise bad("train_min", f"exceeds train_max for features {[self.feature_names[i] for i in inverted]}")
+        inverted = [i for i in range(n) if self.train_min is not None and self.train_min[i] > self.train_max[i]]
+        if inverted:
+            raise bad("train_min", f"exceeds train_max for features {[self.feature_names[i] for i in inverted]}")
 
     def clip(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`x` clipped to the training range, and a mask (same shape) of the entries that were clipped."""

@@ -112,10 +112,8 @@ def _convert_smollm(target: Path) -> Path:
 
 
 def publish_conversion(tmp: Path, target: Path) -> Path:
-    """Put a sealed conversion `tmp` in place as `target`, by one rename: a half-written conversion is never mistaken
-    for a cached one. Two processes converting at once: the later one's rename meets the first one's directory, so it
-    uses that copy when it checks whole against its own digests (tiermem.models.cache), and replaces it otherwise (a
-    partial copy left by a killed run)."""
+    """Put a sealed conversion `tmp` in place as `target`, by one rename (tiermem.models.cache.publish): a
+    half-written conversion is never mistaken for a cached one, and of two processes converting at once one wins."""
     from tiermem.models.cache import publish, seal
 
     seal(tmp)
@@ -203,13 +201,9 @@ def hub_id(spec: str) -> str | None:
 
 
 def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
-    """Name the base model by its hub id in adapter_config.json, so plain PEFT / vLLM load the adapter on any
-    machine (PEFT writes the local directory it loaded the base from). Returns the base the file now names, or
-    None when the spec has no hub id (a local directory) and the file is left as written.
-
-    tiermem_router.json keeps `base_model` (the spec, e.g. `packaged:...`): that is how our own loaders
-    resolve the base offline, and they never read the adapter config's base.
-    """
+    """Name the base model by its hub id in adapter_config.json (PEFT writes the local directory it loaded the base
+    from), so plain PEFT / vLLM load the adapter on any machine; our loaders read tiermem_router.json's `base_model`.
+    Returns the base the file now names, or None when the spec has no hub id (the file is left as written)."""
     path = Path(run_dir) / ADAPTER_CONFIG_FILE
     if not path.is_file():
         raise MissingFileError(f"{path} not found: not a LoRA adapter run")

@@ -208,9 +208,8 @@ class FrozenTrunk:
 
     def logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                logits_to_keep: int | torch.Tensor = 0) -> torch.Tensor:
-        """The full model's logits, running only the top layers (with grad, through the adapter) on cached input.
-        A left-padded batch gets each row's true positions (as generation gives them), since its trunk states were
-        computed from position 0."""
+        """The full model's logits, running only the top layers on cached input; a left-padded batch gets each row's
+        true positions, since its trunk states were computed from position 0."""
         hidden = self.hidden(input_ids, attention_mask)
         extra = {}
         if bool((attention_mask[:, 0] == 0).any()):

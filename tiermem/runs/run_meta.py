@@ -16,10 +16,14 @@ from typing import Any
 
 from tiermem.runs.safe_io import read_json_state, write_atomic
 from tiermem.settings.errors import MissingFileError, StoreError, UsageError
+from tiermem.settings.ranges import is_number
 
 RUN_META_FILE = "tiermem_router.json"
 CARD_FILE = "README.md"  # the model card (serving.model_card)
 _REQUIRED = ("contract_version", "base_model")
+_TEXT, _OBJECT = (str, "a non-empty string"), (dict, "an object")
+_TYPED = {"contract_version": _TEXT, "base_model": _TEXT, "stage": _TEXT, "router_kind": _TEXT,
+          "adapter": (bool, "true or false"), "training": _OBJECT, "data": _OBJECT, "metrics": _OBJECT}
 FEATURE_MODEL_FILE = "feature_model.json"  # the features router's fitted model (serving/feature_router.py)
 SIGNAL_HEAD_FILE = "signal_head.json"  # an LM router's signal head (serving/signals.py), beside its adapter
 ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: rank, alpha, target modules and layers of the adapter weights
@@ -88,32 +92,21 @@ def meta_digest(meta: RunMeta) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _is_count(value: Any, minimum: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
-    """Every field a loader reads, typed and range-checked; RunMetaError names the file and the field.
-    `metrics` and `training` are reports of the run (shown on the card, never read to route): only their type
-    is checked."""
+    """Every field a loader reads, typed and range-checked; RunMetaError names the file and the field. `metrics` and
+    `training` are never read to route: only their type is checked."""
 
     def bad(field_name: str, problem: str) -> RunMetaError:
         return RunMetaError(f"{where}: field {field_name!r} {problem}")
 
-    for name in _REQUIRED:
-        if not isinstance(getattr(meta, name), str) or not getattr(meta, name):
-            raise bad(name, "must be a non-empty string")
-    if not isinstance(meta.stage, str) or not meta.stage:
-        raise bad("stage", f"must be a non-empty string, got {meta.stage!r}")
-    if not isinstance(meta.adapter, bool):
-        raise bad("adapter", f"must be true or false, got {meta.adapter!r}")
-    for name in ("training", "data", "metrics"):
-        if not isinstance(getattr(meta, name), dict):
-            raise bad(name, f"must be an object, got {type(getattr(meta, name)).__name__}")
+    for name, (kind, what) in _TYPED.items():
+        value = getattr(meta, name)
+        if not isinstance(value, kind) or (kind is str and not value):
+            raise bad(name, f"must be {what}, got {value!r}")
     router_input = meta.data.get("router_input")
     if router_input is not None:
         if not isinstance(router_input, dict):
@@ -129,13 +122,11 @@ def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
         if not isinstance(cal, dict):
             raise bad("calibration", f"must be an object or null, got {cal!r}")
         logit = cal.get("threshold_logit")
-        if logit is not None and not (_is_number(logit) and math.isfinite(logit)):
+        if logit is not None and not (is_number(logit) and math.isfinite(logit)):
             raise bad("calibration.threshold_logit", f"must be a finite log-odds number or null, got {logit!r}")
         if "threshold" in cal:
             raise bad("calibration.threshold", "is not a field: the stored threshold is calibration.threshold_logit "
                                                "(log-odds); recalibrate")
-    if not isinstance(meta.router_kind, str) or not meta.router_kind:
-        raise bad("router_kind", f"must be a non-empty string, got {meta.router_kind!r}")
     clash = sorted(set(meta.extra) & set(RunMeta.__dataclass_fields__))
     if clash:
         raise bad("extra", f"holds {clash}, which are fields of RunMeta: set them as fields")
@@ -181,19 +172,11 @@ def file_digests(run_dir: str | Path) -> dict[str, str]:
 
 
 def verify_files(run_dir: str | Path, meta: RunMeta) -> None:
-    """Check every recorded digest before a loader opens the files; raise IntegrityError naming the file.
-
-    A directory without `files` was saved before digests were recorded: refused when it holds weights (nothing
-    says they are the ones training wrote); one without weights (top1-score) has nothing a digest would protect."""
+    """Check every recorded digest before a loader opens the files; raise IntegrityError naming the file. A weight
+    file with no recorded digest (`files` absent: saved before digests) is refused: nothing says training wrote it."""
     run_dir = Path(run_dir)
-    present = weight_files(run_dir)
-    if meta.files is None:
-        if present:
-            raise IntegrityError(f"{run_dir / RUN_META_FILE} records no sha256 of the weight files {present} (saved "
-                                 "before integrity digests): re-save the router (retrain, or rerun fit-features) "
-                                 "so that its files can be verified")
-        return
-    for name, expected in meta.files.items():
+    recorded = meta.files or {}
+    for name, expected in recorded.items():
         path = run_dir / name
         if not path.is_file():
             raise IntegrityError(f"{path}: missing, but {RUN_META_FILE} records it (sha256 {expected}); the run "
@@ -202,14 +185,10 @@ def verify_files(run_dir: str | Path, meta: RunMeta) -> None:
         if actual != expected:
             raise IntegrityError(f"{path}: sha256 {actual} differs from the {expected} recorded in {RUN_META_FILE}: "
                                  "the file changed after the router was saved; restore it or retrain")
-    unrecorded = [name for name in present if name not in meta.files]
-    if ADAPTER_CONFIG in unrecorded:
-        raise IntegrityError(f"{run_dir}: {RUN_META_FILE} records no sha256 of {ADAPTER_CONFIG} (saved before the "
-                             "adapter config was proven with the weights): retrain the router so that it can be "
-                             "verified")
+    unrecorded = [name for name in weight_files(run_dir) if name not in recorded]
     if unrecorded:
         raise IntegrityError(f"{run_dir}: weight file(s) {unrecorded} are not recorded in {RUN_META_FILE} files; "
-                             "remove them or re-save the router")
+                             "remove them or re-save the router (retrain, or rerun fit-features)")
 
 
 def meta_json(meta: RunMeta) -> str:

@@ -14,16 +14,12 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from tiermem.runs.safe_io import open_nofollow, read_json_state, staging_pattern, write_atomic
-from tiermem.settings.errors import RunDirError, RunError
+from tiermem.settings.errors import RunDirError, RunError  # noqa: F401  (RunError: re-exported for labeling.run)
 
 try:
     import fcntl
 except ImportError:  # no flock (Windows): claims still check markers, they just cannot exclude each other
     fcntl = None  # type: ignore[assignment]
-
-__all__ = ["LOCK", "MARKER", "ROUTER_STAGES", "TIERS", "RunDirError", "RunError", "await_claim", "check_output_dir",
-           "claim_cache_dir", "claim_output_dir", "claim_run_to_update", "claimed_output_dir", "legacy_stage",
-           "launch_run_dir", "read_marker", "release_output_dir", "updating_run"]
 
 MARKER = ".tiermem-run.json"
 LOCK = ".tiermem-run.lock"
@@ -233,11 +229,8 @@ def check_output_dir(path: str | Path | None, stage: str) -> Path:
 
 def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Path:
     """Create `path` as a `stage` run directory, or accept it if it already is one, and lock it for this stage
-    until `release_output_dir` or the end of the process. Returns the Path.
-
-    Raises RunDirError for an empty path, a file, a non-empty directory without our marker, a run directory of
-    another stage, or a directory another process (or thread) is writing. `lock=False` is for the other ranks
-    of a distributed launch, whose rank 0 holds the lock for all of them."""
+    until `release_output_dir` or the end of the process (RunDirError otherwise). `lock=False`: the shards of one
+    label run, which claim their common directory at once."""
     if not lock:
         out = _path(path, stage)
         _check_contents(out, stage)
@@ -286,14 +279,13 @@ def launch_run_dir(path: str | Path | None, stage: str, leader: bool) -> Iterato
 
 
 @contextmanager
-def claimed_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Iterator[Path]:
+def claimed_output_dir(path: str | Path | None, stage: str) -> Iterator[Path]:
     """`claim_output_dir` for the duration of a `with` block: the lock is released when the stage ends."""
-    out = claim_output_dir(path, stage, lock=lock)
+    out = claim_output_dir(path, stage)
     try:
         yield out
     finally:
-        if lock:
-            release_output_dir(out)
+        release_output_dir(out)
 
 
 def claim_cache_dir(path: str | Path | None, stage: str = TIERS) -> Path:
@@ -318,7 +310,6 @@ def claim_run_to_update(path: str | Path, stage: str, kinds: Iterable[str] = ROU
         what = f"is a {made_by!r} run directory" if made_by else "was not made by tiermem-router (no run marker)"
         raise RunDirError(f"{out}: {what}; {stage} only updates {' / '.join(kinds)} runs and will not write into it")
     refuse_links(out, stage)
-    _check_free(out)
     _lock(out, stage)
     return out
 

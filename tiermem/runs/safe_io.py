@@ -29,9 +29,8 @@ def refuse_link(path: str | Path) -> Path:
 def check_file_path(path: str | Path, key: str, may_be_new: bool = False,
                     made_here: str | Path | None = None) -> Path:
     """A file a stage reads (and may write): a regular file, or with `may_be_new` a path not there yet in a folder
-    that exists (or is `made_here`, the folder the stage itself creates). Checked before any work, because reading a
-    FIFO blocks forever and a directory or a missing folder fails only where the file is opened, perhaps after
-    training. A ConfigError (or MissingFileError) names the key and the path."""
+    that exists (or is `made_here`). Checked before any work: reading a FIFO blocks forever, and a directory or a
+    missing folder fails only where the file is opened, perhaps after training."""
     path = Path(path)
     try:
         mode = os.stat(path).st_mode
@@ -129,9 +128,8 @@ def move_into(source: str | Path, directory: str | Path) -> list[Path]:
 
 
 def save_into(directory: str | Path, write: Callable[[Path], object]) -> list[Path]:
-    """Files that a library writes into a folder by plain open() (transformers' save_pretrained, a trainer's
-    save_model, datasets' save_to_disk): `write(folder)` fills a fresh folder of unguessable name made inside
-    `directory` (mkdtemp, mode 0700), whose files are then moved into `directory` (`move_into`). Returns them."""
+    """Files a library writes by plain open() (save_pretrained, save_model, save_to_disk): `write(folder)` fills a
+    fresh folder of unguessable name inside `directory` (mkdtemp, 0700), whose files are then moved into it."""
     directory = refuse_link(directory)
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=directory, prefix=".saving."))

@@ -301,8 +301,7 @@ def parse_cli(cls: type[T], argv: list[str], default_config: str | Path | None =
 
 
 def _help(stage: str, cls: type, default_config: str | Path | None) -> str:
-    """The stage's --help: the defaults as the stage would use them (its default config applied) when that config
-    loads, else the dataclass's own."""
+    """The stage's --help: the defaults with its default config applied when that config loads."""
     from tiermem.settings.config_help import render_help
 
     values = None
@@ -315,10 +314,8 @@ def _help(stage: str, cls: type, default_config: str | Path | None) -> str:
 
 
 def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
-    """Type-check `data` against dataclass `cls` (e.g. TRL's SFTConfig) before it is built: plain int, float,
-    bool and str fields must get values of that type (ints are accepted for floats). Libraries often
-    accept a wrong type at construction and fail deep inside training (`learning_rate="1e-3"` reaches
-    torch's AdamW as a string)."""
+    """Type-check `data` against dataclass `cls` (e.g. TRL's SFTConfig) before it is built: libraries often accept a
+    wrong type at construction and fail deep inside training (`learning_rate="1e-3"` reaches AdamW as a string)."""
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # forward references a library did not make resolvable: check what is resolvable
@@ -332,8 +329,7 @@ def check_field_types(cls: type, data: dict[str, Any], where: str) -> dict[str, 
 
 
 def json_stage(stage: str, cls: type[T], run: Callable[[T], dict[str, Any]]) -> Callable[[list[str] | None], int]:
-    """The `main(argv)` of a stage that prints its result: its config from argv (no default file), `run(cfg)`, then
-    the config and the result as JSON."""
+    """The `main(argv)` of a stage that prints its config and `run(cfg)`'s result as JSON."""
 
     @stage_main(stage)
     def main(argv: list[str]) -> int:

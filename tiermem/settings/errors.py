@@ -37,13 +37,11 @@ class ConfigError(UsageError):
 
 
 class MissingExtraError(UsageError):
-    """A setting that needs an optional extra this environment lacks (executor=ray without Ray); the message names
-    the extra and the pip command that installs it."""
+    """A setting that needs an optional extra this environment lacks; the message names the pip command."""
 
 
 class MissingFileError(FileNotFoundError):
-    """A file or directory the user named (config, data file, run directory) that is not there; the message names
-    the path. A FileNotFoundError, so code that catches those still does."""
+    """A file or directory the user named that is not there (a FileNotFoundError, so code catching those still does)."""
 
     exit_code = EXIT_USAGE
 
@@ -53,13 +51,11 @@ class RouterLoadError(UsageError):
 
 
 class HubError(UsageError):
-    """A push or pull that the hub refused or could not serve (dataset push in labeling, router push/pull in
-    serving)."""
+    """A push or pull that the hub refused or could not serve."""
 
 
 class UnreachableError(ConnectionError):
-    """An endpoint or hub that cannot be reached (refused, timed out, DNS); the message names the address and the
-    variable that sets it."""
+    """An endpoint or hub that cannot be reached; the message names the address and the variable that sets it."""
 
     exit_code = EXIT_NETWORK
 
@@ -83,8 +79,7 @@ class RunError(RuntimeError):
 
 
 class StoreError(RuntimeError):
-    """A store (SQLite file, manifest, LLM cache) that is unreadable, incomplete or fails its integrity check.
-    The message names the file."""
+    """A store (SQLite file, manifest, LLM cache) that is unreadable, incomplete or fails its integrity check."""
 
     exit_code = EXIT_STORE
 
@@ -108,8 +103,7 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 
 
 def exit_code(exc: BaseException) -> int | None:
-    """The exit code for a named error or an unreachable endpoint; None for anything else (an internal error,
-    which keeps its traceback)."""
+    """The exit code for a named error or an unreachable endpoint; None for an internal error."""
     code = getattr(exc, "exit_code", None)
     if isinstance(code, int) and not isinstance(code, bool):
         return code
@@ -121,10 +115,6 @@ def exit_code(exc: BaseException) -> int | None:
 def error_line(stage: str, exc: BaseException) -> str:
     kind = "" if isinstance(exc, ConfigError) else f"{type(exc).__name__}: "
     return f"tiermem-router {stage}: error: {kind}{redact_text(str(exc))}"
-
-
-def internal_error_line(stage: str) -> str:
-    return f"tiermem-router {stage}: internal error (a bug, please report it with the traceback above)"
 
 
 class HelpShown(Exception):
@@ -154,13 +144,13 @@ def report_error(stage: str, exc: Exception) -> int:
     # The traceback can hold what the user passed (URLs with user:password@): masked like every error line.
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     print(redact_text(text), end="", file=sys.stderr)
-    print(internal_error_line(stage), file=sys.stderr)
+    print(f"tiermem-router {stage}: internal error (a bug, please report it with the traceback above)",
+          file=sys.stderr)
     return EXIT_INTERNAL
 
 
 def stage_main(stage: str) -> Callable[[Callable[[list[str]], int | None]], Callable[[list[str] | None], int]]:
-    """Every stage's `main(argv)`: an exception that reaches it goes through `report_error` (one line and its exit
-    code for a named error; the traceback, an internal-error line and EXIT_INTERNAL for anything else)."""
+    """Every stage's `main(argv)`: an exception that reaches it goes through `report_error`."""
 
     def deco(fn: Callable[[list[str]], int | None]) -> Callable[[list[str] | None], int]:
         @functools.wraps(fn)

@@ -59,7 +59,7 @@ def test_the_checkpoint_loads_as_a_question_answering_model(tmp_path):
     enc = again.encode(["Where did Mia meet Sam?"], ["Mia: I met Sam at the park yesterday"])
     with torch.no_grad():
         out = qa(**enc)
-        _, start, end = again.eval_forward(enc)
+        _, start, end = again.forward(enc)  # from_pretrained loads in eval mode
     assert torch.allclose(out.start_logits, start) and torch.allclose(out.end_logits, end)
     (s, e, margin), = again.best_spans(["Where did Mia meet Sam?"], ["Mia: I met Sam at the park yesterday"])
     assert 0 <= s < e <= len("Mia: I met Sam at the park yesterday") and margin == margin  # finite, in the text

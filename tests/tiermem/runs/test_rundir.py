@@ -27,6 +27,7 @@ from tiermem.runs.rundir import (
     claim_output_dir,
     claim_run_to_update,
     claimed_output_dir,
+    launch_run_dir,
     read_marker,
     release_output_dir,
 )
@@ -341,7 +342,7 @@ def test_other_ranks_of_a_distributed_launch_share_rank_0s_claim(tmp_path, monke
 
         def rank_1() -> None:
             try:
-                with claimed_output_dir(out, "sft", lock=is_launch_leader()):
+                with launch_run_dir(out, "sft", leader=is_launch_leader()):
                     pass
             except BaseException as exc:  # reported below
                 errors.append(exc)
