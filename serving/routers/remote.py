@@ -39,9 +39,10 @@ class RemoteRouter(Router):
     of the choices) falls back to parsing the generated JSON."""
 
     kind = "remote"
-    spec_fields = ("base_url", "model", "max_tokens", "signal_head")
+    spec_fields = ("base_url", "model", "api_key_env", "max_tokens", "signal_head")
 
-    def __init__(self, base_url: str, model: str, threshold_logit: float | None = None, max_tokens: int = 64,
+    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
+                 threshold_logit: float | None = None, max_tokens: int = 64,
                  top_logprobs: int = 10, timeout_s: float = 60.0, max_retries: int = 3,
                  signal_head: LogisticModel | None = None, text_weight: float = 1.0,
                  action_pieces: dict[str, str] | None = None) -> None:
@@ -53,7 +54,7 @@ class RemoteRouter(Router):
         # action -> the text of the first token the router's tokenizer gives it after OUTPUT_PREFIX (what the local
         # fast path reads); None: guessed from the returned pieces (the longest one that starts the action)
         self.action_pieces = action_pieces
-        self.client = OpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
+        self.client = OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
                              timeout=timeout_s, max_retries=max_retries)
         self.model = model
         self.name = f"remote:{model}@{base_url}"
@@ -79,8 +80,8 @@ class RemoteRouter(Router):
             if head is None:
                 raise RouterLoadError(f"router.signal_head={spec.signal_head}: that run has no signal head")
             pieces = action_pieces(AutoTokenizer.from_pretrained(spec.signal_head))
-        return cls(base_url=spec.base_url, model=spec.model, threshold_logit=spec.threshold_logit,
-                   max_tokens=spec.max_tokens,
+        return cls(base_url=spec.base_url, model=spec.model, api_key_env=spec.api_key_env,
+                   threshold_logit=spec.threshold_logit, max_tokens=spec.max_tokens,
                    signal_head=head, text_weight=text_weight, action_pieces=pieces)
 
     def _p_from_logprobs(self, content: Any) -> float | None:

@@ -39,6 +39,7 @@ class RouterSpec:
     max_tokens: int = 64  # teacher / remote: the action comes first, so short completions suffice
     base_url: str | None = None  # remote: OpenAI-compatible endpoint serving the router adapter (vLLM, ...)
     model: str | None = None  # remote: the model name the endpoint serves the adapter under
+    api_key_env: str = "OPENAI_API_KEY"  # remote
     # remote: the run directory of the adapter the endpoint serves, when it has a signal head (added to the margin)
     signal_head: str | None = None
 
