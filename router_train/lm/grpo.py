@@ -21,11 +21,11 @@ from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path
 from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, check_declared, parse_cli
-from tiermem.settings.errors import MissingFileError, stage_main
+from tiermem.settings.config import ConfigError, check_declared
+from tiermem.settings.errors import MissingFileError
 
 from .decisions import decision_reports
-from .recipe_config import RecipeConfig, build_trl_config, trainer_args
+from .recipe_config import RecipeConfig, build_trl_config, recipe_main, trainer_args
 from .rewards import build_reward_funcs, completion_tokens_needed
 from .router_run import RunResult, is_launch_leader, save_and_report, start_model, train_and_save_weights, trunk_data
 from .rows import balance_rows, load_label_rows, natural_rows
@@ -320,10 +320,7 @@ def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bo
             "warnings": warnings}
 
 
-@stage_main("grpo")
-def main(argv: list[str]) -> int:
-    train(parse_cli(GRPORecipeConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None))
-    return 0
+main = recipe_main("grpo", GRPORecipeConfig, DEFAULT_CONFIG, train)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tiermem.rewards import RewardConfig
-from tiermem.settings.errors import ConfigError
+from tiermem.settings.config import check_field_types, parse_cli
+from tiermem.settings.errors import ConfigError, stage_main
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +109,20 @@ def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict
 
 def build_trl_config(config_cls: type, kwargs: dict[str, Any]) -> Any:
     """TRL validates its own keys; its complaint becomes one ConfigError line naming the `trainer:` section."""
-    from tiermem.settings.config import ConfigError, check_field_types
-
     kwargs = check_field_types(config_cls, kwargs, f"trainer ({config_cls.__name__})")
     try:
         return config_cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"trainer ({config_cls.__name__}): {exc}") from None
+
+
+def recipe_main(stage: str, config_cls: type, default_config: Path,
+                train: Callable[[Any], Any]) -> Callable[[list[str] | None], int]:
+    """A recipe's `main(argv)`: its config from argv over the shipped default config (when present), then `train`."""
+
+    @stage_main(stage)
+    def main(argv: list[str]) -> int:
+        train(parse_cli(config_cls, argv, default_config=default_config if default_config.is_file() else None))
+        return 0
+
+    return main

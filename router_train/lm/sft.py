@@ -27,12 +27,10 @@ from tiermem.rewards import RewardConfig, resolve_cost_scale, score_decision
 from tiermem.runs.run_meta import RunMeta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path, refuse_link
-from tiermem.settings.config import parse_cli
-from tiermem.settings.errors import stage_main
 
 from .decisions import decision_reports
 from .objectives import REWARD_COLUMNS, REWARD_LOSSES, LossConfig, RouterSFTTrainer, balanced_class_weights
-from .recipe_config import RecipeConfig, build_trl_config, trainer_args
+from .recipe_config import RecipeConfig, build_trl_config, recipe_main, trainer_args
 from .router_run import (
     RunResult,
     is_launch_leader,
@@ -233,10 +231,7 @@ def _resolved(args: Any) -> dict[str, Any]:
     return {k: getattr(args, k) for k in keys if hasattr(args, k)}
 
 
-@stage_main("sft")
-def main(argv: list[str]) -> int:
-    train(parse_cli(SFTRecipeConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None))
-    return 0
+main = recipe_main("sft", SFTRecipeConfig, DEFAULT_CONFIG, train)
 
 
 if __name__ == "__main__":
