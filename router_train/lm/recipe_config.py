@@ -59,7 +59,7 @@ class RecipeConfig:
     eval_split: str = "validation"
     lora: LoraSettings = field(default_factory=LoraSettings)
     rewards: RewardConfig = field(default_factory=RewardConfig)  # the reward table (GRPO; SFT's expected_reward)
-    balance: str = "none"  # none | oversample | undersample (train split only)
+    balance: str = "none"  # none | oversample (train split only)
     seed: int = 42
     cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
     max_train_rows: int | None = None
