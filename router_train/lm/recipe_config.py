@@ -87,13 +87,8 @@ def training_device() -> str:
 
 
 def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict[str, Any]) -> dict[str, Any]:
-    """recipe defaults < CPU defaults (only without a GPU) < the user's `trainer:` mapping.
-
-    On CPU, fp32 and no gradient checkpointing: bf16 weights were reported ~10x slower per step and
-    checkpointing several times slower for a model this small. `make bench` measures it side by side: on an
-    avx512_bf16 CPU, TRL's defaults (bf16 autocast + checkpointing) came out ~10% faster on short runs, so
-    re-measure on your hardware and override with `cpu_defaults=false` if they win there too.
-    """
+    """recipe defaults < CPU defaults (only without a GPU: fp32, no gradient checkpointing; `make bench` compares
+    them with TRL's, docs/DESIGN.md) < the user's `trainer:` mapping."""
     kwargs = dict(recipe_defaults)
     if cpu_defaults and not has_gpu():
         from tiermem.models.specs import setup_cpu_threads

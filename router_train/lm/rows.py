@@ -47,14 +47,9 @@ def build_rows(
     with_teacher: bool = False,
     limit: int | None = None,
 ) -> Dataset:
-    """Rows with `prompt` (contract.render_prompt) and `completion` (sft_target + eos) for labeled records.
-
-    With `with_rewards`, the columns the GRPO rewards read (s_ok, r_ok, cost_research_input_tokens) come along;
-    rows whose path correctness is unknown are left out and counted, since no reward can be computed for them.
-    With `with_signals`, a `signals` column holds each row's serve-time features (serving.signals.feature_matrix,
-    in FEATURES order): what the router's signal head reads at serving time. With `with_teacher`, a
-    `teacher_agrees` column: whether the teacher's decision equals the label (None: no teacher decision).
-    """
+    """Rows with `prompt` (contract.render_prompt) and `completion` (sft_target + eos) for labeled records, plus
+    `with_rewards`: REWARD_COLUMNS (rows whose path correctness is unknown have no reward: left out and counted);
+    `with_signals`: `signals`, the serve-time features the signal head reads; `with_teacher`: `teacher_agrees`."""
     if split not in data:
         raise RecordError(f"{source}: no {split!r} split (has {sorted(data)})")
     table = data[split]
@@ -156,11 +151,8 @@ def label_rules(data: DatasetDict) -> list[str]:
 
 def load_label_rows(cfg: RecipeConfig, tokenizer: Any, empty: str, *, train_rewards: bool, eval_rewards: bool,
                     signals: bool = False, teacher: bool = False) -> tuple[Any, Any, Any]:
-    """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split).
-
-    `*_rewards`: keep only rows whose path outcomes are known and bring the columns rewards read; `signals`: add
-    the serve-time features (build_rows); `teacher`: the train rows' `teacher_agrees`. `empty` says why an empty
-    train split is an error."""
+    """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split), built by
+    build_rows; `empty` says why an empty train split is an error."""
     from labeling.dataset import load_dataset_dict
 
     dataset = load_dataset_dict(cfg.data)

@@ -1,12 +1,6 @@
-"""`make sft`: LoRA distillation of the hindsight labels into the router (TRL SFTTrainer + PEFT).
-
-Rows are prompt/completion pairs rendered through tiermem.contract; TRL trains on the completion only.
-The output directory holds the adapter, the tokenizer and tiermem_router.json (contract version, base
-model spec, this config, train/validation decision metrics against the trivial baselines).
-
-Multi-GPU: accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.sft \
-    --config configs/sft/qwen3_0.6b_gpu.yaml
-"""
+"""`make sft`: LoRA distillation of the hindsight labels into the router (TRL SFTTrainer + PEFT) on the contract's
+prompt/completion rows; the run holds the adapter, the tokenizer and tiermem_router.json. Multi-GPU:
+`accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.sft --config ...`."""
 
 from __future__ import annotations
 
@@ -213,8 +207,7 @@ def load_rows(cfg: Any, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def token_lengths(rows: Any, tokenizer: Any, max_length: int | None) -> dict[str, Any]:
-    """What the run's metadata records of the train rows' token lengths; rows over `max_length` are truncated (said
-    so)."""
+    """What the run's metadata records of the train rows' token lengths (rows over `max_length` are truncated)."""
     lengths = [len(tokenizer(p + c)["input_ids"]) for p, c in zip(rows["prompt"], rows["completion"], strict=True)]
     over = sum(n > max_length for n in lengths) if max_length else 0
     if over:
