@@ -65,7 +65,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 class SFTRecipeConfig(RecipeConfig):
     model: str = DEFAULT_LM  # router base: packaged:..., a local dir or a hub id
     output_dir: str = "runs/sft"
-    loss: LossConfig = field(default_factory=lambda: LossConfig(kind="lm"))
+    loss: LossConfig = field(default_factory=LossConfig)
     router: str | None = None  # continue training this router run's adapter (e.g. runs/sft); None: a new adapter
     # the seed's teacher filter: train only on rows whose teacher decision (labeling's teacher role, or one recorded
     # in the label run's judgments) equals the label; rows without a teacher decision stay. Validation is not filtered
