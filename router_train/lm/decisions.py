@@ -18,10 +18,8 @@ from tiermem.stats import auroc
 def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
                       signal_head: Any = None, signals: Any = None, text_weight: float = 1.0,
                       trunk: Any = None) -> list[float]:
-    """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.routers.local.LocalRouter.score_prompts):
-    training metrics and serving decisions come from one scorer, so they cannot drift apart. A router with a
-    signal head (a serving.signals.LogisticModel) also needs the prompts' signal rows. `trunk`: the training run's
-    FrozenTrunk (tiermem.models.trunk), so a prompt's bottom layers run once per run, not once per report."""
+    """Log-odds of ESCALATE per prompt from serving's own scorer (LocalRouter.score_prompts), so training metrics and
+    serving cannot drift apart; `trunk`: the training run's FrozenTrunk (bottom layers once per run, not per report)."""
     from serving.routers.local import LocalRouter
 
     if not prompts:

@@ -23,9 +23,8 @@ def completion_text(completion: Any) -> str:
 
 def read_action(completion: Any, token_ids: Sequence[int] | None,
                 action_ids: tuple[int, int] | None) -> str | None:
-    """The sampled action, or None when none can be read. With `action_ids` (ANSWER's and ESCALATE's first token:
-    the prompt already ends with contract.OUTPUT_PREFIX, so the completion is the action's first token), the first
-    completion token decides; otherwise the completion text is parsed by the contract."""
+    """The sampled action, or None when none can be read: with `action_ids` (the completion is the action's first
+    token) that token decides; otherwise the completion text is parsed by the contract."""
     if action_ids is not None:
         first = token_ids[0] if token_ids else None
         return dict(zip(action_ids, contract.ACTIONS, strict=True)).get(first)
@@ -138,10 +137,8 @@ class FormatReward:
 
 def check_completion_length(cfg: RewardConfig, max_completion_length: int | None,
                             needed_tokens: dict[str, int] | None) -> None:
-    """The length limit must let every action earn the same format reward (see RewardConfig.format_scope).
-
-    `needed_tokens`: for each action, the tokens its completion needs under the scope (the action prefix, or the
-    longest full target of that action)."""
+    """The length limit must let every action earn the same format reward (RewardConfig.format_scope);
+    `needed_tokens`: action -> the tokens its completion needs under the scope."""
     if max_completion_length is None or not needed_tokens:
         return
     short = {a: n for a, n in needed_tokens.items() if n > max_completion_length}

@@ -40,9 +40,8 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
 
 
 def start_model(cfg: Any) -> tuple[Any, Any, str, Any, RunMeta | None]:
-    """What SFT and GRPO train: (model, tokenizer, base model spec, peft_config for a new adapter or None, the
-    continued run's metadata or None). A router run (`cfg.router`) is continued, its base winning over cfg.model;
-    else a new LoRA adapter (cfg.lora) on cfg.model."""
+    """(model, tokenizer, base spec, peft_config for a new adapter or None, the continued run's metadata or None):
+    the router run `cfg.router` continued, else a new LoRA adapter (cfg.lora) on cfg.model."""
     from tiermem.models.specs import load_causal_lm
 
     if cfg.router:
@@ -59,10 +58,8 @@ def clear_run_meta(output_dir: str | Path) -> None:
 
 
 def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
-    """Main process, after `trainer.save_model` (which every process calls): tokenizer, the adapter config made
-    portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
-    template, then the metadata with the sha256 of every weight file, written last because it marks a complete
-    run."""
+    """Main process, after `trainer.save_model`: tokenizer, the adapter config made portable (its base named by hub
+    id), then write_router_run (model card, metadata with the weights' sha256, last: it marks a complete run)."""
     from serving.routers.score_run import write_router_run
 
     safe_io.save_pretrained(tokenizer, output_dir)
@@ -97,10 +94,8 @@ class RunResult:
 
 def train_and_save_weights(trainer: Any, output_dir: str | Path,
                            after_train: Any = None) -> dict[str, Any] | None:
-    """Train, then save the weights from every process (sharded/distributed saves need all ranks). Returns the
-    train metrics (with global_step and seconds_per_step) on the main process, None on the others: only the main
-    process reports and writes the run's metadata (`save_and_report`). `after_train()` runs between the two, on
-    every rank (GRPO puts its best checked weights back there)."""
+    """Train, run `after_train()` on every rank, then save the weights from every process (sharded saves need all
+    ranks). Returns the train metrics on the main process, None on the others (only it writes the metadata)."""
     # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
     clear_run_meta(output_dir)
     staging = safe_io.refuse_link(Path(output_dir) / SAVE_STAGING)

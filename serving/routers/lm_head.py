@@ -1,6 +1,5 @@
-"""What an LM router reads besides its weights: the first token of each action (the fast path's two logits, an
-endpoint's log-probs) and the signal head that SFT trains beside the adapter (added to their margin), and the one
-place the served score is written (`served_score`)."""
+"""What an LM router reads besides its weights: each action's first token, the signal head SFT trains beside the
+adapter, and the one place the served score is written (`served_score`)."""
 
 from __future__ import annotations
 
@@ -63,9 +62,8 @@ def read_signal_head(run_dir: str | Path, meta: RunMeta) -> tuple[LogisticModel 
 
 
 def served_score(margin: Any, head_log_odds: Any = None, text_weight: float = 1.0) -> Any:
-    """An LM router's log-odds of ESCALATE, the one place it is written: the LM's margin weighted beside the signal
-    head's log-odds, `text_weight x margin + head(signals)`; the margin alone for a router without a head. Floats or
-    numpy arrays (every scorer, report and reward of the LM routers calls this)."""
+    """An LM router's log-odds of ESCALATE (floats or arrays): `text_weight x margin + head(signals)`, the margin
+    alone for a router without a head."""
     return margin if head_log_odds is None else text_weight * margin + head_log_odds
 
 

@@ -333,9 +333,8 @@ class LocalRouter(Router):
 
 def load_adapter_model(run_dir: str | Path, meta: RunMeta, *, base_model: str | None = None, device: Any = None,
                        dtype: Any = None, trainable: bool = False) -> tuple[Any, Any]:
-    """(PeftModel, tokenizer) of a router run checked by `open_run_dir`: its LoRA adapter over the base it was
-    trained on, every weight in place (tiermem.models.adapter), with the tokenizer whose chat template training
-    rendered with. The one adapter loader: serving loads a router with it, SFT and GRPO continue one."""
+    """(PeftModel, tokenizer) of a router run checked by `open_run_dir`, with the tokenizer training rendered with:
+    the one adapter loader (serving loads a router with it, SFT and GRPO continue one)."""
     from transformers import AutoTokenizer
 
     from tiermem.models.adapter import load_adapter
