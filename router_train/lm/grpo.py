@@ -58,21 +58,17 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 class GRPORecipeConfig(RecipeConfig):
     router: str | None = "runs/sft"  # the SFT router run to refine (adapter + tiermem_router.json)
     output_dir: str = "runs/grpo"
-    # action_token: the prompt ends with the contract's output prefix and a completion is the action's first token
-    # (max_completion_length 1); text: the completion is generated JSON, parsed by the contract (rewards.format_scope)
+    # action_token: a completion is one token, the action's first after the output prefix; text: JSON, parsed
     completion: Literal["action_token", "text"] = "action_token"
     frozen_trunk: bool = True  # action_token: bottom layers once per prompt when the adapter trains the top ones only
-    # a trunk-state file of the SFT run (its loss.trunk_cache): a prompt that is the start of an SFT row (its prompt
-    # and output prefix) takes that row's first trunk states instead of recomputing them (the trunk is causal)
+    # the SFT run's trunk-state file (its loss.trunk_cache): a prompt that starts an SFT row reuses its states
     trunk_from: str | None = None
-    # refit the signal head on the GRPO adapter's margins (SFT's logistic fit + its validation choice of the margin's
-    # weight): null = when the router run has a head; true needs one; false leaves the head out
+    # refit the signal head on the GRPO adapter's margins: null = when the router run has one; false: no head
     signal_head: bool | None = None
     signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
     minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
-    # The sampled policy's action prior is a logit offset on ESCALATE per prompt (action_token only;
-    # router_train.lm.grpo_learning); without one the margin alone is sampled, which SFT never trained as a policy.
-    # prior_head: add SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
+    # the sampled policy's action prior, a logit offset on ESCALATE per prompt (action_token only; grpo_learning):
+    # SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
     prior_head: bool | None = None
     # one constant more, so the sampled escalation share on the train prompts starts at their label share (null: on)
     prior_calibrate: bool | None = None

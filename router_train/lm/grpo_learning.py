@@ -304,8 +304,7 @@ class PolicyProbe:
         return head.log_odds(np.asarray(rows["signals"], dtype=np.float64))
 
     def val_logits(self) -> np.ndarray:
-        model = self.trainer.model
-        return action_logits(self.trainer, model, self.val_keys, self.batch_size, self.temperature)
+        return action_logits(self.trainer, self.trainer.model, self.val_keys, self.batch_size, self.temperature)
 
     def val_expected(self, logits: np.ndarray) -> np.ndarray:
         return expected_reward(action_probs(logits, self.val_prior, self.temperature), self.val_rewards)
