@@ -74,16 +74,9 @@ def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel
     return float(best), grid, shifted
 
 
-def validation_auroc(cfg: Any, trainer: Any, tokenizer: Any, head: LogisticModel | None,
-                     val_rows: Any) -> float | None:
-    """What an epoch is chosen by: the best AUROC of `text_weight_grid` (None without rows of both labels)."""
-    scored = text_weight_grid(cfg, trainer.model, tokenizer, head, val_rows, getattr(trainer, "trunk", None))
-    return None if scored is None else max(scored[1].values())
-
-
 def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any) -> Any:
-    """A callback scoring validation after each epoch (`validation_auroc`), which keeps the best epoch's trainable
-    weights (adapter and signal head) and puts them back at train end."""
+    """A callback scoring validation after each epoch (the best AUROC of `text_weight_grid`), which keeps the best
+    epoch's trainable weights (adapter and signal head) and puts them back at train end."""
     from transformers import TrainerCallback
 
     from tiermem.models.torch_state import restore_trainable, trainable_snapshot
@@ -95,7 +88,8 @@ def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any)
 
         def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
             head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
-            score = validation_auroc(cfg, trainer, tokenizer, head, val_rows)
+            scored = text_weight_grid(cfg, trainer.model, tokenizer, head, val_rows, getattr(trainer, "trunk", None))
+            score = None if scored is None else max(scored[1].values())
             epoch = round(state.epoch or len(self.epochs) + 1)
             self.epochs.append({"epoch": epoch, "step": state.global_step, "validation_auroc": score})
             log.info("sft epoch %d: validation AUROC %s", epoch, score)

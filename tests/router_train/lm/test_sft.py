@@ -176,7 +176,7 @@ def test_epoch_choice_keeps_the_best_validation_epoch(monkeypatch):
     model = torch.nn.Linear(2, 1)
     trainer = SimpleNamespace(model=model, signal_head=None)
     scores = iter([0.8, 0.6])
-    monkeypatch.setattr(sft_head, "validation_auroc", lambda *a, **k: next(scores))
+    monkeypatch.setattr(sft_head, "text_weight_grid", lambda *a, **k: (None, {"1.0": next(scores)}))
     choice = sft_head.epoch_choice_callback(SFTRecipeConfig(), trainer, None, None)
     with torch.no_grad():
         model.weight.fill_(1.0)
