@@ -16,9 +16,8 @@ from tiermem.settings.errors import RouterLoadError
 
 
 def action_token_ids(tokenizer: Any, prompt: str | None = None) -> tuple[int, int]:
-    """The first token of ANSWER and of ESCALATE right after a prompt + OUTPUT_PREFIX, tokenized as serving does
-    (add_special_tokens=False: the chat template holds the special tokens): the fast path's two logits, and the
-    tokens SFT's decision loss reads. `prompt`: a rendered contract prompt (default: a one-word question)."""
+    """The first token of ANSWER and of ESCALATE after a rendered prompt (default: a one-word question) +
+    OUTPUT_PREFIX, tokenized as serving does: the fast path's two logits and the tokens SFT's decision loss reads."""
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False).input_ids
 
