@@ -8,20 +8,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from router_train.lm.recipe_config import RecipeConfig
-from serving.routers.base import decide
+from serving.routers.base import DEFAULT_THRESHOLD_LOGIT, decide
 from tiermem import contract
 from tiermem.models.logistic import sigmoid
 from tiermem.models.torch_state import eval_mode
 from tiermem.stats import auroc
 
+GENERATE_TOKENS = 48  # the greedy generations' length limit (the format/parse rates)
+
 
 def escalation_scores(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8,
                       signal_head: Any = None, signals: Any = None, text_weight: float = 1.0,
                       trunk: Any = None) -> list[float]:
-    """Log-odds of ESCALATE per prompt, from serving's own fast path (serving.routers.local.LocalRouter.score_prompts):
-    training metrics and serving decisions come from one scorer, so they cannot drift apart. A router with a
-    signal head (a serving.signals.LogisticModel) also needs the prompts' signal rows. `trunk`: the training run's
-    FrozenTrunk (tiermem.models.trunk), so a prompt's bottom layers run once per run, not once per report."""
+    """Log-odds of ESCALATE per prompt from serving's own scorer (LocalRouter.score_prompts), so training metrics and
+    serving cannot drift apart; `trunk`: the training run's FrozenTrunk (bottom layers once per run, not per report)."""
     from serving.routers.local import LocalRouter
 
     if not prompts:
@@ -56,40 +56,35 @@ def decision_metrics(predicted: Sequence[str], labels: Sequence[str], train_majo
     }
 
 
-def evaluate_router(
-    model: Any,
-    tokenizer: Any,
-    prompts: Sequence[str],
-    labels: Sequence[str],
-    train_majority: str | None,
-    *,
-    threshold_logit: float = 0.0,
-    batch_size: int = 8,
-    generate_limit: int = 0,
-    max_new_tokens: int = 48,
-    signal_head: Any = None,
-    signals: Any = None,
-    text_weight: float = 1.0,
-    trunk: Any = None,
-) -> dict[str, Any]:
-    """Decision metrics from the first-token path, plus parse/format rates on a few greedy generations."""
+def decision_report(
+    model: Any, tokenizer: Any, rows: Any, train_majority: str | None, cfg: Any, limit: int | None,
+    signal_head: Any = None, text_weight: float = 1.0, trunk: Any = None,
+) -> dict[str, Any] | None:
+    """Decision metrics on a split's first `limit` rows (None without rows) from the first-token path at the
+    uncalibrated threshold, plus parse/format rates on cfg.eval_generate_limit greedy generations. With a signal
+    head (a serving.signals.LogisticModel), the rows' `signals` column feeds it, as serving's features would."""
+    if rows is None or len(rows) == 0:
+        return None
+    rows = rows.select(range(min(len(rows), limit))) if limit else rows
+    prompts, labels, batch_size = rows["prompt"], rows["label"], cfg.eval_batch_size
+    signals = rows["signals"] if signal_head is not None else None
     scores = escalation_scores(model, tokenizer, prompts, batch_size, signal_head, signals, text_weight, trunk)
     probs = [sigmoid(s) for s in scores]
-    predicted = [decide(s, threshold_logit) for s in scores]
+    predicted = [decide(s, DEFAULT_THRESHOLD_LOGIT) for s in scores]
     result = decision_metrics(predicted, labels, train_majority)
-    result["threshold_logit"] = threshold_logit
+    result["threshold_logit"] = DEFAULT_THRESHOLD_LOGIT
     result["mean_p_escalate"] = sum(probs) / len(probs) if probs else None
     positive = [label == "ESCALATE" for label in labels]
     # Ranking quality is what calibration can use; accuracy at the argmax hides a router that ranks well but is shifted.
     result["auroc"] = auroc(scores, positive) if 0 < sum(positive) < len(positive) else None
-    if generate_limit and prompts:
-        k = min(generate_limit, len(prompts))
+    if cfg.eval_generate_limit and prompts:
+        k = min(cfg.eval_generate_limit, len(prompts))
         from serving.routers.local import LocalRouter
 
         with eval_mode(model):  # serving's greedy generation, parsed by the contract
             router = LocalRouter(model, tokenizer, prefix_cache=False)
             texts = [g["text"] for i in range(0, k, batch_size)
-                     for g in router.generate(list(prompts[i: min(i + batch_size, k)]), max_new_tokens)]
+                     for g in router.generate(list(prompts[i: min(i + batch_size, k)]), GENERATE_TOKENS)]
         parsed = [contract.parse(t) for t in texts]
         result["generate"] = {
             "n": k,
@@ -112,21 +107,6 @@ def decision_reports(model: Any, tokenizer: Any, train_rows: Any, val_rows: Any,
         "validation": decision_report(model, tokenizer, val_rows, majority, cfg, None, signal_head, text_weight,
                                       trunk),
     }
-
-
-def decision_report(
-    model: Any, tokenizer: Any, rows: Any, majority: str | None, cfg: Any, limit: int | None,
-    signal_head: Any = None, text_weight: float = 1.0, trunk: Any = None,
-) -> dict[str, Any] | None:
-    """Decision metrics on a split's rows (first `limit` rows), or None without rows. With a signal head (a
-    serving.signals.LogisticModel), the rows' `signals` column feeds it, as serving's features would."""
-    if rows is None or len(rows) == 0:
-        return None
-    rows = rows.select(range(min(len(rows), limit))) if limit else rows
-    return evaluate_router(model, tokenizer, rows["prompt"], rows["label"], majority,
-                           batch_size=cfg.eval_batch_size, generate_limit=cfg.eval_generate_limit,
-                           signal_head=signal_head, signals=rows["signals"] if signal_head is not None else None,
-                           text_weight=text_weight, trunk=trunk)
 
 
 def majority_label(labels: list[str]) -> str | None:

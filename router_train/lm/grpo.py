@@ -16,16 +16,15 @@ from tiermem import contract
 from tiermem.models.adapter import BASE_KEY, base_config_digest
 from tiermem.models.logistic import save_logistic
 from tiermem.models.model_dir import refuse_output_over_input
-from tiermem.models.specs import DEFAULT_LM
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path
 from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, check_declared, parse_cli
-from tiermem.settings.errors import MissingFileError, stage_main
+from tiermem.settings.config import ConfigError, check_declared
+from tiermem.settings.errors import MissingFileError
 
 from .decisions import decision_reports
-from .recipe_config import RecipeConfig, build_trl_config, trainer_args
+from .recipe_config import RecipeConfig, build_trl_config, recipe_main, trainer_args
 from .rewards import build_reward_funcs, completion_tokens_needed
 from .router_run import RunResult, is_launch_leader, save_and_report, start_model, train_and_save_weights, trunk_data
 from .rows import balance_rows, load_label_rows, natural_rows
@@ -58,24 +57,18 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 @dataclass
 class GRPORecipeConfig(RecipeConfig):
     router: str | None = "runs/sft"  # the SFT router run to refine (adapter + tiermem_router.json)
-    allow_no_sft: bool = False  # start from the bare base model with a fresh adapter (not recommended)
-    model: str = DEFAULT_LM  # base spec, used only with allow_no_sft and no router; lora then sets the new adapter
     output_dir: str = "runs/grpo"
-    # action_token: the prompt ends with the contract's output prefix and a completion is the action's first token
-    # (max_completion_length 1); text: the completion is generated JSON, parsed by the contract (rewards.format_scope)
+    # action_token: a completion is one token, the action's first after the output prefix; text: JSON, parsed
     completion: Literal["action_token", "text"] = "action_token"
     frozen_trunk: bool = True  # action_token: bottom layers once per prompt when the adapter trains the top ones only
-    # a trunk-state file of the SFT run (its loss.trunk_cache): a prompt that is the start of an SFT row (its prompt
-    # and output prefix) takes that row's first trunk states instead of recomputing them (the trunk is causal)
+    # the SFT run's trunk-state file (its loss.trunk_cache): a prompt that starts an SFT row reuses its states
     trunk_from: str | None = None
-    # refit the signal head on the GRPO adapter's margins (SFT's logistic fit + its validation choice of the margin's
-    # weight): null = when the router run has a head; true needs one; false leaves the head out
+    # refit the signal head on the GRPO adapter's margins: null = when the router run has one; false: no head
     signal_head: bool | None = None
     signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
     minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
-    # The sampled policy's action prior is a logit offset on ESCALATE per prompt (action_token only;
-    # router_train.lm.grpo_learning); without one the margin alone is sampled, which SFT never trained as a policy.
-    # prior_head: add SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
+    # the sampled policy's action prior, a logit offset on ESCALATE per prompt (action_token only; grpo_learning):
+    # SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
     prior_head: bool | None = None
     # one constant more, so the sampled escalation share on the train prompts starts at their label share (null: on)
     prior_calibrate: bool | None = None
@@ -91,6 +84,8 @@ class GRPORecipeConfig(RecipeConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_declared(self)
+        if not self.router:
+            raise ConfigError("GRPO starts from an SFT adapter: set router= to a `make sft` output directory")
         if self.completion != "action_token" and (self.prior_head or self.prior_calibrate):
             raise ConfigError("prior_head and prior_calibrate shape the sampled action token: they need "
                               "completion=action_token (set them null or false for completion=text)")
@@ -119,9 +114,9 @@ def build_grpo_config(cfg: GRPORecipeConfig) -> Any:
 
 def train(cfg: GRPORecipeConfig) -> RunResult:
     args = build_grpo_config(cfg)
-    if cfg.router and Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
+    if Path(cfg.router).resolve() == Path(cfg.output_dir).resolve():
         raise ConfigError(f"output_dir {cfg.output_dir} is the SFT run itself: GRPO would overwrite the SFT adapter")
-    refuse_output_over_input(cfg.output_dir, "grpo", {"router": cfg.router, "model": cfg.model})
+    refuse_output_over_input(cfg.output_dir, "grpo", {"router": cfg.router})
     if cfg.trunk_from:
         check_file_path(cfg.trunk_from, "trunk_from")
     # Held until training ends: one run per directory (a distributed launch is one run: rank 0 holds it).
@@ -136,8 +131,8 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     from .grpo_policy import DecisionGRPOTrainer, refit_head
 
     set_seed(cfg.seed)
-    model, tokenizer, base_spec, sft_info, peft_config = load_policy(cfg)
-    refit, prior_head = wants_signal_head(cfg, sft_info), wants_prior_head(cfg, sft_info)
+    model, tokenizer, base_spec, sft_info = load_policy(cfg)
+    refit, prior_head = wants_head(cfg, sft_info, "signal_head"), wants_head(cfg, sft_info, "prior_head")
     train_rows, natural, val_rows, data_info = load_reward_rows(cfg, tokenizer, cfg.completion == "action_token"
                                                                 or args.eval_strategy != "no", refit or prior_head)
     data_info[BASE_KEY] = base_config_digest(model.config)  # which base the adapter is proven over
@@ -154,7 +149,6 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
         eval_dataset=(policy_rows(cfg, val_rows)
                       if val_rows is not None and len(val_rows) and args.eval_strategy != "no" else None),
         processing_class=tokenizer,
-        peft_config=peft_config,
         action_token=cfg.completion == "action_token",
         frozen_trunk=cfg.frozen_trunk,
         action_ids=action_ids,
@@ -208,28 +202,19 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
                            files={CURVES_FILE: json.dumps(curves, indent=1)})
 
 
-# ---- what GRPO starts from: the SFT run's policy (or, when allowed, a fresh adapter), its reward rows, the
-# trainer's prompts, and whether it reads the SFT run's signal head (refit after training, action prior)
+# ---- what GRPO starts from: the SFT run's policy, its reward rows, the trainer's prompts, and whether it reads the
+# SFT run's signal head (refit after training, action prior)
 
 
-def load_policy(cfg: Any) -> tuple[Any, Any, str, dict[str, Any] | None, Any]:
-    """(model, tokenizer, base spec, SFT run info, peft_config for a fresh adapter or None)."""
-    if cfg.router and not (Path(cfg.router) / RUN_META_FILE).is_file():
+def load_policy(cfg: Any) -> tuple[Any, Any, str, dict[str, Any]]:
+    """(model, tokenizer, base spec, SFT run info)."""
+    if not (Path(cfg.router) / RUN_META_FILE).is_file():
         raise MissingFileError(f"no SFT router run at {cfg.router} ({RUN_META_FILE} missing): run `make sft` first, "
                                "or point router= at an SFT output directory")
-    if not cfg.router and not cfg.allow_no_sft:
-        raise ConfigError(
-            "GRPO starts from an SFT adapter: set router= to a `make sft` output, or allow_no_sft=true to start "
-            "from the bare base model (expect zero reward variance there: no learning signal)"
-        )
-    if not cfg.router:
-        log.warning("=" * 70 + "\nGRPO WITHOUT SFT: fresh LoRA adapter on %s. Expect zero reward variance.\n"
-                    + "=" * 70, cfg.model)
-    model, tokenizer, base_spec, peft_config, meta = start_model(cfg)
-    sft_info = None if meta is None else {
-        "sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation"),
-        "signal_head": bool((meta.data.get("signal_head") or {}).get("file"))}
-    return model, tokenizer, base_spec, sft_info, peft_config
+    model, tokenizer, base_spec, _, meta = start_model(cfg)
+    sft_info = {"sft_dir": cfg.router, "stage": meta.stage, "validation": meta.metrics.get("validation"),
+                "signal_head": bool((meta.data.get("signal_head") or {}).get("file"))}
+    return model, tokenizer, base_spec, sft_info
 
 
 def load_reward_rows(cfg: Any, tokenizer: Any, eval_rewards: bool,
@@ -245,20 +230,16 @@ def load_reward_rows(cfg: Any, tokenizer: Any, eval_rewards: bool,
     return balanced, train, val, info
 
 
-def wants_signal_head(cfg: Any, sft_info: dict[str, Any] | None) -> bool:
-    has = bool(sft_info and sft_info.get("signal_head"))
-    if cfg.signal_head and not has:
-        raise ConfigError(f"signal_head=true but the router run {cfg.router} has no signal head to refit (an SFT "
-                          "run with loss.signal_head: true has one); set signal_head=null or false")
-    return has if cfg.signal_head is None else bool(cfg.signal_head)
-
-
-def wants_prior_head(cfg: Any, sft_info: dict[str, Any] | None) -> bool:
-    has = bool(sft_info and sft_info.get("signal_head"))
-    if cfg.prior_head and not has:
-        raise ConfigError(f"prior_head=true but the router run {cfg.router} has no signal head; set prior_head=null "
-                          "or false")
-    return cfg.completion == "action_token" and (has if cfg.prior_head is None else bool(cfg.prior_head))
+def wants_head(cfg: Any, sft_info: dict[str, Any], option: str) -> bool:
+    """Whether GRPO reads the SFT run's signal head for `option` (signal_head: the refit; prior_head: the action
+    prior, action_token only): null = when the run has one."""
+    has = bool(sft_info.get("signal_head"))
+    setting = getattr(cfg, option)
+    if setting and not has:
+        raise ConfigError(f"{option}=true but the router run {cfg.router} has no signal head (an SFT run with "
+                          f"loss.signal_head: true has one); set {option}=null or false")
+    wanted = has if setting is None else bool(setting)
+    return wanted and (option == "signal_head" or cfg.completion == "action_token")
 
 
 def policy_rows(cfg: Any, rows: Any) -> Any:
@@ -307,8 +288,7 @@ def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bo
         after = probe.val_logits()
         convs = list(val_rows["conv_id"])
         policy = paired(probe.val_expected(before), probe.val_expected(after), convs, cfg.seed)
-        _, sft_head, sft_weight = (head_as_trained(cfg.router, read_run_meta(cfg.router)) if cfg.router
-                                   else (None, None, 1.0))
+        _, sft_head, sft_weight = head_as_trained(cfg.router, read_run_meta(cfg.router))
         router = paired(probe.router_rewards(before, sft_head, sft_weight),
                         probe.router_rewards(after, head, text_weight), convs, cfg.seed)
     warnings = signal_warnings(summary, policy)
@@ -320,10 +300,7 @@ def _learned(cfg: GRPORecipeConfig, curves: list[dict[str, Any]], probe: Any, bo
             "warnings": warnings}
 
 
-@stage_main("grpo")
-def main(argv: list[str]) -> int:
-    train(parse_cli(GRPORecipeConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None))
-    return 0
+main = recipe_main("grpo", GRPORecipeConfig, DEFAULT_CONFIG, train)
 
 
 if __name__ == "__main__":

@@ -96,8 +96,7 @@ def calibrated_shift(logits: np.ndarray, offsets: np.ndarray, target: float, tem
 
 def action_rewards(reward_funcs: Sequence[Any], weights: Sequence[float], rows: Any, tokenizer: Any,
                    action_ids: tuple[int, int]) -> np.ndarray:
-    """[n, 3] the configured rewards' weighted sum for ANSWER, ESCALATE and an unparseable token, per row: the
-    reward functions GRPO trains on, called on the one-token completions each action is."""
+    """[n, 3] the weighted sum of GRPO's reward functions for ANSWER, ESCALATE and an unparseable token per row."""
     other = next(t for t in (tokenizer.eos_token_id, 0, 1, 2) if t is not None and t not in action_ids)
     tokens = [action_ids[0], action_ids[1], other]
     n = len(rows)
@@ -138,11 +137,9 @@ def moved(comparison: dict[str, Any] | None) -> str:
 
 
 class RewardPlateauStop(TrainerCallback):
-    """Every `every` steps: the policy's expected validation reward (`evaluate`); training stops after `patience`
-    checks without a gain over the best by more than `min_delta` (0 patience: never), or at a check whose logged
-    steps since the last check had a mean share of one-action groups above `max_zero_variance` (the groups no longer
-    compare the two actions: the signal is spent); `restore` puts the best checked weights back (the start's
-    included). Each logged step gets one line of what GRPO is learning."""
+    """Every `every` steps: the policy's expected validation reward (`evaluate`); stops after `patience` checks
+    without a gain over the best by more than `min_delta` (0: never), or once the mean share of one-action groups
+    since the last check is above `max_zero_variance`; `restore` puts the best checked weights back."""
 
     def __init__(self, evaluate: Callable[[], float], every: int, patience: int, min_delta: float,
                  max_zero_variance: float = 1.0) -> None:
@@ -199,7 +196,7 @@ class RewardPlateauStop(TrainerCallback):
         """Put the best checked weights back; returns the step they are from."""
         if self.best is None or not self.every:  # unchecked: the trained weights stand
             return last_step
-        if self.checks and self.checks[-1]["step"] != last_step and self.every:
+        if self.checks and self.checks[-1]["step"] != last_step:
             self._record(last_step, self.evaluate(), model)
         value, step, weights = self.best
         if step != last_step and weights is not None:
@@ -263,8 +260,7 @@ def signal_warnings(summary: dict[str, Any], policy: dict[str, Any] | None) -> l
 
 class PolicyProbe:
     """The sampled policy's prior (`prior`: prompt token ids -> offset on ESCALATE's logit, for the trainer's
-    `set_prior`; empty when there is none) and its exact expected reward on the validation rows. It reads the
-    trainer's model and changes nothing."""
+    `set_prior`; empty when there is none) and its exact expected reward on the validation rows."""
 
     def __init__(self, trainer: Any, tokenizer: Any, reward_funcs: Sequence[Any], *, temperature: float,
                  batch_size: int, head: Any, calibrate: bool, train_rows: Any, val_rows: Any,
@@ -308,8 +304,7 @@ class PolicyProbe:
         return head.log_odds(np.asarray(rows["signals"], dtype=np.float64))
 
     def val_logits(self) -> np.ndarray:
-        model = self.trainer.model
-        return action_logits(self.trainer, model, self.val_keys, self.batch_size, self.temperature)
+        return action_logits(self.trainer, self.trainer.model, self.val_keys, self.batch_size, self.temperature)
 
     def val_expected(self, logits: np.ndarray) -> np.ndarray:
         return expected_reward(action_probs(logits, self.val_prior, self.temperature), self.val_rewards)

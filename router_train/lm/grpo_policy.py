@@ -80,9 +80,8 @@ class DecisionGRPOTrainer(GRPOTrainer):
         return logits + offsets[:, None] * escalate
 
     def sample_actions(self, prompts: list[str], trainer: Any = None) -> dict[str, Any]:
-        """TRL's `rollout_func`: each prompt tokenized as serving tokenizes it (no special tokens added: the chat
-        template holds them) and one action token sampled from the policy (prior included), one next-token
-        distribution per distinct prompt. No sampling log-probs: TRL then applies no importance correction."""
+        """TRL's `rollout_func`: one action token per prompt (tokenized as serving does) sampled from the policy, prior
+        included. No sampling log-probs: TRL then applies no importance correction."""
         prompt_ids = self.processing_class(text=list(prompts), add_special_tokens=False)["input_ids"]
         rows = [tuple(p) for p in prompt_ids]
         unique = list(dict.fromkeys(rows))
@@ -131,10 +130,9 @@ def margins(trainer: Any, model: Any, tokenizer: Any, prompts: Sequence[str], ba
 
 def refit_signal_head(signals: np.ndarray, margin: np.ndarray, escalate: np.ndarray,
                       l2: float) -> tuple[LogisticModel, float]:
-    """(the head over the serve-time signals, the margin's fitted weight): the logistic regression SFT starts its
-    head from (serving.signals.fit_logistic, balanced classes), with the adapter's margin as one more column, so the
-    head weighs what the margin misses. The margin's column is folded out: its weight is returned and its mean moved
-    into the bias, so `head(signals) + weight x margin` is the fitted log-odds."""
+    """(the head over the serve-time signals, the margin's weight): SFT's initial logistic regression with the
+    adapter's margin as one more column, folded out (its mean moved into the bias), so `head(signals) + weight x
+    margin` is the fitted log-odds."""
     x = np.hstack([np.asarray(signals, dtype=np.float64), np.asarray(margin, dtype=np.float64)[:, None]])
     full = fit_logistic(x, escalate, (*FEATURES, MARGIN_FEATURE), l2)
     n = len(FEATURES)

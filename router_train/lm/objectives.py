@@ -1,5 +1,5 @@
-"""Decision-focused training losses for the router (`LOSSES`, the SFT config's `loss:`) on top of TRL's SFTTrainer:
-`lm`, `decision` and `expected_reward`, at the decision token, with an optional signal head (docs/DESIGN.md)."""
+"""Decision-focused training losses for the router (`DECISION_LOSSES`, the SFT config's `loss:`) on top of TRL's
+SFTTrainer: `decision` and `expected_reward`, at the decision token, with an optional signal head (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 
 @dataclass
 class LossConfig:
-    kind: Literal["lm", "decision", "expected_reward"] = "decision"  # LOSSES
+    kind: Literal["decision", "expected_reward"] = "decision"  # DECISION_LOSSES
     lm_weight: float = 0.1  # weight of the completion NLL beside the decision term (keeps the JSON format)
     # weight of -log p(either action token) at the decision position, over the full vocabulary: the two-way
     # decision terms only compare the two actions, so without it sampled completions drift to other tokens there
@@ -48,8 +48,6 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         check_declared(self, "loss.")
-        if self.signal_head and self.kind == "lm":
-            raise ConfigError("loss.signal_head needs a decision loss (decision or expected_reward), not lm")
         for name in ("signal_head_l2", "lm_weight", "mass_weight") + (("text_weight",) if self.text_weight is not None
                                                                        else ()):
             ranges.non_negative(getattr(self, name), f"loss.{name}", ConfigError)
@@ -84,10 +82,8 @@ class SignalHead(torch.nn.Module):
 
 
 def _positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For each row, the positions whose logits predict a completion token (labels shifted by one).
-
-    Returns (idx [B, K], targets [B, K], valid [B, K]); rows with fewer than K such positions repeat their
-    last one, masked out by `valid`."""
+    """(idx [B, K], targets [B, K], valid [B, K]): each row's positions whose logits predict a completion token;
+    rows with fewer than K repeat their last one, masked out by `valid`."""
     shifted = labels[:, 1:]
     mask = shifted != -100
     counts = mask.sum(dim=1)
@@ -103,7 +99,7 @@ def _positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
 
 
 class RouterSFTTrainer(SFTTrainer):
-    """SFTTrainer with the decision-focused losses above; `loss.kind=lm` is SFTTrainer's own loss."""
+    """SFTTrainer with the decision-focused losses above."""
 
     def __init__(self, *args: Any, loss: LossConfig, action_ids: tuple[int, int],
                  class_weights: tuple[float, float] = (1.0, 1.0), signal_head: LogisticModel | None = None,
@@ -114,7 +110,7 @@ class RouterSFTTrainer(SFTTrainer):
         super().__init__(*args, **kwargs)
         self.trunk = None
         top = top_layers_holding(self.model, "trainable")
-        if loss.kind != "lm" and loss.frozen_trunk and top is not None and supports_trunk(self.model):
+        if loss.frozen_trunk and top is not None and supports_trunk(self.model):
             # read only when the run that wrote it recorded its sha256; what was recomputed or left alone is said
             self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache, writer=self.args.output_dir,
                                      proven=True)
@@ -150,8 +146,6 @@ class RouterSFTTrainer(SFTTrainer):
             self._signature_columns = list(self._signature_columns) + self.extra_columns
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.loss_config.kind == "lm":
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         reward_pair = inputs.pop("reward_pair", None)
         signals = inputs.pop("signals", None)
         natural = inputs.pop("natural", None)
@@ -228,7 +222,6 @@ def expected_reward_loss(pair: torch.Tensor, escalate: torch.Tensor, reward_pair
 # weights; the trainer adds the completion NLL (lm_weight) and the action-mass term around it.
 DECISION_LOSSES = {"decision": decision_loss, "expected_reward": expected_reward_loss}
 REWARD_LOSSES = ("expected_reward",)  # their rows carry REWARD_COLUMNS
-LOSSES = ("lm", *DECISION_LOSSES)  # the SFT losses (`loss.kind`); lm is TRL's completion NLL alone
 
 
 def balanced_class_weights(labels: list[str]) -> tuple[float, float]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tiermem.rewards import RewardConfig
-from tiermem.settings.errors import ConfigError
+from tiermem.settings.config import check_field_types, parse_cli
+from tiermem.settings.errors import ConfigError, stage_main
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class RecipeConfig:
     eval_split: str = "validation"
     lora: LoraSettings = field(default_factory=LoraSettings)
     rewards: RewardConfig = field(default_factory=RewardConfig)  # the reward table (GRPO; SFT's expected_reward)
-    balance: str = "none"  # none | oversample | undersample (train split only)
+    balance: str = "none"  # none | oversample (train split only)
     seed: int = 42
     cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
     max_train_rows: int | None = None
@@ -84,13 +87,8 @@ def training_device() -> str:
 
 
 def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict[str, Any]) -> dict[str, Any]:
-    """recipe defaults < CPU defaults (only without a GPU) < the user's `trainer:` mapping.
-
-    On CPU, fp32 and no gradient checkpointing: bf16 weights were reported ~10x slower per step and
-    checkpointing several times slower for a model this small. `make bench` measures it side by side: on an
-    avx512_bf16 CPU, TRL's defaults (bf16 autocast + checkpointing) came out ~10% faster on short runs, so
-    re-measure on your hardware and override with `cpu_defaults=false` if they win there too.
-    """
+    """recipe defaults < CPU defaults (only without a GPU: fp32, no gradient checkpointing; `make bench` compares
+    them with TRL's, docs/DESIGN.md) < the user's `trainer:` mapping."""
     kwargs = dict(recipe_defaults)
     if cpu_defaults and not has_gpu():
         from tiermem.models.specs import setup_cpu_threads
@@ -106,10 +104,20 @@ def trainer_args(recipe_defaults: dict[str, Any], cpu_defaults: bool, user: dict
 
 def build_trl_config(config_cls: type, kwargs: dict[str, Any]) -> Any:
     """TRL validates its own keys; its complaint becomes one ConfigError line naming the `trainer:` section."""
-    from tiermem.settings.config import ConfigError, check_field_types
-
     kwargs = check_field_types(config_cls, kwargs, f"trainer ({config_cls.__name__})")
     try:
         return config_cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"trainer ({config_cls.__name__}): {exc}") from None
+
+
+def recipe_main(stage: str, config_cls: type, default_config: Path,
+                train: Callable[[Any], Any]) -> Callable[[list[str] | None], int]:
+    """A recipe's `main(argv)`: its config from argv over the shipped default config (when present), then `train`."""
+
+    @stage_main(stage)
+    def main(argv: list[str]) -> int:
+        train(parse_cli(config_cls, argv, default_config=default_config if default_config.is_file() else None))
+        return 0
+
+    return main

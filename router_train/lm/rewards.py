@@ -12,24 +12,14 @@ from tiermem.rewards import CASES, DecisionScore, RewardConfig, resolve_cost_sca
 from tiermem.settings.errors import ConfigError
 
 
-def completion_text(completion: Any) -> str:
-    """Plain-text prompts give string completions; conversational ones a list with one assistant message."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list) and completion and isinstance(completion[0], dict):
-        return str(completion[0].get("content", ""))
-    raise TypeError(f"unexpected completion type {type(completion).__name__}")
-
-
-def read_action(completion: Any, token_ids: Sequence[int] | None,
+def read_action(completion: str, token_ids: Sequence[int] | None,
                 action_ids: tuple[int, int] | None) -> str | None:
-    """The sampled action, or None when none can be read. With `action_ids` (ANSWER's and ESCALATE's first token:
-    the prompt already ends with contract.OUTPUT_PREFIX, so the completion is the action's first token), the first
-    completion token decides; otherwise the completion text is parsed by the contract."""
+    """The sampled action, or None when none can be read: with `action_ids` (the completion is the action's first
+    token) that token decides; otherwise the completion text is parsed by the contract."""
     if action_ids is not None:
         first = token_ids[0] if token_ids else None
         return dict(zip(action_ids, contract.ACTIONS, strict=True)).get(first)
-    parsed = contract.parse(completion_text(completion))
+    parsed = contract.parse(completion)
     return parsed.action if parsed.parsed_ok else None
 
 
@@ -50,7 +40,7 @@ class DecisionReward:
     def __call__(
         self,
         prompts: list[Any],
-        completions: list[Any],
+        completions: list[str],
         s_ok: list[bool],
         r_ok: list[bool],
         cost_research_input_tokens: list[float],
@@ -97,7 +87,7 @@ class FormatReward:
     def __call__(
         self,
         prompts: list[Any],
-        completions: list[Any],
+        completions: list[str],
         completion_ids: list[list[int]] | None = None,
         log_metric: Any = None,
         **_: Any,
@@ -111,7 +101,7 @@ class FormatReward:
                 kinds[kind] += 1
                 rewards.append(value)
                 continue
-            parsed = contract.parse(completion_text(completion))
+            parsed = contract.parse(completion)
             truncated = (
                 token_ids is not None
                 and self.max_completion_length is not None
@@ -138,10 +128,8 @@ class FormatReward:
 
 def check_completion_length(cfg: RewardConfig, max_completion_length: int | None,
                             needed_tokens: dict[str, int] | None) -> None:
-    """The length limit must let every action earn the same format reward (see RewardConfig.format_scope).
-
-    `needed_tokens`: for each action, the tokens its completion needs under the scope (the action prefix, or the
-    longest full target of that action)."""
+    """The length limit must let every action earn the same format reward (RewardConfig.format_scope);
+    `needed_tokens`: action -> the tokens its completion needs under the scope."""
     if max_completion_length is None or not needed_tokens:
         return
     short = {a: n for a, n in needed_tokens.items() if n > max_completion_length}

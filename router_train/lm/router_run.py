@@ -40,9 +40,8 @@ def load_adapter_run(run_dir: str | Path, *, trainable: bool) -> tuple[Any, Any,
 
 
 def start_model(cfg: Any) -> tuple[Any, Any, str, Any, RunMeta | None]:
-    """What SFT and GRPO train: (model, tokenizer, base model spec, peft_config for a new adapter or None, the
-    continued run's metadata or None). A router run (`cfg.router`) is continued, its base winning over cfg.model;
-    else a new LoRA adapter (cfg.lora) on cfg.model."""
+    """(model, tokenizer, base spec, peft_config for a new adapter or None, the continued run's metadata or None):
+    the router run `cfg.router` continued, else a new LoRA adapter (cfg.lora) on cfg.model."""
     from tiermem.models.specs import load_causal_lm
 
     if cfg.router:
@@ -52,17 +51,9 @@ def start_model(cfg: Any) -> tuple[Any, Any, str, Any, RunMeta | None]:
     return model, tokenizer, cfg.model, cfg.lora.to_peft(model.config.num_hidden_layers), None
 
 
-def clear_run_meta(output_dir: str | Path) -> None:
-    """A rerun removes the old metadata when training starts, so a crashed run never looks like a finished one
-    (and a run that fails on its inputs leaves the previous finished run as it was)."""
-    (Path(output_dir) / RUN_META_FILE).unlink(missing_ok=True)
-
-
 def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
-    """Main process, after `trainer.save_model` (which every process calls): tokenizer, the adapter config made
-    portable (its base named by hub id, not by this machine's path), our model card in place of PEFT's empty
-    template, then the metadata with the sha256 of every weight file, written last because it marks a complete
-    run."""
+    """Main process, after `trainer.save_model`: tokenizer, the adapter config made portable (its base named by hub
+    id), then write_router_run (model card, metadata with the weights' sha256, last: it marks a complete run)."""
     from serving.routers.score_run import write_router_run
 
     safe_io.save_pretrained(tokenizer, output_dir)
@@ -75,10 +66,6 @@ def save_run(tokenizer: Any, output_dir: str | Path, meta: RunMeta) -> Path:
                         "loads it only on this machine (our loaders use tiermem_router.json)", meta.base_model,
                         output_dir)
     return write_router_run(output_dir, meta)
-
-
-def is_main_process(trainer: Any) -> bool:
-    return bool(trainer.accelerator.is_main_process)
 
 
 def is_launch_leader() -> bool:
@@ -97,14 +84,14 @@ class RunResult:
 
 def train_and_save_weights(trainer: Any, output_dir: str | Path,
                            after_train: Any = None) -> dict[str, Any] | None:
-    """Train, then save the weights from every process (sharded/distributed saves need all ranks). Returns the
-    train metrics (with global_step and seconds_per_step) on the main process, None on the others: only the main
-    process reports and writes the run's metadata (`save_and_report`). `after_train()` runs between the two, on
-    every rank (GRPO puts its best checked weights back there)."""
-    # Only now, with the model and the rows loaded, does the old run stop being the run in this directory.
-    clear_run_meta(output_dir)
+    """Train, run `after_train()` on every rank, then save the weights from every process (sharded saves need all
+    ranks). Returns the train metrics on the main process, None on the others (only it writes the metadata)."""
+    # Only now, with the model and the rows loaded, does the old run stop being the run in this directory: its
+    # metadata goes, so a crashed run never looks like a finished one (one that fails on its inputs leaves it as was).
+    (Path(output_dir) / RUN_META_FILE).unlink(missing_ok=True)
     staging = safe_io.refuse_link(Path(output_dir) / SAVE_STAGING)
-    if is_main_process(trainer):  # the trainer's save writes only inside this folder, made fresh by the stage
+    main_process = bool(trainer.accelerator.is_main_process)
+    if main_process:  # the trainer's save writes only inside this folder, made fresh by the stage
         shutil.rmtree(staging, ignore_errors=True)  # a killed run's partial save
         staging.mkdir(parents=True)
     started = time.perf_counter()
@@ -123,10 +110,9 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path,
                      * args.world_size}
     # Every rank saves into one staging folder (sharded saves need them all); the main process then moves the
     # files into the run by rename, so the trainer's plain open() never meets a link planted in the run.
-    staging = Path(output_dir) / SAVE_STAGING
     trainer.save_model(str(staging))
     trainer.accelerator.wait_for_everyone()
-    if not is_main_process(trainer):
+    if not main_process:
         return None
     safe_io.move_into(staging, output_dir)
     shutil.rmtree(staging, ignore_errors=True)

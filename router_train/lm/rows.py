@@ -9,7 +9,7 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict
 
-from labeling.dataset import DOMAIN_FIELD, RecordError, amount, domain_of, flag
+from labeling.dataset import DOMAIN_FIELD, RecordError, action_label, amount, domain_of, flag, summary_units, text
 from router_train.lm.recipe_config import RecipeConfig
 from serving.signals import feature_matrix
 from tiermem import contract
@@ -18,24 +18,18 @@ log = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("qid", "conv_id", "question", "router_summaries", "label", "sft_target")
 REWARD_COLUMNS = ("s_ok", "r_ok", "cost_research_input_tokens")
-BALANCE_MODES = ("none", "oversample", "undersample")
+BALANCE_MODES = ("none", "oversample")
 
 
 def _check_row(row: dict[str, Any], where: str, need_rewards: bool) -> None:
-    label = row["label"]
-    if label not in contract.ACTIONS:
-        raise RecordError(f"{where}: field 'label' must be one of {contract.ACTIONS} or null, got {label!r}")
-    target = row["sft_target"]
-    if not isinstance(target, str):
-        raise RecordError(f"{where}: field 'sft_target' must be a contract JSON string, got {target!r}")
+    label = action_label(row, where, allow_none=False)
+    target = text(row, "sft_target", where)
     parsed = contract.parse(target)
     if not parsed.valid_json or parsed.action != label:
-        raise RecordError(
-            f"{where}: field 'sft_target' {target!r} is not the contract JSON for label {label!r} "
-            "(labeling must build it with tiermem.contract.render_target)"
-        )
-    if not isinstance(row["question"], str) or not isinstance(row["router_summaries"], list):
-        raise RecordError(f"{where}: fields 'question' (str) and 'router_summaries' (list) are required")
+        raise RecordError(f"{where}: field 'sft_target' {target!r} is not the contract JSON for label {label!r} "
+                          "(labeling must build it with tiermem.contract.render_target)")
+    text(row, "question", where)
+    summary_units(row, where)
     if need_rewards:
         amount(row, "cost_research_input_tokens", where)
         for name in ("s_ok", "r_ok"):
@@ -53,14 +47,9 @@ def build_rows(
     with_teacher: bool = False,
     limit: int | None = None,
 ) -> Dataset:
-    """Rows with `prompt` (contract.render_prompt) and `completion` (sft_target + eos) for labeled records.
-
-    With `with_rewards`, the columns the GRPO rewards read (s_ok, r_ok, cost_research_input_tokens) come along;
-    rows whose path correctness is unknown are left out and counted, since no reward can be computed for them.
-    With `with_signals`, a `signals` column holds each row's serve-time features (serving.signals.feature_matrix,
-    in FEATURES order): what the router's signal head reads at serving time. With `with_teacher`, a
-    `teacher_agrees` column: whether the teacher's decision equals the label (None: no teacher decision).
-    """
+    """Rows with `prompt` (contract.render_prompt) and `completion` (sft_target + eos) for labeled records, plus
+    `with_rewards`: REWARD_COLUMNS (rows whose path correctness is unknown have no reward: left out and counted);
+    `with_signals`: `signals`, the serve-time features the signal head reads; `with_teacher`: `teacher_agrees`."""
     if split not in data:
         raise RecordError(f"{source}: no {split!r} split (has {sorted(data)})")
     table = data[split]
@@ -131,7 +120,7 @@ def label_counts(rows: Dataset) -> dict[str, int]:
 
 
 def balance(rows: Dataset, mode: str, seed: int) -> Dataset:
-    """Equalize the two labels (train split only): oversample the minority or undersample the majority."""
+    """Equalize the two labels (train split only) by oversampling the minority."""
     if mode not in BALANCE_MODES:
         raise RecordError(f"balance must be one of {BALANCE_MODES}, got {mode!r}")
     counts = label_counts(rows)
@@ -143,13 +132,10 @@ def balance(rows: Dataset, mode: str, seed: int) -> Dataset:
 
     rng = random.Random(seed)
     by_label = {a: [i for i, lab in enumerate(rows["label"]) if lab == a] for a in contract.ACTIONS}
-    target = max(counts.values()) if mode == "oversample" else min(counts.values())
+    target = max(counts.values())
     picked: list[int] = []
     for idx in by_label.values():
-        if len(idx) >= target:
-            picked += rng.sample(idx, target) if mode == "undersample" else idx
-        else:
-            picked += idx + [rng.choice(idx) for _ in range(target - len(idx))]
+        picked += idx + [rng.choice(idx) for _ in range(target - len(idx))]
     rng.shuffle(picked)
     return rows.select(picked)
 
@@ -165,11 +151,8 @@ def label_rules(data: DatasetDict) -> list[str]:
 
 def load_label_rows(cfg: RecipeConfig, tokenizer: Any, empty: str, *, train_rewards: bool, eval_rewards: bool,
                     signals: bool = False, teacher: bool = False) -> tuple[Any, Any, Any]:
-    """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split).
-
-    `*_rewards`: keep only rows whose path outcomes are known and bring the columns rewards read; `signals`: add
-    the serve-time features (build_rows); `teacher`: the train rows' `teacher_agrees`. `empty` says why an empty
-    train split is an error."""
+    """(the label DatasetDict, the train split's rows, the eval split's rows or None without that split), built by
+    build_rows; `empty` says why an empty train split is an error."""
     from labeling.dataset import load_dataset_dict
 
     dataset = load_dataset_dict(cfg.data)

@@ -1,12 +1,6 @@
-"""`make sft`: LoRA distillation of the hindsight labels into the router (TRL SFTTrainer + PEFT).
-
-Rows are prompt/completion pairs rendered through tiermem.contract; TRL trains on the completion only.
-The output directory holds the adapter, the tokenizer and tiermem_router.json (contract version, base
-model spec, this config, train/validation decision metrics against the trivial baselines).
-
-Multi-GPU: accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.sft \
-    --config configs/sft/qwen3_0.6b_gpu.yaml
-"""
+"""`make sft`: LoRA distillation of the hindsight labels into the router (TRL SFTTrainer + PEFT) on the contract's
+prompt/completion rows; the run holds the adapter, the tokenizer and tiermem_router.json. Multi-GPU:
+`accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.sft --config ...`."""
 
 from __future__ import annotations
 
@@ -27,12 +21,10 @@ from tiermem.rewards import RewardConfig, resolve_cost_scale, score_decision
 from tiermem.runs.run_meta import RunMeta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path, refuse_link
-from tiermem.settings.config import parse_cli
-from tiermem.settings.errors import stage_main
 
 from .decisions import decision_reports
 from .objectives import REWARD_COLUMNS, REWARD_LOSSES, LossConfig, RouterSFTTrainer, balanced_class_weights
-from .recipe_config import RecipeConfig, build_trl_config, trainer_args
+from .recipe_config import RecipeConfig, build_trl_config, recipe_main, trainer_args
 from .router_run import (
     RunResult,
     is_launch_leader,
@@ -73,7 +65,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 class SFTRecipeConfig(RecipeConfig):
     model: str = DEFAULT_LM  # router base: packaged:..., a local dir or a hub id
     output_dir: str = "runs/sft"
-    loss: LossConfig = field(default_factory=lambda: LossConfig(kind="lm"))
+    loss: LossConfig = field(default_factory=LossConfig)
     router: str | None = None  # continue training this router run's adapter (e.g. runs/sft); None: a new adapter
     # the seed's teacher filter: train only on rows whose teacher decision (labeling's teacher role, or one recorded
     # in the label run's judgments) equals the label; rows without a teacher decision stay. Validation is not filtered
@@ -215,8 +207,7 @@ def load_rows(cfg: Any, tokenizer: Any) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def token_lengths(rows: Any, tokenizer: Any, max_length: int | None) -> dict[str, Any]:
-    """What the run's metadata records of the train rows' token lengths; rows over `max_length` are truncated (said
-    so)."""
+    """What the run's metadata records of the train rows' token lengths (rows over `max_length` are truncated)."""
     lengths = [len(tokenizer(p + c)["input_ids"]) for p, c in zip(rows["prompt"], rows["completion"], strict=True)]
     over = sum(n > max_length for n in lengths) if max_length else 0
     if over:
@@ -233,10 +224,7 @@ def _resolved(args: Any) -> dict[str, Any]:
     return {k: getattr(args, k) for k in keys if hasattr(args, k)}
 
 
-@stage_main("sft")
-def main(argv: list[str]) -> int:
-    train(parse_cli(SFTRecipeConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None))
-    return 0
+main = recipe_main("sft", SFTRecipeConfig, DEFAULT_CONFIG, train)
 
 
 if __name__ == "__main__":

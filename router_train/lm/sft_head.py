@@ -36,39 +36,10 @@ def initial_signal_head(cfg: Any, train_rows: Any, init_meta: RunMeta | None,
     return fit_logistic(x, y, FEATURES, cfg.loss.signal_head_l2), True
 
 
-def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel, val_rows: Any,
-                       trained_weight: float = 1.0,
-                       trunk: Any = None) -> tuple[float, dict[str, float] | None, LogisticModel]:
-    """The LM margin's weight beside the head: loss.text_weight, or the TEXT_WEIGHTS entry with the best
-    validation AUROC (ties: the larger weight). Returns (weight, {weight: validation AUROC} or None, the head with
-    its bias moved by (trained_weight - weight) x the mean validation margin, so the score keeps the level of the
-    combination it was fitted in (`head + trained_weight x margin`; SFT trains them at weight 1)
-    and the uncalibrated threshold keeps its meaning; the ranking does not change)."""
-    from tiermem.stats import worst_group_auroc
-
-    from .decisions import escalation_scores
-
-    if cfg.loss.text_weight is not None:
-        return float(cfg.loss.text_weight), None, head
-    labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
-    if not 0 < sum(labels) < len(labels):
-        log.warning("no validation rows with both labels: text_weight stays 1.0")
-        return 1.0, None, head
-    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size, trunk=trunk))
-    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
-    domains = list(val_rows["domain"])  # several domains: each weight by its worst domain's AUROC
-    grid = {str(w): worst_group_auroc(served_score(margins, heads, w).tolist(), labels, domains)
-            for w in TEXT_WEIGHTS}
-    best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
-    log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(labels), grid)
-    shifted = dataclasses.replace(head, bias=float(head.bias + (trained_weight - best) * margins.mean()))
-    return float(best), grid, shifted
-
-
-def validation_auroc(cfg: Any, trainer: Any, tokenizer: Any, head: LogisticModel | None,
-                     val_rows: Any) -> float | None:
-    """The validation AUROC of the score serving would give: margin x text weight + head, at the best weight of
-    TEXT_WEIGHTS (or the fixed loss.text_weight); None without rows of both labels."""
+def text_weight_grid(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel | None, val_rows: Any,
+                     trunk: Any = None) -> tuple[np.ndarray, dict[str, float]] | None:
+    """(the validation margins, {weight: the served score's worst-domain validation AUROC} over TEXT_WEIGHTS, or the
+    fixed loss.text_weight alone); None without validation rows of both labels."""
     from tiermem.stats import worst_group_auroc
 
     from .decisions import escalation_scores
@@ -76,19 +47,36 @@ def validation_auroc(cfg: Any, trainer: Any, tokenizer: Any, head: LogisticModel
     labels = [label == "ESCALATE" for label in (val_rows["label"] if val_rows is not None else [])]
     if not 0 < sum(labels) < len(labels):
         return None
-    margins = np.array(escalation_scores(trainer.model, tokenizer, val_rows["prompt"], cfg.eval_batch_size,
-                                         trunk=getattr(trainer, "trunk", None)))
-    domains = list(val_rows["domain"])  # several domains: the worst domain's AUROC (what the epoch is chosen by)
-    if head is None:
-        return worst_group_auroc(margins.tolist(), labels, domains)
-    heads = head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
+    margins = np.array(escalation_scores(model, tokenizer, val_rows["prompt"], cfg.eval_batch_size, trunk=trunk))
+    heads = None if head is None else head.log_odds(np.array(val_rows["signals"], dtype=np.float64))
+    domains = list(val_rows["domain"])  # several domains: each weight by its worst domain's AUROC
     weights = TEXT_WEIGHTS if cfg.loss.text_weight is None else (cfg.loss.text_weight,)
-    return max(worst_group_auroc(served_score(margins, heads, w).tolist(), labels, domains) for w in weights)
+    return margins, {str(w): worst_group_auroc(served_score(margins, heads, w).tolist(), labels, domains)
+                     for w in weights}
+
+
+def choose_text_weight(cfg: Any, model: Any, tokenizer: Any, head: LogisticModel, val_rows: Any,
+                       trained_weight: float = 1.0,
+                       trunk: Any = None) -> tuple[float, dict[str, float] | None, LogisticModel]:
+    """(loss.text_weight, else the TEXT_WEIGHTS entry of best validation AUROC, ties to the larger; {weight: AUROC}
+    or None; the head, its bias moved by (trained_weight - weight) x the mean validation margin so the score keeps
+    the level of the `head + trained_weight x margin` it was fitted in, and the uncalibrated threshold its meaning)."""
+    if cfg.loss.text_weight is not None:
+        return float(cfg.loss.text_weight), None, head
+    scored = text_weight_grid(cfg, model, tokenizer, head, val_rows, trunk)
+    if scored is None:
+        log.warning("no validation rows with both labels: text_weight stays 1.0")
+        return 1.0, None, head
+    margins, grid = scored
+    best = max(TEXT_WEIGHTS, key=lambda w: (grid[str(w)], w))
+    log.info("text_weight %s chosen on %d validation rows (AUROC by weight: %s)", best, len(margins), grid)
+    shifted = dataclasses.replace(head, bias=float(head.bias + (trained_weight - best) * margins.mean()))
+    return float(best), grid, shifted
 
 
 def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any) -> Any:
-    """A callback scoring validation after each epoch (`validation_auroc`), which keeps the best epoch's trainable
-    weights (adapter and signal head) and puts them back at train end."""
+    """A callback scoring validation after each epoch (the best AUROC of `text_weight_grid`), which keeps the best
+    epoch's trainable weights (adapter and signal head) and puts them back at train end."""
     from transformers import TrainerCallback
 
     from tiermem.models.torch_state import restore_trainable, trainable_snapshot
@@ -100,7 +88,8 @@ def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any)
 
         def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
             head = trainer.signal_head.to_logistic() if trainer.signal_head is not None else None
-            score = validation_auroc(cfg, trainer, tokenizer, head, val_rows)
+            scored = text_weight_grid(cfg, trainer.model, tokenizer, head, val_rows, getattr(trainer, "trunk", None))
+            score = None if scored is None else max(scored[1].values())
             epoch = round(state.epoch or len(self.epochs) + 1)
             self.epochs.append({"epoch": epoch, "step": state.global_step, "validation_auroc": score})
             log.info("sft epoch %d: validation AUROC %s", epoch, score)

@@ -1,6 +1,5 @@
-"""What an LM router reads besides its weights: the first token of each action (the fast path's two logits, an
-endpoint's log-probs) and the signal head that SFT trains beside the adapter (added to their margin), and the one
-place the served score is written (`served_score`)."""
+"""What an LM router reads besides its weights: each action's first token, the signal head SFT trains beside the
+adapter, and the one place the served score is written (`served_score`)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from tiermem.settings.errors import RouterLoadError
 
 
 def action_token_ids(tokenizer: Any, prompt: str | None = None) -> tuple[int, int]:
-    """The first token of ANSWER and of ESCALATE right after a prompt + OUTPUT_PREFIX, tokenized as serving does
-    (add_special_tokens=False: the chat template holds the special tokens): the fast path's two logits, and the
-    tokens SFT's decision loss reads. `prompt`: a rendered contract prompt (default: a one-word question)."""
+    """The first token of ANSWER and of ESCALATE after a rendered prompt (default: a one-word question) +
+    OUTPUT_PREFIX, tokenized as serving does: the fast path's two logits and the tokens SFT's decision loss reads."""
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False).input_ids
 
@@ -63,9 +61,8 @@ def read_signal_head(run_dir: str | Path, meta: RunMeta) -> tuple[LogisticModel 
 
 
 def served_score(margin: Any, head_log_odds: Any = None, text_weight: float = 1.0) -> Any:
-    """An LM router's log-odds of ESCALATE, the one place it is written: the LM's margin weighted beside the signal
-    head's log-odds, `text_weight x margin + head(signals)`; the margin alone for a router without a head. Floats or
-    numpy arrays (every scorer, report and reward of the LM routers calls this)."""
+    """An LM router's log-odds of ESCALATE (floats or arrays): `text_weight x margin + head(signals)`, the margin
+    alone for a router without a head."""
     return margin if head_log_odds is None else text_weight * margin + head_log_odds
 
 

@@ -41,13 +41,9 @@ from tiermem.settings.errors import MissingFileError, RouterLoadError, UsageErro
 
 
 class LocalRouter(Router):
-    """An in-process router model (base + LoRA adapter, or merged weights).
-
-    __init__ puts the model in eval mode and, with `prefix_cache=True`, caches the KV of the shared instruction
-    prefix computed with the weights of that moment: a training loop that scores with a LocalRouter must build it
-    with `prefix_cache=False` (or call `refresh_prefix_cache()` after each update) and restore `model.train()`
-    itself afterwards.
-    """
+    """An in-process router model. __init__ puts the model in eval mode and, with `prefix_cache=True`, caches the
+    shared instruction prefix's KV under the weights of that moment: a training loop that scores with a LocalRouter
+    builds it with `prefix_cache=False` and restores `model.train()` itself afterwards."""
 
     kind = "local"
     spec_fields = ("revision", "mode", "base_model")
@@ -111,12 +107,11 @@ class LocalRouter(Router):
 
     @classmethod
     def load(cls, path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",
-             threshold_logit: float | None = None, device: str | None = None, dtype: Any = None,
-             merge: bool = True, cache_dir: str | None = None, batch_size: int = 8,
-             trunk_cache: dict | None = None, prefix_cache: bool = True, base_model: str | None = None) -> LocalRouter:
-        """A run directory or hub id. `trunk_cache`: see __init__ (the adapter's layers decide the trunk split).
-        `base_model`: the base to load the adapter on instead of the one tiermem_router.json names (a pushed router
-        whose base was a local directory names it only as `local directory NAME`)."""
+             threshold_logit: float | None = None, batch_size: int = 8, trunk_cache: dict | None = None,
+             prefix_cache: bool = True, base_model: str | None = None) -> LocalRouter:
+        """A run directory or hub id, its adapter merged into the base. `trunk_cache`: see __init__. `base_model`:
+        the base to load the adapter on instead of the one tiermem_router.json names (a pushed router whose base
+        was a local directory names it only as `local directory NAME`)."""
         from transformers import AutoTokenizer
 
         from tiermem.models.specs import load_causal_lm
@@ -127,20 +122,19 @@ class LocalRouter(Router):
                 raise MissingFileError(f"router {path_or_hub_id!r}: no such directory, and not a hub id org/name")
             from serving.hub import pull
 
-            run_dir = pull(str(path_or_hub_id), revision=revision, cache_dir=cache_dir, verify=False)
+            run_dir = pull(str(path_or_hub_id), revision=revision, verify=False)
         meta = open_run_dir(run_dir, where=f"router {path_or_hub_id}")
         if meta.router_kind != "local":
             raise RouterLoadError(f"{run_dir} holds a {meta.router_kind!r} router, not a language model: load it "
                                   f"with kind={meta.router_kind} (or Router.from_pretrained, which reads the kind)")
         trunk_layers = None
         if (run_dir / "adapter_config.json").is_file():
-            model, tokenizer = load_adapter_model(run_dir, meta, base_model=base_model, device=device, dtype=dtype)
+            model, tokenizer = load_adapter_model(run_dir, meta, base_model=base_model)
             if trunk_cache is not None:
                 trunk_layers = top_layers_holding(model, "lora")
-            if merge:  # one set of weights: no LoRA matmuls per layer at inference
-                model = model.merge_and_unload()
+            model = model.merge_and_unload()  # one set of weights: no LoRA matmuls per layer at inference
         elif (run_dir / "config.json").is_file():
-            model, tokenizer = load_causal_lm(str(run_dir), dtype=dtype, device=device)
+            model, tokenizer = load_causal_lm(str(run_dir))
             if (run_dir / "tokenizer_config.json").is_file():
                 tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
         else:
@@ -161,10 +155,6 @@ class LocalRouter(Router):
     def _encode(self, text: str) -> list[int]:
         # The chat template already carries the special tokens; adding BOS again would shift the prompt.
         return self.tokenizer(text, add_special_tokens=False).input_ids
-
-    def refresh_prefix_cache(self) -> None:
-        """Recompute the cached prefix KV (after the weights changed)."""
-        self.prefix_ids, self._prefix_cache = self._fixed_prefix()
 
     def _fixed_prefix(self) -> tuple[list[int], Any]:
         """Token ids and KV cache of the prompt part every request shares (system prompt, chat markup)."""
@@ -239,12 +229,9 @@ class LocalRouter(Router):
                              f"retrieve top_k={self.top_k} (saved in tiermem_router.json data.router_input)")
 
     def score_prompts(self, prompts: Sequence[str], signals: Any = None) -> list[float]:
-        """Log-odds of ESCALATE for already-rendered prompts (contract.render_prompt output, without
-        OUTPUT_PREFIX): the same tokenization (add_special_tokens=False) and forward pass as the fast path, so
-        training metrics and serving read the same number; `signals` (the rows' serve-time features, as
-        serving.signals.feature_matrix gives them) are required when the router has a signal head. Puts nothing
-        in train mode: callers that train restore `model.train()` themselves (see the class docstring about the
-        prefix cache)."""
+        """Log-odds of ESCALATE for rendered prompts (without OUTPUT_PREFIX) through the fast path's tokenization and
+        forward pass, so training metrics and serving read the same number; `signals` (serving.signals.feature_matrix
+        rows) are required when the router has a signal head."""
         if self.signal_head is not None and (signals is None or len(signals) != len(prompts)):
             raise ValueError("this router has a signal head: score_prompts needs one signal row per prompt")
         out = [m for i in range(0, len(prompts), self.batch_size)
@@ -346,9 +333,8 @@ class LocalRouter(Router):
 
 def load_adapter_model(run_dir: str | Path, meta: RunMeta, *, base_model: str | None = None, device: Any = None,
                        dtype: Any = None, trainable: bool = False) -> tuple[Any, Any]:
-    """(PeftModel, tokenizer) of a router run checked by `open_run_dir`: its LoRA adapter over the base it was
-    trained on, every weight in place (tiermem.models.adapter), with the tokenizer whose chat template training
-    rendered with. The one adapter loader: serving loads a router with it, SFT and GRPO continue one."""
+    """(PeftModel, tokenizer) of a router run checked by `open_run_dir`, with the tokenizer training rendered with:
+    the one adapter loader (serving loads a router with it, SFT and GRPO continue one)."""
     from transformers import AutoTokenizer
 
     from tiermem.models.adapter import load_adapter

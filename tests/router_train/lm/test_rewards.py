@@ -90,13 +90,6 @@ def test_decision_reward_trl_signature_and_logging():
     assert logged["reward_parts/cost"] == pytest.approx(0.5 / 5)
 
 
-def test_decision_reward_reads_conversational_completions():
-    reward = DecisionReward(RewardConfig(), cost_scale=None)
-    out = reward(prompts=[[]], completions=[[{"role": "assistant", "content": ESCALATE}]], s_ok=[False], r_ok=[True],
-                 cost_research_input_tokens=[10])
-    assert out == [1.0]
-
-
 def test_format_reward_valid_truncated_invalid():
     logged: dict[str, float] = {}
     fmt = FormatReward(RewardConfig(format_scope="full"), max_completion_length=4)

@@ -102,7 +102,7 @@ def test_contract_version_mismatch_is_refused(sft_run, workdir, capsys):
 def test_grpo_refuses_to_start_without_sft(workdir, capsys):
     args = [f"data={workdir / 'dataset'}", f"output_dir={workdir / 'never'}"]
     assert grpo.main(["router=null", *args]) == 2
-    assert "allow_no_sft" in capsys.readouterr().err
+    assert "starts from an SFT adapter" in capsys.readouterr().err
     assert grpo.main([f"router={workdir / 'missing'}", *args]) == 2
     assert "make sft" in capsys.readouterr().err
     same = workdir / "same"

@@ -11,7 +11,7 @@ from tests.helpers.servers import transformers_serve
 @pytest.fixture(scope="module")
 def merged_router(tmp_path_factory):
     """The fixture router with its adapter merged into the base: what a server without LoRA support serves."""
-    router = LocalRouter.load(make_router_run(), merge=True)
+    router = LocalRouter.load(make_router_run())
     out = tmp_path_factory.mktemp("merged") / "router"
     router.model.save_pretrained(out)
     router.tokenizer.save_pretrained(out)
