@@ -1,39 +1,6 @@
-"""`calibrate`: pick the router's threshold on a split and store it in tiermem_router.json.
-
-Every record eval replays is scored (labeled ones, and dropped ones whose path correctness is known: what the
-router will meet), with the router's log-odds `score()`; the decision rule is `score >= threshold_logit`.
-A router whose stage cross-validated over conversations (the unit reader) keeps out-of-fold scores over every train
-+ validation conversation (oof_scores.json, tiermem.runs.oof_scores: each conversation scored by a head fitted on
-the others); `scores_from: auto` calibrates on those when they are of `data`, else on `split` (the result's
-`scores_from` and `scored_on` say which, and so does the card).
-Records whose path correctness is unknown under the rule (e.g. the evidence rule's research verdict for a question
-without gold evidence turns) cannot be replayed: every criterion below is computed without them, and the result
-counts them (`n_unreplayable`).
-Criteria:
-
-- `max_reward` (default): the threshold with the largest total reward under the GRPO reward table
-  (tiermem.rewards: RewardConfig + score_decision). Every record knows both paths' outcomes, so both
-  actions' rewards are exact; ties go to the higher threshold (fewer escalations).
-- `token_budget`: the best replayed accuracy with mean path input tokens <= `value` (ties: fewer tokens).
-- `hard_recall`: the largest threshold escalating at least `value` of the ESCALATE-labeled records.
-- `escalation_rate`: the largest threshold escalating at least `value` of the records.
-- `risk_control`: a false-cache-hit rate (ANSWER where only research was right, over all replayable records)
-  <= `alpha` on new data with probability >= 1 - `delta`, by Learn-then-Test (Angelopoulos et al., 2021) with
-  fixed-sequence testing. Why LTT and not conformal risk control: CRC bounds the *expected* risk only, while the
-  issue asks for a high-probability bound (alpha, delta); LTT gives exactly that, and for a 0/1 loss the exact
-  binomial tail is its tightest valid p-value. The hypotheses H_t: risk(t) > alpha are tested on a grid of
-  log-odds thresholds fixed before seeing data (`risk_grid`), in order from the safest (lowest, most
-  escalation) upwards; the first non-rejection stops the walk, and the largest rejected threshold is used. Fixed
-  sequence testing controls the family-wise error at delta without a multiplicity correction because the
-  order is set in advance. Units: `question` treats questions as exchangeable (exact binomial p-value);
-  `conversation` treats conversations as the exchangeable units (each one's false-cache-hit share is a loss in
-  [0, 1]; Hoeffding-Bentkus p-value), which is what "new conversations" strictly needs but needs many of them.
-  With the question unit, questions of one conversation are correlated and the guarantee is approximate for
-  new conversations; the stored guarantee says which unit was used. When no threshold is certified the router
-  escalates everything (zero false cache hits by construction).
-
-The chosen threshold is stored as `calibration.threshold_logit`, with `guarantee` (or null).
-"""
+"""`calibrate`: pick the router's threshold (log-odds; escalate when `score >= threshold_logit`) by a criterion on
+the records eval replays, and store it in tiermem_router.json as `calibration.threshold_logit` with `guarantee` (or
+null). The criteria, the out-of-fold scores and the risk-control test: docs/DESIGN.md, "Notes by module"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The threshold rules calibrate chooses between (see evaluation/calibrate.py for each criterion's meaning): pure
+"""The threshold rules calibrate chooses between (docs/DESIGN.md, `evaluation/calibrate.py`): pure
 functions of a CalibrationSet, the scores and what each replayable record's two paths earned and cost."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def false_cache_hit_losses(cs: CalibrationSet) -> list[bool]:
 
 def threshold_risk_control(cs: CalibrationSet, alpha: float, delta: float, unit: str = "question",
                            grid: Sequence[float] = (-20.0, 20.0, 4001)) -> tuple[float, dict[str, Any]]:
-    """Learn-then-Test with fixed-sequence testing (see the module docstring). Returns (threshold, guarantee)."""
+    """Learn-then-Test with fixed-sequence testing (docs/DESIGN.md). Returns (threshold, guarantee)."""
     loss = np.asarray(false_cache_hit_losses(cs), dtype=np.float64)
     scores = np.asarray(cs.scores, dtype=np.float64)
     if unit == "question":
