@@ -331,7 +331,8 @@ def test_a_lone_surrogate_is_a_422_naming_the_field_on_the_lm_router(tiny_router
 
 # ---- 8: stage help ---------------------------------------------------------------------------------------------
 
-# the config class of each stage: CONFIG_CLASSES names them by config folder; these stages share another's
+# the config class of each stage: tests/test_configs.py's CONFIG_CLASSES names them by config folder; these stages
+# share another's
 STAGE_CONFIG_FOLDER = {"label-merge": "label", "fit-features": "features", "ask": "ingest",
                        "unit-reader": "unit_reader", "reader-pretrain": "reader_pretrain",
                        "answer-floor": "answer_floor"}
@@ -360,7 +361,9 @@ def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
 def test_every_stage_help_exits_0_and_lists_every_config_key(capsys, stage):
     import importlib
 
-    module, name = cli.CONFIG_CLASSES[STAGE_CONFIG_FOLDER.get(stage, stage)].split(":")
+    from tests.test_configs import CONFIG_CLASSES
+
+    module, name = CONFIG_CLASSES[STAGE_CONFIG_FOLDER.get(stage, stage)].split(":")
     cls = getattr(importlib.import_module(module), name)
     for flag in ("--help", "-h"):
         assert cli.main([stage, flag]) == 0

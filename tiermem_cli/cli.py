@@ -44,26 +44,6 @@ STAGES: dict[str, tuple[str, str]] = {
     "demo": ("tiermem_cli.demo:main", "{demo_steps} on the embedded default"),
 }
 
-# configs/<folder>/*.yaml -> the dataclass each file must parse into (tests/test_configs.py validates them all).
-# label-merge has no folder of its own: it takes the label config its shards ran with (configs/label).
-CONFIG_CLASSES: dict[str, str] = {
-    "label": "labeling.config:LabelConfig",
-    "audit": "labeling.audit:AuditConfig",
-    "sft": "router_train.lm.sft:SFTRecipeConfig",
-    "grpo": "router_train.lm.grpo:GRPORecipeConfig",
-    "calibrate": "evaluation.calibrate:CalibrateConfig",
-    "eval": "evaluation.evaluate:EvalConfig",
-    "features": "router_train.fit_features:FitFeaturesConfig",
-    "unit_reader": "router_train.reader.unit_reader:UnitReaderConfig",
-    "reader_pretrain": "router_train.reader.pretrain:ReaderPretrainConfig",
-    "answer_floor": "router_train.reader.chat_floor:ChatFloorConfig",
-    "push": "serving.hub:PushConfig",
-    "serve": "serving.server:ServeConfig",
-    "ingest": "tiermem_cli.ingest:IngestConfig",
-    "memory": "tiermem.memory.runtime:MemoryConfig",
-    "demo": "tiermem_cli.demo:DemoConfig",
-    "bench": "benchmarks.run:BenchConfig",
-}
 
 def _usage() -> str:
     lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
