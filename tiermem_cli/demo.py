@@ -56,7 +56,7 @@ class DemoConfig:
     calibrate_config: str = "configs/calibrate/default.yaml"
     eval_config: str = "configs/eval/default.yaml"
     # the eval table's main row (the others are compared against it): a trained router's step name (reader or an
-    # LM router), or `best`: the one with the highest validation AUROC in its run metadata
+    # LM router), or `best`: the one main_choice serves (needs every router calibrated)
     main_router: str = "best"
     # more labeled domains beside data_path's: each {name, data_path, label_config}, labeled into <root>/label_<name>;
     # every router trains, is chosen and is evaluated on all of them (`data: [a, b]`). An absent data_path is left
@@ -120,34 +120,23 @@ def data_arg(datasets: list[str]) -> str:
 
 
 def pick_main_router(cfg: DemoConfig) -> str:
-    """`main_router`, or for `best`: when every trained router and the features router were calibrated, the one
-    main_choice serves (best worst-domain out-of-fold AUROC, else the features router); otherwise the trained
-    router with the highest validation AUROC in its run metadata (ties: step order)."""
+    """`main_router`, or for `best` the one main_choice serves (best worst-domain out-of-fold AUROC, else the
+    features router): every trained router and the features router must have been calibrated."""
     from evaluation.calibrate import SCORES_FILE
-    from tiermem.runs.run_meta import read_run_meta
     from tiermem_cli.main_choice import choice_table, choose_main
 
     if cfg.main_router != "best":
         return cfg.main_router
     root = Path(cfg.root)
     trained = [n for n in trained_routers(cfg) if (root / n).is_dir()]
-    if trained and all((root / n / SCORES_FILE).is_file() for n in [*trained, "features"]):
-        choice = choose_main(root, trained)
-        print(f"demo: main router {choice['served']!r}: {choice['reason']} (out-of-fold, per domain)\n"
-              + choice_table(choice))
-        return choice["served"]
-    scored = []
-    order = list(MAIN_CANDIDATES)
-    for name in trained_routers(cfg) or order:
-        if (root / name).is_dir():
-            auc = (read_run_meta(root / name).metrics.get("validation") or {}).get("auroc")
-            scored.append((auc if auc is not None else float("-inf"), -order.index(name), name))
-    if not scored:
-        raise UsageError(f"demo: main_router=best but no trained router under {root}")
-    best = max(scored)
-    print(f"demo: main router {best[2]!r} (validation AUROC {best[0]:.3f}; "
-          + ", ".join(f"{n} {a:.3f}" for a, _, n in scored) + ")")
-    return best[2]
+    uncalibrated = [n for n in [*trained, "features"] if not (root / n / SCORES_FILE).is_file()]
+    if uncalibrated:
+        raise UsageError(f"demo: main_router=best needs every router calibrated (stage calibrate); {uncalibrated} "
+                         f"under {root} are not; or set main_router to one of {tuple(MAIN_CANDIDATES)}")
+    choice = choose_main(root, trained)
+    print(f"demo: main router {choice['served']!r}: {choice['reason']} (out-of-fold, per domain)\n"
+          + choice_table(choice))
+    return choice["served"]
 
 
 def judgments_path(cfg: DemoConfig) -> str | None:
