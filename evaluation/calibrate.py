@@ -93,7 +93,6 @@ class CalibrateConfig:
     correctness: str = "label_rule"  # label_rule | outcome | evidence: which s_ok / r_ok columns
     include_unlabeled: bool = True  # score dropped records too (eval replays them)
     batch_size: int = 8
-    limit: int | None = None  # score only the first N replayable records (quick runs)
     write: bool = True  # store the threshold in the run directory's tiermem_router.json
     # More thresholds stored beside the main one (calibration.operating_points), each picked on the same split by
     # its own criterion, e.g. {name: tokens_80, criterion: token_budget, budget_share: 0.8}; eval reports each.
@@ -183,16 +182,10 @@ def degenerate_warnings(threshold: float, achieved: dict[str, Any]) -> list[str]
             f"says {always} on data like these; check the router's scores and the calibration data"]
 
 
-def load_replayable(data: str | list[str], split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
-                    limit: int | None = None) -> list[dict[str, Any]]:
-    """The records eval replays: labeled, plus dropped ones whose path correctness is known."""
-    return load_calibration_records(data, split, correctness, include_unlabeled, limit)[0]
-
-
 def load_calibration_records(data: str | list[str], split: str, correctness: str = "label_rule",
-                             include_unlabeled: bool = True, limit: int | None = None
-                             ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """load_replayable's records and the counts of what replay left out (n_error, n_unreplayable)."""
+                             include_unlabeled: bool = True) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The records eval replays (labeled, plus dropped ones whose path correctness is known) and the counts of what
+    replay left out (n_error, n_unreplayable)."""
     from evaluation.metrics import replayable_records
     from labeling.dataset import RecordError, data_label, load_split
 
@@ -211,7 +204,7 @@ def load_calibration_records(data: str | list[str], split: str, correctness: str
                if case_set.n_unreplayable else "")
         raise ConfigError(f"{path} [{split}]: no replayable records to calibrate on{why}")
     counts = {"n_records": len(rows), "n_error": case_set.n_error, "n_unreplayable": case_set.n_unreplayable}
-    return list(kept[:limit] if limit else kept), counts
+    return list(kept), counts
 
 
 def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
@@ -260,7 +253,6 @@ def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
                      f"split {cfg.split} instead")
         return None
     kept, case_set = replayable_records(data["records"], cfg.correctness, cfg.include_unlabeled)
-    kept = list(kept[:cfg.limit] if cfg.limit else kept)
     if not kept:
         raise ConfigError(f"{path}: no replayable records among its out-of-fold scores (rule {cfg.correctness!r})")
     splits = ", ".join(data.get("splits") or [])
@@ -297,8 +289,7 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     if oof is not None:
         records, scores, counts, source = oof
     else:
-        records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled,
-                                                   cfg.limit)
+        records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled)
         router = build(spec, trunk_cache={})
         scores = score_records(router, records, cfg.batch_size)
         source = {"scores_from": "split", "split": cfg.split, "scored_on": f"split {cfg.split}",

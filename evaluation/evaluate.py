@@ -54,7 +54,6 @@ class EvalConfig:
     split: str = "test"
     correctness: Literal["label_rule", "outcome", "evidence"] = "label_rule"  # see metrics.correctness_fields
     include_unlabeled: bool = True  # keep records the label rule dropped (both paths wrong) in accuracy
-    max_records: int | None = None
     router: RouterSpec = field(default_factory=RouterSpec)
     compare: list[Any] = field(default_factory=list)  # more routers on the same records: RouterSpec mappings
     # paired differences a - b between two rows (routed or compare names): accuracy, AUROC, APGR and mean input
@@ -348,8 +347,6 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
 
 
 def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
-    if cfg.max_records is not None:
-        records = records[: cfg.max_records]
     trunk_cache: dict[str, Any] = {}  # LM routers of one base share their frozen trunk's states in this run
     router = None if cfg.router.kind == "none" else build(cfg.router, trunk_cache=trunk_cache)
     name = "baselines only" if router is None else router.name

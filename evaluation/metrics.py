@@ -14,7 +14,6 @@ from labeling.question import LATE_EVIDENCE
 
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
 CORRECTNESS_RULES = ("label_rule", "outcome", "evidence")
-COST_FIELDS = ("input_tokens", "wall_s")
 
 
 @dataclass(frozen=True)
@@ -80,10 +79,6 @@ class CaseSet:
     unreplayable_records: list[Mapping[str, Any]] = field(default_factory=list)
     records: list[Mapping[str, Any]] = field(default_factory=list)  # the records of `cases`, one to one
 
-    @property
-    def n_unknown(self) -> int:  # the count's older name
-        return self.n_unreplayable
-
 
 REPLAY, UNREPLAYABLE, SKIPPED = "replay", "unreplayable", "skipped"
 
@@ -140,12 +135,6 @@ def load_cases(
             held.append(case)
             held_records.append(rec)
     return CaseSet(cases, n_error, n_unlabeled, n_unreplayable, held, held_records, kept)
-
-
-def replayable(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> bool:
-    """Whether load_cases replays `record` (no labeling error; both path verdicts known; labeled, or dropped and
-    include_unlabeled)."""
-    return classify(record, rule, include_unlabeled) == REPLAY
 
 
 def replayable_records(

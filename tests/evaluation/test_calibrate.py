@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.calibrate import CalibrateConfig, calibrate, load_replayable, main
+from evaluation.calibrate import CalibrateConfig, calibrate, load_calibration_records, main
 from evaluation.criteria import (
     ANSWER_ALL,
     CalibrationSet,
@@ -175,7 +175,7 @@ def test_risk_control_with_too_little_data_escalates_everything():
     assert out["achieved"]["escalation_rate"] == 1.0
 
 
-def test_load_replayable_keeps_dropped_records_with_verdicts_and_names_bad_records(tmp_path):
+def test_load_calibration_records_keeps_dropped_records_with_verdicts_and_names_bad_records(tmp_path):
     from tests.helpers.records import rec
 
     path = tmp_path / "records.jsonl"
@@ -184,10 +184,10 @@ def test_load_replayable_keeps_dropped_records_with_verdicts_and_names_bad_recor
     rows[1]["s_ok"] = rows[1]["r_ok"] = None  # unknown under the rule: not replayable
     rows.append(dict(rec("q4", "c2", False, False, None, "validation")))
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    assert [r["qid"] for r in load_replayable(str(path), "validation")] == ["q1", "q4"]
+    assert [r["qid"] for r in load_calibration_records(str(path), "validation")[0]] == ["q1", "q4"]
     path.write_text(json.dumps({"question": "q"}))
     with pytest.raises(ValueError, match="record 0: missing field 'router_summaries'"):
-        load_replayable(str(path), "validation")
+        load_calibration_records(str(path), "validation")
 
 
 def test_main_reports_one_clear_error_line(tmp_path, capsys):

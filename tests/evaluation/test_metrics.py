@@ -169,7 +169,7 @@ def test_error_and_unlabeled_records():
 def test_unknown_correctness_is_counted_not_replayed():
     unknown = rec("U", False, None, None)
     cs = M.load_cases(RECORDS + [unknown])
-    assert cs.n_unreplayable == cs.n_unknown == 1 and len(cs.cases) == 5 and cs.unreplayable == []
+    assert cs.n_unreplayable == 1 and len(cs.cases) == 5 and cs.unreplayable == []
 
 
 def test_labeled_record_without_a_research_verdict_is_counted_and_kept_for_ranking():
@@ -180,7 +180,7 @@ def test_labeled_record_without_a_research_verdict_is_counted_and_kept_for_ranki
     assert [c.qid for c in cs.cases] == ["A", "B", "C", "D", "E"]  # never replayed as right or wrong
     assert cs.n_unreplayable == 1 and [c.qid for c in cs.unreplayable] == ["G"]
     assert cs.unreplayable[0].r_ok is None and cs.unreplayable_records == [no_gold]
-    assert not M.replayable(no_gold) and M.replayable(RECORDS[0])
+    assert M.classify(no_gold) == M.UNREPLAYABLE and M.classify(RECORDS[0]) == M.REPLAY
     kept, same = M.replayable_records(records)  # the one filter: records and cases stay aligned
     assert [r["qid"] for r in kept] == [c.qid for c in same.cases]
     with pytest.raises(ValueError, match="unknown path verdict"):
