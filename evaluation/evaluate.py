@@ -371,9 +371,12 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         router = None if router is None else ReplayedRouter(router)
         compare = [(key, ReplayedRouter(other), display) for key, other, display in compare]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
-    report["by_domain"] = per_domain(records, lambda rows: evaluate_records(
-        rows, cfg, None if router is None else router.again(), name,
-        [(key, other.again(), display) for key, other, display in compare])[0], report["meta"]["notes"])
+
+    def again(rows: list[dict[str, Any]]) -> dict[str, Any]:  # the same decisions, scored on other records
+        return evaluate_records(rows, cfg, None if router is None else router.again(), name,
+                                [(key, other.again(), display) for key, other, display in compare])[0]
+
+    report["by_domain"] = per_domain(records, again, report["meta"]["notes"])
     if judgments is not None:
         from labeling.judgments.report import judged_records, judged_summary
 
@@ -381,9 +384,7 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         if not rows:
             raise ConfigError(f"judgments {cfg.judgments}: none of the {len(records)} records of split "
                               f"{cfg.split!r} was judged over its units ({coverage['by_match']})")
-        judged_report, _ = evaluate_records(rows, cfg, None if router is None else router.again(), name,
-                                            [(key, other.again(), display) for key, other, display in compare])
-        report["judged"] = judged_summary(judged_report, coverage)
+        report["judged"] = judged_summary(again(rows), coverage)
     if verdicts is not None:
         from labeling.judgments.report import judged_records, judged_summary
         from labeling.judgments.verdicts import agreement
@@ -391,9 +392,7 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         rows, coverage = judged_records(records, verdicts)
         report["verdicts"] = {"label_agreement": agreement(records, verdicts, cfg.bootstrap.n_boot)}
         if rows:  # the routers against the verdicts, beside the labels
-            checked, _ = evaluate_records(rows, cfg, None if router is None else router.again(), name,
-                                          [(key, other.again(), display) for key, other, display in compare])
-            report["verdicts"].update(judged_summary(checked, coverage))
+            report["verdicts"].update(judged_summary(again(rows), coverage))
     paths = write_outputs(report, predictions, cfg.output_dir)
     print(eval_report.render_markdown(report))
     for kind, path in paths.items():
