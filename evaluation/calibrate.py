@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.criteria import (
-    RISK_UNITS,
     CalibrationSet,
     summarize,
-    threshold_for_hard_recall,
     threshold_for_rate,
     threshold_max_reward,
     threshold_risk_control,
@@ -30,7 +28,7 @@ from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
 from tiermem.settings.errors import ConfigError, MissingFileError, stage_main
 
-CRITERIA = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
+CRITERIA = ("max_reward", "token_budget", "escalation_rate", "risk_control")
 SCORES_FROM = ("auto", "out_of_fold", "split")
 
 
@@ -40,7 +38,7 @@ def _check_criterion(criterion: str, value: float | None, budget_share: float | 
     for name, number in (("value", value), ("budget_share", budget_share)):
         if number is not None and not math.isfinite(number):  # nan fails every comparison below, so it would pass
             raise ConfigError(f"criterion {criterion}: {name} must be a finite number, got {number}")
-    if criterion in ("hard_recall", "escalation_rate"):
+    if criterion == "escalation_rate":
         if value is None or not 0.0 < value <= 1.0:
             raise ConfigError(f"criterion {criterion}: value must be a share in (0, 1], got {value}")
     if criterion == "token_budget":
@@ -68,7 +66,7 @@ class OperatingPoint:
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ConfigError(f"operating point name must be a word (letters, digits, _), got {self.name!r}")
         if self.criterion == "risk_control":
-            raise ConfigError("operating points take max_reward, token_budget, hard_recall or escalation_rate")
+            raise ConfigError("operating points take max_reward, token_budget or escalation_rate")
         _check_criterion(self.criterion, self.value, self.budget_share)
 
 
@@ -82,13 +80,12 @@ class CalibrateConfig:
     # for this `data` (unit reader: oof_scores.json), else the router scores `split`; out_of_fold: require them;
     # split: always score `split`
     scores_from: str = "auto"
-    criterion: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
-    value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
+    criterion: str = "max_reward"  # max_reward | token_budget | escalation_rate | risk_control
+    value: float | None = None  # escalation_rate: target share in (0, 1]; token_budget: mean tokens
     budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
     alpha: float = 0.1  # risk_control: allowed false-cache-hit rate
     delta: float = 0.1  # risk_control: allowed probability that the bound fails
-    risk_unit: str = "question"  # risk_control: question | conversation (exchangeable units)
     risk_grid: list[float] = field(default_factory=lambda: [-20.0, 20.0, 4001])  # [lo, hi, points] log-odds
     correctness: str = "label_rule"  # label_rule | outcome | evidence: which s_ok / r_ok columns
     include_unlabeled: bool = True  # score dropped records too (eval replays them)
@@ -111,8 +108,6 @@ class CalibrateConfig:
         _check_criterion(self.criterion, self.value, self.budget_share)
         if not (0 < self.alpha < 1 and 0 < self.delta < 1):
             raise ConfigError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
-        if self.risk_unit not in RISK_UNITS:
-            raise ConfigError(f"risk_unit must be one of {RISK_UNITS}, got {self.risk_unit!r}")
         if (len(self.risk_grid) != 3 or not all(math.isfinite(x) for x in self.risk_grid)
                 or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2):
             raise ConfigError("risk_grid must be finite [lo, hi, points] with lo < hi and points >= 2, got "
@@ -138,13 +133,11 @@ def pick_threshold(cs: CalibrationSet, cfg: CalibrateConfig, criterion: str, val
         budget = _budget(cs, value, budget_share)
         return threshold_token_budget(cs, budget), {"budget_mean_input_tokens": budget,
                                                     "budget_share": budget_share}, None
-    if criterion == "hard_recall":
-        return threshold_for_hard_recall(cs.scores, cs.labels, float(value)), {}, None  # type: ignore[arg-type]
     if criterion == "escalation_rate":
         return threshold_for_rate(cs.scores, float(value)), {}, None  # type: ignore[arg-type]
     if criterion == "risk_control":
-        threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_unit, cfg.risk_grid)
-        return threshold, {"alpha": cfg.alpha, "delta": cfg.delta, "unit": cfg.risk_unit}, guarantee
+        threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_grid)
+        return threshold, {"alpha": cfg.alpha, "delta": cfg.delta, "unit": guarantee["unit"]}, guarantee
     raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
 
 
@@ -214,8 +207,7 @@ def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
     cases = [to_case(r, correctness, i) for i, r in enumerate(records)]
     return CalibrationSet(
         scores=[float(s) for s in scores], labels=[c.label for c in cases], s_ok=[c.s_ok for c in cases],
-        r_ok=[c.r_ok for c in cases], s_tokens=[c.s_tokens for c in cases], r_tokens=[c.r_tokens for c in cases],
-        clusters=[str(r.get("conv_id", i)) for i, r in enumerate(records)])
+        r_ok=[c.r_ok for c in cases], s_tokens=[c.s_tokens for c in cases], r_tokens=[c.r_tokens for c in cases])
 
 
 def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: int) -> list[float]:
