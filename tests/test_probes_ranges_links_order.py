@@ -383,14 +383,14 @@ def test_label_help_shows_the_default_and_the_help_text_of_a_key(capsys):
 
 
 def test_top_level_help_lists_exactly_the_stage_table_and_the_demo_steps(capsys):
-    from tiermem_cli.demo import DEFAULT_STEPS
+    from tiermem_cli.demo import STEPS
 
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     block = out.split("stages:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert [line.split()[0] for line in block] == list(cli.STAGES)
     demo = next(line for line in block if line.split()[0] == "demo")
-    assert " -> ".join(DEFAULT_STEPS) in demo and "{" not in out
+    assert " -> ".join(STEPS) in demo and "{" not in out
 
 
 # ---- 2: no write goes through a link the stage did not create --------------------------------------------------

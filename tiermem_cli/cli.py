@@ -47,9 +47,9 @@ STAGES: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
-    from tiermem_cli.steps import DEFAULT_STEPS
+    from tiermem_cli.steps import STEPS
 
-    demo_steps = " -> ".join(DEFAULT_STEPS)
+    demo_steps = " -> ".join(STEPS)
     lines += [f"  {name:<12} {help_.format(demo_steps=demo_steps)}" for name, (_, help_) in STAGES.items()]
     lines += ["", "`tiermem-router <stage> --help` lists the stage's config keys with their defaults."]
     lines += ["", "--verbose (or -v, anywhere on the line) also shows library INFO/DEBUG logs and deprecation",

@@ -14,9 +14,9 @@ from tiermem.runs.rundir import claimed_output_dir
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings.config import parse_cli
 from tiermem.settings.errors import ConfigError, UsageError
-from tiermem_cli.steps import DEFAULT_STEPS, STEPS
+from tiermem_cli.steps import STEPS
 
-LM_ROUTERS = ("sft", "lm", "expected_reward", "grpo")
+LM_ROUTERS = ("sft", "grpo")
 TIMINGS_FILE = "demo_timings.json"  # stage seconds, the total and the printed table
 # the routers the main row is chosen among (step name -> router kind), in step order
 MAIN_CANDIDATES = {"reader": "unit-reader", **{n: "local" for n in LM_ROUTERS}}
@@ -50,7 +50,6 @@ class DemoConfig:
     reader_pretrain_config: str = "configs/reader_pretrain/default.yaml"
     reader_config: str = "configs/unit_reader/default.yaml"
     sft_config: str = "configs/sft/smollm2_135m_cpu.yaml"
-    expected_reward_config: str = "configs/sft/smollm2_135m_cpu_expected_reward.yaml"
     grpo_config: str = "configs/grpo/smollm2_135m_cpu.yaml"
     features_config: str = "configs/features/default.yaml"
     calibrate_config: str = "configs/calibrate/default.yaml"
@@ -63,7 +62,7 @@ class DemoConfig:
     # out, and the demo says so
     more_data: list[dict[str, str]] = field(default_factory=lambda: [
         {"name": "realmem", "data_path": "../shared/data/realmem", "label_config": "configs/label/realmem_demo.yaml"}])
-    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STEPS))
+    stages: list[str] = field(default_factory=lambda: list(STEPS))
     # extra key=value overrides per stage, e.g. {"sft": ["trainer.num_train_epochs=1"]}
     overrides: dict[str, list[str]] = field(default_factory=dict)
 
@@ -172,7 +171,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     argv is None here: it names the main router, which is chosen once the routers are trained (eval_args)."""
     root = Path(cfg.root)
     data = data_arg(label_datasets(cfg))
-    trunk = f"loss.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by the other SFTs
+    trunk_states = root / "sft" / "trunk_states.pt"  # SFT's frozen trunk's states, which GRPO reads
     if cfg.data_path and Path(cfg.data_path).is_file():
         judged = judgments_path(cfg)
         if cfg.judgments and not judged:
@@ -209,15 +208,10 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
                                               f"base={reader_base}", f"output_dir={root / 'reader'}"]),
                    ("floor reader", "answer-floor", [f"reader={root / 'reader'}", *chats])],
         "sft": [("sft", "sft", ["--config", cfg.sft_config, data, f"output_dir={root / 'sft'}",
-                                trunk])],
-        "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", data,
-                              f"output_dir={root / 'lm'}", trunk])],
-        "expected_reward": [("expected_reward", "sft", [
-            "--config", cfg.expected_reward_config, data, f"router={root / 'sft'}",
-            f"output_dir={root / 'expected_reward'}", trunk])],
+                                f"loss.trunk_cache={trunk_states}"])],
         # GRPO's prompts are the starts of SFT's rows: their bottom layers are read from SFT's trunk states
         "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, data, f"router={grpo_from}",
-                                   f"output_dir={root / 'grpo'}", f"trunk_from={root / 'sft' / 'trunk_states.pt'}"])],
+                                   f"output_dir={root / 'grpo'}", f"trunk_from={trunk_states}"])],
         "features": [
             ("features", "fit-features", ["--config", cfg.features_config, data,
                                           f"output_dir={root / 'features'}"]),

@@ -26,14 +26,14 @@ def _calibrated(root, perfect, others):
 
 
 def test_the_chosen_router_is_the_main_row_and_every_other_router_is_compared(tmp_path):
-    cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "sft", "lm", "features", "calibrate", "eval"])
-    _calibrated(tmp_path, "reader", ["sft", "lm"])
+    cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "sft", "grpo", "features", "calibrate", "eval"])
+    _calibrated(tmp_path, "reader", ["sft", "grpo"])
     assert pick_main_router(cfg) == "reader"
     args = eval_args(cfg)
     assert "router.kind=unit-reader" in args and f"router.path={tmp_path / 'reader'}" in args
     compare = json.loads(next(a for a in args if a.startswith("compare="))[len("compare="):])
-    assert [(c["name"], c["kind"]) for c in compare[:2]] == [("sft", "local"), ("lm", "local")]
-    _calibrated(tmp_path, "sft", ["reader", "lm"])
+    assert [(c["name"], c["kind"]) for c in compare[:2]] == [("sft", "local"), ("grpo", "local")]
+    _calibrated(tmp_path, "sft", ["reader", "grpo"])
     assert pick_main_router(cfg) == "sft" and "router.kind=local" in eval_args(cfg)
 
 
@@ -53,14 +53,12 @@ def _step_args(cfg, name):
     return next(args for step, _, args in steps(cfg) if step == name)
 
 
-def test_grpo_refines_the_sft_router_and_the_plain_lm_router_is_opt_in(tmp_path):
+def test_grpo_refines_the_sft_router(tmp_path):
     cfg = DemoConfig(root=str(tmp_path))
     names = [name for name, _, _ in steps(cfg)]
-    assert "lm" not in names and names.index("sft") < names.index("grpo")
+    assert names.index("sft") < names.index("grpo")
     assert f"router={tmp_path / 'sft'}" in _step_args(cfg, "grpo")
-    with_lm = DemoConfig(root=str(tmp_path), stages=["label", "sft", "lm", "grpo", "eval"])
-    assert "loss.signal_head=false" in _step_args(with_lm, "lm")  # still a stage, for whoever wants it
-    assert f"router={tmp_path / 'sft'}" in _step_args(with_lm, "grpo")  # GRPO still starts from SFT
+    assert f"trunk_from={tmp_path / 'sft' / 'trunk_states.pt'}" in _step_args(cfg, "grpo")
 
 
 def test_eval_pairs_grpo_with_sft_whichever_is_the_main_row(tmp_path):
