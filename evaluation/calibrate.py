@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evaluation.criteria import (
     CalibrationSet,
@@ -26,15 +26,11 @@ from serving.routers import RouterSpec, as_router_spec, build
 from tiermem.rewards import RewardConfig
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import ConfigError, MissingFileError, stage_main
-
-CRITERIA = ("max_reward", "token_budget", "escalation_rate", "risk_control")
-SCORES_FROM = ("auto", "out_of_fold", "split")
 
 
 def _check_criterion(criterion: str, value: float | None, budget_share: float | None) -> None:
-    if criterion not in CRITERIA:
-        raise ConfigError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
     for name, number in (("value", value), ("budget_share", budget_share)):
         if number is not None and not math.isfinite(number):  # nan fails every comparison below, so it would pass
             raise ConfigError(f"criterion {criterion}: {name} must be a finite number, got {number}")
@@ -53,20 +49,22 @@ def _check_criterion(criterion: str, value: float | None, budget_share: float | 
         raise ConfigError(f"budget_share applies to criterion token_budget only, not {criterion}")
 
 
+SHARE = {"gt": 0, "lt": 1}  # alpha, delta: in (0, 1)
+
+
 @dataclass
 class OperatingPoint:
     """One extra threshold calibrate stores by name (criteria and values as CalibrateConfig's)."""
 
     name: str
-    criterion: str = "token_budget"
+    criterion: Literal["max_reward", "token_budget", "escalation_rate"] = "token_budget"
     value: float | None = None
     budget_share: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ConfigError(f"operating point name must be a word (letters, digits, _), got {self.name!r}")
-        if self.criterion == "risk_control":
-            raise ConfigError("operating points take max_reward, token_budget or escalation_rate")
+        check_declared(self, "operating point ")
         _check_criterion(self.criterion, self.value, self.budget_share)
 
 
@@ -79,15 +77,15 @@ class CalibrateConfig:
     # auto: the router's out-of-fold CV scores over every train + validation conversation when its stage wrote them
     # for this `data` (unit reader: oof_scores.json), else the router scores `split`; out_of_fold: require them;
     # split: always score `split`
-    scores_from: str = "auto"
-    criterion: str = "max_reward"  # max_reward | token_budget | escalation_rate | risk_control
+    scores_from: Literal["auto", "out_of_fold", "split"] = "auto"
+    criterion: Literal["max_reward", "token_budget", "escalation_rate", "risk_control"] = "max_reward"
     value: float | None = None  # escalation_rate: target share in (0, 1]; token_budget: mean tokens
     budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
-    alpha: float = 0.1  # risk_control: allowed false-cache-hit rate
-    delta: float = 0.1  # risk_control: allowed probability that the bound fails
+    alpha: float = field(default=0.1, metadata=SHARE)  # risk_control: allowed false-cache-hit rate
+    delta: float = field(default=0.1, metadata=SHARE)  # risk_control: allowed probability that the bound fails
     risk_grid: list[float] = field(default_factory=lambda: [-20.0, 20.0, 4001])  # [lo, hi, points] log-odds
-    correctness: str = "label_rule"  # label_rule | outcome | evidence: which s_ok / r_ok columns
+    correctness: Literal["label_rule", "outcome", "evidence"] = "label_rule"  # which s_ok / r_ok columns
     include_unlabeled: bool = True  # score dropped records too (eval replays them)
     batch_size: int = 8
     write: bool = True  # store the threshold in the run directory's tiermem_router.json
@@ -98,16 +96,13 @@ class CalibrateConfig:
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         data_paths(self.data)
-        if self.scores_from not in SCORES_FROM:
-            raise ConfigError(f"scores_from must be one of {SCORES_FROM}, got {self.scores_from!r}")
+        check_declared(self)
         points = [p if isinstance(p, OperatingPoint) else OperatingPoint(**p) for p in self.operating_points]
         names = [p.name for p in points]
         if len(set(names)) != len(names):
             raise ConfigError(f"operating_points: names must be unique, got {names}")
         self.operating_points = points
         _check_criterion(self.criterion, self.value, self.budget_share)
-        if not (0 < self.alpha < 1 and 0 < self.delta < 1):
-            raise ConfigError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
         if (len(self.risk_grid) != 3 or not all(math.isfinite(x) for x in self.risk_grid)
                 or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2):
             raise ConfigError("risk_grid must be finite [lo, hi, points] with lo < hi and points >= 2, got "
@@ -138,7 +133,7 @@ def pick_threshold(cs: CalibrationSet, cfg: CalibrateConfig, criterion: str, val
     if criterion == "risk_control":
         threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_grid)
         return threshold, {"alpha": cfg.alpha, "delta": cfg.delta, "unit": guarantee["unit"]}, guarantee
-    raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    raise ValueError(f"unknown criterion {criterion!r}")
 
 
 def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
