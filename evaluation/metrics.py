@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labeling import dataset as records
-from labeling.dataset import RecordError
 from labeling.question import LATE_EVIDENCE
 
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
@@ -52,9 +51,7 @@ def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
 def to_case(record: Mapping[str, Any], rule: str = "label_rule", index: int = 0) -> Case:
     where = f"record {index} (qid={record.get('qid')!r})"
     s_field, r_field = correctness_fields(record, rule)
-    label = record.get("label")
-    if label not in (ANSWER, ESCALATE, None):
-        raise RecordError(f"{where}: field 'label' must be ANSWER, ESCALATE or null, got {label!r}")
+    label = records.action_label(record, where)
     return Case(
         qid=str(records.field(record, "qid", where)),
         category=str(record.get("category", "all")),
