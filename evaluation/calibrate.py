@@ -21,6 +21,7 @@ from evaluation.criteria import (
     threshold_risk_control,
     threshold_token_budget,
 )
+from evaluation.evaluate import in_batches
 from labeling.dataset import data_paths, same_data
 from serving.routers import RouterSpec, as_router_spec, build
 from tiermem.rewards import RewardConfig
@@ -205,16 +206,6 @@ def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
         r_ok=[c.r_ok for c in cases], s_tokens=[c.s_tokens for c in cases], r_tokens=[c.r_tokens for c in cases])
 
 
-def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: int) -> list[float]:
-    from tqdm import tqdm
-
-    scores: list[float] = []
-    for i in tqdm(range(0, len(records), batch_size), desc="calibrate: scoring", unit="batch"):
-        chunk = records[i: i + batch_size]
-        scores += router.score([r["question"] for r in chunk], [r["router_summaries"] for r in chunk])
-    return scores
-
-
 def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
                 ) -> tuple[list[dict[str, Any]], list[float], dict[str, int], dict[str, Any]] | None:
     """(records, scores, counts, source) from the router's out-of-fold CV scores (tiermem.runs.oof_scores) when
@@ -278,7 +269,7 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     else:
         records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled)
         router = build(spec, trunk_cache={})
-        scores = score_records(router, records, cfg.batch_size)
+        scores = in_batches(router.score, records, cfg.batch_size, "calibrate: scoring")
         source = {"scores_from": "split", "split": cfg.split, "scored_on": f"split {cfg.split}",
                   "scored_by": f"{router.kind} score (log-odds of ESCALATE)"}
     result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -103,23 +103,22 @@ class EvalConfig:
 # ---- routers ---------------------------------------------------------------------------------
 
 
-def route_records(router: Any, records: Sequence[dict[str, Any]], threshold_logit: float | None,
-                  batch_size: int) -> list[Decision]:
-    """Decisions on the stored router input; any object with serving.routers.Router's route_batch works."""
+def in_batches(ask: Callable[[list[str], list[Any]], Sequence[Any]], records: Sequence[dict[str, Any]],
+               batch_size: int, desc: str) -> list[Any]:
+    """`ask(questions, router_summaries)` on the records' stored router input, batch by batch: one answer per record
+    (eval's decisions from route_batch, calibrate's scores from score)."""
     from tqdm import tqdm
 
-    out: list[Decision] = []
-    for start in tqdm(range(0, len(records), batch_size), desc="routing", unit="batch"):
+    for i, rec in enumerate(records):
+        if not isinstance(rec.get("router_summaries"), list):
+            raise RecordError(f"record {i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
+    out: list[Any] = []
+    for start in tqdm(range(0, len(records), batch_size), desc=desc, unit="batch"):
         chunk = records[start:start + batch_size]
-        for i, rec in enumerate(chunk):
-            if not isinstance(rec.get("router_summaries"), list):
-                raise RecordError(
-                    f"record {start + i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
-        decisions = router.route_batch([r["question"] for r in chunk], [r["router_summaries"] for r in chunk],
-                                       threshold_logit=threshold_logit)
-        if len(decisions) != len(chunk):
-            raise RuntimeError(f"router returned {len(decisions)} decisions for {len(chunk)} questions")
-        out.extend(decisions)
+        got = ask([r["question"] for r in chunk], [r["router_summaries"] for r in chunk])
+        if len(got) != len(chunk):
+            raise RuntimeError(f"router returned {len(got)} answers for {len(chunk)} questions")
+        out.extend(got)
     return out
 
 
@@ -133,7 +132,8 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     scored for the ranking metrics only), its replay metrics, sweep and per-case predictions."""
     t0 = time.perf_counter()
     routed = [*kept, *ranked_only]
-    decisions = route_records(router, routed, threshold_logit, batch_size)
+    decisions = in_batches(lambda q, s: router.route_batch(q, s, threshold_logit=threshold_logit), routed,
+                           batch_size, "routing")
     wall = round(time.perf_counter() - t0, 3)
     n = len(kept)
     escalate = [1.0 if d.action == "ESCALATE" else 0.0 for d in decisions]
