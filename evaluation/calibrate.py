@@ -173,27 +173,34 @@ def degenerate_warnings(threshold: float, achieved: dict[str, Any]) -> list[str]
 
 def load_calibration_records(data: str | list[str], split: str, correctness: str = "label_rule",
                              include_unlabeled: bool = True) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The records eval replays (labeled, plus dropped ones whose path correctness is known) and the counts of what
-    replay left out (n_error, n_unreplayable)."""
-    from evaluation.metrics import replayable_records
+    """`replayable` of one split's records, each checked to hold what a router reads."""
     from labeling.dataset import RecordError, data_label, load_split
 
-    path = data_label(data)
+    where = f"{data_label(data)} [{split}]"
     rows = load_split(data, split)
     for i, row in enumerate(rows):
         for key in ("question", "router_summaries", "label"):
             if key not in row:
-                raise RecordError(f"{path} [{split}] record {i}: missing field {key!r}")
+                raise RecordError(f"{where} record {i}: missing field {key!r}")
+    return replayable(rows, correctness, include_unlabeled, where)
+
+
+def replayable(rows: Sequence[dict[str, Any]], correctness: str, include_unlabeled: bool, where: str
+               ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The records eval replays (labeled, plus dropped ones whose path correctness is known) and the counts of what
+    replay left out (n_error, n_unreplayable); `where` names the records in errors."""
+    from evaluation.metrics import replayable_records
+    from labeling.dataset import RecordError
+
     try:
         kept, case_set = replayable_records(rows, correctness, include_unlabeled)
     except RecordError as exc:  # the record reader names record and field; the file is known here
-        raise RecordError(f"{path} [{split}] {exc}") from None
+        raise RecordError(f"{where} {exc}") from None
     if not kept:
         why = (f" ({case_set.n_unreplayable} have an unknown path verdict under rule {correctness!r})"
                if case_set.n_unreplayable else "")
-        raise ConfigError(f"{path} [{split}]: no replayable records to calibrate on{why}")
-    counts = {"n_records": len(rows), "n_error": case_set.n_error, "n_unreplayable": case_set.n_unreplayable}
-    return list(kept), counts
+        raise ConfigError(f"{where}: no replayable records to calibrate on{why}")
+    return list(kept), {"n_records": len(rows), "n_error": case_set.n_error, "n_unreplayable": case_set.n_unreplayable}
 
 
 def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
@@ -211,7 +218,6 @@ def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
     """(records, scores, counts, source) from the router's out-of-fold CV scores (tiermem.runs.oof_scores) when
     cfg.scores_from allows and the router's stage wrote them for cfg.data (`meta`: the router's metadata, None for
     a router without a local run); None: score cfg.split instead."""
-    from evaluation.metrics import replayable_records
     from tiermem.runs.oof_scores import read_oof_scores
 
     if cfg.scores_from == "split":
@@ -230,16 +236,12 @@ def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
         notes.append(f"the router's out-of-fold scores are of {data.get('dataset')}, not {cfg.data}: calibrated on "
                      f"split {cfg.split} instead")
         return None
-    kept, case_set = replayable_records(data["records"], cfg.correctness, cfg.include_unlabeled)
-    if not kept:
-        raise ConfigError(f"{path}: no replayable records among its out-of-fold scores (rule {cfg.correctness!r})")
+    kept, counts = replayable(data["records"], cfg.correctness, cfg.include_unlabeled, f"{path} (out-of-fold scores)")
     splits = ", ".join(data.get("splits") or [])
     n_conv = len({str(r["conv_id"]) for r in kept})
     source = {"scores_from": "out_of_fold", "split": f"{splits} (out-of-fold)",
               "scored_on": f"out-of-fold CV scores over {n_conv} conversation(s) of {splits}",
               "scored_by": f"out-of-fold router scores ({data.get('method')}; settings {data.get('settings')})"}
-    counts = {"n_records": len(data["records"]), "n_error": case_set.n_error,
-              "n_unreplayable": case_set.n_unreplayable}
     return kept, [float(r["score"]) for r in kept], counts, source
 
 
