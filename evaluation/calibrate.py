@@ -76,9 +76,8 @@ class CalibrateConfig:
     data: str | list[str] = "runs/label/dataset"
     split: str = "validation"
     # auto: the router's out-of-fold CV scores over every train + validation conversation when its stage wrote them
-    # for this `data` (unit reader: oof_scores.json), else the router scores `split`; out_of_fold: require them;
-    # split: always score `split`
-    scores_from: Literal["auto", "out_of_fold", "split"] = "auto"
+    # for this `data` (unit reader: oof_scores.json), else the router scores `split`; split: always score `split`
+    scores_from: Literal["auto", "split"] = "auto"
     criterion: Literal["max_reward", "token_budget", "escalation_rate", "risk_control"] = "max_reward"
     value: float | None = None  # escalation_rate: target share in (0, 1]; token_budget: mean tokens
     budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
@@ -225,14 +224,9 @@ def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
     path = cfg.router.path
     recorded = (meta.extra or {}).get("oof_scores") if meta is not None else None
     if not recorded:
-        if cfg.scores_from == "out_of_fold":
-            raise ConfigError(f"{path}: the router keeps no out-of-fold scores (a unit-reader run writes them); "
-                              "calibrate with scores_from=auto or split")
         return None
     data = read_oof_scores(path, recorded)
     if not same_data(data.get("dataset"), cfg.data):
-        if cfg.scores_from == "out_of_fold":
-            raise ConfigError(f"{path}: its out-of-fold scores are of {data.get('dataset')}, not data={cfg.data}")
         notes.append(f"the router's out-of-fold scores are of {data.get('dataset')}, not {cfg.data}: calibrated on "
                      f"split {cfg.split} instead")
         return None
