@@ -36,11 +36,8 @@ class Case:
 
 
 def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
-    """The (summary, research) correctness columns for `rule`.
-
-    `label_rule` uses `s_ok`/`r_ok`, which labeling fills under the rule that made the labels, so
-    accuracy is measured on the same scale as the labels the router learned from.
-    """
+    """The (summary, research) correctness columns for `rule`; `label_rule`'s `s_ok`/`r_ok` are filled under the rule
+    that made the labels, so accuracy is on the scale of the labels the router learned from."""
     if rule == "label_rule":
         return "s_ok", "r_ok"
     if rule in ("outcome", "evidence"):
@@ -100,14 +97,9 @@ def classify(record: Mapping[str, Any], rule: str = "label_rule", include_unlabe
 def load_cases(
     records: Sequence[Mapping[str, Any]], rule: str = "label_rule", include_unlabeled: bool = True
 ) -> CaseSet:
-    """Turn label records into cases. Error records are skipped and counted.
-
-    Unlabeled records (label=None: neither path was right under the outcome rule) stay in by
-    default: they are real questions any router gets wrong, and dropping them would inflate accuracy.
-    Records whose path correctness is unknown (null) under the rule cannot be replayed: they are counted
-    (n_unreplayable), never read as right or wrong; the labeled ones are kept aside (`unreplayable`) for the
-    metrics that need only the label (AUROC, AUPRC, ECE).
-    """
+    """Label records as cases, filtered by `classify`, with the counts of what it left out. Unlabeled records stay in
+    by default (real questions every router gets wrong: dropping them would inflate accuracy); the labeled
+    unreplayable ones are kept aside (`unreplayable`) for the label-only metrics (AUROC, AUPRC, ECE)."""
     cases: list[Case] = []
     kept: list[Mapping[str, Any]] = []
     held: list[Case] = []
@@ -273,11 +265,8 @@ def oracle_escalations(cases: Sequence[Case]) -> list[float]:
 
 
 def baselines(cases: Sequence[Case], random_rate: float | None = None) -> dict[str, PolicyMetrics]:
-    """summary-only, raw-only (always escalate), oracle and, given a rate, the random router.
-
-    Baselines carry no router cost: they decide without running a model. The random router is scored
-    by its exact expected value at `random_rate`.
-    """
+    """summary-only, raw-only (always escalate), oracle and, given a rate, the random router (its exact expected
+    value at `random_rate`); baselines carry no router cost."""
     n = len(cases)
     out = {
         "summary_only": replay(cases, [0.0] * n, "summary_only"),
