@@ -29,12 +29,9 @@ STAGES: dict[str, tuple[str, str]] = {
     "grpo": ("router_train.lm.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
     "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
     "eval": ("evaluation.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
-    "reader-pretrain": ("router_train.reader.pretrain:main", "pre-train the unit reader's base on public answerability "
-                        "data (SQuAD 2.0), cached by data and settings"),
-    "answer-floor": ("router_train.reader.chat_floor:main", "calibrate a reader's \"not stated\" floor for ask on chat "
-                     "questions (LoCoMo train split, Molweni's unanswerable ones), bound to its weights"),
-    "unit-reader": ("router_train.reader.unit_reader:main", "train the unit reader router (cross-encoder per unit + "
-                    "signal head, chosen by leave-one-conversation-out CV)"),
+    "reader-pretrain": ("router_train.reader.pretrain:main", "pre-train the unit reader's base on SQuAD 2.0 (cached)"),
+    "answer-floor": ("router_train.reader.chat_floor:main", "calibrate a reader's \"not stated\" floor for ask"),
+    "unit-reader": ("router_train.reader.unit_reader:main", "train the unit reader router (a cross-encoder per unit)"),
     "fit-features": ("router_train.fit_features:main", "fit the serve-time feature router (or make a top1-score one)"),
     "push": ("serving.hub:main", "push a trained router with its model card to the hub"),
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
