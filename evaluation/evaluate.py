@@ -148,14 +148,9 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     if clipped and clipped["n_clipped"]:
         notes.append(f"{key}: {clipped['n_clipped']} of {clipped['n_decisions']} decision(s) read signals outside the "
                      f"router's training range, clipped to it (by feature: {clipped['by_feature']})")
-    raw_scores = [getattr(d, "score", None) for d in decisions]
-    if all(x is not None for x in raw_scores):
-        scores: list[float] | None = [float(x) for x in raw_scores]  # type: ignore[arg-type]
-    elif all(d.p_escalate is not None for d in decisions):
-        scores = [float(d.p_escalate) for d in decisions]  # type: ignore[arg-type]
-    else:
-        scores = None
     probs = [float(d.p_escalate) for d in decisions] if all(d.p_escalate is not None for d in decisions) else None
+    raw_scores = [getattr(d, "score", None) for d in decisions]  # log-odds, else the probabilities
+    scores = [float(x) for x in raw_scores] if all(x is not None for x in raw_scores) else probs  # type: ignore[arg-type]
     sweep = None
     if cfg.sweep:
         if scores is None:
