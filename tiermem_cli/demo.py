@@ -127,7 +127,7 @@ def pick_main_router(cfg: DemoConfig) -> str:
     if cfg.main_router != "best":
         return cfg.main_router
     root = Path(cfg.root)
-    trained = [n for n in trained_routers(cfg) if (root / n).is_dir()]
+    trained = [n for n in trained_routers(cfg) or list(MAIN_CANDIDATES) if (root / n).is_dir()]  # eval alone: any
     uncalibrated = [n for n in [*trained, "features"] if not (root / n / SCORES_FILE).is_file()]
     if uncalibrated:
         raise UsageError(f"demo: main_router=best needs every router calibrated (stage calibrate); {uncalibrated} "
