@@ -142,6 +142,20 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
         ranking[o.key] = entry
         score_points[o.key], score_reps[o.key] = pts, rps
 
+    def rate_diffs(a_key: str, b_key: str, metrics: Sequence[str], **extra: Any) -> None:
+        for metric in metrics:
+            label = "mean input tokens" if metric == "mean_input_tokens" else metric
+            comparisons.append({**_diff(a_key, b_key, label, float(rate_points[a_key][metric][0]
+                                                                   - rate_points[b_key][metric][0]),
+                                        rate_reps[a_key][metric] - rate_reps[b_key][metric], level), **extra})
+
+    def score_diffs(a_key: str, b_key: str, **extra: Any) -> None:
+        for metric in ("auroc", "apgr"):
+            pa, pb = score_points.get(a_key, {}).get(metric), score_points.get(b_key, {}).get(metric)
+            if pa is not None and pb is not None:
+                comparisons.append({**_diff(a_key, b_key, metric.upper(), pa - pb,
+                                            score_reps[a_key][metric] - score_reps[b_key][metric], level), **extra})
+
     for o in outputs:
         rp, rr = rate_points[o.key], rate_reps[o.key]
         rand_p = stats.random_accuracy(rp["escalation_rate"], a["s_ok"], a["r_ok"], point)
@@ -155,32 +169,15 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
                                          rps[metric] - 0.5, level, random=True))
         for base in ("summary_only", "raw_only"):
             if base in rate_points:
-                for metric, label in (("accuracy", "accuracy"), ("mean_input_tokens", "mean input tokens")):
-                    comparisons.append(_diff(o.key, base, label, float(rp[metric][0] - rate_points[base][metric][0]),
-                                             rr[metric] - rate_reps[base][metric], level))
+                rate_diffs(o.key, base, ("accuracy", "mean_input_tokens"))
         if main is not None and o.key != main and main in rate_points and (o.key, main) not in pair_keys:
-            comparisons.append(_diff(o.key, main, "accuracy",
-                                     float(rp["accuracy"][0] - rate_points[main]["accuracy"][0]),
-                                     rr["accuracy"] - rate_reps[main]["accuracy"], level))
-            for metric in ("auroc", "apgr"):
-                mp = score_points.get(main, {}).get(metric)
-                if pts.get(metric) is not None and mp is not None:
-                    comparisons.append(_diff(o.key, main, metric.upper(), pts[metric] - mp,
-                                             rps[metric] - score_reps[main][metric], level))
+            rate_diffs(o.key, main, ("accuracy",))
+            score_diffs(o.key, main)
 
     for a_key, b_key in pairs:
-        if a_key not in rate_points or b_key not in rate_points:
-            continue
-        for metric, label in (("accuracy", "accuracy"), ("mean_input_tokens", "mean input tokens")):
-            comparisons.append({**_diff(a_key, b_key, label, float(rate_points[a_key][metric][0]
-                                                                   - rate_points[b_key][metric][0]),
-                                        rate_reps[a_key][metric] - rate_reps[b_key][metric], level), "pair": True})
-        for metric in ("auroc", "apgr"):
-            pa, pb = score_points.get(a_key, {}).get(metric), score_points.get(b_key, {}).get(metric)
-            if pa is not None and pb is not None:
-                comparisons.append({**_diff(a_key, b_key, metric.upper(), pa - pb,
-                                            score_reps[a_key][metric] - score_reps[b_key][metric], level),
-                                    "pair": True})
+        if a_key in rate_points and b_key in rate_points:
+            rate_diffs(a_key, b_key, ("accuracy", "mean_input_tokens"), pair=True)
+            score_diffs(a_key, b_key, pair=True)
 
     notes = []
     if n < SMALL_N:

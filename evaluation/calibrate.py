@@ -1,39 +1,6 @@
-"""`calibrate`: pick the router's threshold on a split and store it in tiermem_router.json.
-
-Every record eval replays is scored (labeled ones, and dropped ones whose path correctness is known: what the
-router will meet), with the router's log-odds `score()`; the decision rule is `score >= threshold_logit`.
-A router whose stage cross-validated over conversations (the unit reader) keeps out-of-fold scores over every train
-+ validation conversation (oof_scores.json, tiermem.runs.oof_scores: each conversation scored by a head fitted on
-the others); `scores_from: auto` calibrates on those when they are of `data`, else on `split` (the result's
-`scores_from` and `scored_on` say which, and so does the card).
-Records whose path correctness is unknown under the rule (e.g. the evidence rule's research verdict for a question
-without gold evidence turns) cannot be replayed: every criterion below is computed without them, and the result
-counts them (`n_unreplayable`).
-Criteria:
-
-- `max_reward` (default): the threshold with the largest total reward under the GRPO reward table
-  (tiermem.rewards: RewardConfig + score_decision). Every record knows both paths' outcomes, so both
-  actions' rewards are exact; ties go to the higher threshold (fewer escalations).
-- `token_budget`: the best replayed accuracy with mean path input tokens <= `value` (ties: fewer tokens).
-- `hard_recall`: the largest threshold escalating at least `value` of the ESCALATE-labeled records.
-- `escalation_rate`: the largest threshold escalating at least `value` of the records.
-- `risk_control`: a false-cache-hit rate (ANSWER where only research was right, over all replayable records)
-  <= `alpha` on new data with probability >= 1 - `delta`, by Learn-then-Test (Angelopoulos et al., 2021) with
-  fixed-sequence testing. Why LTT and not conformal risk control: CRC bounds the *expected* risk only, while the
-  issue asks for a high-probability bound (alpha, delta); LTT gives exactly that, and for a 0/1 loss the exact
-  binomial tail is its tightest valid p-value. The hypotheses H_t: risk(t) > alpha are tested on a grid of
-  log-odds thresholds fixed before seeing data (`risk_grid`), in order from the safest (lowest, most
-  escalation) upwards; the first non-rejection stops the walk, and the largest rejected threshold is used. Fixed
-  sequence testing controls the family-wise error at delta without a multiplicity correction because the
-  order is set in advance. Units: `question` treats questions as exchangeable (exact binomial p-value);
-  `conversation` treats conversations as the exchangeable units (each one's false-cache-hit share is a loss in
-  [0, 1]; Hoeffding-Bentkus p-value), which is what "new conversations" strictly needs but needs many of them.
-  With the question unit, questions of one conversation are correlated and the guarantee is approximate for
-  new conversations; the stored guarantee says which unit was used. When no threshold is certified the router
-  escalates everything (zero false cache hits by construction).
-
-The chosen threshold is stored as `calibration.threshold_logit`, with `guarantee` (or null).
-"""
+"""`calibrate`: pick the router's threshold (log-odds; escalate when `score >= threshold_logit`) by a criterion on
+the records eval replays, and store it in tiermem_router.json as `calibration.threshold_logit` with `guarantee` (or
+null). The criteria, the out-of-fold scores and the risk-control test: docs/DESIGN.md, "Notes by module"."""
 
 from __future__ import annotations
 
@@ -44,36 +11,31 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evaluation.criteria import (
-    RISK_UNITS,
     CalibrationSet,
     summarize,
-    threshold_for_hard_recall,
     threshold_for_rate,
     threshold_max_reward,
     threshold_risk_control,
     threshold_token_budget,
 )
+from evaluation.evaluate import in_batches
 from labeling.dataset import data_paths, same_data
 from serving.routers import RouterSpec, as_router_spec, build
 from tiermem.rewards import RewardConfig
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile
 from tiermem.runs.rundir import ROUTER_STAGES, updating_run
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import ConfigError, MissingFileError, stage_main
-
-CRITERIA = ("max_reward", "token_budget", "hard_recall", "escalation_rate", "risk_control")
-SCORES_FROM = ("auto", "out_of_fold", "split")
 
 
 def _check_criterion(criterion: str, value: float | None, budget_share: float | None) -> None:
-    if criterion not in CRITERIA:
-        raise ConfigError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
     for name, number in (("value", value), ("budget_share", budget_share)):
         if number is not None and not math.isfinite(number):  # nan fails every comparison below, so it would pass
             raise ConfigError(f"criterion {criterion}: {name} must be a finite number, got {number}")
-    if criterion in ("hard_recall", "escalation_rate"):
+    if criterion == "escalation_rate":
         if value is None or not 0.0 < value <= 1.0:
             raise ConfigError(f"criterion {criterion}: value must be a share in (0, 1], got {value}")
     if criterion == "token_budget":
@@ -88,20 +50,22 @@ def _check_criterion(criterion: str, value: float | None, budget_share: float | 
         raise ConfigError(f"budget_share applies to criterion token_budget only, not {criterion}")
 
 
+SHARE = {"gt": 0, "lt": 1}  # alpha, delta: in (0, 1)
+
+
 @dataclass
 class OperatingPoint:
     """One extra threshold calibrate stores by name (criteria and values as CalibrateConfig's)."""
 
     name: str
-    criterion: str = "token_budget"
+    criterion: Literal["max_reward", "token_budget", "escalation_rate"] = "token_budget"
     value: float | None = None
     budget_share: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ConfigError(f"operating point name must be a word (letters, digits, _), got {self.name!r}")
-        if self.criterion == "risk_control":
-            raise ConfigError("operating points take max_reward, token_budget, hard_recall or escalation_rate")
+        check_declared(self, "operating point ")
         _check_criterion(self.criterion, self.value, self.budget_share)
 
 
@@ -112,21 +76,18 @@ class CalibrateConfig:
     data: str | list[str] = "runs/label/dataset"
     split: str = "validation"
     # auto: the router's out-of-fold CV scores over every train + validation conversation when its stage wrote them
-    # for this `data` (unit reader: oof_scores.json), else the router scores `split`; out_of_fold: require them;
-    # split: always score `split`
-    scores_from: str = "auto"
-    criterion: str = "max_reward"  # max_reward | token_budget | hard_recall | escalation_rate | risk_control
-    value: float | None = None  # hard_recall / escalation_rate: target share in (0, 1]; token_budget: mean tokens
+    # for this `data` (unit reader: oof_scores.json), else the router scores `split`; split: always score `split`
+    scores_from: Literal["auto", "split"] = "auto"
+    criterion: Literal["max_reward", "token_budget", "escalation_rate", "risk_control"] = "max_reward"
+    value: float | None = None  # escalation_rate: target share in (0, 1]; token_budget: mean tokens
     budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
-    alpha: float = 0.1  # risk_control: allowed false-cache-hit rate
-    delta: float = 0.1  # risk_control: allowed probability that the bound fails
-    risk_unit: str = "question"  # risk_control: question | conversation (exchangeable units)
+    alpha: float = field(default=0.1, metadata=SHARE)  # risk_control: allowed false-cache-hit rate
+    delta: float = field(default=0.1, metadata=SHARE)  # risk_control: allowed probability that the bound fails
     risk_grid: list[float] = field(default_factory=lambda: [-20.0, 20.0, 4001])  # [lo, hi, points] log-odds
-    correctness: str = "label_rule"  # label_rule | outcome | evidence: which s_ok / r_ok columns
+    correctness: Literal["label_rule", "outcome", "evidence"] = "label_rule"  # which s_ok / r_ok columns
     include_unlabeled: bool = True  # score dropped records too (eval replays them)
     batch_size: int = 8
-    limit: int | None = None  # score only the first N replayable records (quick runs)
     write: bool = True  # store the threshold in the run directory's tiermem_router.json
     # More thresholds stored beside the main one (calibration.operating_points), each picked on the same split by
     # its own criterion, e.g. {name: tokens_80, criterion: token_budget, budget_share: 0.8}; eval reports each.
@@ -135,18 +96,13 @@ class CalibrateConfig:
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
         data_paths(self.data)
-        if self.scores_from not in SCORES_FROM:
-            raise ConfigError(f"scores_from must be one of {SCORES_FROM}, got {self.scores_from!r}")
+        check_declared(self)
         points = [p if isinstance(p, OperatingPoint) else OperatingPoint(**p) for p in self.operating_points]
         names = [p.name for p in points]
         if len(set(names)) != len(names):
             raise ConfigError(f"operating_points: names must be unique, got {names}")
         self.operating_points = points
         _check_criterion(self.criterion, self.value, self.budget_share)
-        if not (0 < self.alpha < 1 and 0 < self.delta < 1):
-            raise ConfigError(f"alpha and delta must be in (0, 1), got {self.alpha}, {self.delta}")
-        if self.risk_unit not in RISK_UNITS:
-            raise ConfigError(f"risk_unit must be one of {RISK_UNITS}, got {self.risk_unit!r}")
         if (len(self.risk_grid) != 3 or not all(math.isfinite(x) for x in self.risk_grid)
                 or self.risk_grid[0] >= self.risk_grid[1] or self.risk_grid[2] < 2):
             raise ConfigError("risk_grid must be finite [lo, hi, points] with lo < hi and points >= 2, got "
@@ -172,14 +128,12 @@ def pick_threshold(cs: CalibrationSet, cfg: CalibrateConfig, criterion: str, val
         budget = _budget(cs, value, budget_share)
         return threshold_token_budget(cs, budget), {"budget_mean_input_tokens": budget,
                                                     "budget_share": budget_share}, None
-    if criterion == "hard_recall":
-        return threshold_for_hard_recall(cs.scores, cs.labels, float(value)), {}, None  # type: ignore[arg-type]
     if criterion == "escalation_rate":
         return threshold_for_rate(cs.scores, float(value)), {}, None  # type: ignore[arg-type]
     if criterion == "risk_control":
-        threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_unit, cfg.risk_grid)
-        return threshold, {"alpha": cfg.alpha, "delta": cfg.delta, "unit": cfg.risk_unit}, guarantee
-    raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+        threshold, guarantee = threshold_risk_control(cs, cfg.alpha, cfg.delta, cfg.risk_grid)
+        return threshold, {"alpha": cfg.alpha, "delta": cfg.delta, "unit": guarantee["unit"]}, guarantee
+    raise ValueError(f"unknown criterion {criterion!r}")
 
 
 def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
@@ -216,35 +170,36 @@ def degenerate_warnings(threshold: float, achieved: dict[str, Any]) -> list[str]
             f"says {always} on data like these; check the router's scores and the calibration data"]
 
 
-def load_replayable(data: str | list[str], split: str, correctness: str = "label_rule", include_unlabeled: bool = True,
-                    limit: int | None = None) -> list[dict[str, Any]]:
-    """The records eval replays: labeled, plus dropped ones whose path correctness is known."""
-    return load_calibration_records(data, split, correctness, include_unlabeled, limit)[0]
-
-
 def load_calibration_records(data: str | list[str], split: str, correctness: str = "label_rule",
-                             include_unlabeled: bool = True, limit: int | None = None
-                             ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """load_replayable's records and the counts of what replay left out (n_error, n_unreplayable)."""
-    from evaluation.metrics import replayable_records
+                             include_unlabeled: bool = True) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """`replayable` of one split's records, each checked to hold what a router reads."""
     from labeling.dataset import RecordError, data_label, load_split
 
-    path = data_label(data)
+    where = f"{data_label(data)} [{split}]"
     rows = load_split(data, split)
     for i, row in enumerate(rows):
         for key in ("question", "router_summaries", "label"):
             if key not in row:
-                raise RecordError(f"{path} [{split}] record {i}: missing field {key!r}")
+                raise RecordError(f"{where} record {i}: missing field {key!r}")
+    return replayable(rows, correctness, include_unlabeled, where)
+
+
+def replayable(rows: Sequence[dict[str, Any]], correctness: str, include_unlabeled: bool, where: str
+               ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The records eval replays (labeled, plus dropped ones whose path correctness is known) and the counts of what
+    replay left out (n_error, n_unreplayable); `where` names the records in errors."""
+    from evaluation.metrics import replayable_records
+    from labeling.dataset import RecordError
+
     try:
         kept, case_set = replayable_records(rows, correctness, include_unlabeled)
     except RecordError as exc:  # the record reader names record and field; the file is known here
-        raise RecordError(f"{path} [{split}] {exc}") from None
+        raise RecordError(f"{where} {exc}") from None
     if not kept:
         why = (f" ({case_set.n_unreplayable} have an unknown path verdict under rule {correctness!r})"
                if case_set.n_unreplayable else "")
-        raise ConfigError(f"{path} [{split}]: no replayable records to calibrate on{why}")
-    counts = {"n_records": len(rows), "n_error": case_set.n_error, "n_unreplayable": case_set.n_unreplayable}
-    return list(kept[:limit] if limit else kept), counts
+        raise ConfigError(f"{where}: no replayable records to calibrate on{why}")
+    return list(kept), {"n_records": len(rows), "n_error": case_set.n_error, "n_unreplayable": case_set.n_unreplayable}
 
 
 def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
@@ -254,18 +209,7 @@ def calibration_set(records: Sequence[dict[str, Any]], scores: Sequence[float],
     cases = [to_case(r, correctness, i) for i, r in enumerate(records)]
     return CalibrationSet(
         scores=[float(s) for s in scores], labels=[c.label for c in cases], s_ok=[c.s_ok for c in cases],
-        r_ok=[c.r_ok for c in cases], s_tokens=[c.s_tokens for c in cases], r_tokens=[c.r_tokens for c in cases],
-        clusters=[str(r.get("conv_id", i)) for i, r in enumerate(records)])
-
-
-def score_records(router: Any, records: Sequence[dict[str, Any]], batch_size: int) -> list[float]:
-    from tqdm import tqdm
-
-    scores: list[float] = []
-    for i in tqdm(range(0, len(records), batch_size), desc="calibrate: scoring", unit="batch"):
-        chunk = records[i: i + batch_size]
-        scores += router.score([r["question"] for r in chunk], [r["router_summaries"] for r in chunk])
-    return scores
+        r_ok=[c.r_ok for c in cases], s_tokens=[c.s_tokens for c in cases], r_tokens=[c.r_tokens for c in cases])
 
 
 def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
@@ -273,7 +217,6 @@ def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
     """(records, scores, counts, source) from the router's out-of-fold CV scores (tiermem.runs.oof_scores) when
     cfg.scores_from allows and the router's stage wrote them for cfg.data (`meta`: the router's metadata, None for
     a router without a local run); None: score cfg.split instead."""
-    from evaluation.metrics import replayable_records
     from tiermem.runs.oof_scores import read_oof_scores
 
     if cfg.scores_from == "split":
@@ -281,28 +224,18 @@ def out_of_fold(cfg: CalibrateConfig, notes: list[str], meta: RunMeta | None
     path = cfg.router.path
     recorded = (meta.extra or {}).get("oof_scores") if meta is not None else None
     if not recorded:
-        if cfg.scores_from == "out_of_fold":
-            raise ConfigError(f"{path}: the router keeps no out-of-fold scores (a unit-reader run writes them); "
-                              "calibrate with scores_from=auto or split")
         return None
     data = read_oof_scores(path, recorded)
     if not same_data(data.get("dataset"), cfg.data):
-        if cfg.scores_from == "out_of_fold":
-            raise ConfigError(f"{path}: its out-of-fold scores are of {data.get('dataset')}, not data={cfg.data}")
         notes.append(f"the router's out-of-fold scores are of {data.get('dataset')}, not {cfg.data}: calibrated on "
                      f"split {cfg.split} instead")
         return None
-    kept, case_set = replayable_records(data["records"], cfg.correctness, cfg.include_unlabeled)
-    kept = list(kept[:cfg.limit] if cfg.limit else kept)
-    if not kept:
-        raise ConfigError(f"{path}: no replayable records among its out-of-fold scores (rule {cfg.correctness!r})")
+    kept, counts = replayable(data["records"], cfg.correctness, cfg.include_unlabeled, f"{path} (out-of-fold scores)")
     splits = ", ".join(data.get("splits") or [])
     n_conv = len({str(r["conv_id"]) for r in kept})
     source = {"scores_from": "out_of_fold", "split": f"{splits} (out-of-fold)",
               "scored_on": f"out-of-fold CV scores over {n_conv} conversation(s) of {splits}",
               "scored_by": f"out-of-fold router scores ({data.get('method')}; settings {data.get('settings')})"}
-    counts = {"n_records": len(data["records"]), "n_error": case_set.n_error,
-              "n_unreplayable": case_set.n_unreplayable}
     return kept, [float(r["score"]) for r in kept], counts, source
 
 
@@ -330,10 +263,9 @@ def _run(cfg: CalibrateConfig) -> dict[str, Any]:
     if oof is not None:
         records, scores, counts, source = oof
     else:
-        records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled,
-                                                   cfg.limit)
+        records, counts = load_calibration_records(cfg.data, cfg.split, cfg.correctness, cfg.include_unlabeled)
         router = build(spec, trunk_cache={})
-        scores = score_records(router, records, cfg.batch_size)
+        scores = in_batches(router.score, records, cfg.batch_size, "calibrate: scoring")
         source = {"scores_from": "split", "split": cfg.split, "scored_on": f"split {cfg.split}",
                   "scored_by": f"{router.kind} score (log-odds of ESCALATE)"}
     result = calibrate(calibration_set(records, scores, cfg.correctness), cfg)

@@ -1,4 +1,4 @@
-"""The threshold rules calibrate chooses between (see evaluation/calibrate.py for each criterion's meaning): pure
+"""The threshold rules calibrate chooses between (docs/DESIGN.md, `evaluation/calibrate.py`): pure
 functions of a CalibrationSet, the scores and what each replayable record's two paths earned and cost."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from tiermem.rewards import RewardConfig, resolve_cost_scale, score_decision
 from tiermem.settings.errors import UsageError
 
 ANSWER_ALL = 1.0e9  # a log-odds threshold above any margin: nothing escalates (JSON-safe +inf)
-RISK_UNITS = ("question", "conversation")
 
 
 @dataclass
@@ -28,11 +27,10 @@ class CalibrationSet:
     r_ok: list[bool] | None = None
     s_tokens: list[float] | None = None
     r_tokens: list[float] | None = None
-    clusters: list[str] | None = None  # conv_id per record
 
     def __post_init__(self) -> None:
         n = len(self.scores)
-        for name in ("labels", "s_ok", "r_ok", "s_tokens", "r_tokens", "clusters"):
+        for name in ("labels", "s_ok", "r_ok", "s_tokens", "r_tokens"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"calibration set: {len(value)} {name} for {n} scores")
@@ -56,14 +54,6 @@ def threshold_for_rate(scores: Sequence[float], rate: float) -> float:
         raise ValueError(f"rate must be in (0, 1], got {rate}")
     k = max(1, math.ceil(rate * len(scores) - 1e-9))
     return sorted(scores, reverse=True)[k - 1]
-
-
-def threshold_for_hard_recall(scores: Sequence[float], labels: Sequence[str | None], recall: float) -> float:
-    """Largest threshold that escalates at least `recall` of the ESCALATE-labeled records."""
-    hard = [s for s, label in zip(scores, labels, strict=True) if label == "ESCALATE"]
-    if not hard:
-        raise UsageError("no ESCALATE-labeled records: hard-recall is undefined on this split")
-    return threshold_for_rate(hard, recall)
 
 
 def _candidates(scores: Sequence[float]) -> list[float]:
@@ -137,48 +127,23 @@ def binomial_p_value(risk_hat: float, n: int, alpha: float) -> float:
     return binom_cdf(int(round(risk_hat * n)), n, alpha)
 
 
-def hb_p_value(risk_hat: float, n: int, alpha: float) -> float:
-    """Hoeffding-Bentkus p-value of H0: risk > alpha for a mean of n losses in [0, 1] (Bates et al., 2021)."""
-    a = min(risk_hat, alpha)
-
-    def h(x: float, y: float) -> float:
-        t1 = x * math.log(x / y) if x > 0 else 0.0
-        t2 = (1 - x) * math.log((1 - x) / (1 - y)) if x < 1 else 0.0
-        return t1 + t2
-
-    hoeffding = math.exp(-n * h(a, alpha))
-    bentkus = math.e * binom_cdf(math.ceil(n * risk_hat), n, alpha)
-    return min(1.0, hoeffding, bentkus)
-
-
 def false_cache_hit_losses(cs: CalibrationSet) -> list[bool]:
     """Whether ANSWER on the record would be a false cache hit (only research was right)."""
     cs.need("s_ok", "r_ok")
     return [bool(r and not s) for s, r in zip(cs.s_ok, cs.r_ok, strict=True)]  # type: ignore[arg-type]
 
 
-def threshold_risk_control(cs: CalibrationSet, alpha: float, delta: float, unit: str = "question",
+def threshold_risk_control(cs: CalibrationSet, alpha: float, delta: float,
                            grid: Sequence[float] = (-20.0, 20.0, 4001)) -> tuple[float, dict[str, Any]]:
-    """Learn-then-Test with fixed-sequence testing (see the module docstring). Returns (threshold, guarantee)."""
+    """Learn-then-Test with fixed-sequence testing, questions as the exchangeable units (docs/DESIGN.md). Returns
+    (threshold, guarantee)."""
     loss = np.asarray(false_cache_hit_losses(cs), dtype=np.float64)
     scores = np.asarray(cs.scores, dtype=np.float64)
-    if unit == "question":
-        groups = np.arange(len(scores))
-        p_value, method = binomial_p_value, "learn-then-test, fixed sequence, exact binomial p-value"
-    elif unit == "conversation":
-        cs.need("clusters")
-        ids = {c: i for i, c in enumerate(dict.fromkeys(cs.clusters))}  # type: ignore[arg-type]
-        groups = np.asarray([ids[c] for c in cs.clusters])  # type: ignore[union-attr]
-        p_value, method = hb_p_value, "learn-then-test, fixed sequence, Hoeffding-Bentkus p-value"
-    else:
-        raise ValueError(f"risk unit must be one of {RISK_UNITS}, got {unit!r}")
-    n_units = int(groups.max()) + 1
-    sizes = np.bincount(groups, minlength=n_units)
+    n_units, unit, method = len(scores), "question", "learn-then-test, fixed sequence, exact binomial p-value"
     chosen, chosen_p, chosen_risk = ESCALATE_ALL, None, 0.0
     for t in np.round(np.linspace(grid[0], grid[1], int(grid[2])), 9):  # rounded: readable stored thresholds
-        per_unit = np.bincount(groups, weights=loss * (scores < t), minlength=n_units) / sizes
-        risk_hat = float(per_unit.mean())
-        p = p_value(risk_hat, n_units, alpha)
+        risk_hat = float((loss * (scores < t)).mean())
+        p = binomial_p_value(risk_hat, n_units, alpha)
         if p > delta:
             break
         chosen, chosen_p, chosen_risk = float(t), p, risk_hat

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -54,7 +54,6 @@ class EvalConfig:
     split: str = "test"
     correctness: Literal["label_rule", "outcome", "evidence"] = "label_rule"  # see metrics.correctness_fields
     include_unlabeled: bool = True  # keep records the label rule dropped (both paths wrong) in accuracy
-    max_records: int | None = None
     router: RouterSpec = field(default_factory=RouterSpec)
     compare: list[Any] = field(default_factory=list)  # more routers on the same records: RouterSpec mappings
     # paired differences a - b between two rows (routed or compare names): accuracy, AUROC, APGR and mean input
@@ -104,23 +103,22 @@ class EvalConfig:
 # ---- routers ---------------------------------------------------------------------------------
 
 
-def route_records(router: Any, records: Sequence[dict[str, Any]], threshold_logit: float | None,
-                  batch_size: int) -> list[Decision]:
-    """Decisions on the stored router input; any object with serving.routers.Router's route_batch works."""
+def in_batches(ask: Callable[[list[str], list[Any]], Sequence[Any]], records: Sequence[dict[str, Any]],
+               batch_size: int, desc: str) -> list[Any]:
+    """`ask(questions, router_summaries)` on the records' stored router input, batch by batch: one answer per record
+    (eval's decisions from route_batch, calibrate's scores from score)."""
     from tqdm import tqdm
 
-    out: list[Decision] = []
-    for start in tqdm(range(0, len(records), batch_size), desc="routing", unit="batch"):
+    for i, rec in enumerate(records):
+        if not isinstance(rec.get("router_summaries"), list):
+            raise RecordError(f"record {i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
+    out: list[Any] = []
+    for start in tqdm(range(0, len(records), batch_size), desc=desc, unit="batch"):
         chunk = records[start:start + batch_size]
-        for i, rec in enumerate(chunk):
-            if not isinstance(rec.get("router_summaries"), list):
-                raise RecordError(
-                    f"record {start + i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
-        decisions = router.route_batch([r["question"] for r in chunk], [r["router_summaries"] for r in chunk],
-                                       threshold_logit=threshold_logit)
-        if len(decisions) != len(chunk):
-            raise RuntimeError(f"router returned {len(decisions)} decisions for {len(chunk)} questions")
-        out.extend(decisions)
+        got = ask([r["question"] for r in chunk], [r["router_summaries"] for r in chunk])
+        if len(got) != len(chunk):
+            raise RuntimeError(f"router returned {len(got)} answers for {len(chunk)} questions")
+        out.extend(got)
     return out
 
 
@@ -134,7 +132,8 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     scored for the ranking metrics only), its replay metrics, sweep and per-case predictions."""
     t0 = time.perf_counter()
     routed = [*kept, *ranked_only]
-    decisions = route_records(router, routed, threshold_logit, batch_size)
+    decisions = in_batches(lambda q, s: router.route_batch(q, s, threshold_logit=threshold_logit), routed,
+                           batch_size, "routing")
     wall = round(time.perf_counter() - t0, 3)
     n = len(kept)
     escalate = [1.0 if d.action == "ESCALATE" else 0.0 for d in decisions]
@@ -149,14 +148,9 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     if clipped and clipped["n_clipped"]:
         notes.append(f"{key}: {clipped['n_clipped']} of {clipped['n_decisions']} decision(s) read signals outside the "
                      f"router's training range, clipped to it (by feature: {clipped['by_feature']})")
-    raw_scores = [getattr(d, "score", None) for d in decisions]
-    if all(x is not None for x in raw_scores):
-        scores: list[float] | None = [float(x) for x in raw_scores]  # type: ignore[arg-type]
-    elif all(d.p_escalate is not None for d in decisions):
-        scores = [float(d.p_escalate) for d in decisions]  # type: ignore[arg-type]
-    else:
-        scores = None
     probs = [float(d.p_escalate) for d in decisions] if all(d.p_escalate is not None for d in decisions) else None
+    raw_scores = [getattr(d, "score", None) for d in decisions]  # log-odds, else the probabilities
+    scores = [float(x) for x in raw_scores] if all(x is not None for x in raw_scores) else probs  # type: ignore[arg-type]
     sweep = None
     if cfg.sweep:
         if scores is None:
@@ -348,8 +342,6 @@ def run(cfg: EvalConfig) -> dict[str, Path]:
 
 
 def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
-    if cfg.max_records is not None:
-        records = records[: cfg.max_records]
     trunk_cache: dict[str, Any] = {}  # LM routers of one base share their frozen trunk's states in this run
     router = None if cfg.router.kind == "none" else build(cfg.router, trunk_cache=trunk_cache)
     name = "baselines only" if router is None else router.name
@@ -374,9 +366,12 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         router = None if router is None else ReplayedRouter(router)
         compare = [(key, ReplayedRouter(other), display) for key, other, display in compare]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
-    report["by_domain"] = per_domain(records, lambda rows: evaluate_records(
-        rows, cfg, None if router is None else router.again(), name,
-        [(key, other.again(), display) for key, other, display in compare])[0], report["meta"]["notes"])
+
+    def again(rows: list[dict[str, Any]]) -> dict[str, Any]:  # the same decisions, scored on other records
+        return evaluate_records(rows, cfg, None if router is None else router.again(), name,
+                                [(key, other.again(), display) for key, other, display in compare])[0]
+
+    report["by_domain"] = per_domain(records, again, report["meta"]["notes"])
     if judgments is not None:
         from labeling.judgments.report import judged_records, judged_summary
 
@@ -384,9 +379,7 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         if not rows:
             raise ConfigError(f"judgments {cfg.judgments}: none of the {len(records)} records of split "
                               f"{cfg.split!r} was judged over its units ({coverage['by_match']})")
-        judged_report, _ = evaluate_records(rows, cfg, None if router is None else router.again(), name,
-                                            [(key, other.again(), display) for key, other, display in compare])
-        report["judged"] = judged_summary(judged_report, coverage)
+        report["judged"] = judged_summary(again(rows), coverage)
     if verdicts is not None:
         from labeling.judgments.report import judged_records, judged_summary
         from labeling.judgments.verdicts import agreement
@@ -394,9 +387,7 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         rows, coverage = judged_records(records, verdicts)
         report["verdicts"] = {"label_agreement": agreement(records, verdicts, cfg.bootstrap.n_boot)}
         if rows:  # the routers against the verdicts, beside the labels
-            checked, _ = evaluate_records(rows, cfg, None if router is None else router.again(), name,
-                                          [(key, other.again(), display) for key, other, display in compare])
-            report["verdicts"].update(judged_summary(checked, coverage))
+            report["verdicts"].update(judged_summary(again(rows), coverage))
     paths = write_outputs(report, predictions, cfg.output_dir)
     print(eval_report.render_markdown(report))
     for kind, path in paths.items():

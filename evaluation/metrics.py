@@ -9,12 +9,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labeling import dataset as records
-from labeling.dataset import RecordError
 from labeling.question import LATE_EVIDENCE
 
 ANSWER, ESCALATE = "ANSWER", "ESCALATE"
 CORRECTNESS_RULES = ("label_rule", "outcome", "evidence")
-COST_FIELDS = ("input_tokens", "wall_s")
 
 
 @dataclass(frozen=True)
@@ -38,11 +36,8 @@ class Case:
 
 
 def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
-    """The (summary, research) correctness columns for `rule`.
-
-    `label_rule` uses `s_ok`/`r_ok`, which labeling fills under the rule that made the labels, so
-    accuracy is measured on the same scale as the labels the router learned from.
-    """
+    """The (summary, research) correctness columns for `rule`; `label_rule`'s `s_ok`/`r_ok` are filled under the rule
+    that made the labels, so accuracy is on the scale of the labels the router learned from."""
     if rule == "label_rule":
         return "s_ok", "r_ok"
     if rule in ("outcome", "evidence"):
@@ -53,9 +48,7 @@ def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
 def to_case(record: Mapping[str, Any], rule: str = "label_rule", index: int = 0) -> Case:
     where = f"record {index} (qid={record.get('qid')!r})"
     s_field, r_field = correctness_fields(record, rule)
-    label = record.get("label")
-    if label not in (ANSWER, ESCALATE, None):
-        raise RecordError(f"{where}: field 'label' must be ANSWER, ESCALATE or null, got {label!r}")
+    label = records.action_label(record, where)
     return Case(
         qid=str(records.field(record, "qid", where)),
         category=str(record.get("category", "all")),
@@ -79,10 +72,6 @@ class CaseSet:
     unreplayable: list[Case] = field(default_factory=list)
     unreplayable_records: list[Mapping[str, Any]] = field(default_factory=list)
     records: list[Mapping[str, Any]] = field(default_factory=list)  # the records of `cases`, one to one
-
-    @property
-    def n_unknown(self) -> int:  # the count's older name
-        return self.n_unreplayable
 
 
 REPLAY, UNREPLAYABLE, SKIPPED = "replay", "unreplayable", "skipped"
@@ -108,14 +97,9 @@ def classify(record: Mapping[str, Any], rule: str = "label_rule", include_unlabe
 def load_cases(
     records: Sequence[Mapping[str, Any]], rule: str = "label_rule", include_unlabeled: bool = True
 ) -> CaseSet:
-    """Turn label records into cases. Error records are skipped and counted.
-
-    Unlabeled records (label=None: neither path was right under the outcome rule) stay in by
-    default: they are real questions any router gets wrong, and dropping them would inflate accuracy.
-    Records whose path correctness is unknown (null) under the rule cannot be replayed: they are counted
-    (n_unreplayable), never read as right or wrong; the labeled ones are kept aside (`unreplayable`) for the
-    metrics that need only the label (AUROC, AUPRC, ECE).
-    """
+    """Label records as cases, filtered by `classify`, with the counts of what it left out. Unlabeled records stay in
+    by default (real questions every router gets wrong: dropping them would inflate accuracy); the labeled
+    unreplayable ones are kept aside (`unreplayable`) for the label-only metrics (AUROC, AUPRC, ECE)."""
     cases: list[Case] = []
     kept: list[Mapping[str, Any]] = []
     held: list[Case] = []
@@ -140,12 +124,6 @@ def load_cases(
             held.append(case)
             held_records.append(rec)
     return CaseSet(cases, n_error, n_unlabeled, n_unreplayable, held, held_records, kept)
-
-
-def replayable(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> bool:
-    """Whether load_cases replays `record` (no labeling error; both path verdicts known; labeled, or dropped and
-    include_unlabeled)."""
-    return classify(record, rule, include_unlabeled) == REPLAY
 
 
 def replayable_records(
@@ -287,11 +265,8 @@ def oracle_escalations(cases: Sequence[Case]) -> list[float]:
 
 
 def baselines(cases: Sequence[Case], random_rate: float | None = None) -> dict[str, PolicyMetrics]:
-    """summary-only, raw-only (always escalate), oracle and, given a rate, the random router.
-
-    Baselines carry no router cost: they decide without running a model. The random router is scored
-    by its exact expected value at `random_rate`.
-    """
+    """summary-only, raw-only (always escalate), oracle and, given a rate, the random router (its exact expected
+    value at `random_rate`); baselines carry no router cost."""
     n = len(cases)
     out = {
         "summary_only": replay(cases, [0.0] * n, "summary_only"),

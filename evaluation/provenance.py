@@ -13,17 +13,13 @@ from tiermem import contract
 
 
 def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version()}
-    try:
-        import torch
+    import torch
 
-        from tiermem.models.specs import cpu_count
+    from tiermem.models.specs import cpu_count
 
-        info.update(cores=cpu_count(), torch=torch.__version__, torch_threads=torch.get_num_threads(),
-                    cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
-    except ImportError:
-        pass
-    return info
+    return {"platform": platform.platform(), "python": platform.python_version(), "cores": cpu_count(),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def data_name(dataset: str | Path | list[str], records: Sequence[dict[str, Any]], provenance: dict[str, Any]) -> str:

@@ -3,7 +3,6 @@ from the plain dict evaluate.py builds (so reports can be regenerated from a sav
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -360,7 +359,3 @@ def write_reliability_plot(report: Mapping[str, Any], path: str | Path) -> Path:
     ax.legend(fontsize=6, loc="upper left")
     ax.set_title("reliability of p_escalate", fontsize=10)
     return _save_figure(fig, path)
-
-
-def load_json(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())

@@ -39,12 +39,8 @@ class SweepResult:
 
 
 def sweep_points(cases: Sequence[Case], p_escalate: Sequence[float]) -> list[SweepPoint]:
-    """One point per distinct threshold, from never escalating to always escalating (the answering model's tokens
-    and latency: the router's own cost does not depend on the threshold).
-
-    Tied probabilities escalate together; linear interpolation between points is what a router
-    breaking those ties at random would get in expectation.
-    """
+    """One point per distinct threshold, never to always escalating (the answering model's tokens and latency).
+    Tied scores escalate together; linear interpolation between points is what breaking ties at random would get."""
     if len(p_escalate) != len(cases):
         raise ValueError(f"{len(p_escalate)} probabilities for {len(cases)} cases")
     check_replayable(cases, "sweep")

@@ -127,12 +127,8 @@ def _load_one_dataset_dict(path: str | Path) -> Any:
 
 
 def load_split(dataset: DataSpec | Path, split: str) -> list[dict[str, Any]]:
-    """Records of one split from a saved DatasetDict directory or a labeling JSONL, or from several of them
-    (pooled in the order named; a key seen in two is refused).
-
-    In a JSONL, records carrying a `split` field are filtered by it; a file whose records have none is taken
-    to hold one split and is returned whole.
-    """
+    """Records of one split from a saved DatasetDict directory or a labeling JSONL (records without a `split` field:
+    the file is one split, returned whole), or from several of them (pooled in the order named)."""
     paths = data_paths(dataset)
     if len(paths) > 1:
         check_pool_disjoint({p: _conversations_by_split(p) for p in paths})

@@ -7,10 +7,30 @@ import pytest
 import yaml
 
 from tiermem.settings.config import ConfigError, parse_cli, parse_config
-from tiermem_cli.cli import CONFIG_CLASSES
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ALL = sorted(p for p in CONFIGS.rglob("*.yaml"))
+
+# configs/<folder>/*.yaml -> the dataclass each file must parse into (validated here).
+# label-merge has no folder of its own: it takes the label config its shards ran with (configs/label).
+CONFIG_CLASSES: dict[str, str] = {
+    "label": "labeling.config:LabelConfig",
+    "audit": "labeling.audit:AuditConfig",
+    "sft": "router_train.lm.sft:SFTRecipeConfig",
+    "grpo": "router_train.lm.grpo:GRPORecipeConfig",
+    "calibrate": "evaluation.calibrate:CalibrateConfig",
+    "eval": "evaluation.evaluate:EvalConfig",
+    "features": "router_train.fit_features:FitFeaturesConfig",
+    "unit_reader": "router_train.reader.unit_reader:UnitReaderConfig",
+    "reader_pretrain": "router_train.reader.pretrain:ReaderPretrainConfig",
+    "answer_floor": "router_train.reader.chat_floor:ChatFloorConfig",
+    "push": "serving.hub:PushConfig",
+    "serve": "serving.server:ServeConfig",
+    "ingest": "tiermem_cli.ingest:IngestConfig",
+    "memory": "tiermem.memory.runtime:MemoryConfig",
+    "demo": "tiermem_cli.demo:DemoConfig",
+    "bench": "benchmarks.run:BenchConfig",
+}
 
 
 def _cls(folder: str):

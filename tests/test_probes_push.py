@@ -178,7 +178,7 @@ def test_calibrate_refuses_a_non_finite_target(override, capsys):
     from evaluation.calibrate import main
 
     criterion = "token_budget" if override.startswith("budget") else (
-        "risk_control" if override.startswith("risk") else "hard_recall")
+        "risk_control" if override.startswith("risk") else "escalation_rate")
     assert main(["router=always-escalate", f"criterion={criterion}", override]) == 2
     assert "finite" in capsys.readouterr().err
 

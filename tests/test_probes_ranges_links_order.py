@@ -331,7 +331,8 @@ def test_a_lone_surrogate_is_a_422_naming_the_field_on_the_lm_router(tiny_router
 
 # ---- 8: stage help ---------------------------------------------------------------------------------------------
 
-# the config class of each stage: CONFIG_CLASSES names them by config folder; these stages share another's
+# the config class of each stage: tests/test_configs.py's CONFIG_CLASSES names them by config folder; these stages
+# share another's
 STAGE_CONFIG_FOLDER = {"label-merge": "label", "fit-features": "features", "ask": "ingest",
                        "unit-reader": "unit_reader", "reader-pretrain": "reader_pretrain",
                        "answer-floor": "answer_floor"}
@@ -360,7 +361,9 @@ def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
 def test_every_stage_help_exits_0_and_lists_every_config_key(capsys, stage):
     import importlib
 
-    module, name = cli.CONFIG_CLASSES[STAGE_CONFIG_FOLDER.get(stage, stage)].split(":")
+    from tests.test_configs import CONFIG_CLASSES
+
+    module, name = CONFIG_CLASSES[STAGE_CONFIG_FOLDER.get(stage, stage)].split(":")
     cls = getattr(importlib.import_module(module), name)
     for flag in ("--help", "-h"):
         assert cli.main([stage, flag]) == 0
@@ -380,14 +383,14 @@ def test_label_help_shows_the_default_and_the_help_text_of_a_key(capsys):
 
 
 def test_top_level_help_lists_exactly_the_stage_table_and_the_demo_steps(capsys):
-    from tiermem_cli.demo import DEFAULT_STEPS
+    from tiermem_cli.demo import STEPS
 
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     block = out.split("stages:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert [line.split()[0] for line in block] == list(cli.STAGES)
     demo = next(line for line in block if line.split()[0] == "demo")
-    assert " -> ".join(DEFAULT_STEPS) in demo and "{" not in out
+    assert " -> ".join(STEPS) in demo and "{" not in out
 
 
 # ---- 2: no write goes through a link the stage did not create --------------------------------------------------

@@ -29,12 +29,9 @@ STAGES: dict[str, tuple[str, str]] = {
     "grpo": ("router_train.lm.grpo:main", "GRPO refinement from the SFT adapter (TRL GRPOTrainer)"),
     "calibrate": ("evaluation.calibrate:main", "pick and store the escalation threshold"),
     "eval": ("evaluation.evaluate:main", "routing metrics and the accuracy-cost trade-off"),
-    "reader-pretrain": ("router_train.reader.pretrain:main", "pre-train the unit reader's base on public answerability "
-                        "data (SQuAD 2.0), cached by data and settings"),
-    "answer-floor": ("router_train.reader.chat_floor:main", "calibrate a reader's \"not stated\" floor for ask on chat "
-                     "questions (LoCoMo train split, Molweni's unanswerable ones), bound to its weights"),
-    "unit-reader": ("router_train.reader.unit_reader:main", "train the unit reader router (cross-encoder per unit + "
-                    "signal head, chosen by leave-one-conversation-out CV)"),
+    "reader-pretrain": ("router_train.reader.pretrain:main", "pre-train the unit reader's base on SQuAD 2.0 (cached)"),
+    "answer-floor": ("router_train.reader.chat_floor:main", "calibrate a reader's \"not stated\" floor for ask"),
+    "unit-reader": ("router_train.reader.unit_reader:main", "train the unit reader router (a cross-encoder per unit)"),
     "fit-features": ("router_train.fit_features:main", "fit the serve-time feature router (or make a top1-score one)"),
     "push": ("serving.hub:main", "push a trained router with its model card to the hub"),
     "serve": ("serving.server:main", "HTTP endpoint over a trained router"),
@@ -44,32 +41,12 @@ STAGES: dict[str, tuple[str, str]] = {
     "demo": ("tiermem_cli.demo:main", "{demo_steps} on the embedded default"),
 }
 
-# configs/<folder>/*.yaml -> the dataclass each file must parse into (tests/test_configs.py validates them all).
-# label-merge has no folder of its own: it takes the label config its shards ran with (configs/label).
-CONFIG_CLASSES: dict[str, str] = {
-    "label": "labeling.config:LabelConfig",
-    "audit": "labeling.audit:AuditConfig",
-    "sft": "router_train.lm.sft:SFTRecipeConfig",
-    "grpo": "router_train.lm.grpo:GRPORecipeConfig",
-    "calibrate": "evaluation.calibrate:CalibrateConfig",
-    "eval": "evaluation.evaluate:EvalConfig",
-    "features": "router_train.fit_features:FitFeaturesConfig",
-    "unit_reader": "router_train.reader.unit_reader:UnitReaderConfig",
-    "reader_pretrain": "router_train.reader.pretrain:ReaderPretrainConfig",
-    "answer_floor": "router_train.reader.chat_floor:ChatFloorConfig",
-    "push": "serving.hub:PushConfig",
-    "serve": "serving.server:ServeConfig",
-    "ingest": "tiermem_cli.ingest:IngestConfig",
-    "memory": "tiermem.memory.runtime:MemoryConfig",
-    "demo": "tiermem_cli.demo:DemoConfig",
-    "bench": "benchmarks.run:BenchConfig",
-}
 
 def _usage() -> str:
     lines = ["usage: tiermem-router [--verbose] <stage> [--config PATH] [key=value ...]", "", "stages:"]
-    from tiermem_cli.steps import DEFAULT_STEPS
+    from tiermem_cli.steps import STEPS
 
-    demo_steps = " -> ".join(DEFAULT_STEPS)
+    demo_steps = " -> ".join(STEPS)
     lines += [f"  {name:<12} {help_.format(demo_steps=demo_steps)}" for name, (_, help_) in STAGES.items()]
     lines += ["", "`tiermem-router <stage> --help` lists the stage's config keys with their defaults."]
     lines += ["", "--verbose (or -v, anywhere on the line) also shows library INFO/DEBUG logs and deprecation",

@@ -14,9 +14,9 @@ from tiermem.runs.rundir import claimed_output_dir
 from tiermem.runs.safe_io import write_atomic
 from tiermem.settings.config import parse_cli
 from tiermem.settings.errors import ConfigError, UsageError
-from tiermem_cli.steps import DEFAULT_STEPS, STEPS
+from tiermem_cli.steps import STEPS
 
-LM_ROUTERS = ("sft", "lm", "expected_reward", "grpo")
+LM_ROUTERS = ("sft", "grpo")
 TIMINGS_FILE = "demo_timings.json"  # stage seconds, the total and the printed table
 # the routers the main row is chosen among (step name -> router kind), in step order
 MAIN_CANDIDATES = {"reader": "unit-reader", **{n: "local" for n in LM_ROUTERS}}
@@ -50,20 +50,19 @@ class DemoConfig:
     reader_pretrain_config: str = "configs/reader_pretrain/default.yaml"
     reader_config: str = "configs/unit_reader/default.yaml"
     sft_config: str = "configs/sft/smollm2_135m_cpu.yaml"
-    expected_reward_config: str = "configs/sft/smollm2_135m_cpu_expected_reward.yaml"
     grpo_config: str = "configs/grpo/smollm2_135m_cpu.yaml"
     features_config: str = "configs/features/default.yaml"
     calibrate_config: str = "configs/calibrate/default.yaml"
     eval_config: str = "configs/eval/default.yaml"
     # the eval table's main row (the others are compared against it): a trained router's step name (reader or an
-    # LM router), or `best`: the one with the highest validation AUROC in its run metadata
+    # LM router), or `best`: the one main_choice serves (needs every router calibrated)
     main_router: str = "best"
     # more labeled domains beside data_path's: each {name, data_path, label_config}, labeled into <root>/label_<name>;
     # every router trains, is chosen and is evaluated on all of them (`data: [a, b]`). An absent data_path is left
     # out, and the demo says so
     more_data: list[dict[str, str]] = field(default_factory=lambda: [
         {"name": "realmem", "data_path": "../shared/data/realmem", "label_config": "configs/label/realmem_demo.yaml"}])
-    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STEPS))
+    stages: list[str] = field(default_factory=lambda: list(STEPS))
     # extra key=value overrides per stage, e.g. {"sft": ["trainer.num_train_epochs=1"]}
     overrides: dict[str, list[str]] = field(default_factory=dict)
 
@@ -120,34 +119,23 @@ def data_arg(datasets: list[str]) -> str:
 
 
 def pick_main_router(cfg: DemoConfig) -> str:
-    """`main_router`, or for `best`: when every trained router and the features router were calibrated, the one
-    main_choice serves (best worst-domain out-of-fold AUROC, else the features router); otherwise the trained
-    router with the highest validation AUROC in its run metadata (ties: step order)."""
+    """`main_router`, or for `best` the one main_choice serves (best worst-domain out-of-fold AUROC, else the
+    features router): every trained router and the features router must have been calibrated."""
     from evaluation.calibrate import SCORES_FILE
-    from tiermem.runs.run_meta import read_run_meta
     from tiermem_cli.main_choice import choice_table, choose_main
 
     if cfg.main_router != "best":
         return cfg.main_router
     root = Path(cfg.root)
-    trained = [n for n in trained_routers(cfg) if (root / n).is_dir()]
-    if trained and all((root / n / SCORES_FILE).is_file() for n in [*trained, "features"]):
-        choice = choose_main(root, trained)
-        print(f"demo: main router {choice['served']!r}: {choice['reason']} (out-of-fold, per domain)\n"
-              + choice_table(choice))
-        return choice["served"]
-    scored = []
-    order = list(MAIN_CANDIDATES)
-    for name in trained_routers(cfg) or order:
-        if (root / name).is_dir():
-            auc = (read_run_meta(root / name).metrics.get("validation") or {}).get("auroc")
-            scored.append((auc if auc is not None else float("-inf"), -order.index(name), name))
-    if not scored:
-        raise UsageError(f"demo: main_router=best but no trained router under {root}")
-    best = max(scored)
-    print(f"demo: main router {best[2]!r} (validation AUROC {best[0]:.3f}; "
-          + ", ".join(f"{n} {a:.3f}" for a, _, n in scored) + ")")
-    return best[2]
+    trained = [n for n in trained_routers(cfg) or list(MAIN_CANDIDATES) if (root / n).is_dir()]  # eval alone: any
+    uncalibrated = [n for n in [*trained, "features"] if not (root / n / SCORES_FILE).is_file()]
+    if uncalibrated:
+        raise UsageError(f"demo: main_router=best needs every router calibrated (stage calibrate); {uncalibrated} "
+                         f"under {root} are not; or set main_router to one of {tuple(MAIN_CANDIDATES)}")
+    choice = choose_main(root, trained)
+    print(f"demo: main router {choice['served']!r}: {choice['reason']} (out-of-fold, per domain)\n"
+          + choice_table(choice))
+    return choice["served"]
 
 
 def judgments_path(cfg: DemoConfig) -> str | None:
@@ -183,7 +171,7 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
     argv is None here: it names the main router, which is chosen once the routers are trained (eval_args)."""
     root = Path(cfg.root)
     data = data_arg(label_datasets(cfg))
-    trunk = f"loss.trunk_cache={root / 'sft' / 'trunk_states.pt'}"  # SFT's trunk, reused by the other SFTs
+    trunk_states = root / "sft" / "trunk_states.pt"  # SFT's frozen trunk's states, which GRPO reads
     if cfg.data_path and Path(cfg.data_path).is_file():
         judged = judgments_path(cfg)
         if cfg.judgments and not judged:
@@ -220,15 +208,10 @@ def steps(cfg: DemoConfig) -> list[tuple[str, str, list[str] | None]]:
                                               f"base={reader_base}", f"output_dir={root / 'reader'}"]),
                    ("floor reader", "answer-floor", [f"reader={root / 'reader'}", *chats])],
         "sft": [("sft", "sft", ["--config", cfg.sft_config, data, f"output_dir={root / 'sft'}",
-                                trunk])],
-        "lm": [("lm", "sft", ["--config", cfg.sft_config, "loss.signal_head=false", data,
-                              f"output_dir={root / 'lm'}", trunk])],
-        "expected_reward": [("expected_reward", "sft", [
-            "--config", cfg.expected_reward_config, data, f"router={root / 'sft'}",
-            f"output_dir={root / 'expected_reward'}", trunk])],
+                                f"loss.trunk_cache={trunk_states}"])],
         # GRPO's prompts are the starts of SFT's rows: their bottom layers are read from SFT's trunk states
         "grpo": [("grpo", "grpo", ["--config", cfg.grpo_config, data, f"router={grpo_from}",
-                                   f"output_dir={root / 'grpo'}", f"trunk_from={root / 'sft' / 'trunk_states.pt'}"])],
+                                   f"output_dir={root / 'grpo'}", f"trunk_from={trunk_states}"])],
         "features": [
             ("features", "fit-features", ["--config", cfg.features_config, data,
                                           f"output_dir={root / 'features'}"]),

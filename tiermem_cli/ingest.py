@@ -25,7 +25,7 @@ class IngestConfig:
     conversation: str = ""  # conversation id; "" = the first one in the file
     question: str | int = ""  # question id, 0-based index, or free text ("What did Tomas adopt?"); "" = the first
     # several questions answered in one process, models loaded once: a file with one question (id, index or free
-    # text) a line; `question=` may also be given more than once
+    # text) a line
     questions: str = ""
     workdir: str = "runs/memory"  # tier cache root: <workdir>/<conv_id>-<key>/
     router: str = ""  # trained router dir or hub id (serving.Router.from_pretrained); "" = memory.fixed_policy
@@ -119,23 +119,13 @@ def cost_line(out: RuntimeAnswer, routed: bool) -> str:
     return line + (f" + router {out.router_s:.2f} s" if routed else "")
 
 
-def split_questions(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(argv without its `question=` items when there are several, those questions): repeated `question=` asks them
-    all in one process."""
-    asked = [a.partition("=")[2] for a in argv if a.startswith("question=")]
-    if len(asked) < 2:
-        return argv, []
-    return [a for a in argv if not a.startswith("question=")], asked
-
-
 MAX_QUESTIONS = 10_000  # one process answers them one by one (about a second each): past this, split the file
 
 
-def questions_of(cfg: IngestConfig, repeated: list[str]) -> list[str | int]:
-    """The questions to answer, in order: the `questions` file's lines (blank lines and `#` comments skipped), the
-    repeated `question=` items, or the one `question`. A file and `question=` together is a usage error (neither
-    is dropped without a word)."""
-    if cfg.questions and (repeated or str(cfg.question).strip()):
+def questions_of(cfg: IngestConfig) -> list[str | int]:
+    """The questions to answer, in order: the `questions` file's lines (blank lines and `#` comments skipped), or the
+    one `question`. A file and `question=` together is a usage error (neither is dropped without a word)."""
+    if cfg.questions and str(cfg.question).strip():
         raise UsageError(f"questions={cfg.questions!r} and question= both given; ask with one of them")
     if cfg.questions:
         from tiermem.data.textfile import jsonl_lines, read_utf8
@@ -151,15 +141,14 @@ def questions_of(cfg: IngestConfig, repeated: list[str]) -> list[str | int]:
             raise UsageError(f"questions={cfg.questions!r}: {len(asked)} questions; at most {MAX_QUESTIONS} a run "
                              "(split the file)")
         return asked
-    return list(repeated) or [cfg.question]
+    return [cfg.question]
 
 
 def main(argv: list[str]) -> int:
-    argv, repeated = split_questions(argv)
     cfg = parse_cli(IngestConfig, argv, default_config=DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
     claim_cache_dir(cfg.workdir)  # tiers are built only in a tier cache, never inside another stage's run
     convs = load_conversations(cfg.data or None)
-    asked = [pick(convs, cfg.conversation, q) for q in questions_of(cfg, repeated)]  # every id checked up front
+    asked = [pick(convs, cfg.conversation, q) for q in questions_of(cfg)]  # every id checked up front
     conv = asked[0][0]
     # the extractive answerer calls no LM: the packaged model is loaded only when something generates
     generates = answerer_mode(cfg.memory.answerer, cfg.llm.backend, cfg.llm.model) == "llm"

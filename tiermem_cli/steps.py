@@ -1,4 +1,3 @@
 """The demo's step names, apart from the demo itself: the CLI's help lists them without importing the demo."""
 
-STEPS = ("label", "reader_pretrain", "reader", "sft", "lm", "expected_reward", "grpo", "features", "calibrate", "eval")
-DEFAULT_STEPS = ("label", "reader_pretrain", "reader", "sft", "grpo", "features", "calibrate", "eval")  # lm: opt-in
+STEPS = ("label", "reader_pretrain", "reader", "sft", "grpo", "features", "calibrate", "eval")

@@ -4,14 +4,12 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.calibrate import CalibrateConfig, calibrate, load_replayable, main
+from evaluation.calibrate import CalibrateConfig, calibrate, load_calibration_records, main
 from evaluation.criteria import (
     ANSWER_ALL,
     CalibrationSet,
     binom_cdf,
-    hb_p_value,
     summarize,
-    threshold_for_hard_recall,
     threshold_for_rate,
     threshold_max_reward,
     threshold_risk_control,
@@ -46,13 +44,9 @@ def test_log_odds_margins_do_not_tie_where_probabilities_saturate():
     assert t == 40.5 and sum(m >= t for m in margins) == 1  # the quantile is exact in log-odds
 
 
-def test_hard_recall_threshold():
-    # ESCALATE-labeled scores: 0.9, 0.8, 0.6, 0.3
-    assert threshold_for_hard_recall(SCORES, LABELS, 0.5) == 0.8
-    assert threshold_for_hard_recall(SCORES, LABELS, 0.75) == 0.6
-    assert threshold_for_hard_recall(SCORES, LABELS, 1.0) == 0.3
-    out = calibrate(CalibrationSet(SCORES, LABELS), CalibrateConfig(criterion="hard_recall", value=0.75))
-    assert out["threshold_logit"] == 0.6 and out["criterion"] == "hard_recall"
+def test_what_a_threshold_achieves_is_stored_with_it():
+    out = calibrate(CalibrationSet(SCORES, LABELS), CalibrateConfig(criterion="escalation_rate", value=0.4))
+    assert out["threshold_logit"] == 0.6 and out["criterion"] == "escalation_rate"
     assert "threshold" not in out  # log-odds only in the JSON we write; a probability is for displays
     assert out["achieved"]["hard_recall"] == 0.75
     assert out["achieved"]["escalation_rate"] == 0.4  # 0.9, 0.8, 0.7, 0.6
@@ -64,7 +58,7 @@ def test_hard_recall_threshold():
 HAND = CalibrationSet(
     scores=[3.0, 2.0, 1.0, 0.0, -1.0], labels=["ESCALATE", "ANSWER", "ESCALATE", "ANSWER", None],
     s_ok=[False, True, False, True, False], r_ok=[True, True, True, False, False],
-    s_tokens=[100.0] * 5, r_tokens=[1000.0] * 5, clusters=["c1", "c1", "c2", "c2", "c3"])
+    s_tokens=[100.0] * 5, r_tokens=[1000.0] * 5)
 
 
 def test_max_reward_picks_the_best_total_reward():
@@ -111,12 +105,10 @@ def test_escalation_rate_criterion_counts_dropped_records():
 def test_bad_criteria_are_rejected():
     with pytest.raises(ValueError, match="rate"):
         threshold_for_rate(SCORES, 0.0)
-    with pytest.raises(ValueError, match="no ESCALATE"):
-        threshold_for_hard_recall([0.1], ["ANSWER"], 0.9)
     with pytest.raises(ConfigError, match="criterion"):
         parse_cli(CalibrateConfig, ["criterion=cheap"])
     with pytest.raises(ConfigError, match="value"):
-        parse_cli(CalibrateConfig, ["criterion=hard_recall", "value=1.5"])
+        parse_cli(CalibrateConfig, ["criterion=escalation_rate", "value=1.5"])
     with pytest.raises(ConfigError, match="token_budget"):
         parse_cli(CalibrateConfig, ["criterion=token_budget"])
     with pytest.raises(ConfigError, match="unknown key"):  # `criterion` is the one name
@@ -127,10 +119,6 @@ def test_p_values():
     assert binom_cdf(0, 10, 0.1) == pytest.approx(0.9 ** 10)
     assert binom_cdf(2, 10, 0.5) == pytest.approx((1 + 10 + 45) / 1024)
     assert binom_cdf(10, 10, 0.3) == 1.0 and binom_cdf(-1, 10, 0.3) == 0.0
-    # Hoeffding-Bentkus is valid but more conservative than the exact binomial tail for 0/1 losses
-    for k in (0, 3, 8):
-        assert hb_p_value(k / 100, 100, 0.1) >= binom_cdf(k, 100, 0.1) - 1e-12
-    assert hb_p_value(0.0, 200, 0.1) < hb_p_value(0.0, 50, 0.1)
 
 
 def _simulate(rng, n):
@@ -155,7 +143,7 @@ def test_risk_control_meets_its_bound_on_exchangeable_data():
         scores, fch = _simulate(rng, n)
         cs = CalibrationSet(scores=scores.tolist(), labels=[None] * n, s_ok=[not f for f in fch],
                             r_ok=[True] * n)
-        t, g = threshold_risk_control(cs, alpha, delta, "question", grid=(-8.0, 8.0, 321))
+        t, g = threshold_risk_control(cs, alpha, delta, grid=(-8.0, 8.0, 321))
         ok += _true_risk(t) <= alpha
         nontrivial += t > ESCALATE_ALL
         assert g["alpha"] == alpha and g["n_calibration"] == n and g["achieved"] <= alpha
@@ -166,16 +154,15 @@ def test_risk_control_meets_its_bound_on_exchangeable_data():
 
 
 def test_risk_control_with_too_little_data_escalates_everything():
-    cs = CalibrationSet(scores=[0.0, 1.0, 2.0], labels=[None] * 3, s_ok=[False] * 3, r_ok=[True] * 3,
-                        clusters=["a", "b", "c"])
-    t, g = threshold_risk_control(cs, 0.1, 0.1, "question", grid=(-5.0, 5.0, 11))
+    cs = CalibrationSet(scores=[0.0, 1.0, 2.0], labels=[None] * 3, s_ok=[False] * 3, r_ok=[True] * 3)
+    t, g = threshold_risk_control(cs, 0.1, 0.1, grid=(-5.0, 5.0, 11))
     assert t == ESCALATE_ALL and g["p_value"] is None and "escalates everything" in g["statement"]
-    out = calibrate(cs, CalibrateConfig(criterion="risk_control", risk_unit="conversation"))
-    assert out["guarantee"]["unit"] == "conversation" and out["guarantee"]["n_calibration"] == 3
+    out = calibrate(cs, CalibrateConfig(criterion="risk_control"))
+    assert out["guarantee"]["unit"] == "question" and out["guarantee"]["n_calibration"] == 3
     assert out["achieved"]["escalation_rate"] == 1.0
 
 
-def test_load_replayable_keeps_dropped_records_with_verdicts_and_names_bad_records(tmp_path):
+def test_load_calibration_records_keeps_dropped_records_with_verdicts_and_names_bad_records(tmp_path):
     from tests.helpers.records import rec
 
     path = tmp_path / "records.jsonl"
@@ -184,10 +171,10 @@ def test_load_replayable_keeps_dropped_records_with_verdicts_and_names_bad_recor
     rows[1]["s_ok"] = rows[1]["r_ok"] = None  # unknown under the rule: not replayable
     rows.append(dict(rec("q4", "c2", False, False, None, "validation")))
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    assert [r["qid"] for r in load_replayable(str(path), "validation")] == ["q1", "q4"]
+    assert [r["qid"] for r in load_calibration_records(str(path), "validation")[0]] == ["q1", "q4"]
     path.write_text(json.dumps({"question": "q"}))
     with pytest.raises(ValueError, match="record 0: missing field 'router_summaries'"):
-        load_replayable(str(path), "validation")
+        load_calibration_records(str(path), "validation")
 
 
 def test_main_reports_one_clear_error_line(tmp_path, capsys):
@@ -227,9 +214,9 @@ def test_calibrate_stage_stores_threshold_used_at_load(tmp_path):
     dropped.update(question=FIXTURES[0][0], router_summaries=FIXTURES[0][1])
     data = tmp_path / "val.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in [*rows, dropped]))
-    assert main([f"router={run_dir}", f"data={data}", "criterion=hard_recall", "value=1.0"]) == 0
+    assert main([f"router={run_dir}", f"data={data}", "criterion=escalation_rate", "value=1.0"]) == 0
     cal = read_run_meta(run_dir).calibration
-    assert (cal["criterion"], cal["value"]) == ("hard_recall", 1.0) and "target" not in cal
+    assert (cal["criterion"], cal["value"]) == ("escalation_rate", 1.0) and "target" not in cal
     assert cal["achieved"]["hard_recall"] == 1.0 and cal["achieved"]["n"] == len(FIXTURES) + 1
     router = LocalRouter.from_pretrained(run_dir)
     assert router.threshold_logit == cal["threshold_logit"]

@@ -4,6 +4,7 @@ import pytest
 
 from evaluation import metrics as M
 from evaluation import sweep as S
+from labeling.dataset import RecordError
 
 
 def rec(qid, s_ok, r_ok, label, cat="1", s_tok=100, r_tok=1000, s_lat=1.0, r_lat=10.0, **extra):
@@ -169,7 +170,7 @@ def test_error_and_unlabeled_records():
 def test_unknown_correctness_is_counted_not_replayed():
     unknown = rec("U", False, None, None)
     cs = M.load_cases(RECORDS + [unknown])
-    assert cs.n_unreplayable == cs.n_unknown == 1 and len(cs.cases) == 5 and cs.unreplayable == []
+    assert cs.n_unreplayable == 1 and len(cs.cases) == 5 and cs.unreplayable == []
 
 
 def test_labeled_record_without_a_research_verdict_is_counted_and_kept_for_ranking():
@@ -180,7 +181,7 @@ def test_labeled_record_without_a_research_verdict_is_counted_and_kept_for_ranki
     assert [c.qid for c in cs.cases] == ["A", "B", "C", "D", "E"]  # never replayed as right or wrong
     assert cs.n_unreplayable == 1 and [c.qid for c in cs.unreplayable] == ["G"]
     assert cs.unreplayable[0].r_ok is None and cs.unreplayable_records == [no_gold]
-    assert not M.replayable(no_gold) and M.replayable(RECORDS[0])
+    assert M.classify(no_gold) == M.UNREPLAYABLE and M.classify(RECORDS[0]) == M.REPLAY
     kept, same = M.replayable_records(records)  # the one filter: records and cases stay aligned
     assert [r["qid"] for r in kept] == [c.qid for c in same.cases]
     with pytest.raises(ValueError, match="unknown path verdict"):
@@ -191,7 +192,7 @@ def test_labeled_record_without_a_research_verdict_is_counted_and_kept_for_ranki
 def test_a_verdict_of_the_wrong_type_is_still_a_record_error(field):
     bad = rec("W", True, True, "ANSWER")
     bad[field] = "yes"
-    with pytest.raises(M.RecordError, match=rf"record 5 \(qid='W'\): field '{field}' must be true/false/null, "
+    with pytest.raises(RecordError, match=rf"record 5 \(qid='W'\): field '{field}' must be true/false/null, "
                                             r"got 'yes'"):
         M.load_cases(RECORDS + [bad])
 
@@ -199,13 +200,13 @@ def test_a_verdict_of_the_wrong_type_is_still_a_record_error(field):
 def test_bad_records_name_the_field():
     bad = rec("Q9", True, True, "ANSWER")
     del bad["cost_research_wall_s"]
-    with pytest.raises(M.RecordError, match=r"Q9.*cost_research_wall_s"):
+    with pytest.raises(RecordError, match=r"Q9.*cost_research_wall_s"):
         M.load_cases([bad])
-    with pytest.raises(M.RecordError, match=r"'s_ok'"):
+    with pytest.raises(RecordError, match=r"'s_ok'"):
         M.load_cases([rec("Q1", "yes", True, "ANSWER")])
-    with pytest.raises(M.RecordError, match="label"):
+    with pytest.raises(RecordError, match="label"):
         M.load_cases([rec("Q2", True, True, "MAYBE")])
-    with pytest.raises(M.RecordError, match="non-negative"):
+    with pytest.raises(RecordError, match="non-negative"):
         M.load_cases([rec("Q3", True, True, "ANSWER", s_tok=-1)])
 
 

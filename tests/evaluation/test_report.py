@@ -43,7 +43,6 @@ def test_json_roundtrip(report, tmp_path):
     assert data["sweep"]["apgr"] == pytest.approx(1.3)
     assert data["sweep"]["points"][0]["threshold_logit"] is None
     assert data["meta"]["router"] == "unit-router"
-    assert R.load_json(path) == data
 
 
 def test_markdown_table(report, tmp_path):

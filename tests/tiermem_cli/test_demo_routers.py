@@ -1,28 +1,47 @@
-"""The demo's main row: chosen among the trained routers (the unit reader and the LM routers) by validation AUROC,
-and evaluated by its own kind."""
+"""The demo's main row: chosen among the trained routers (the unit reader and the LM routers) by main_choice, and
+evaluated by its own kind."""
 
 import json
 
-from serving.routers.score_run import score_run_meta, write_router_run
+import pytest
+
+from tests.tiermem_cli.test_main_choice import _scores
+from tiermem.settings.errors import UsageError
 from tiermem_cli.demo import DemoConfig, eval_args, pick_main_router, steps
 
 
-def _run(root, name, kind, auroc):
-    write_router_run(root / name, score_run_meta(kind, {}, {"validation": {"n": 10, "auroc": auroc}}, {}))
+def _perfect(d, i, y):
+    return 1.0 if y else 0.0
 
 
-def test_the_best_validation_auroc_is_the_main_row_and_every_other_router_is_compared(tmp_path):
-    cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "sft", "lm", "features", "calibrate", "eval"])
-    _run(tmp_path, "reader", "unit-reader", 0.79)
-    _run(tmp_path, "sft", "local", 0.78)
-    _run(tmp_path, "lm", "local", 0.62)
+def _chance(d, i, y):
+    return 0.0
+
+
+def _calibrated(root, perfect, others):
+    _scores(root, "features", lambda d, i, y: float(i % 5))
+    _scores(root, perfect, _perfect)
+    for name in others:
+        _scores(root, name, _chance)
+
+
+def test_the_chosen_router_is_the_main_row_and_every_other_router_is_compared(tmp_path):
+    cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "sft", "grpo", "features", "calibrate", "eval"])
+    _calibrated(tmp_path, "reader", ["sft", "grpo"])
     assert pick_main_router(cfg) == "reader"
     args = eval_args(cfg)
     assert "router.kind=unit-reader" in args and f"router.path={tmp_path / 'reader'}" in args
     compare = json.loads(next(a for a in args if a.startswith("compare="))[len("compare="):])
-    assert [(c["name"], c["kind"]) for c in compare[:2]] == [("sft", "local"), ("lm", "local")]
-    _run(tmp_path, "sft", "local", 0.80)
+    assert [(c["name"], c["kind"]) for c in compare[:2]] == [("sft", "local"), ("grpo", "local")]
+    _calibrated(tmp_path, "sft", ["reader", "grpo"])
     assert pick_main_router(cfg) == "sft" and "router.kind=local" in eval_args(cfg)
+
+
+def test_best_needs_every_router_calibrated(tmp_path):
+    cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "features", "calibrate", "eval"])
+    _scores(tmp_path, "reader", _perfect)
+    with pytest.raises(UsageError, match=r"calibrated.*\['features'\]"):
+        pick_main_router(cfg)
 
 
 def test_the_reader_step_trains_before_the_lm_routers_and_is_calibrated(tmp_path):
@@ -34,26 +53,23 @@ def _step_args(cfg, name):
     return next(args for step, _, args in steps(cfg) if step == name)
 
 
-def test_grpo_refines_the_sft_router_and_the_plain_lm_router_is_opt_in(tmp_path):
+def test_grpo_refines_the_sft_router(tmp_path):
     cfg = DemoConfig(root=str(tmp_path))
     names = [name for name, _, _ in steps(cfg)]
-    assert "lm" not in names and names.index("sft") < names.index("grpo")
+    assert names.index("sft") < names.index("grpo")
     assert f"router={tmp_path / 'sft'}" in _step_args(cfg, "grpo")
-    with_lm = DemoConfig(root=str(tmp_path), stages=["label", "sft", "lm", "grpo", "eval"])
-    assert "loss.signal_head=false" in _step_args(with_lm, "lm")  # still a stage, for whoever wants it
-    assert f"router={tmp_path / 'sft'}" in _step_args(with_lm, "grpo")  # GRPO still starts from SFT
+    assert f"trunk_from={tmp_path / 'sft' / 'trunk_states.pt'}" in _step_args(cfg, "grpo")
 
 
 def test_eval_pairs_grpo_with_sft_whichever_is_the_main_row(tmp_path):
     cfg = DemoConfig(root=str(tmp_path))
-    for name, auc in (("reader", 0.79), ("sft", 0.70), ("grpo", 0.71)):
-        _run(tmp_path, name, "unit-reader" if name == "reader" else "local", auc)
+    _calibrated(tmp_path, "reader", ["sft", "grpo"])
 
     def pairs():
         return json.loads(next(a for a in eval_args(cfg) if a.startswith("pairs="))[len("pairs="):])
 
     assert pairs() == [["grpo", "sft"]]
-    _run(tmp_path, "sft", "local", 0.80)  # sft becomes the main row: its row is `routed`
+    _calibrated(tmp_path, "sft", ["reader", "grpo"])  # sft becomes the main row: its row is `routed`
     assert pairs() == [["grpo", "routed"]]
 
 
@@ -101,8 +117,6 @@ def test_every_stage_trains_and_is_evaluated_on_both_domains(tmp_path):
 
 
 def test_the_features_router_is_the_main_row_when_the_choice_serves_it(tmp_path):
-    from tests.tiermem_cli.test_main_choice import _scores
-
     cfg = DemoConfig(root=str(tmp_path), stages=["label", "reader", "features", "calibrate", "eval"], more_data=[])
     _scores(tmp_path, "features", lambda d, i, y: (1.0 if y else 0.0))
     _scores(tmp_path, "reader", lambda d, i, y: float(i % 5))
