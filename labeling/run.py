@@ -1,7 +1,6 @@
-"""`make label`: hindsight labeling of benchmark questions into router training data (docs/labeling.md).
-
-Records are committed one by one (a killed run resumes); outputs are written new, then swapped in (docs/serving.md);
-`shard=i/n` labels one shard, which `label-merge` (labeling/merge.py) finishes."""
+"""`make label`: hindsight labeling of benchmark questions into router training data (docs/labeling.md). Records are
+committed one by one (a killed run resumes); outputs are written new, then swapped in; `shard=i/n` labels one shard,
+which `label-merge` finishes."""
 
 from __future__ import annotations
 
@@ -186,9 +185,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
             try:
                 # memory as of each question (one view of the tiers per question's turn, nothing rebuilt)
                 views = {q.qid: runtime.memory.as_of(q.asked_before) for q in todo}
-                # Without generation, retrieval dominates: embed the conversation's questions in one batch, each
-                # view keeping its question's vector (research searches with it too); retrieve to deep_k with
-                # minimal pairs on (the router's top_k is a prefix of that ranking).
+                # Without generation, retrieval dominates: embed the questions in one batch (research reuses each
+                # vector); retrieve to deep_k (the router's top_k is a prefix of that ranking).
                 for q, vector in zip(todo, runtime.memory.summaries.embed([q.question for q in todo]), strict=True):
                     views[q.qid]._query = (q.question, vector)
                 retrieved = None if cfg.generate_answers else {
@@ -210,8 +208,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
 
 
 class AsOfReadings:
-    """Each question's `Reading` (its pages' turns and the cast: research is judged by what it read, names by who
-    speaks), one per point in the conversation a question is asked at, shared by the questions asked there."""
+    """Each question's `Reading`, one per point in the conversation a question is asked at, shared by the questions
+    asked there."""
 
     def __init__(self) -> None:
         self._by_cutoff: dict[int | None, Reading] = {}

@@ -42,9 +42,8 @@ def is_local_path(value: str) -> bool:
 
 
 def travelling_data_name(value: str) -> str:
-    """Training data by what it is, for a card that leaves this machine (never a local path): a hub dataset id as
-    is; a local label dataset by the conversations file its label run read (the config.yaml the label stage writes
-    beside `dataset/`), else by its own name."""
+    """Training data by what it is, never a local path: a hub dataset id as is; a local label dataset by the
+    conversations file its label run read (its config.yaml), else by its own name."""
     from labeling.config import label_run_config
 
     if value.startswith(PORTABLE_PREFIXES):
@@ -80,8 +79,7 @@ def portable_model(spec: str) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """Every string of a JSON value with its local paths replaced: a whole-value path by its name, a path inside a
-    text by its last component."""
+    """Every string of a JSON value with its local paths replaced by their last component."""
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -96,8 +94,7 @@ NAMED_TABLES = ("data", "training", "calibration")
 
 
 def portable_meta(meta: RunMeta) -> RunMeta:
-    """The metadata a push uploads: the same router, with every path of this machine replaced by a name.
-    Idempotent."""
+    """The metadata a push uploads: every path of this machine replaced by a name. Idempotent."""
     data = asdict(meta)
     data.update(data.pop("extra"))
     files = data.pop("files")

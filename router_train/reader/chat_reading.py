@@ -212,8 +212,7 @@ def check_source(source: str) -> tuple[str, str]:
 
 
 def check_sources(sources: list[str]) -> None:
-    """Each `kind:path` readable as a kind, and no file listed twice (it would double every question in training
-    and in the held-out set)."""
+    """Each `kind:path` readable; no file listed twice (it would double every question, held-out ones too)."""
     from tiermem.settings.errors import ConfigError
 
     seen: dict[Path, str] = {}
@@ -225,8 +224,7 @@ def check_sources(sources: list[str]) -> None:
 
 
 def load_chat_source(source: str) -> tuple[list[ReadingQuestion], str]:
-    """(questions, sha256 of the file) of one `kind:path` chat source, checked as SQuAD's questions are
-    (router_train.reader.checks: a question at all, every context a sentence, valid Unicode)."""
+    """(questions, sha256 of the file) of one `kind:path` chat source, checked as SQuAD's are (reader.checks)."""
     import hashlib
 
     from router_train.reader.checks import check_reading_questions

@@ -1,6 +1,5 @@
-"""Fine-tuning a cross-encoder reader on (question, text, target[, span]) pairs: every layer (`fit_reader`, reading
-pre-training), or the top layers over a `FrozenBottom` computed once (`train_epochs`, the unit reader's CV folds).
-Batches come from length buckets: on CPU a step is padding-bound (docs/DESIGN.md, "Notes by module")."""
+"""Fine-tuning a cross-encoder reader: every layer (`fit_reader`), or the top layers over a `FrozenBottom`
+(`train_epochs`). Batches come from length buckets: on CPU a step is padding-bound (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -138,10 +137,8 @@ def fit_reader(reader: Any, pairs: Sequence[Sequence[Any]], *, epochs: int, lear
 
 
 class FrozenBottom:
-    """The encoder's embeddings and bottom layers, frozen: their output per (question, unit text) pair is computed
-    once (no grad) and reused by every epoch and every fold (each fold starts from the same pretrained weights), so a
-    step runs only the top `trainable_layers`, the pooler and the classifier. Serving runs the whole encoder with
-    the same weights, so the scores are the same function."""
+    """The encoder's frozen bottom: its output per pair is computed once and reused by every epoch and fold, so a
+    step runs only the top `trainable_layers`, pooler and classifier. Serving runs the whole encoder: same function."""
 
     def __init__(self, reader: Any, trainable_layers: int) -> None:
         import torch

@@ -1,6 +1,5 @@
-"""The unit reader's model selection: cross-validation over the train + validation conversations (fold_groups);
-per fold a reader fine-tuned on the other folds, per grid point a head fitted on the other conversations; the best
-mean AUROC wins (fold spread reported, beside the signals-only head's). The test split is never read."""
+"""The unit reader's model selection: CV over the train + validation conversations, a reader per fold, a head per
+grid point fitted on the other conversations; the best mean AUROC wins. The test split is never read."""
 
 from __future__ import annotations
 
@@ -168,8 +167,7 @@ def point_key(g: dict[str, Any]) -> tuple[int, int, str]:
 
 def choose(table: dict[str, Any]) -> dict[str, Any]:
     """Best mean LOCO AUROC, or over several domains the best worst-domain mean (a setting must hold on every
-    domain); ties go to the better mean, fewer layers fine-tuned, fewer epochs, the smaller text weight, then the
-    grid's order."""
+    domain); ties: better mean, fewer layers, fewer epochs, smaller text weight, then grid order."""
     scored = [g for g in table["grid"] if g["mean"] is not None]
     if not scored:
         raise DataError("cross-validation: no fold had both labels; cannot choose")
