@@ -96,8 +96,7 @@ class LexicalJudge:
         self.date_order = date_order
 
     def judge(self, question: str, gold: str, answer: str, category: str, source: str = "locomo") -> Verdict:
-        """LoCoMo's F1 over both answers with their dates and numbers written one way (labeling.answer_match):
-        '18.01.2024' and '18 January 2024' are the same answer."""
+        """LoCoMo's F1 with dates and numbers written one way: '18.01.2024' and '18 January 2024' are one answer."""
         score = locomo_score(canonical_text(answer or "", None, self.date_order),
                              canonical_text(gold, None, self.date_order), category, source)
         correct = score >= self.threshold

@@ -21,8 +21,8 @@ def unit_target(u: dict[str, Any]) -> float | None:
 
 
 def pairs(records: Sequence[dict[str, Any]], deep_negatives: int, deep_positives: int | None = None) -> list[Pair]:
-    """The reader's training pairs: router units, the `deep_positives` deeper positives with the highest targets
-    (all when None) and the `deep_negatives` highest-ranked deeper negatives of each record."""
+    """Router units, the `deep_positives` deeper positives with the highest targets (None: all) and the
+    `deep_negatives` highest-ranked deeper negatives of each record."""
     out: list[Pair] = []
     for r in records:
         k, negatives, positives = len(r["router_summaries"]), [], []

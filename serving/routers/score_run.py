@@ -20,8 +20,7 @@ def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], ext
 
 
 def write_router_run(run_dir: str | Path, meta: RunMeta) -> Path:
-    """Every router run's last write (the LM routers' too): the card, then the metadata with the digest of every
-    file in the directory, written last since it marks a finished run."""
+    """The card, then the metadata with every file's digest, written last since it marks a finished run."""
     from serving.model_card import save_with_card
 
     run_dir = Path(run_dir)
