@@ -84,8 +84,7 @@ def required_files(meta: RunMeta) -> list[str]:
 
 
 def pushed_meta(run_dir: Path, meta: RunMeta) -> RunMeta:
-    """The metadata as uploaded (portable_meta), recording the sha256 of the adapter config as uploaded: the pulled
-    router proves the file it holds."""
+    """The metadata as uploaded, with the uploaded adapter config's sha256 (the pulled router proves its file)."""
     pushed = portable_meta(meta)
     if pushed.files and ADAPTER_CONFIG_FILE in pushed.files:
         digest = hashlib.sha256(_pushed_adapter_config(run_dir, meta)).hexdigest()
@@ -94,8 +93,7 @@ def pushed_meta(run_dir: Path, meta: RunMeta) -> RunMeta:
 
 
 def pushed_content(run_dir: Path, meta: RunMeta, name: str, card: str) -> bytes | str:
-    """A file as it is uploaded: the metadata, card and adapter config with no path of this machine (the run keeps
-    its own, which its loaders read); every other file as it is on disk."""
+    """A file as uploaded: the metadata, card and adapter config without local paths; any other file as on disk."""
     if name == RUN_META_FILE:
         return meta_json(pushed_meta(run_dir, meta)).encode()
     if name == CARD_FILE:

@@ -70,8 +70,7 @@ def as_router_spec(value: RouterSpec | str) -> RouterSpec:
 
 
 def router_kind_of(path_or_hub_id: str | Path, revision: str | None = None) -> str:
-    """The router kind a run directory or hub repo holds (its tiermem_router.json's router_kind); anything else is
-    left to the LM router's loader, which names what is wrong with it."""
+    """The router_kind a run directory or hub repo holds; else the LM router's loader names what is wrong."""
     path = Path(path_or_hub_id).expanduser()
     if path.is_dir():
         return read_run_meta(path).router_kind
@@ -105,8 +104,7 @@ def pulled(spec: RouterSpec, kind: str) -> RouterSpec:
 
 
 def build(spec: RouterSpec | str, trunk_cache: dict[str, Any] | None = None) -> Any:
-    """The router a spec names. A spec that sets a field its kind does not read is refused (a typo or a
-    misplaced option must not be ignored), naming the fields that kind takes."""
+    """The router a spec names; a field its kind does not read is refused (a typo must not be ignored)."""
     spec = as_router_spec(spec)
     kind = resolved_kind(spec)
     spec = pulled(spec, kind)
