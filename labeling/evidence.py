@@ -1,5 +1,4 @@
-"""Evidence signals that need no answer generator (answer recall of the summaries and of the text research read, gold
-turns in the linked and read pages) and the evidence rule built on them (docs/labeling.md)."""
+"""Evidence signals that need no answer generator and the evidence rule built on them (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -262,10 +261,8 @@ def compute_signals(
 
 def point_counts(points: Sequence[Any], summaries: Sequence[Any], research_page_ids: Sequence[str], reading: Reading,
                  cfg: EvidenceConfig, question: str | None, guard: PersonGuard) -> tuple[int, int]:
-    """(points the summaries hold, points the research pages hold). The summaries hold a point when they state it
-    (its answer recall >= recall_threshold) or its source turns all lie in pages linked to units about the question
-    and they state half of it (>= linked_recall_threshold): the evidence rule, per fact. The research pages hold a
-    point when they hold its source turns, or one page states it."""
+    """(points the summaries hold, points the research pages hold): the evidence rule per fact. The research pages
+    hold a point when they hold its source turns, or one page states it."""
     linked = turns_in_pages([p for u in units_about(summaries, question, guard=guard)
                              for p in (_field(u, "page_ids") or [])], reading.turn_ids)
     read = turns_in_pages(research_page_ids, reading.turn_ids)
