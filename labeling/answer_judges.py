@@ -1,5 +1,4 @@
-"""Answer judges for hindsight labeling: LoCoMo's lexical QA score (category-aware, as the official scorer), an LLM
-CORRECT/WRONG judge and a strict sufficiency judge, combined conservatively (docs/labeling.md)."""
+"""Answer judges for hindsight labeling: LoCoMo's lexical score, an LLM judge and a strict sufficiency judge."""
 
 from __future__ import annotations
 

@@ -69,8 +69,7 @@ def _results(ctx: Context, jobs: list[tuple[Question, str]], fn: Any) -> Iterato
 
 
 def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> dict[str, Any]:
-    """Label what is not yet committed, then write the outputs and return the stats (with `cfg.shard`: only that
-    shard, returning its state). `roles` and `embedder` replace the ones the config would build."""
+    """Label what is not yet committed, write the outputs, return the stats (with `cfg.shard`: that shard's state)."""
     started = time.perf_counter()
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     if cfg.shard is not None:
@@ -119,8 +118,8 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
 
 def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
                started: float) -> dict[str, Any]:
-    """One shard's conversations into `<output_dir>/shards/<i>-of-<n>/`, a label run directory of its own.
-    `<output_dir>` gets the label marker but no lock: the shards run at once, each locking its own directory."""
+    """One shard into `<output_dir>/shards/<i>-of-<n>/`; `<output_dir>` gets the label marker but no lock: the shards
+    run at once, each locking its own directory."""
     index, count = parse_shard(cfg.shard)
     claim_output_dir(cfg.output_dir, "label", lock=False)
     here = shard_dir(cfg.output_dir, index, count)
@@ -235,8 +234,8 @@ _SHARED_LOCK = threading.RLock()  # a conversation's views share its SQLite conn
 
 def dataset_records(by_key: dict[tuple[str, str], dict[str, Any]], conversations: list[Conversation],
                     assignment: dict[str, str]) -> list[dict[str, Any]]:
-    """The records of `conversations`' questions in question order, each followed by its variants, with the split
-    the current spec assigns (it decides, even for resumed records). Every question must have a record."""
+    """The records in question order, each followed by its variants, with the split the current spec assigns (even
+    to resumed records)."""
     wanted = [(c.conv_id, q.qid) for c in conversations for q in c.questions]
     records = with_variants(by_key, wanted)
     for rec in records:
@@ -253,8 +252,7 @@ ASIDE_PREFIX = ".dataset-old-"  # the previous dataset/, between the two renames
 
 
 def recover_outputs(out: Path) -> None:
-    """Undo what a run killed inside the swap left: the previous dataset/ is put back if the new one never
-    arrived, and staging leftovers are deleted."""
+    """Undo what a run killed inside the swap left: put the old dataset/ back if no new one arrived, drop staging."""
     asides = sorted(out.glob(f"{ASIDE_PREFIX}*"))
     if not (out / "dataset").exists():
         for aside in asides:

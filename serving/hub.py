@@ -1,6 +1,5 @@
-"""`make push`: publish a router run directory to the Hugging Face Hub (an allowlist of files, digests checked, no
-path of this machine: docs/serving.md); `pull` fetches one back. The token is resolved by huggingface_hub itself;
-this module never reads, prints or writes it."""
+"""`make push`: publish a router run directory to the Hugging Face Hub (docs/serving.md); `pull` fetches one back.
+The token is huggingface_hub's; this module never reads, prints or writes it."""
 
 from __future__ import annotations
 
@@ -152,8 +151,8 @@ def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None, verify: bool = True) -> Path:
-    """Download a router repo through the hub cache; returns the local snapshot directory, its weights checked
-    against the digests its tiermem_router.json records (`verify=False`: the caller checks them itself)."""
+    """Download a router repo through the hub cache; the snapshot directory, its weights checked (unless `verify`
+    is False: the caller checks them)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 

@@ -214,8 +214,7 @@ class Judgments:
 
 
 def load_judgments(path: str | Path, allow_empty: bool = False) -> Judgments:
-    """The whole file, or a RecordError naming the file, the line and the field. `allow_empty`: a header alone is
-    a file (a live judge's cache before its first judgment)."""
+    """The whole file, checked; `allow_empty`: a header alone is a file (a live judge's cache before its first)."""
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"judgments file {path} not found (judgments: PATH, a tiermem-judgments .jsonl)")

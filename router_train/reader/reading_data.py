@@ -26,10 +26,9 @@ _STOP = frozenset(
 
 @dataclass(frozen=True)
 class ReadingQuestion:
-    """One question with its passage; `answers` are gold (start, text) spans into `context`, empty when
-    unanswerable. `units` are the (start, end) character spans the reader sees one at a time: a chat's turns
-    (`speaker: text`), or empty for a paragraph's sentences. `article` is what is held out whole (an article, a
-    dialogue); `plausible` spans are what an unanswerable question was written to look answered by."""
+    """One question with its passage. `units`: the (start, end) spans the reader sees one at a time (a chat's turns;
+    empty: a paragraph's sentences); `article`: what is held out whole; `plausible`: spans an unanswerable question
+    was written to look answered by."""
 
     article: str
     qid: str

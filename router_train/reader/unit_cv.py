@@ -68,10 +68,8 @@ def summary(per_conv: dict[str, float | None], domains: dict[str, str] | None = 
 
 
 def fold_groups(records: list[dict[str, Any]], train_convs: set[str], n_folds: int) -> list[list[str]]:
-    """The reader's CV folds, each a list of held-out conversations. n_folds 0: one per conversation. Else the
-    conversations outside `train_convs` (validation) are one fold, whose reader trained on exactly the train split
-    and so is the final reader; the train conversations are dealt into the other n_folds - 1, domain after domain,
-    so every fold holds each domain where it can."""
+    """The reader's CV folds of held-out conversations. n_folds 0: one per conversation. Else validation is one
+    fold (its reader is the final one) and the train conversations are dealt into n_folds - 1, domain by domain."""
     convs = sorted({str(r["conv_id"]) for r in records})
     if n_folds == 0 or n_folds >= len(convs):
         return [[c] for c in convs]
@@ -86,10 +84,8 @@ def fold_groups(records: list[dict[str, Any]], train_convs: set[str], n_folds: i
 
 def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str]
                    ) -> tuple[dict, dict, dict]:
-    """(out-of-fold unit logits: (layers, epochs, targets) -> (conv, qid) -> logits, the CV table, (layers, epochs,
-    targets) -> the reader weights of the fold trained on exactly `train_convs`, if there is one). Records: the
-    natural ones of cv_splits. Layers 0 is the base as it is (zero-shot: the same logits in every fold, nothing
-    fitted on them; its targets "none", a fine-tuned reader's "lexical")."""
+    """(out-of-fold unit logits per (layers, epochs, targets), the CV table, the weights of the fold trained on
+    exactly `train_convs`). Layers 0 is the base as it is: zero-shot, the same logits in every fold."""
     import copy
 
     convs = sorted({str(r["conv_id"]) for r in records})
