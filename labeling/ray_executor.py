@@ -1,5 +1,4 @@
-"""`tiermem-router label executor=ray shards=N`: every shard of a sharded label run as one Ray task, retried and
-resumed, then the merge (docs/labeling.md)."""
+"""`tiermem-router label executor=ray shards=N`: each shard as a Ray task, retried and resumed, then the merge."""
 
 from __future__ import annotations
 

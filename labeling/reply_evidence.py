@@ -33,8 +33,7 @@ def words_of(text: str) -> frozenset[str]:
 
 def reply_details(reply: str, request: str, memory: Iterable[tuple[str, Sequence[str]]]
                   ) -> dict[Detail, frozenset[str]]:
-    """The details of `reply` that the memory's units (text, source turn ids) state and `request` does not, each
-    with the source turns of the units that state it."""
+    """The details of `reply` the memory's units state and `request` does not, each with its units' source turns."""
     said = details_of(reply)
     sources: dict[Detail, set[str]] = {}
     for text, turn_ids in memory:

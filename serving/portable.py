@@ -1,5 +1,5 @@
-"""What a router looks like once it leaves this machine: the tiermem_router.json and adapter_config.json push
-uploads name no path of the machine that pushed them; the run directory keeps its own values."""
+"""What a router looks like once it leaves this machine: the uploaded metadata names no local path; the run
+directory keeps its own values."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def travelling_data_name(value: str) -> str:
 
 
 def without_local_paths(values: dict[str, Any]) -> dict[str, Any]:
-    """A metadata table for a card that travels: the training data by what it is, the router a run continued from
-    by its run's name, the output directory left out (each a path on the machine that trained)."""
+    """A metadata table for a card that travels: data by what it is, the router continued from by name, no
+    output directory."""
     out = {k: v for k, v in values.items() if k != "output_dir"}
     for key in ("data", "dataset"):
         if isinstance(out.get(key), str):

@@ -1,5 +1,5 @@
-"""The live coverage judge: a conservative LLM judge that writes careful-reading judgments for the questions a
-judgments file does not cover yet, appended to that file and read back through the same checks."""
+"""The live coverage judge: a conservative LLM judge that appends judgments for the questions a judgments file
+does not cover yet."""
 
 from __future__ import annotations
 

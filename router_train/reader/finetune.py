@@ -69,8 +69,7 @@ def fit_reader(reader: Any, pairs: Sequence[Sequence[Any]], *, epochs: int, lear
                weight_decay: float, batch_size: int, warmup_share: float, seed: int, max_length: int,
                log_every: int = 0, label: str = "reader", after_epoch: Callable[[int], None] | None = None,
                span_weight: float = 1.0) -> list[float]:
-    """Train every parameter of `reader.model` (and its span head) on (question, text, target[, span]) pairs;
-    returns the mean loss per epoch. A loss that is not finite stops the run where it happens."""
+    """Train every parameter of the reader (and its span head); the mean loss per epoch. A non-finite loss stops it."""
     import torch
 
     if not pairs:
@@ -182,8 +181,8 @@ class FrozenBottom:
                     self.states[k], self.text_masks[k] = row[:n].clone(), text[r, :n].clone()
 
     def scores(self, reader: Any, keys: Sequence[tuple[str, str]]) -> tuple[Any, Any, Any, Any]:
-        """(classifier logits, start logits, end logits, text mask) over the cached bottom states (with grad); the
-        span parts None when the reader has no span head."""
+        """(classifier, start, end logits, text mask) over the cached bottom states (with grad); spans None without a
+        span head."""
         torch = self.torch
         rows = [self.states[k] for k in keys]
         width = max(len(r) for r in rows)

@@ -97,8 +97,8 @@ class Router(ABC):
     @classmethod
     @abstractmethod
     def from_spec(cls, spec: Any, trunk_cache: dict[str, Any] | None = None) -> Router:
-        """Build this kind from a serving.routers.spec.RouterSpec. `trunk_cache`: a dict that LM routers of one
-        base, built for one offline stage, share their frozen trunk's states in (None: nothing shared)."""
+        """Build this kind from a RouterSpec. `trunk_cache`: where LM routers of one base in one offline stage share
+        their frozen trunk's states."""
 
     @classmethod
     def check_spec(cls, spec: Any) -> None:

@@ -91,8 +91,7 @@ def resolved_kind(spec: RouterSpec) -> str:
 
 
 def pulled(spec: RouterSpec, kind: str) -> RouterSpec:
-    """A score router named by hub id, loaded from its pulled snapshot as from a run directory; an LM router's
-    loader pulls for itself (it needs the revision for the base's cache)."""
+    """A score router named by hub id, read from its pulled snapshot (an LM router's loader pulls for itself)."""
     if kind == "local" or not spec.path or Path(spec.path).expanduser().exists() or not is_hub_id(spec.path):
         return spec
     if not hasattr(router_class(kind), "load"):  # a kind that reads no directory (always-*, remote, teacher)

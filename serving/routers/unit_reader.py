@@ -71,8 +71,7 @@ def text_features(pooling: str, text_scores: str = "classifier") -> tuple[str, .
 
 def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Sequence[Summaries]
                 ) -> list[list[tuple[float, ...]]]:
-    """Every question's unit scores, (classifier logit,) or (classifier logit, span margin) per unit, all pairs of a
-    call scored in shared batches (one forward pass gives both)."""
+    """Every question's unit scores, (classifier logit[, span margin]) per unit, all pairs in shared batches."""
     return unit_reading(reader, questions, summaries)[0]
 
 
@@ -179,8 +178,7 @@ class UnitReaderRouter(ScoreRouter):
         return {"full": full, "text_alone": text, "without_text": full - self.text_weight * text}
 
     def zero_shot(self) -> UnitReaderRouter | None:
-        """This run's zero-shot variant (its base reader, as pre-trained, with the head fitted beside it,
-        signal_head_zero_shot.json), when the run kept one and the base is still where the run found it."""
+        """The run's zero-shot variant (base reader, signal_head_zero_shot.json) when kept and the base still found."""
         from tiermem.models.specs import ModelSpecError, resolve_model
 
         extra = getattr(getattr(self, "meta", None), "extra", None) or {}
