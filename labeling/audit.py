@@ -1,5 +1,4 @@
-"""`tiermem-router audit`: a review sheet of labeled records (`audit.md`, `audit.jsonl`), stratified by source and
-label, and the labels' agreement with a judge (confusion table, Cohen's kappa) (docs/labeling.md)."""
+"""`tiermem-router audit`: a stratified review sheet of labeled records and their agreement with a judge."""
 
 from __future__ import annotations
 

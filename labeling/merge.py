@@ -1,5 +1,4 @@
-"""`tiermem-router label-merge`: check the shards of a sharded label run (complete, same settings, consistent) and
-write its one dataset as a one-process run does (docs/labeling.md)."""
+"""`tiermem-router label-merge`: check a sharded label run's shards and write its one dataset (docs/labeling.md)."""
 
 from __future__ import annotations
 

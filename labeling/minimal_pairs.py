@@ -1,5 +1,4 @@
-"""Minimal pairs: variants of a question's summary set one unit apart (drop_answer, drop_irrelevant, bring_answer,
-near_miss), labeled by the same evidence rule, for the train split only (docs/formats.md)."""
+"""Minimal pairs: train-split variants of a question's summary set one unit apart (docs/formats.md)."""
 
 from __future__ import annotations
 

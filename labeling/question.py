@@ -1,5 +1,4 @@
-"""Labeling one question into its record: both paths, the judges, the evidence signals, the labels, the teacher and
-the costs (the run only orders the questions and commits records)."""
+"""Labeling one question into its record (the run only orders the questions and commits records)."""
 
 from __future__ import annotations
 

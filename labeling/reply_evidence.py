@@ -1,5 +1,4 @@
-"""What a reply draws from the memory: the details (adjacent content-word pairs) the evidence of a request's label
-reads when the data gives its reply (RealMem; docs/labeling.md)."""
+"""What a reply draws from the memory: its details (adjacent content-word pairs; docs/labeling.md)."""
 
 from __future__ import annotations
 

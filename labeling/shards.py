@@ -1,5 +1,4 @@
-"""Sharded labeling: which shard a conversation belongs to (sha256 of its id mod n), where a shard's files live and
-the state (`shard.json`) it leaves (docs/labeling.md)."""
+"""Sharded labeling: a conversation's shard, a shard's directory and its state (docs/labeling.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Resumable record store: one JSON line per record, appended and fsynced before the next one starts; a torn line is
-cut off on reopening, and a retried error record replaces the older one."""
+"""Resumable record store: one fsynced JSON line per record; a torn line is cut off on reopening."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`tiermem-router fit-features`: fit the serve-time features router (a logistic regression on
-serving.signals) on the label split, or make a top1-score directory that calibration can store a threshold in."""
+"""`tiermem-router fit-features`: fit the features router, or make a top1-score directory calibrate can fill."""
 
 from __future__ import annotations
 

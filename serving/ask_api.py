@@ -1,5 +1,4 @@
-"""POST /ask: the memory runtime served warm, the models loaded once per process and each conversation's tiers
-opened once; request and reply: docs/serving.md."""
+"""POST /ask: the memory runtime served warm, models and tiers opened once (docs/serving.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The extractive answerer's floor calibrated on conversations (`tiermem-router answer-floor reader=DIR`): chat
-questions read as `ask` reads them, Molweni's unanswerable ones, Youden's J, bound to the reader's weights."""
+"""`tiermem-router answer-floor reader=DIR`: the extractive answerer's floor calibrated on conversations."""
 
 from __future__ import annotations
 

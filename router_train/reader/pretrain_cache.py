@@ -1,5 +1,4 @@
-"""reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>` (`cache_key`: data, base weights, settings): a hit
-only for an entry that proves itself, a bad entry rebuilt, a lost race settled by taking the winner's entry."""
+"""reader-pretrain's cache entries (`$TIERMEM_CACHE/readers/<key>`): a hit only for an entry that proves itself."""
 
 from __future__ import annotations
 

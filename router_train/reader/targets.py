@@ -1,5 +1,4 @@
-"""The unit reader's training pairs: each retrieved unit with its lexical target, the label rule's own measure of
-the unit alone (its answer recall, a soft BCE target)."""
+"""The unit reader's training pairs: each unit with its lexical target (its answer recall, a soft BCE target)."""
 
 from __future__ import annotations
 

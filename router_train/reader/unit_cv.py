@@ -51,8 +51,7 @@ def loco_scores(rows: list[dict[str, Any]], x: np.ndarray, text_weight: float, l
 
 
 def summary(per_conv: dict[str, float | None], domains: dict[str, str] | None = None) -> dict[str, Any]:
-    """The folds' AUROCs: mean, spread, each conversation's; with `domains` (conv -> domain) of more than one
-    domain, also each domain's mean and the worst of them (`worst_domain`, what `choose` ranks by)."""
+    """The folds' AUROCs; over several `domains`, also each domain's mean and the worst (what `choose` ranks by)."""
     vals = [v for v in per_conv.values() if v is not None]
     out = {"mean": round(float(np.mean(vals)), 4) if vals else None,
            "min": round(min(vals), 4) if vals else None, "max": round(max(vals), 4) if vals else None,

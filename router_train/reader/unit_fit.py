@@ -49,8 +49,7 @@ def final_head(cfg: Any, rows: list[Record], oof: dict, point: dict[str, Any]) -
 
 
 def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dict) -> dict[str, Any]:
-    """The base reader's own best head, for the run's `extra` (`zero_shot`, `zero_shot_head`: its file written by
-    UnitReaderRouter.save), when CV chose a fine-tuned reader; {} otherwise."""
+    """The base reader's own best head for the run's `extra` when CV chose a fine-tuned reader; else {}."""
     zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
     if not zero_shot:
         return {}

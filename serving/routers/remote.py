@@ -1,5 +1,4 @@
-"""A router served by an OpenAI-compatible endpoint, selected by model name, e.g.
-`vllm serve BASE --enable-lora --lora-modules router=RUN_DIR` with model="router"."""
+"""A router behind an OpenAI-compatible endpoint (`vllm serve BASE --enable-lora --lora-modules router=RUN_DIR`)."""
 
 from __future__ import annotations
 

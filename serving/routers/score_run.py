@@ -1,5 +1,4 @@
-"""A router run's directory: the metadata of a router without a language model (features, top1-score), and the one
-writer every router run ends with (the LM routers' too), then the directory read back."""
+"""A router run's directory: the writer every router run ends with, and a score router's directory read back."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`RouterSpec`, what every stage that uses a router (eval, calibrate, serve, bench, ask) reads from its config,
-and `build(spec)`, the one way to get a router (`Router.from_pretrained(path)` is its thin alias)."""
+"""`RouterSpec`, the `router:` config of every stage, and `build(spec)`, the one way to get a router."""
 
 from __future__ import annotations
 
