@@ -1,5 +1,4 @@
-"""Answer judges for hindsight labeling: LoCoMo's lexical QA score (category-aware, as the official scorer), an LLM
-CORRECT/WRONG judge and a strict sufficiency judge, combined conservatively (docs/labeling.md)."""
+"""Answer judges for hindsight labeling: LoCoMo's lexical score, an LLM judge and a strict sufficiency judge."""
 
 from __future__ import annotations
 
@@ -96,8 +95,7 @@ class LexicalJudge:
         self.date_order = date_order
 
     def judge(self, question: str, gold: str, answer: str, category: str, source: str = "locomo") -> Verdict:
-        """LoCoMo's F1 over both answers with their dates and numbers written one way (labeling.answer_match):
-        '18.01.2024' and '18 January 2024' are the same answer."""
+        """LoCoMo's F1 with dates and numbers written one way: '18.01.2024' and '18 January 2024' are one answer."""
         score = locomo_score(canonical_text(answer or "", None, self.date_order),
                              canonical_text(gold, None, self.date_order), category, source)
         correct = score >= self.threshold

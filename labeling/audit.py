@@ -1,5 +1,4 @@
-"""`tiermem-router audit`: a review sheet of labeled records (`audit.md`, `audit.jsonl`), stratified by source and
-label, and the labels' agreement with a judge (confusion table, Cohen's kappa) (docs/labeling.md)."""
+"""`tiermem-router audit`: a stratified review sheet of labeled records and their agreement with a judge."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def records_path(data: str) -> Path:
 
 
 def load_questions(data: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The run's question records (no minimal pairs) by (conv_id, qid); each field the sheet shows is checked, a
-    RecordError naming file, line and field."""
+    """The run's question records (no minimal pairs) by (conv_id, qid), each field the sheet shows checked."""
     located = jsonl_label_records(records_path(data))
     for where, rec in located:
         record_key(rec, where)
@@ -258,8 +256,7 @@ def audit(cfg: AuditConfig, judge_llm: Any = None) -> dict[str, Any]:
 
 
 def _judge_failures(judge: dict[str, Any] | None, errors: list[LLMError]) -> None:
-    """No verdict at all from a judge that was asked: the sheet is written, and the stage fails, exit 7 when every
-    call found the endpoint unreachable, else 6 (docs/serving.md, "Exit codes")."""
+    """No verdict at all from a judge that was asked: the sheet is written, then the stage fails (exit 7 or 6)."""
     if judge is None or judge["judged"] or not (judge["errors"] or judge["unparsed"]):
         return
     what = f"every judge call failed ({judge['errors']} LLM error(s), {judge['unparsed']} unreadable repl(ies))"

@@ -1,6 +1,5 @@
-"""The labeling stage's config (`LabelConfig`, its LLM roles) and the question subset it selects.
-
-Apart from the run so the CLI and benchmarks can read a label config without importing the labeler."""
+"""The labeling stage's config and the question subset it selects; apart from the run so the CLI and benchmarks
+read a label config without importing the labeler."""
 
 from __future__ import annotations
 
@@ -194,8 +193,8 @@ LABEL_RUN_CONFIG = "config.yaml"  # what the label stage writes beside `dataset/
 
 
 def label_run_config(dataset: str | Path) -> tuple[Path, dict | None, str | None]:
-    """The config of the label run that made a saved dataset or records file: (where it would be, its mapping or
-    None when absent or not a mapping, the YAML error or None). For the stages that name data by its source."""
+    """(path, mapping or None, YAML error or None) of the config of the label run that made a dataset or records
+    file."""
     import yaml
 
     path = Path(dataset)

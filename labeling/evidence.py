@@ -1,5 +1,4 @@
-"""Evidence signals that need no answer generator (answer recall of the summaries and of the text research read, gold
-turns in the linked and read pages) and the evidence rule built on them (docs/labeling.md)."""
+"""Evidence signals that need no answer generator and the evidence rule built on them (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ class EvidenceSignals:
 
 @dataclass
 class Reading:
-    """One conversation's pages as the evidence rule reads them: each page's turn ids, and, when known, its turns
-    (text, speaker, timestamp) and the conversation's cast. Indexing by page id gives its turn ids."""
+    """One conversation's pages as the evidence rule reads them; indexing by page id gives its turn ids."""
 
     turn_ids: Callable[[str], Iterable[str]]
     turns: Callable[[str], Sequence[Any]] | None = None
@@ -108,9 +106,8 @@ class Reading:
 
     def research_recall(self, key: tuple[Any, ...], page_ids: Sequence[str], score: Callable[[list[Any]], Any]
                         ) -> float | None:
-        """The best `score` of one read page's text (None: no text known or nothing scorable). Page by page, so
-        a gold's words are not gathered from pages apart ('likely' in one, 'no' in another); computed once per
-        (question key, page) and shared by the question's variants and unit targets."""
+        """The best `score` of one read page's text, page by page so a gold's words are not gathered from pages
+        apart ('likely' in one, 'no' in another); cached per (question key, page) for the variants and unit targets."""
         if self.turns is None:
             return None
         scores = []
@@ -139,7 +136,6 @@ def _body(unit: Any) -> str:
 
 
 def _topic_words(text: str) -> set[str]:
-    """Stemmed content words: what a question or a unit is about."""
     return {stem_word(w) for w in content_words(text)}
 
 
@@ -150,8 +146,7 @@ def _speakers(unit: Any) -> list[str] | None:
 
 def units_about(summaries: Sequence[Any], question: str | None, cast: Cast | None = None,
                 guard: PersonGuard | None = None) -> list[Any]:
-    """The units that can state the answer to `question`: all of them, unless the question names a person the
-    conversation knows; then those about that person (tiermem.text.persons)."""
+    """All units, or those about the person `question` names when the conversation knows them (tiermem.text.persons)."""
     guard = guard or person_guard(question, cast)
     if not guard.narrows:
         return list(summaries)
@@ -160,10 +155,8 @@ def units_about(summaries: Sequence[Any], question: str | None, cast: Cast | Non
 
 def answer_recall(gold: str, summaries: Sequence[Any], category: str = "", source: str = "locomo",
                   question: str | None = None, date_order: str = "DMY", cast: Cast | None = None) -> float | None:
-    """Share of the gold answer stated by the summaries (module docstring). A unit's dates (its own and those its
-    text states) count only when the unit is about the question (shares a content word with it): any unit from the
-    right day would otherwise "state" a date answer while it talks about something else. `question=None` counts
-    every date and unit."""
+    """Share of the gold answer the summaries state. A unit's dates count only when it shares a content word with the
+    question: any unit from the right day would otherwise "state" a date answer. `question=None`: every date counts."""
     gold_text = scoring_gold(gold, category, source)
     gold_dates = find_dates(gold_text, None, date_order)
     gold_tokens = set(stemmed_tokens(canonical_numbers(without_spans(gold_text, gold_dates))))
@@ -268,10 +261,8 @@ def compute_signals(
 
 def point_counts(points: Sequence[Any], summaries: Sequence[Any], research_page_ids: Sequence[str], reading: Reading,
                  cfg: EvidenceConfig, question: str | None, guard: PersonGuard) -> tuple[int, int]:
-    """(points the summaries hold, points the research pages hold). The summaries hold a point when they state it
-    (its answer recall >= recall_threshold) or its source turns all lie in pages linked to units about the question
-    and they state half of it (>= linked_recall_threshold): the evidence rule, per fact. The research pages hold a
-    point when they hold its source turns, or one page states it."""
+    """(points the summaries hold, points the research pages hold): the evidence rule per fact. The research pages
+    hold a point when they hold its source turns, or one page states it."""
     linked = turns_in_pages([p for u in units_about(summaries, question, guard=guard)
                              for p in (_field(u, "page_ids") or [])], reading.turn_ids)
     read = turns_in_pages(research_page_ids, reading.turn_ids)

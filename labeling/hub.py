@@ -1,6 +1,5 @@
-"""`make label push_to_hub=org/name`: a labeled DatasetDict and its dataset card, published to the Hugging Face Hub.
-Here, not in serving, because labeling pushes its own output; the token is huggingface_hub's business, never read here.
-"""
+"""`make label push_to_hub=org/name`: a labeled DatasetDict and its card, published to the Hugging Face Hub (the
+token is huggingface_hub's business, never read here)."""
 
 from __future__ import annotations
 
@@ -173,8 +172,7 @@ Train a router on it with `tiermem-router sft dataset_dir=...` after `ds.save_to
 
 
 def push_dataset(path: str | Path, repo_id: str, private: bool = True) -> dict[str, Any]:
-    """Publish a labeled DatasetDict saved by `make label` (its `dataset/` folder) as parquet files with a
-    dataset card. The labeling run's config.yaml and stats.json, next to the dataset folder, feed the card."""
+    """Publish a labeled `dataset/` folder as parquet with a card fed by the run's config.yaml and stats.json."""
     import tempfile
 
     import yaml

@@ -1,5 +1,4 @@
-"""`tiermem-router label-merge`: check the shards of a sharded label run (complete, same settings, consistent) and
-write its one dataset as a one-process run does (docs/labeling.md)."""
+"""`tiermem-router label-merge`: check a sharded label run's shards and write its one dataset (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -63,8 +62,8 @@ def _check_shards(cfg: LabelConfig, out: Path, count: int, dirs: dict[int, Path]
 
 
 def _check_shard(cfg: LabelConfig, index: int, count: int, path: Path) -> tuple[dict[str, Any], str | None]:
-    """(the shard's state, None) once its fingerprint and state say it finished under this config; (state, what is
-    missing) for a shard that never started or did not finish. Other settings or a moved shard raise."""
+    """(state, None) for a shard finished under this config, (state, what is missing) for an unfinished one; other
+    settings or a moved shard raise."""
     name = f"shard {index}/{count} ({path})"
     state = read_state(path)
     if state is None:
@@ -89,8 +88,7 @@ def _check_shard(cfg: LabelConfig, index: int, count: int, path: Path) -> tuple[
 
 def _check_records(conversations: list[Conversation], count: int,
                    stores: dict[int, dict[tuple[str, str], dict[str, Any]]]) -> None:
-    """Every selected question has its record in the shard its conversation hashes to; no conversation is in two
-    shards, none sits in a shard it does not hash to, and none has records in two splits."""
+    """Every selected question has its record in the one shard its conversation hashes to, in one split."""
     holders: dict[str, set[int]] = defaultdict(set)
     splits: dict[str, set[str]] = defaultdict(set)
     for index, records in stores.items():

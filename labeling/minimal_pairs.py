@@ -1,5 +1,4 @@
-"""Minimal pairs: variants of a question's summary set one unit apart (drop_answer, drop_irrelevant, bring_answer,
-near_miss), labeled by the same evidence rule, for the train split only (docs/formats.md)."""
+"""Minimal pairs: train-split variants of a question's summary set one unit apart (docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def variant_qid(qid: str, kind: str) -> str:
 
 
 def retrieval_depth(cfg: LabelConfig) -> int:
-    """How many units to retrieve per question: the variants' deeper candidates need minimal_pairs.deep_k, the
-    per-unit targets of deeper units unit_targets.deep_k."""
+    """How many units to retrieve per question: the deepest of minimal_pairs.deep_k and unit_targets.deep_k."""
     depth = max(cfg.memory.top_k, cfg.minimal_pairs.deep_k) if cfg.minimal_pairs.enabled else cfg.memory.top_k
     units = cfg.unit_targets
     return max(depth, units.deep_k) if units.enabled and units.deep_k is not None else depth
@@ -49,8 +47,7 @@ def _without(units: Sequence[Any], i: int) -> list[Any]:
 
 def summary_sets(shown: Sequence[Any], deeper: Sequence[Any], label: str | None, s_ok_now: bool | None,
                  s_ok: Callable[[list[Any]], bool], question: str) -> dict[str, list[Any]]:
-    """kind -> the variant's units in rank order. `shown` are the router's units, `deeper` the ranks below them,
-    `s_ok(units)` the evidence rule's summary-path verdict for a set."""
+    """kind -> the variant's units in rank order; `shown`: the router's units, `deeper`: the ranks below them."""
     sets: dict[str, list[Any]] = {}
     if not shown:
         return sets
@@ -76,8 +73,7 @@ def summary_sets(shown: Sequence[Any], deeper: Sequence[Any], label: str | None,
 
 def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[Any],
              page_turns: Reading | dict[str, list[str]], count_tokens: Any) -> list[dict[str, Any]]:
-    """The labeled variants of one labeled record. `ranked` is the question's retrieval to deep_k, whose first
-    units are the record's router_summaries. Raises LLMError (a sufficiency judge or teacher failed)."""
+    """The labeled variants of one labeled record; `ranked`: the question's retrieval to deep_k."""
     cfg = ctx.cfg
     k = len(rec["router_summaries"])
     shown, deeper = list(ranked[:k]), list(ranked[k:])
@@ -112,10 +108,8 @@ def variants(ctx: Context, q: Question, rec: dict[str, Any], ranked: Sequence[An
 def label_with_pairs(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
                      page_turns: Reading | dict[str, list[str]], count_tokens: Any = None,
                      retrieved: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
-    """`label_question`, then (with minimal_pairs on) its variants and (with unit_targets on) the question's per-unit
-    targets: the variants come first, so committing the list in order never leaves a committed question without
-    them. An LLMError in a variant makes the question an error record (retried by a rerun), never a question with
-    some of its variants missing. `retrieved`: qid -> the question's retrieval to retrieval_depth(cfg)."""
+    """`label_question`, its variants first (committed in order, a question is never without them) and its unit
+    targets. An LLMError in a variant makes the question an error record, never one with variants missing."""
     cfg = ctx.cfg
     depth = retrieval_depth(cfg)
     ranked = (retrieved or {}).get(q.qid)

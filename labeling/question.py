@@ -1,5 +1,4 @@
-"""Labeling one question into its record: both paths, the judges, the evidence signals, the labels, the teacher and
-the costs (the run only orders the questions and commits records)."""
+"""Labeling one question into its record (the run only orders the questions and commits records)."""
 
 from __future__ import annotations
 
@@ -121,8 +120,8 @@ def summary_input_tokens(q: Question, retrieved: list[Any], count_tokens: Any) -
 
 def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any], count_tokens: Any,
                      retrieved: list[Any] | None = None) -> tuple[list[Any], list[str]]:
-    """No generation: the router's retrieval and the research policy's first-round pages, costs estimated (with
-    memory.max_rounds=1 exactly the pages a generated run reads; deeper rounds need a generator's planner)."""
+    """No generation: the router's retrieval and research's first-round pages, costs estimated (deeper rounds need a
+    generator's planner)."""
     cfg_memory = ctx.cfg.memory
     started = time.perf_counter()
     if retrieved is None:
@@ -145,8 +144,7 @@ def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
 
 def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: list[str],
                     page_turns: Reading | dict[str, list[str]]) -> None:
-    """From `rec["router_summaries"]` and the research pages to the labels, the teacher and the SFT target (minimal
-    pairs too). Raises LLMError (a judge or the teacher failed)."""
+    """The labels, teacher and SFT target from `rec["router_summaries"]` and the research pages; LLMError propagates."""
     cfg = ctx.cfg
     sufficiency = None
     if ctx.roles["sufficiency"] is not None:
@@ -195,8 +193,7 @@ def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: 
 
 
 def _judged(ctx: Context, q: Question, rec: dict[str, Any]) -> Judgment | None:
-    """The judgment of exactly this record's router units, recorded on it (`s_ok_by`, `judgment_match`,
-    `judgment`); None when the run reads no judgments or none matches (the lexical rule decides)."""
+    """The judgment of exactly this record's router units, recorded on it; None: the lexical rule decides."""
     if ctx.judgments is None:
         return None
     texts = [u["text"] for u in rec["router_summaries"]]
@@ -252,9 +249,8 @@ LATE_EVIDENCE = "evidence_after_question"  # the drop reason of a question whose
 
 
 def late_evidence(memory: Any, q: Question, conv: Conversation | None = None) -> list[str]:
-    """The gold turns of `q` said at or after its turn (memory as of the question does not hold them). A gold point
-    that names no source turn is linked by its conversation's own units of that text (its whole session): it is
-    late when no such unit's turns were all said before the question (named `point:<text>`)."""
+    """The gold turns of `q` said at or after its turn. A gold point without source turns is late (`point:<text>`)
+    when none of its conversation's units of that text has all its turns before the question."""
     history, before = getattr(memory, "history", None), getattr(memory, "before", None)
     if q.asked_before is None or history is None or before is None:
         return []

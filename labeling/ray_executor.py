@@ -1,5 +1,4 @@
-"""`tiermem-router label executor=ray shards=N`: every shard of a sharded label run as one Ray task, retried and
-resumed, then the merge (docs/labeling.md)."""
+"""`tiermem-router label executor=ray shards=N`: each shard as a Ray task, retried and resumed, then the merge."""
 
 from __future__ import annotations
 
@@ -90,8 +89,8 @@ def _check_resources(ray: Any, cfg: LabelConfig) -> None:
 
 
 def _connect(ray: Any, cfg: LabelConfig) -> bool:
-    """Join the cluster the config names, or start a local one; True when this call started Ray (and so shuts it
-    down). A Ray already initialized in this process (a notebook, the tests) is used as it is."""
+    """Join the configured cluster or start a local one (or use a Ray already initialized here); True when this call
+    started Ray and so shuts it down."""
     if ray.is_initialized():
         return False
     if cfg.ray_address:
@@ -103,8 +102,7 @@ def _connect(ray: Any, cfg: LabelConfig) -> bool:
 
 
 def label_on_ray(cfg: LabelConfig) -> dict[str, Any]:
-    """Label every shard of `cfg.shards` as a Ray task, print a line per finished shard, then merge. Returns the
-    merge's stats; raises RunError naming the shards that failed for good (the others' outputs stay)."""
+    """Label every shard as a Ray task, then merge; RunError names the shards that failed for good (others stay)."""
     from labeling.merge import merge
 
     ray = import_ray()

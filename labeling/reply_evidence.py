@@ -1,5 +1,4 @@
-"""What a reply draws from the memory: the details (adjacent content-word pairs) the evidence of a request's label
-reads when the data gives its reply (RealMem; docs/labeling.md)."""
+"""What a reply draws from the memory: its details (adjacent content-word pairs; docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def words_of(text: str) -> frozenset[str]:
 
 def reply_details(reply: str, request: str, memory: Iterable[tuple[str, Sequence[str]]]
                   ) -> dict[Detail, frozenset[str]]:
-    """The details of `reply` that the memory's units (text, source turn ids) state and `request` does not, each
-    with the source turns of the units that state it."""
+    """The details of `reply` the memory's units state and `request` does not, each with its units' source turns."""
     said = details_of(reply)
     sources: dict[Detail, set[str]] = {}
     for text, turn_ids in memory:

@@ -1,5 +1,5 @@
-"""Resuming a labeling run: which outputs mark a run finished, and the settings fingerprint that a committed
-record depends on, so that one output_dir never mixes records labeled under different settings."""
+"""Resuming a labeling run: the outputs that mark it finished, and the settings fingerprint that keeps one
+output_dir from mixing records labeled under different settings."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The LLM behind each labeling role, and the lock proxy that lets questions in flight share one memory (both
-decide what may run concurrently during a labeling run)."""
+"""The LLM behind each labeling role, and the lock proxy that lets questions in flight share one memory."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""`make label`: hindsight labeling of benchmark questions into router training data (docs/labeling.md).
-
-Records are committed one by one (a killed run resumes); outputs are written new, then swapped in (docs/serving.md);
-`shard=i/n` labels one shard, which `label-merge` (labeling/merge.py) finishes."""
+"""`make label`: hindsight labeling of benchmark questions into router training data (docs/labeling.md). Records are
+committed one by one (a killed run resumes); outputs are written new, then swapped in; `shard=i/n` labels one shard,
+which `label-merge` finishes."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def _results(ctx: Context, jobs: list[tuple[Question, str]], fn: Any) -> Iterato
 
 
 def run(cfg: LabelConfig, roles: Roles | None = None, embedder: Any = None) -> dict[str, Any]:
-    """Label what is not yet committed, then write the outputs and return the stats (with `cfg.shard`: only that
-    shard, returning its state). `roles` and `embedder` replace the ones the config would build."""
+    """Label what is not yet committed, write the outputs, return the stats (with `cfg.shard`: that shard's state)."""
     started = time.perf_counter()
     out = check_output_dir(cfg.output_dir, "label")  # a foreign or busy directory is refused before any loading
     if cfg.shard is not None:
@@ -120,8 +118,8 @@ def _run_claimed(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversat
 
 def _run_shard(cfg: LabelConfig, roles: Roles | None, embedder: Any, conversations: list[Conversation],
                started: float) -> dict[str, Any]:
-    """One shard's conversations into `<output_dir>/shards/<i>-of-<n>/`, a label run directory of its own.
-    `<output_dir>` gets the label marker but no lock: the shards run at once, each locking its own directory."""
+    """One shard into `<output_dir>/shards/<i>-of-<n>/`; `<output_dir>` gets the label marker but no lock: the shards
+    run at once, each locking its own directory."""
     index, count = parse_shard(cfg.shard)
     claim_output_dir(cfg.output_dir, "label", lock=False)
     here = shard_dir(cfg.output_dir, index, count)
@@ -186,9 +184,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
             try:
                 # memory as of each question (one view of the tiers per question's turn, nothing rebuilt)
                 views = {q.qid: runtime.memory.as_of(q.asked_before) for q in todo}
-                # Without generation, retrieval dominates: embed the conversation's questions in one batch, each
-                # view keeping its question's vector (research searches with it too); retrieve to deep_k with
-                # minimal pairs on (the router's top_k is a prefix of that ranking).
+                # Without generation, retrieval dominates: embed the questions in one batch (research reuses each
+                # vector); retrieve to deep_k (the router's top_k is a prefix of that ranking).
                 for q, vector in zip(todo, runtime.memory.summaries.embed([q.question for q in todo]), strict=True):
                     views[q.qid]._query = (q.question, vector)
                 retrieved = None if cfg.generate_answers else {
@@ -210,8 +207,8 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
 
 
 class AsOfReadings:
-    """Each question's `Reading` (its pages' turns and the cast: research is judged by what it read, names by who
-    speaks), one per point in the conversation a question is asked at, shared by the questions asked there."""
+    """Each question's `Reading`, one per point in the conversation a question is asked at, shared by the questions
+    asked there."""
 
     def __init__(self) -> None:
         self._by_cutoff: dict[int | None, Reading] = {}
@@ -237,8 +234,8 @@ _SHARED_LOCK = threading.RLock()  # a conversation's views share its SQLite conn
 
 def dataset_records(by_key: dict[tuple[str, str], dict[str, Any]], conversations: list[Conversation],
                     assignment: dict[str, str]) -> list[dict[str, Any]]:
-    """The records of `conversations`' questions in question order, each followed by its variants, with the split
-    the current spec assigns (it decides, even for resumed records). Every question must have a record."""
+    """The records in question order, each followed by its variants, with the split the current spec assigns (even
+    to resumed records)."""
     wanted = [(c.conv_id, q.qid) for c in conversations for q in c.questions]
     records = with_variants(by_key, wanted)
     for rec in records:
@@ -255,8 +252,7 @@ ASIDE_PREFIX = ".dataset-old-"  # the previous dataset/, between the two renames
 
 
 def recover_outputs(out: Path) -> None:
-    """Undo what a run killed inside the swap left: the previous dataset/ is put back if the new one never
-    arrived, and staging leftovers are deleted."""
+    """Undo what a run killed inside the swap left: put the old dataset/ back if no new one arrived, drop staging."""
     asides = sorted(out.glob(f"{ASIDE_PREFIX}*"))
     if not (out / "dataset").exists():
         for aside in asides:

@@ -1,5 +1,4 @@
-"""Sharded labeling: which shard a conversation belongs to (sha256 of its id mod n), where a shard's files live and
-the state (`shard.json`) it leaves (docs/labeling.md)."""
+"""Sharded labeling: a conversation's shard, a shard's directory and its state (docs/labeling.md)."""
 
 from __future__ import annotations
 
@@ -43,8 +42,8 @@ def shard_dir(output_dir: str | Path, index: int, count: int) -> Path:
 
 
 def found_shards(output_dir: str | Path) -> dict[tuple[int, int], Path]:
-    """(index, count) -> directory for every `<i>-of-<n>` under `<output_dir>/shards`. Raises DataError for an
-    entry that is not a shard directory (so a stray copy is never silently left out of a merge)."""
+    """(index, count) -> directory for every `<i>-of-<n>` under `<output_dir>/shards`; any other entry is a DataError
+    (a stray copy is never silently left out of a merge)."""
     root = Path(output_dir) / SHARDS_DIR
     found: dict[tuple[int, int], Path] = {}
     if not root.is_dir():

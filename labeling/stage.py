@@ -1,5 +1,4 @@
-"""`tiermem-router label`: the stage's entry point. One process runs labeling/run.py's `run`; `executor=ray` runs
-every shard of `shards=N` as a Ray task with that same code, then the merge (labeling/ray_executor.py)."""
+"""`tiermem-router label`: labeling/run.py's `run` here, or with `executor=ray` every shard as a Ray task."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Resumable record store: one JSON line per record, appended and fsynced before the next one starts; a torn line is
-cut off on reopening, and a retried error record replaces the older one."""
+"""Resumable record store: one fsynced JSON line per record; a torn line is cut off on reopening."""
 
 from __future__ import annotations
 
@@ -33,8 +32,8 @@ def _decode(data: bytes, path: Path) -> dict[Key, dict[str, Any]]:
 
 
 def read_records(path: str | Path) -> dict[Key, dict[str, Any]]:
-    """The committed records of a store, read as `RecordStore` reads them but without touching the file (a torn
-    last line is skipped, not cut off): for a reader of another run's store, such as label-merge."""
+    """The committed records of another run's store (label-merge), read without touching the file: a torn last
+    line is skipped, not cut off."""
     path = Path(path)
     if not path.is_file():
         return {}

@@ -32,8 +32,7 @@ def ask_teacher(llm: Any, question: str, summaries: Sequence[Any], max_tokens: i
 
 
 def recorded_teacher(decision: Any) -> TeacherOutput:
-    """A teacher decision recorded in a judgments file (made from the question and units alone, before the gold
-    answer was shown), in the shape of a live teacher's output: its thinking is the contract's reason."""
+    """A teacher decision recorded in a judgments file, shaped as a live teacher's output (thinking: the reason)."""
     from labeling.judgments.format import FORMAT
 
     text = contract.render_target(decision.action, decision.thinking)

@@ -1,5 +1,4 @@
-"""Per-unit targets: the evidence rule over a one-unit summary set, for each unit a question retrieved (deeper
-units for the train split only), read from `labeling.evidence.compute_signals` (docs/formats.md)."""
+"""Per-unit targets: the evidence rule over a one-unit summary set, per retrieved unit (docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ def unit_target(unit: Any, rank: int, q: Any, research_pages: Sequence[str], pag
 
 
 def with_judged_units(rec: dict[str, Any], judgments: Any) -> None:
-    """Each router unit's careful-reading verdict and span, where the record's judgment read that very unit (same
-    rank, same text digest); deeper units and unjudged records keep null (their lexical targets stand)."""
+    """Each router unit's careful-reading verdict and span, where the judgment read that very unit (rank, digest)."""
     if judgments is None or rec.get("s_ok_by") != "judgment":
         return
     judged, _ = judgments.match(rec["conv_id"], rec["qid"], rec["question"],
@@ -59,8 +57,7 @@ def with_judged_units(rec: dict[str, Any], judgments: Any) -> None:
 
 def unit_targets(rec: dict[str, Any], q: Any, ranked: Sequence[Any] | None, page_turns: Reading | dict[str, list[str]],
                  evidence: Any, fmt: str, deep_k: int | None) -> list[dict[str, Any]]:
-    """Targets for the record's router units (rank 1..k), then for `ranked`'s units below them up to deep_k.
-    `ranked`: the question's retrieval in rank order (None: the router units only)."""
+    """Targets for the router units, then `ranked`'s units below them up to deep_k (None: router units only)."""
     shown = list(rec["router_summaries"])
     out = [unit_target(u, i + 1, q, rec["research_pages"], page_turns, evidence, fmt) for i, u in enumerate(shown)]
     if ranked is None or deep_k is None or deep_k <= len(shown):
@@ -73,8 +70,7 @@ def unit_targets(rec: dict[str, Any], q: Any, ranked: Sequence[Any] | None, page
 
 
 def for_split(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Deeper units (rank > the record's router units) kept for the train split only; held-out records keep the
-    targets of what the router sees. Returns the records (changed in place)."""
+    """Deeper units' targets kept for the train split only; returns the records (changed in place)."""
     for rec in records:
         if rec["split"] != "train" and rec.get("unit_targets"):
             k = len(rec["router_summaries"])
@@ -115,9 +111,7 @@ def report_lines(stats: dict[str, Any] | None) -> list[str]:
 
 
 def check_unit_targets(targets: Any, where: str) -> None:
-    """Unit targets as training reads them, each failure a RecordError naming the record and field. Each target:
-    an object with the unit's text, an integer `rank` >= 1, `s_ok` true/false and `answer_recall` in [0, 1] or null
-    (no scorable gold token)."""
+    """Unit targets as training reads them (docs/formats.md), each failure a RecordError naming record and field."""
     summary_units({"unit_targets": targets}, where, "unit_targets")
     for j, u in enumerate(targets):
         at = f"{where}: field 'unit_targets[{j}]'"

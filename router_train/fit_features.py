@@ -1,5 +1,4 @@
-"""`tiermem-router fit-features`: fit the serve-time features router (a logistic regression on
-serving.signals) on the label split, or make a top1-score directory that calibration can store a threshold in."""
+"""`tiermem-router fit-features`: fit the features router, or make a top1-score directory calibrate can fill."""
 
 from __future__ import annotations
 
@@ -52,9 +51,8 @@ def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:
 
 
 def out_of_fold(cfg: FitFeaturesConfig) -> dict[str, Any] | None:
-    """oof_scores.json over cv_splits' natural records: each conversation scored by a model fitted on the other
-    conversations' labeled records (tiermem/runs/oof_scores.py). None, said why, when some fold would have no model
-    to fit (a split missing, or the other conversations hold one label only): calibrate then scores its split."""
+    """oof_scores.json: each cv_splits conversation scored by a model fitted on the others. None, said why, when a
+    fold has nothing to fit (a split missing, or one label only): calibrate then scores its split."""
     from labeling.dataset import load_split
     from tiermem.runs.oof_scores import loco, write_oof_scores
 

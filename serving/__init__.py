@@ -1,2 +1,1 @@
-"""Serving: the routers (routers/), the serve-time signals they share (signals.py), the HTTP endpoint (server.py),
-hub push/pull (hub.py) and the model card (model_card.py)."""
+"""Serving: the routers, their serve-time signals, the HTTP endpoint, hub push/pull and the model card."""

@@ -1,5 +1,4 @@
-"""POST /ask: the memory runtime served warm, the models loaded once per process and each conversation's tiers
-opened once; request and reply: docs/serving.md."""
+"""POST /ask: the memory runtime served warm, models and tiers opened once (docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -76,8 +75,7 @@ def validate_ask_request(body: Any, max_question_chars: int) -> AskRequest:
 
 
 class AskService:
-    """Open conversations (LRU), one shared embedder and token counter; the reader is the router's or the one
-    `ask.memory.reader` names, loaded on the first answer and kept."""
+    """Open conversations (LRU), one shared embedder and token counter, one reader loaded on first answer."""
 
     def __init__(self, cfg: AskServeConfig, router: Any, reader: Any = None) -> None:
         self.cfg, self.router = cfg, router
@@ -180,8 +178,8 @@ class AskService:
 
 
 def check_readers(cfg: AskServeConfig, router: Any) -> Any:
-    """The readers /ask answers with (`ask.memory.reader` with its floor, a unit-reader router's floor), loaded and
-    checked at start: a reader that would fail every /ask is a named error (exit 2), not an HTTP 500 per request."""
+    """The readers /ask answers with, checked at start: one that would fail every /ask is a named error (exit 2),
+    not a 500 per request."""
     from tiermem.memory.extractive import load_answer_reader, router_reader
     from tiermem.settings.errors import StoreError, UsageError
 

@@ -1,6 +1,5 @@
-"""`make push`: publish a router run directory to the Hugging Face Hub (an allowlist of files, digests checked, no
-path of this machine: docs/serving.md); `pull` fetches one back. The token is resolved by huggingface_hub itself;
-this module never reads, prints or writes it."""
+"""`make push`: publish a router run directory to the Hugging Face Hub (docs/serving.md); `pull` fetches one back.
+The token is huggingface_hub's; this module never reads, prints or writes it."""
 
 from __future__ import annotations
 
@@ -84,8 +83,7 @@ def required_files(meta: RunMeta) -> list[str]:
 
 
 def pushed_meta(run_dir: Path, meta: RunMeta) -> RunMeta:
-    """The metadata as uploaded (portable_meta), recording the sha256 of the adapter config as uploaded: the pulled
-    router proves the file it holds."""
+    """The metadata as uploaded, with the uploaded adapter config's sha256 (the pulled router proves its file)."""
     pushed = portable_meta(meta)
     if pushed.files and ADAPTER_CONFIG_FILE in pushed.files:
         digest = hashlib.sha256(_pushed_adapter_config(run_dir, meta)).hexdigest()
@@ -94,8 +92,7 @@ def pushed_meta(run_dir: Path, meta: RunMeta) -> RunMeta:
 
 
 def pushed_content(run_dir: Path, meta: RunMeta, name: str, card: str) -> bytes | str:
-    """A file as it is uploaded: the metadata, card and adapter config with no path of this machine (the run keeps
-    its own, which its loaders read); every other file as it is on disk."""
+    """A file as uploaded: the metadata, card and adapter config without local paths; any other file as on disk."""
     if name == RUN_META_FILE:
         return meta_json(pushed_meta(run_dir, meta)).encode()
     if name == CARD_FILE:
@@ -154,8 +151,8 @@ def _push(cfg: PushConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def pull(repo_id: str, revision: str | None = None, cache_dir: str | None = None, verify: bool = True) -> Path:
-    """Download a router repo through the hub cache; returns the local snapshot directory, its weights checked
-    against the digests its tiermem_router.json records (`verify=False`: the caller checks them itself)."""
+    """Download a router repo through the hub cache; the snapshot directory, its weights checked (unless `verify`
+    is False: the caller checks them)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 

@@ -1,5 +1,5 @@
-"""What a router looks like once it leaves this machine: the tiermem_router.json and adapter_config.json push
-uploads name no path of the machine that pushed them; the run directory keeps its own values."""
+"""What a router looks like once it leaves this machine: the uploaded metadata names no local path; the run
+directory keeps its own values."""
 
 from __future__ import annotations
 
@@ -42,9 +42,8 @@ def is_local_path(value: str) -> bool:
 
 
 def travelling_data_name(value: str) -> str:
-    """Training data by what it is, for a card that leaves this machine (never a local path): a hub dataset id as
-    is; a local label dataset by the conversations file its label run read (the config.yaml the label stage writes
-    beside `dataset/`), else by its own name."""
+    """Training data by what it is, never a local path: a hub dataset id as is; a local label dataset by the
+    conversations file its label run read (its config.yaml), else by its own name."""
     from labeling.config import label_run_config
 
     if value.startswith(PORTABLE_PREFIXES):
@@ -59,8 +58,8 @@ def travelling_data_name(value: str) -> str:
 
 
 def without_local_paths(values: dict[str, Any]) -> dict[str, Any]:
-    """A metadata table for a card that travels: the training data by what it is, the router a run continued from
-    by its run's name, the output directory left out (each a path on the machine that trained)."""
+    """A metadata table for a card that travels: data by what it is, the router continued from by name, no
+    output directory."""
     out = {k: v for k, v in values.items() if k != "output_dir"}
     for key in ("data", "dataset"):
         if isinstance(out.get(key), str):
@@ -80,8 +79,7 @@ def portable_model(spec: str) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """Every string of a JSON value with its local paths replaced: a whole-value path by its name, a path inside a
-    text by its last component."""
+    """Every string of a JSON value with its local paths replaced by their last component."""
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -96,8 +94,7 @@ NAMED_TABLES = ("data", "training", "calibration")
 
 
 def portable_meta(meta: RunMeta) -> RunMeta:
-    """The metadata a push uploads: the same router, with every path of this machine replaced by a name.
-    Idempotent."""
+    """The metadata a push uploads: every path of this machine replaced by a name. Idempotent."""
     data = asdict(meta)
     data.update(data.pop("extra"))
     files = data.pop("files")

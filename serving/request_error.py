@@ -1,5 +1,4 @@
-"""The HTTP API's one error: a status and a message naming what is wrong (serving.server answers it as JSON), and
-the checks every request body shares."""
+"""The HTTP API's one error (a status and a message naming what is wrong) and the checks every body shares."""
 
 from __future__ import annotations
 

@@ -58,8 +58,7 @@ class ServeConfig:
 def validate_route_request(body: Any, cfg: ServeConfig, top_k: int | None = None,
                            summary_fields: tuple[str, ...] = (), router_kind: str = "loaded",
                            ) -> tuple[str, list[dict[str, Any]], float | None]:
-    """Check a /route body; every failure names the field. `top_k`: the most summaries the router's training prompts
-    held; `summary_fields`: the optional summary fields the router cannot decide without."""
+    """Check a /route body; every failure names the field. `top_k`: the most summaries the router was trained on."""
     question = checked_question(body, ("question", "summaries", "threshold_prob", "threshold_logit"),
                                 "'question' and 'summaries'", cfg.max_question_chars)
     summaries = body.get("summaries")
@@ -117,8 +116,8 @@ def _is_int(value: Any) -> bool:
 
 
 class Lane:
-    """One model call at a time, at most `max_queue` requests running or waiting; waiting requests are run
-    together in the next batch (`batch_size`). Used by the server's /route lane (batched) and chat lane (1)."""
+    """One model call at a time, at most `max_queue` requests running or waiting; waiting ones run together in the
+    next batch (`batch_size`)."""
 
     def __init__(self, run_batch: Any, max_queue: int, batch_size: int, timeout_s: float) -> None:
         self.run_batch, self.max_queue, self.batch_size, self.timeout_s = run_batch, max_queue, batch_size, timeout_s
@@ -250,8 +249,7 @@ def _chat_generate(router: Any, body: dict[str, Any], prompt: str, max_tokens: i
 
 
 def _submit(lane: Lane, item: Any) -> Any:
-    """Run `item` in `lane`; its own failure becomes its own response (an internal one a 500 with an error id: the
-    traceback goes to the log, not the client)."""
+    """Run `item` in `lane`; its failure is its own response (internal: a 500 with an error id, traceback logged)."""
     try:
         return lane.submit(item)
     except RequestError:

@@ -1,5 +1,4 @@
-"""Serve-time signals of one (question, summaries) pair (`features`): retrieval scores, lexical overlap, question form,
-counts; read by the features router and the LM router's signal head, both a LogisticModel over `FEATURES`."""
+"""Serve-time signals of one (question, summaries) pair, read by the features router and LM signal heads."""
 
 from __future__ import annotations
 

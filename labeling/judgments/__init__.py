@@ -1,2 +1,1 @@
-"""Careful-reading judgments in one room: the file format and its reader (`format.py`), the live coverage judge that
-appends to such a file (`live.py`), and every router scored against them (`report.py`)."""
+"""Careful-reading judgments: the file format (`format.py`), the live coverage judge (`live.py`), reports."""

@@ -28,8 +28,7 @@ def text_digest(text: str) -> str:
 
 
 def units_digest(texts: Sequence[str]) -> str:
-    """The digest a judgment names its units by: of their texts as one JSON list (ASCII escapes, so any string,
-    a lone surrogate included, has one encoding)."""
+    """Digest of the texts as one JSON list (ASCII escapes: any string, a lone surrogate too, has one encoding)."""
     return hashlib.sha1(json.dumps(["tiermem-units", 2, *texts]).encode("ascii")).hexdigest()[:16]
 
 
@@ -206,8 +205,7 @@ class Judgments:
         return j, "matched"
 
     def lookup(self, question: str, unit_texts: Sequence[str]) -> Judgment | None:
-        """The judgment of this question over exactly these units, wherever it came from (a router's view: it
-        sees no conversation or question id)."""
+        """The judgment of this question over exactly these units (a router sees no conversation or question id)."""
         for digest in (units_digest(unit_texts), legacy_units_digest(unit_texts)):
             j = self.by_units.get((question, digest))
             if j is not None and j.reads(unit_texts):
@@ -216,8 +214,7 @@ class Judgments:
 
 
 def load_judgments(path: str | Path, allow_empty: bool = False) -> Judgments:
-    """The whole file, or a RecordError naming the file, the line and the field. `allow_empty`: a header alone is
-    a file (a live judge's cache before its first judgment)."""
+    """The whole file, checked; `allow_empty`: a header alone is a file (a live judge's cache before its first)."""
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"judgments file {path} not found (judgments: PATH, a tiermem-judgments .jsonl)")
@@ -226,7 +223,6 @@ def load_judgments(path: str | Path, allow_empty: bool = False) -> Judgments:
 
 
 def parse_judgments(path: str | Path, text: str, allow_empty: bool = False) -> Judgments:
-    """A judgments file's text, read as load_judgments reads the file."""
     lines = list(jsonl_records(text, path, RecordError))
     if not lines:
         raise RecordError(f"{path}: empty; line 1 must be the header {{\"format\": \"{FORMAT}\", \"version\": 1}}")

@@ -1,5 +1,5 @@
-"""The live coverage judge: a conservative LLM judge that writes careful-reading judgments for the questions a
-judgments file does not cover yet, appended to that file and read back through the same checks."""
+"""The live coverage judge: a conservative LLM judge that appends judgments for the questions a judgments file
+does not cover yet."""
 
 from __future__ import annotations
 
@@ -107,9 +107,8 @@ class CoverageJudge:
 
 
 class JudgmentsCache:
-    """The judgments file a live judge appends to: created whole when absent, appended to only when a live judge
-    created it, never through a link, each line fsynced; runs sharing it append under an exclusive lock after
-    reading what the others appended, so a question another run judged first is never appended twice."""
+    """The judgments file a live judge appends to (only one a live judge created; never through a link; fsynced).
+    Runs sharing it append under an exclusive lock after reading the others' lines: no question judged twice."""
 
     def __init__(self, path: str | Path) -> None:
         self.path, self.lock = Path(path), threading.Lock()

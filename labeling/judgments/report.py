@@ -1,5 +1,5 @@
-"""`eval judgments=PATH`: every router's decisions scored a second time, against careful-reading judgments (records
-whose units a judgment read; the others counted), by replaying the same decisions."""
+"""`eval judgments=PATH`: every router's decisions, replayed, scored a second time against careful-reading judgments
+(records whose units a judgment read; the others counted)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from labeling.rules import decide
 
 
 def judged_records(records: Sequence[dict[str, Any]], judgments: Judgments) -> tuple[list[dict[str, Any]], dict]:
-    """(the records a judgment covers, relabeled by it; how many matched, why the others did not, and how many
-    labels the judgments changed)."""
+    """(the records a judgment covers, relabeled by it; match counts, why the rest did not, labels changed)."""
     out, outcomes, changed = [], Counter(), 0
     for r in records:
         texts = [str(u.get("text", "")) for u in r.get("router_summaries") or []]
@@ -29,8 +28,8 @@ def judged_records(records: Sequence[dict[str, Any]], judgments: Judgments) -> t
 
 
 class ReplayedRouter:
-    """A router whose decisions are remembered by input: the second scoring replays them instead of asking again
-    (a remote router is not called twice, and an LM router's seconds are not spent twice)."""
+    """A router whose decisions are remembered by input: the second scoring replays them (no endpoint called twice,
+    no LM seconds spent twice)."""
 
     def __init__(self, router: Any) -> None:
         self._router, self._seen, self._again = router, {}, False
@@ -67,8 +66,7 @@ def judged_summary(report: dict[str, Any], coverage: dict[str, Any]) -> dict[str
 
 
 def subset_summary(report: dict[str, Any]) -> dict[str, Any]:
-    """What eval keeps of a second scoring of the same decisions (against the judgments, or on one domain's
-    records): per router its AUROC (with interval), ceiling and calibrated point, and the paired comparisons."""
+    """What eval keeps of a second scoring of the same decisions (against the judgments, or one domain's records)."""
     ceiling = (report.get("ceiling") or {}).get("routers") or {}
     rows = {}
     for key, entry in (report.get("ranking") or {}).items():

@@ -99,8 +99,8 @@ def _bucket(n: int | None) -> str:
 
 
 def agreement(records: Sequence[dict[str, Any]], verdicts: Verdicts, n_boot: int = 1000) -> dict[str, Any]:
-    """How the labels agree with the verdicts on the natural records whose units a verdict read: overall (with a
-    95% interval resampling conversations), per category and per number of details the label rule found needed."""
+    """How the labels agree with the verdicts on the natural records whose units a verdict read (95% interval
+    resampling conversations)."""
     natural = [r for r in records if not r.get("augmentation") and not r.get("error")]
     outcomes: Counter = Counter()
     rows = []
@@ -132,7 +132,6 @@ def agreement(records: Sequence[dict[str, Any]], verdicts: Verdicts, n_boot: int
 
 
 def agreement_lines(result: dict[str, Any] | None) -> list[str]:
-    """The label report's section."""
     if not result:
         return []
     a, m = result["agreement"], result["by_match"]

@@ -1,6 +1,5 @@
-"""The extractive answerer's floor: the reader logit under which `ask` says the memory does not state the answer.
-Youden's J over answerable vs unanswerable questions (calibrated by `answer-floor`, router_train.reader.chat_floor,
-and by reader-pretrain on its held-out articles); `answer_floor.json` is written here only."""
+"""The extractive answerer's floor: the reader logit under which `ask` says the memory does not state the answer
+(Youden's J over answerable vs unanswerable questions); `answer_floor.json` is written here only."""
 
 from __future__ import annotations
 
@@ -41,9 +40,8 @@ def calibrated_floor(best_logits: Sequence[float], answerable: Sequence[bool]) -
 
 
 def current_floor(reader_dir: str | Path) -> dict[str, Any] | None:
-    """The reader directory's `answer_floor.json` when `ask` would use it: read by the one floor reader
-    (tiermem.models.floors), its floor a finite number bound to these weights. None when absent; a stored floor
-    `ask` would refuse is said so and None (recalibrated, never reported as current)."""
+    """The reader directory's `answer_floor.json` when `ask` would use it (tiermem.models.floors); None when absent
+    or when `ask` would refuse it (said so: recalibrated, never reported as current)."""
     from tiermem.models.floors import ReaderFileError, floor_number, read_json_object, weights_sha256
 
     path = Path(reader_dir) / FLOOR_FILE
@@ -59,8 +57,7 @@ def current_floor(reader_dir: str | Path) -> dict[str, Any] | None:
 
 
 def write_floor(reader_dir: str | Path, floor: dict[str, Any]) -> dict[str, Any]:
-    """Write `floor` (its `floor` field the threshold) to `<reader_dir>/answer_floor.json`, bound to the sha256 of the
-    reader's weights (`reader_weights_sha256`): the one place a floor file is written."""
+    """Write `floor` to `<reader_dir>/answer_floor.json`, bound to the sha256 of the reader's weights."""
     from tiermem.models.floors import weights_sha256
     from tiermem.runs.safe_io import write_atomic
 

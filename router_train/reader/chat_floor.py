@@ -1,5 +1,4 @@
-"""The extractive answerer's floor calibrated on conversations (`tiermem-router answer-floor reader=DIR`): chat
-questions read as `ask` reads them, Molweni's unanswerable ones, Youden's J, bound to the reader's weights."""
+"""`tiermem-router answer-floor reader=DIR`: the extractive answerer's floor calibrated on conversations."""
 
 from __future__ import annotations
 
@@ -74,9 +73,7 @@ def _view(turn: Any, start: int, end: int) -> str:
 
 
 def molweni_items(path: str, n: int, seed: int) -> list[tuple[str, list[str], bool]]:
-    """(question, every sentence of its dialogue as `speaker: sentence`, False) for Molweni's unanswerable ones,
-    read by reader-pretrain's Molweni reader (router_train.reader.chat_reading.read_molweni: one reader of the
-    format)."""
+    """(question, every sentence of its dialogue as `speaker: sentence`, False) for Molweni's unanswerable ones."""
     from router_train.reader.chat_reading import read_molweni
     from router_train.reader.checks import check_reading_questions
     from tiermem.text.sentences import sentence_spans
@@ -106,9 +103,8 @@ def settings(cfg: ChatFloorConfig) -> dict[str, Any]:
 
 
 def calibrate_on_chats(cfg: ChatFloorConfig, reader: Any = None) -> dict[str, Any]:
-    """Score the chat questions with the reader in `cfg.reader` (or `reader`, already loaded) and write its floor.
-    The reader's run directory is claimed first: a directory that is not a reader-pretrain or unit-reader run is
-    refused before anything is read."""
+    """Score the chat questions with the reader in `cfg.reader` (or `reader`, already loaded) and write its floor;
+    a directory that is not a reader-pretrain or unit-reader run is refused before anything is read."""
     from tiermem.runs.rundir import updating_run
 
     with updating_run(cfg.reader, "answer-floor", kinds=("reader-pretrain", "unit-reader")):

@@ -1,5 +1,5 @@
-"""Chat reading data for the reader's pre-training (Molweni, FriendsQA), each in its published shape, as
-ReadingQuestions whose units are a dialogue's turns shown as `speaker: text`; a dialogue is held out whole."""
+"""Chat reading data for the reader's pre-training (Molweni, FriendsQA) as ReadingQuestions whose units are a
+dialogue's turns (`speaker: text`)."""
 
 from __future__ import annotations
 
@@ -67,8 +67,7 @@ def _molweni_spans(qa: dict, key: str, turns: tuple[str, tuple, list[int], list[
 
 
 def read_molweni(path: str | Path) -> list[MolweniDialogue]:
-    """Molweni MRC JSON -> its dialogues; the one reader of the format (reader-pretrain's chat data, answer-floor's
-    unanswerable questions). A malformed record names file, dialogue, question and field."""
+    """Molweni MRC JSON -> its dialogues (the format's one reader); a malformed record is named down to the field."""
     path = Path(path)
     data = _field(_read_json(path), "data", dict, str(path))
     out, ids = [], {}
@@ -178,8 +177,7 @@ def _friendsqa_paragraph(para: Any, article: str, where: str, ids: dict[str, str
 
 
 def load_friendsqa(path: str | Path) -> list[ReadingQuestion]:
-    """FriendsQA JSON -> questions, every paragraph of every scene; a scene title (what is held out whole) and a
-    question id are unique in the file."""
+    """FriendsQA JSON -> questions of every scene; scene titles (held out whole) and question ids are unique."""
     path = Path(path)
     out: list[ReadingQuestion] = []
     ids: dict[str, str] = {}
@@ -212,8 +210,7 @@ def check_source(source: str) -> tuple[str, str]:
 
 
 def check_sources(sources: list[str]) -> None:
-    """Each `kind:path` readable as a kind, and no file listed twice (it would double every question in training
-    and in the held-out set)."""
+    """Each `kind:path` readable; no file listed twice (it would double every question, held-out ones too)."""
     from tiermem.settings.errors import ConfigError
 
     seen: dict[Path, str] = {}
@@ -225,8 +222,7 @@ def check_sources(sources: list[str]) -> None:
 
 
 def load_chat_source(source: str) -> tuple[list[ReadingQuestion], str]:
-    """(questions, sha256 of the file) of one `kind:path` chat source, checked as SQuAD's questions are
-    (router_train.reader.checks: a question at all, every context a sentence, valid Unicode)."""
+    """(questions, sha256 of the file) of one `kind:path` chat source, checked as SQuAD's are (reader.checks)."""
     import hashlib
 
     from router_train.reader.checks import check_reading_questions

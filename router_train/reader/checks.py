@@ -1,5 +1,4 @@
-"""What reading data must be for a reader-pretrain run to finish, checked when it is loaded or split: each problem a
-DataError (exit 3) naming the file, article and question."""
+"""Reading data checks for reader-pretrain: each problem a DataError (exit 3) naming file, article and question."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ def check_reading_questions(questions: Sequence[Any], source: str) -> None:
 
 
 def check_heldout(held: Sequence[Any], titles: Sequence[str], source: str) -> None:
-    """The held-out articles hold answerable and unanswerable questions (their AUROC and the answer floor need
-    both), named before any training."""
+    """The held-out articles hold answerable and unanswerable questions (AUROC and the floor need both)."""
     answerable = sum(bool(q.answerable) for q in held)
     if not held or answerable in (0, len(held)):
         raise DataError(f"reading data {source}: the held-out article(s) {list(titles)} have {answerable} answerable "
@@ -63,8 +61,7 @@ def hub_answers(row: Any, where: str) -> list[dict[str, Any]]:
 
 
 def check_loss(loss: float, label: str, epoch: int, step: int, learning_rate: float) -> None:
-    """A training loss that is no longer a finite number: the run diverged, named as it happens (before, the run
-    went on and failed at the held-out AUROC with "scores contain NaN")."""
+    """A loss that is no longer finite: the run diverged, named as it happens (not later as "scores contain NaN")."""
     if not math.isfinite(loss):
         raise RunError(f"{label}: the training diverged at epoch {epoch} step {step} (loss {loss}); lower "
                        f"learning_rate (was {learning_rate:g}) and rerun")

@@ -1,6 +1,5 @@
-"""Fine-tuning a cross-encoder reader on (question, text, target[, span]) pairs: every layer (`fit_reader`, reading
-pre-training), or the top layers over a `FrozenBottom` computed once (`train_epochs`, the unit reader's CV folds).
-Batches come from length buckets: on CPU a step is padding-bound (docs/DESIGN.md, "Notes by module")."""
+"""Fine-tuning a cross-encoder reader: every layer (`fit_reader`), or the top layers over a `FrozenBottom`
+(`train_epochs`). Batches come from length buckets: on CPU a step is padding-bound (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def fit_reader(reader: Any, pairs: Sequence[Sequence[Any]], *, epochs: int, lear
                weight_decay: float, batch_size: int, warmup_share: float, seed: int, max_length: int,
                log_every: int = 0, label: str = "reader", after_epoch: Callable[[int], None] | None = None,
                span_weight: float = 1.0) -> list[float]:
-    """Train every parameter of `reader.model` (and its span head) on (question, text, target[, span]) pairs;
-    returns the mean loss per epoch. A loss that is not finite stops the run where it happens."""
+    """Train every parameter of the reader (and its span head); the mean loss per epoch. A non-finite loss stops it."""
     import torch
 
     if not pairs:
@@ -138,10 +136,8 @@ def fit_reader(reader: Any, pairs: Sequence[Sequence[Any]], *, epochs: int, lear
 
 
 class FrozenBottom:
-    """The encoder's embeddings and bottom layers, frozen: their output per (question, unit text) pair is computed
-    once (no grad) and reused by every epoch and every fold (each fold starts from the same pretrained weights), so a
-    step runs only the top `trainable_layers`, the pooler and the classifier. Serving runs the whole encoder with
-    the same weights, so the scores are the same function."""
+    """The encoder's frozen bottom: its output per pair is computed once and reused by every epoch and fold, so a
+    step runs only the top `trainable_layers`, pooler and classifier. Serving runs the whole encoder: same function."""
 
     def __init__(self, reader: Any, trainable_layers: int) -> None:
         import torch
@@ -185,8 +181,8 @@ class FrozenBottom:
                     self.states[k], self.text_masks[k] = row[:n].clone(), text[r, :n].clone()
 
     def scores(self, reader: Any, keys: Sequence[tuple[str, str]]) -> tuple[Any, Any, Any, Any]:
-        """(classifier logits, start logits, end logits, text mask) over the cached bottom states (with grad); the
-        span parts None when the reader has no span head."""
+        """(classifier, start, end logits, text mask) over the cached bottom states (with grad); spans None without a
+        span head."""
         torch = self.torch
         rows = [self.states[k] for k in keys]
         width = max(len(r) for r in rows)

@@ -1,5 +1,4 @@
-"""reader-pretrain's cache entries, `$TIERMEM_CACHE/readers/<key>` (`cache_key`: data, base weights, settings): a hit
-only for an entry that proves itself, a bad entry rebuilt, a lost race settled by taking the winner's entry."""
+"""reader-pretrain's cache entries (`$TIERMEM_CACHE/readers/<key>`): a hit only for an entry that proves itself."""
 
 from __future__ import annotations
 
@@ -64,8 +63,8 @@ def weights_digest(model_dir: Path) -> str:
 
 
 def cache_key(cfg: Any, data_sha256: str, base_digest: str) -> str:
-    """The entry's name: a digest of the format version, the data's sha256, the base's weights and every setting of
-    `cfg` (the reader-pretrain config) that can change a weight."""
+    """The entry's name: a digest of the format version, data, base weights and every setting that can change a
+    weight."""
     settings = {k: v for k, v in asdict(cfg).items() if k not in _NOT_IN_KEY}
     blob = json.dumps({"version": FORMAT_VERSION, "data_sha256": data_sha256, "base_weights_sha256": base_digest,
                        "settings": settings}, sort_keys=True)

@@ -1,5 +1,5 @@
-"""What a reader-pretrain checkpoint holds out and reports of it: whole articles of SQuAD and whole dialogues of
-each chat source are kept out of training, and the trained reader's answerability on them is measured per source."""
+"""What a reader-pretrain checkpoint holds out (whole SQuAD articles, whole chat dialogues) and its answerability
+on them per source."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 
 
 def split_sources(cfg: Any, questions: list) -> tuple[list, list, dict[str, list[str]]]:
-    """(train, held out, held-out titles per source): whole articles of SQuAD, whole dialogues of each chat, as many
-    as `cfg` (the reader-pretrain config) says, chosen by its seed."""
+    """(train, held out, held-out titles per source), as many as the reader-pretrain `cfg` says, seeded."""
     from router_train.reader.reading_data import heldout_split
     from tiermem.settings.errors import DataError
 
@@ -31,11 +30,9 @@ def _safe_auroc(scores: list[float], labels: list[bool]) -> float | None:
 
 
 def heldout_metrics(reader: Any, questions: list) -> dict[str, Any]:
-    """Answerability on held-out articles and dialogues, per source: per pair (the training pairs' construction),
-    per question (the best unit's score, every unit scored; answerable = positive; a source whose questions are
-    all answerable has none), and gold unit vs the same unit with its answer cut out (the attribute gone) — each
-    for the classifier and, with a span head, the span margin. SQuAD's best-sentence logits also calibrate the
-    extractive answerer's floor (router_train.reader.answer_floor)."""
+    """Held-out answerability per source: per pair, per question (best unit's score; none for an all-answerable
+    source), and gold unit vs the same unit with its answer cut out; for the classifier and, with a span head, the
+    span margin. SQuAD's best-sentence logits also calibrate the extractive answerer's floor."""
     from router_train.reader.answer_floor import calibrated_floor
     from router_train.reader.checks import check_scores
     from router_train.reader.reading_data import question_pairs

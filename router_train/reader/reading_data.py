@@ -26,10 +26,9 @@ _STOP = frozenset(
 
 @dataclass(frozen=True)
 class ReadingQuestion:
-    """One question with its passage; `answers` are gold (start, text) spans into `context`, empty when
-    unanswerable. `units` are the (start, end) character spans the reader sees one at a time: a chat's turns
-    (`speaker: text`), or empty for a paragraph's sentences. `article` is what is held out whole (an article, a
-    dialogue); `plausible` spans are what an unanswerable question was written to look answered by."""
+    """One question with its passage. `units`: the (start, end) spans the reader sees one at a time (a chat's turns;
+    empty: a paragraph's sentences); `article`: what is held out whole; `plausible`: spans an unanswerable question
+    was written to look answered by."""
 
     article: str
     qid: str
@@ -154,11 +153,9 @@ def erase(text: str, spans: Sequence[tuple[int, int]]) -> str | None:
 
 def question_pairs(q: ReadingQuestion, negatives: int, unanswerable_units: int = 0, erased: bool = False
                    ) -> list[Pair]:
-    """(question, unit, target, span) pairs of one question. Answerable: every unit holding a gold span (target 1,
-    the first gold span inside it as the span target), its `negatives` units sharing the most content words with the
-    question (target 0, no answer), and with `erased` each gold unit with its spans cut out (target 0: the event
-    named, the attribute gone). Unanswerable: every unit (0 = all) or the `unanswerable_units` sharing the most
-    words, the unit of a plausible answer first (written to look answered)."""
+    """(question, unit, target, span) pairs. Answerable: every gold unit (target 1), the `negatives` units sharing
+    most content words (target 0), with `erased` each gold unit with its spans cut out (target 0). Unanswerable: the
+    `unanswerable_units` sharing most words (0 = all), a plausible answer's unit first (written to look answered)."""
     spans = q.unit_spans()
     words = content_words(q.question)
 

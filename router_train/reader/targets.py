@@ -1,5 +1,4 @@
-"""The unit reader's training pairs: each retrieved unit with its lexical target, the label rule's own measure of
-the unit alone (its answer recall, a soft BCE target)."""
+"""The unit reader's training pairs: each unit with its lexical target (its answer recall, a soft BCE target)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ def unit_target(u: dict[str, Any]) -> float | None:
 
 
 def pairs(records: Sequence[dict[str, Any]], deep_negatives: int, deep_positives: int | None = None) -> list[Pair]:
-    """The reader's training pairs: router units, the `deep_positives` deeper positives with the highest targets
-    (all when None) and the `deep_negatives` highest-ranked deeper negatives of each record."""
+    """Router units, the `deep_positives` deeper positives with the highest targets (None: all) and the
+    `deep_negatives` highest-ranked deeper negatives of each record."""
     out: list[Pair] = []
     for r in records:
         k, negatives, positives = len(r["router_summaries"]), [], []

@@ -1,6 +1,5 @@
-"""The unit reader's model selection: cross-validation over the train + validation conversations (fold_groups);
-per fold a reader fine-tuned on the other folds, per grid point a head fitted on the other conversations; the best
-mean AUROC wins (fold spread reported, beside the signals-only head's). The test split is never read."""
+"""The unit reader's model selection: CV over the train + validation conversations, a reader per fold, a head per
+grid point fitted on the other conversations; the best mean AUROC wins. The test split is never read."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ def loco_scores(rows: list[dict[str, Any]], x: np.ndarray, text_weight: float, l
 
 
 def summary(per_conv: dict[str, float | None], domains: dict[str, str] | None = None) -> dict[str, Any]:
-    """The folds' AUROCs: mean, spread, each conversation's; with `domains` (conv -> domain) of more than one
-    domain, also each domain's mean and the worst of them (`worst_domain`, what `choose` ranks by)."""
+    """The folds' AUROCs; over several `domains`, also each domain's mean and the worst (what `choose` ranks by)."""
     vals = [v for v in per_conv.values() if v is not None]
     out = {"mean": round(float(np.mean(vals)), 4) if vals else None,
            "min": round(min(vals), 4) if vals else None, "max": round(max(vals), 4) if vals else None,
@@ -69,10 +67,8 @@ def summary(per_conv: dict[str, float | None], domains: dict[str, str] | None = 
 
 
 def fold_groups(records: list[dict[str, Any]], train_convs: set[str], n_folds: int) -> list[list[str]]:
-    """The reader's CV folds, each a list of held-out conversations. n_folds 0: one per conversation. Else the
-    conversations outside `train_convs` (validation) are one fold, whose reader trained on exactly the train split
-    and so is the final reader; the train conversations are dealt into the other n_folds - 1, domain after domain,
-    so every fold holds each domain where it can."""
+    """The reader's CV folds of held-out conversations. n_folds 0: one per conversation. Else validation is one
+    fold (its reader is the final one) and the train conversations are dealt into n_folds - 1, domain by domain."""
     convs = sorted({str(r["conv_id"]) for r in records})
     if n_folds == 0 or n_folds >= len(convs):
         return [[c] for c in convs]
@@ -87,10 +83,8 @@ def fold_groups(records: list[dict[str, Any]], train_convs: set[str], n_folds: i
 
 def cross_validate(cfg: Any, records: list[dict[str, Any]], train_convs: set[str]
                    ) -> tuple[dict, dict, dict]:
-    """(out-of-fold unit logits: (layers, epochs, targets) -> (conv, qid) -> logits, the CV table, (layers, epochs,
-    targets) -> the reader weights of the fold trained on exactly `train_convs`, if there is one). Records: the
-    natural ones of cv_splits. Layers 0 is the base as it is (zero-shot: the same logits in every fold, nothing
-    fitted on them; its targets "none", a fine-tuned reader's "lexical")."""
+    """(out-of-fold unit logits per (layers, epochs, targets), the CV table, the weights of the fold trained on
+    exactly `train_convs`). Layers 0 is the base as it is: zero-shot, the same logits in every fold."""
     import copy
 
     convs = sorted({str(r["conv_id"]) for r in records})
@@ -168,8 +162,7 @@ def point_key(g: dict[str, Any]) -> tuple[int, int, str]:
 
 def choose(table: dict[str, Any]) -> dict[str, Any]:
     """Best mean LOCO AUROC, or over several domains the best worst-domain mean (a setting must hold on every
-    domain); ties go to the better mean, fewer layers fine-tuned, fewer epochs, the smaller text weight, then the
-    grid's order."""
+    domain); ties: better mean, fewer layers, fewer epochs, smaller text weight, then grid order."""
     scored = [g for g in table["grid"] if g["mean"] is not None]
     if not scored:
         raise DataError("cross-validation: no fold had both labels; cannot choose")

@@ -1,6 +1,5 @@
-"""The unit reader's final fit at the settings CV chose (`point`: a grid point of the CV table): the final reader,
-its head on out-of-fold unit logits (docs/DESIGN.md, "Notes by module"), the base reader's own best head beside it,
-and every CV question's out-of-fold router score for calibrate."""
+"""The unit reader's final fit at the settings CV chose: the reader, its head on out-of-fold unit logits, the base
+reader's own best head beside it, and the out-of-fold router scores for calibrate."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def final_head(cfg: Any, rows: list[Record], oof: dict, point: dict[str, Any]) -
 
 
 def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dict) -> dict[str, Any]:
-    """The base reader's own best head, for the run's `extra` (`zero_shot`, `zero_shot_head`: its file written by
-    UnitReaderRouter.save), when CV chose a fine-tuned reader; {} otherwise."""
+    """The base reader's own best head for the run's `extra` when CV chose a fine-tuned reader; else {}."""
     zero_shot = [g for g in table["grid"] if g["finetune_layers"] == 0 and g["mean"] is not None]
     if not zero_shot:
         return {}
@@ -62,9 +60,8 @@ def zero_shot_head(cfg: Any, table: dict[str, Any], rows: list[Record], oof: dic
 
 
 def out_of_fold_scores(cfg: Any, records: list[Record], oof: dict, best: dict[str, Any]) -> dict[str, Any]:
-    """The chosen settings' out-of-fold router scores over every CV record (each conversation scored by a head
-    fitted on the other conversations' labeled records, from their out-of-fold unit logits), written for calibrate
-    (tiermem/runs/oof_scores.py); returns what the run's metadata keeps of them."""
+    """Out-of-fold router scores over every CV record (each conversation scored by a head fitted on the others),
+    written for calibrate; returns what the run's metadata keeps of them."""
     from tiermem.runs.oof_scores import loco, write_oof_scores
 
     logits = [oof[point_key(best)][question_key(r)] for r in records]

@@ -1,6 +1,5 @@
-"""The unit reader's head as the router scores it: the stage reaches the router's scoring
-(serving/routers/unit_reader.py) through this module, so CV, the final head and the out-of-fold scores are computed
-as the router serves."""
+"""The unit reader's head as the router scores it: the stage reaches serving/routers/unit_reader.py through here, so
+CV, the final head and the out-of-fold scores are computed as the router serves."""
 
 from __future__ import annotations
 

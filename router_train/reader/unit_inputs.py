@@ -1,6 +1,5 @@
-"""What the unit reader trains on and from: each split's natural question records (every field training reads
-checked first, each conversation in one split only), a fresh copy of the base reader, and what the base's reading
-pre-training was."""
+"""What the unit reader trains on and from: each split's natural records, a fresh copy of the base reader, and
+what the base's reading pre-training was."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from tiermem.settings.errors import DataError
 
 
 def natural_records(data: str, split: str) -> list[dict[str, Any]]:
-    """The split's natural question records, every field training reads checked first (the shared label-record
-    reader and field checks: RecordError naming file or record and field), so a bad record stops the stage before
+    """The split's natural records, every field training reads checked first: a bad record stops the stage before
     any training, never after the whole cross-validation."""
     from labeling.dataset import action_label, load_split, record_key, summary_units, text
     from labeling.unit_targets import check_unit_targets
@@ -46,8 +44,7 @@ def check_disjoint(data: str, by_split: dict[str, list[dict[str, Any]]]) -> None
 
 
 def load_splits(cfg: Any) -> dict[str, list[dict[str, Any]]]:
-    """split -> its natural records, for every split the stage reads (`cfg`: the unit reader's config; its
-    cv_splits, then its eval_splits), each conversation in one split only."""
+    """split -> its natural records for the cv_splits and eval_splits, each conversation in one split only."""
     by_split = {s: natural_records(cfg.data, s) for s in dict.fromkeys([*cfg.cv_splits, *cfg.eval_splits])}
     check_disjoint(cfg.data, by_split)
     return by_split

@@ -1,6 +1,5 @@
-"""`tiermem-router unit-reader`: train the unit reader router (serving/routers/unit_reader.py): per-unit pairs, model
-selection by cross-validation over conversations, the final reader and head, metrics through the serving scorer
-(docs/DESIGN.md, "The unit reader")."""
+"""`tiermem-router unit-reader`: train the unit reader router (serving/routers/unit_reader.py; docs/DESIGN.md, "The
+unit reader"): CV over conversations, the final reader and head, metrics through the serving scorer."""
 
 from __future__ import annotations
 

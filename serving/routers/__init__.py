@@ -1,5 +1,4 @@
-"""Routers: the interface (base.py), the kinds (registry.py, one module each) and the one way to build one
-(spec.py: `build(RouterSpec)`, or `Router.from_pretrained(path)`)."""
+"""Routers: the interface (base.py), the kinds (registry.py) and the one way to build one (spec.py)."""
 
 from serving.routers.base import Decision, Router, ScoreRouter, decide
 from serving.routers.spec import RouterSpec, as_router_spec, build

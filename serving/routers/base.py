@@ -73,8 +73,7 @@ def calibrated_threshold_logit(meta: RunMeta | None) -> float | None:
 
 
 def open_run_dir(run_dir: str | Path, where: str | None = None) -> RunMeta:
-    """What every loader does before it opens a router's files: tiermem_router.json read with every field
-    checked, the contract version and prompt limits it was trained under, and each weight file's sha256."""
+    """Before any loader opens a router's files: tiermem_router.json checked (contract, prompt limits, digests)."""
     run_dir = Path(run_dir)
     meta = read_run_meta(run_dir)
     where = where or f"router {run_dir}"
@@ -98,8 +97,8 @@ class Router(ABC):
     @classmethod
     @abstractmethod
     def from_spec(cls, spec: Any, trunk_cache: dict[str, Any] | None = None) -> Router:
-        """Build this kind from a serving.routers.spec.RouterSpec. `trunk_cache`: a dict that LM routers of one
-        base, built for one offline stage, share their frozen trunk's states in (None: nothing shared)."""
+        """Build this kind from a RouterSpec. `trunk_cache`: where LM routers of one base in one offline stage share
+        their frozen trunk's states."""
 
     @classmethod
     def check_spec(cls, spec: Any) -> None:
@@ -109,8 +108,7 @@ class Router(ABC):
     @classmethod
     def from_pretrained(cls, path_or_hub_id: str | Path, trunk_cache: dict[str, Any] | None = None,
                         **options: Any) -> Router:
-        """A saved router: `build(RouterSpec(path=..., **options))`. On Router itself the kind is what the
-        directory's tiermem_router.json names; on a subclass it must be that subclass's kind."""
+        """`build(RouterSpec(path=..., **options))`; on a subclass the directory must hold that subclass's kind."""
         import dataclasses
 
         from serving.routers.spec import RouterSpec, build
@@ -134,8 +132,7 @@ class Router(ABC):
         return check_threshold_logit(self.threshold_logit if override is None else override)
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        """Log-odds of ESCALATE per question (what calibration and sweeps order by); routers that only emit parsed
-        decisions (fixed, teacher) have none: a usage error."""
+        """Log-odds of ESCALATE per question; routers that only emit parsed decisions have none (usage error)."""
         raise UsageError(f"router kind {self.kind!r} gives no score (log-odds of ESCALATE), so it has no threshold "
                          "to calibrate or sweep; use an LM, features or top1-score router")
 

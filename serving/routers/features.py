@@ -1,6 +1,5 @@
-"""A logistic regression on serve-time signals (serving.signals: retrieval scores, lexical overlap, question
-form, ...): what a CPU user may prefer to an LM. Its score is the model's log-odds of ESCALATE. Fitting it is
-training: router_train/fit_features.py (`tiermem-router fit-features`)."""
+"""A logistic regression on serve-time signals (serving.signals): what a CPU user may prefer to an LM. Fitted by
+router_train/fit_features.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The router kinds: the only list of them ("module:Class", imported when a kind is built). Adding a kind is one
-module with a Router subclass plus one line here."""
+"""The only list of router kinds ("module:Class", imported when built): a new kind is a module plus one line here."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A router served by an OpenAI-compatible endpoint, selected by model name, e.g.
-`vllm serve BASE --enable-lora --lora-modules router=RUN_DIR` with model="router"."""
+"""A router behind an OpenAI-compatible endpoint (`vllm serve BASE --enable-lora --lora-modules router=RUN_DIR`)."""
 
 from __future__ import annotations
 
@@ -34,9 +33,8 @@ from tiermem.settings.errors import RouterLoadError, UsageError
 
 
 class RemoteRouter(Router):
-    """It reads the action tokens' log-probs when the server returns them; a server without log-probs is asked for a
-    constrained choice between the two contract prefixes; a server that ignores the constraint (its output is not one
-    of the choices) falls back to parsing the generated JSON."""
+    """Reads the action tokens' log-probs; else asks for a constrained choice between the two contract prefixes;
+    else (the constraint ignored) parses the generated JSON."""
 
     kind = "remote"
     spec_fields = ("base_url", "model", "api_key_env", "max_tokens", "signal_head")
@@ -85,8 +83,8 @@ class RemoteRouter(Router):
                    signal_head=head, text_weight=text_weight, action_pieces=pieces)
 
     def _p_from_logprobs(self, content: Any) -> float | None:
-        """Walk the generated tokens up to OUTPUT_PREFIX; read both actions' first tokens among the top log-probs.
-        Returns the log-odds margin of ESCALATE over ANSWER (None when they are not both among the top)."""
+        """Log-odds of ESCALATE over ANSWER from both actions' first tokens among the top log-probs after OUTPUT_PREFIX
+        (None when they are not both among the top)."""
         if not content:
             return None
         text = ""

@@ -1,5 +1,4 @@
-"""A router run's directory: the metadata of a router without a language model (features, top1-score), and the one
-writer every router run ends with (the LM routers' too), then the directory read back."""
+"""A router run's directory: the writer every router run ends with, and a score router's directory read back."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ def score_run_meta(kind: str, data: dict[str, Any], metrics: dict[str, Any], ext
 
 
 def write_router_run(run_dir: str | Path, meta: RunMeta) -> Path:
-    """Every router run's last write (the LM routers' too): the card, then the metadata with the digest of every
-    file in the directory, written last since it marks a finished run."""
+    """The card, then the metadata with every file's digest, written last since it marks a finished run."""
     from serving.model_card import save_with_card
 
     run_dir = Path(run_dir)

@@ -1,5 +1,4 @@
-"""`RouterSpec`, what every stage that uses a router (eval, calibrate, serve, bench, ask) reads from its config,
-and `build(spec)`, the one way to get a router (`Router.from_pretrained(path)` is its thin alias)."""
+"""`RouterSpec`, the `router:` config of every stage, and `build(spec)`, the one way to get a router."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def as_router_spec(value: RouterSpec | str) -> RouterSpec:
 
 
 def router_kind_of(path_or_hub_id: str | Path, revision: str | None = None) -> str:
-    """The router kind a run directory or hub repo holds (its tiermem_router.json's router_kind); anything else is
-    left to the LM router's loader, which names what is wrong with it."""
+    """The router_kind a run directory or hub repo holds; else the LM router's loader names what is wrong."""
     path = Path(path_or_hub_id).expanduser()
     if path.is_dir():
         return read_run_meta(path).router_kind
@@ -92,8 +90,7 @@ def resolved_kind(spec: RouterSpec) -> str:
 
 
 def pulled(spec: RouterSpec, kind: str) -> RouterSpec:
-    """A score router named by hub id, loaded from its pulled snapshot as from a run directory; an LM router's
-    loader pulls for itself (it needs the revision for the base's cache)."""
+    """A score router named by hub id, read from its pulled snapshot (an LM router's loader pulls for itself)."""
     if kind == "local" or not spec.path or Path(spec.path).expanduser().exists() or not is_hub_id(spec.path):
         return spec
     if not hasattr(router_class(kind), "load"):  # a kind that reads no directory (always-*, remote, teacher)
@@ -105,8 +102,7 @@ def pulled(spec: RouterSpec, kind: str) -> RouterSpec:
 
 
 def build(spec: RouterSpec | str, trunk_cache: dict[str, Any] | None = None) -> Any:
-    """The router a spec names. A spec that sets a field its kind does not read is refused (a typo or a
-    misplaced option must not be ignored), naming the fields that kind takes."""
+    """The router a spec names; a field its kind does not read is refused (a typo must not be ignored)."""
     spec = as_router_spec(spec)
     kind = resolved_kind(spec)
     spec = pulled(spec, kind)

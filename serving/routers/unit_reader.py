@@ -1,6 +1,5 @@
-"""The unit reader router: a cross-encoder scores each retrieved unit against the question, the unit scores are
-pooled, and a logistic head joins them with the serve-time signals into one log-odds of ESCALATE (docs/DESIGN.md).
-One scorer: the stage's metrics, calibrate, eval and serve all call `scored`."""
+"""The unit reader router: cross-encoder unit scores, pooled, joined with the serve-time signals by a logistic head
+(docs/DESIGN.md). One scorer: the stage's metrics, calibrate, eval and serve all call `scored`."""
 
 from __future__ import annotations
 
@@ -72,8 +71,7 @@ def text_features(pooling: str, text_scores: str = "classifier") -> tuple[str, .
 
 def unit_logits(reader: CrossEncoder, questions: Sequence[str], summaries: Sequence[Summaries]
                 ) -> list[list[tuple[float, ...]]]:
-    """Every question's unit scores, (classifier logit,) or (classifier logit, span margin) per unit, all pairs of a
-    call scored in shared batches (one forward pass gives both)."""
+    """Every question's unit scores, (classifier logit[, span margin]) per unit, all pairs in shared batches."""
     return unit_reading(reader, questions, summaries)[0]
 
 
@@ -154,8 +152,7 @@ class UnitReaderRouter(ScoreRouter):
         return self.scored_reading(questions, summaries)[:3]
 
     def scored_reading(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> tuple[Any, Any, Any, Any]:
-        """`scored`, and the tokens the reader read per question (none with text weight 0). Lengths are checked by
-        the public entry points (`score`, `route_batch`)."""
+        """`scored`, and the tokens read per question (none at text weight 0); `score`/`route_batch` check lengths."""
         if not len(questions):
             return [], [], [], []
         logits, tokens = (unit_reading(self.reader, questions, summaries) if self.text_weight
@@ -172,9 +169,8 @@ class UnitReaderRouter(ScoreRouter):
         return self.scored(questions, summaries)[0]
 
     def reading_parts(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> dict[str, np.ndarray]:
-        """Per question: the score (`full`), the reader's text part at weight 1 (`text_alone`: the reader runs even
-        at text weight 0, so what it reads shows) and the score without the text part (`without_text`), for eval's
-        "what reading adds"."""
+        """Eval's "what reading adds": `full` score, `text_alone` (the text part at weight 1: the reader runs even at
+        text weight 0) and `without_text`."""
         check_lengths(questions, summaries)
         x = head_matrix(questions, summaries, unit_logits(self.reader, questions, summaries), self.pooling,
                         self.text_scores)
@@ -182,8 +178,7 @@ class UnitReaderRouter(ScoreRouter):
         return {"full": full, "text_alone": text, "without_text": full - self.text_weight * text}
 
     def zero_shot(self) -> UnitReaderRouter | None:
-        """This run's zero-shot variant (its base reader, as pre-trained, with the head fitted beside it,
-        signal_head_zero_shot.json), when the run kept one and the base is still where the run found it."""
+        """The run's zero-shot variant (base reader, signal_head_zero_shot.json) when kept and the base still found."""
         from tiermem.models.specs import ModelSpecError, resolve_model
 
         extra = getattr(getattr(self, "meta", None), "extra", None) or {}
@@ -200,8 +195,7 @@ class UnitReaderRouter(ScoreRouter):
 
     def save(self, run_dir: str | Path, data: dict[str, Any], metrics: dict[str, Any],
              extra: dict[str, Any]) -> Path:
-        """Reader weights (model.safetensors, config, tokenizer), the head (signal_head.json), then the metadata
-        with every weight file's digest."""
+        """Reader weights, the head (signal_head.json), then the metadata with every weight file's digest."""
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         self.reader.save(run_dir)
