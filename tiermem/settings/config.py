@@ -63,8 +63,7 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 
 
 def config_path(path: str | Path) -> Path:
-    """A config file as named: relative to the working directory, else relative to the checkout the package runs
-    from (its `configs/`), so a stage's default config and the demo's step configs load from any directory."""
+    """A config file as named, relative to the working directory, else to the checkout (so it loads from anywhere)."""
     path = Path(path).expanduser()
     if path.is_absolute() or path.exists():
         return path
@@ -88,9 +87,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def require_finite(value: Any, where: str) -> Any:
-    """`value`, refused when it is or holds (in a list or mapping) a NaN or an infinity: `nan < 0` is False, so
-    a range check in a __post_init__ lets it through and it fails deep inside training. Every config value read
-    from a file or an override passes here (_check_scalar), the `trainer:` mappings handed to TRL included."""
+    """`value`, refused when it is or holds a NaN or an infinity: `nan < 0` is False, so a range check lets it through
+    to fail deep inside training. Every value from a file or an override passes here, `trainer:` mappings included."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{where}: must be a finite number, got {value!r}")
     if isinstance(value, (list, tuple)):
@@ -114,9 +112,8 @@ def choices_of(tp: Any) -> tuple[Any, ...] | None:
 
 
 def check_declared(obj: Any, prefix: str = "") -> None:
-    """Every field of dataclass `obj` within its declared range and among its declared choices (None passes where the
-    type allows it): ConfigError naming the key (`prefix` + name). Called from __post_init__, so a config built in
-    Python is checked as one read from YAML or overrides."""
+    """Every field of dataclass `obj` in its declared range and choices (None where the type allows it), else
+    ConfigError naming `prefix` + name. Called from __post_init__, so a config built in Python is checked too."""
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value, key = getattr(obj, f.name), f"{prefix}{f.name}"
@@ -207,8 +204,7 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 
 def _key_type(cls: type | None, parts: list[str]) -> Any:
-    """The declared type of the dotted config key `parts` in dataclass `cls`; None when it is not one (a key
-    inside a free mapping such as `trainer:`, an unknown key: from_dict names the latter)."""
+    """The declared type of dotted key `parts` in `cls`; None inside a free mapping (`trainer:`) or unknown."""
     tp: Any = cls
     for part in parts:
         tp = strip_optional(tp)
@@ -222,8 +218,7 @@ def _key_type(cls: type | None, parts: list[str]) -> Any:
 
 
 def _is_text(tp: Any) -> bool:
-    """A key that holds free text (`str`, `str | int` like ask's question, which is an id or words, or a choice of
-    words: a `Literal` of strings)."""
+    """A key of free text: `str`, `str | int` (ask's question: an id or words) or a `Literal` of strings."""
     if choices_of(tp) is not None:
         return all(isinstance(c, str) for c in choices_of(tp))
     args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (
