@@ -118,11 +118,9 @@ def read(reader: AnswerReader, question: str, candidates: Sequence[_Candidate]) 
 
 
 def span_answer(model: Any, question: str, text: str, prefix: int = 0) -> str | None:
-    """The reader's span of `text` (the chosen sentence as the reader saw it: `date: speaker: sentence`) when the
-    reader predicts spans (`best_spans(questions, texts) -> [(start_char, end_char, margin)]`), else None: the
-    sentence is the answer. The span is kept inside the sentence (after its `prefix` characters) and widened to whole
-    words; a margin that is not a finite number (NaN weights) points nowhere, so the sentence answers. The quote
-    stays the whole sentence either way."""
+    """The reader's span of `text` (`date: speaker: sentence`) if it predicts spans (`best_spans(questions, texts) ->
+    [(start_char, end_char, margin)]`), else None (the sentence answers): kept past `prefix`, widened to whole words;
+    a non-finite margin (NaN weights) gives None. The quote stays the whole sentence either way."""
     best_spans = getattr(model, "best_spans", None)
     if not callable(best_spans) or not getattr(model, "has_spans", True):  # a classifier-only checkpoint
         return None
@@ -158,9 +156,8 @@ def _speakers(memory: Any, units: Sequence[RetrievedUnit]) -> dict[str, str]:
 
 def research_pages(memory: Any, question: str, date: str | None, retrieved: Sequence[RetrievedUnit],
                    cfg: Any, reader: Any = None) -> list[str]:
-    """The pages the raw index gives the question (no LM plans searches), the pages of the turns `reader` scores
-    best first: at most max_rounds x pages_per_round. A conversation of no more pages than that is read whole, so
-    the reader is not asked to order it."""
+    """The raw index's pages for the question (no LM plans searches), those of the turns `reader` scores best first:
+    at most max_rounds x pages_per_round. A conversation no longer than that is read whole, not ordered."""
     budget = cfg.max_rounds * cfg.pages_per_round
     if reader is not None and memory.turns is not None and memory.page_count() <= budget:
         reader = None

@@ -157,9 +157,8 @@ def extractive_answer(cand: _Candidate) -> str:
 
 def unusable_reason(answer: str | None, question: str, read_text: str,
                     speakers: Iterable[str] = (), support_text: str | None = None) -> str | None:
-    """Why an LM answer cannot be shown as the answer, or None when it can. "not in what was read" also catches an
-    abstention ("not mentioned"); "unsupported": fewer than half its words in `support_text` (the best-matching
-    sentences), a reply assembled from elsewhere ("Piper is a border collie" for a question about the vet's diet)."""
+    """Why an LM answer cannot be shown, or None. "not in what was read" also catches an abstention; "unsupported":
+    under half its words in `support_text` (the best-matching sentences), a reply assembled from elsewhere."""
     text = (answer or "").strip()
     if not normalize(text):
         return "empty"
@@ -207,8 +206,7 @@ class Grounded:
 
 
 def ground(question: str, lm_answer: str | None, candidates: Sequence[_Candidate]) -> Grounded:
-    """Keep a usable LM answer with the quote that best supports it; else answer with the best-matching quote (with
-    none matching, an unusable LM answer stays as it is, flagged, without evidence)."""
+    """A usable LM answer with its best quote, else the best-matching quote (none: the LM answer stays, flagged)."""
     def text(cands: Sequence[_Candidate], dated: bool = True) -> str:  # what the prompts showed: sentence, date
         return " ".join(f"{c.evidence.quote} {c.resolved} {c.evidence.date if dated and c.evidence.date else ''}"
                         for c in cands)

@@ -227,9 +227,8 @@ def research_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
 
 
 def time_pages(memory: TwoTierMemory, q: str, question_date: str | None = None) -> list[str]:
-    """The pages dated in the time a question names ('on 16.01.2024', 'in January 2024', 'last week' asked on its
-    date), best BM25 match first; none when it names no time. A year-less day or month is read in the year of the
-    question's date, or in every year the conversation covers without one."""
+    """The pages dated in the time a question names ('on 16.01.2024', 'last week'), best BM25 match first. A year-less
+    day or month is read in the question's year, or without one in every year the conversation covers."""
     asked = parse_timestamp(question_date) if question_date else None
     mentions = [m.when for m in find_dates(q, asked.date() if asked else None)]
     if not mentions:
@@ -252,11 +251,10 @@ def _interleave(*orders: Sequence[str]) -> list[str]:
 def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
                       pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None,
                       reader: Any = None, turn_k: int = TURN_CANDIDATES, needed: int | None = None) -> list[str]:
-    """The pages research reads in its first round (retrieval only, no LLM): summaries' provenance, BM25 pages and
-    the pages of the best turns (tiermem.memory.turns) interleaved, so a small pages_per_round reads the best of each.
-    A `reader` (a cross-encoder) puts the pages of its best-scored turns first; a question naming a time reads that
-    time's pages in every other slot (words cannot find "16.01.2024", a timestamp can). `needed`: the caller reads
-    only that many pages, so where provenance fills them the turns are not ranked (nor embedded)."""
+    """The pages research reads in its first round (no LLM): summaries' provenance, BM25 pages and the best turns'
+    pages interleaved, so a small pages_per_round reads the best of each; a `reader` puts its best turns' pages first,
+    a named time its pages in every other slot (words cannot find "16.01.2024", a timestamp can). `needed`: the
+    pages the caller reads; where provenance fills them the turns are not ranked (nor embedded)."""
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
     provenance = None

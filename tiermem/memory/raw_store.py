@@ -94,8 +94,7 @@ def _longest_fit(n: int, fits: Callable[[int], bool]) -> int:
 
 
 def split_turn(turn: Turn, count_tokens: TokenCounter, max_tokens: int) -> list[Turn]:
-    """`turn` itself when its rendered text fits in `max_tokens`, else pieces that each do, in order, that join
-    back to its text. Each piece is a Turn with the same id, speaker, timestamp and session."""
+    """`turn` itself when its rendered text fits in `max_tokens`, else in-order pieces that do and join to its text."""
     if count_tokens(render_turn(turn)) <= max_tokens:
         return [turn]
 
@@ -125,8 +124,7 @@ def split_turn(turn: Turn, count_tokens: TokenCounter, max_tokens: int) -> list[
 
 
 def paginate(conv_id: str, turns: Sequence[Turn], count_tokens: TokenCounter, max_tokens: int = 1000) -> list[Page]:
-    """Pack turns in order into pages of at most `max_tokens` tokens; a turn longer than that is split across pages
-    (split_turn), so no page is ever over the limit."""
+    """Pack turns in order into pages of at most `max_tokens` tokens, a longer turn split across pages (split_turn)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     pages: list[Page] = []
@@ -228,10 +226,8 @@ class RawPageStore:
         return self._conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
 
     def verify(self, expected_pages: dict[str, int] | None = None) -> list[str]:
-        """Problems found (empty list: intact): ids of pages whose content no longer matches their sha256,
-        and `<page id> (missing)` for pages gone from a conversation's sequence (index gaps, or fewer pages
-        than `expected_pages[conv_id]`, e.g. from the manifest). Afterwards reads are checked against the
-        hashes seen here."""
+        """Problems found (empty: intact): ids of pages not matching their sha256, `<page id> (missing)` for pages gone
+        (index gaps, fewer than `expected_pages[conv_id]`). Later reads are checked against the hashes seen here."""
         bad: list[str] = []
         trusted: dict[str, str] = {}
         indices: dict[str, list[int]] = {}

@@ -108,8 +108,7 @@ def reader_view(turn: Turn) -> str:
 
 
 def rescore(hits: Sequence[TurnHit], question: str, reader: Any) -> list[TurnHit]:
-    """The hits scored by the reader (`logits(questions, texts)`) in one batch, best first; ties keep the fused
-    order."""
+    """The hits scored by the reader (`logits(questions, texts)`) in one batch, best first; ties keep fused order."""
     if not hits:
         return []
     logits = reader.logits([question] * len(hits), [reader_view(h.turn) for h in hits])
@@ -123,8 +122,7 @@ def pages_of(hits: Sequence[TurnHit]) -> list[str]:
 
 
 def pages_by_turns(hits: Sequence[TurnHit]) -> list[str]:
-    """The pages holding the hits, best first by the sum of their turns' fused scores (a page with several good
-    turns before a page with one)."""
+    """The pages holding the hits, best first by the sum of their turns' fused scores."""
     score: dict[str, float] = {}
     for h in hits:
         score[h.page_id] = score.get(h.page_id, 0.0) + h.fused

@@ -206,9 +206,8 @@ def _write_marker(out: Path, stage: str) -> None:
 
 
 def refuse_links(out: Path, stage: str) -> None:
-    """No stage makes a symbolic link in a run directory, so one found there was planted (or made by hand): a write
-    to its name would land at its target, outside the directory. Refused before anything is written, naming each
-    (tiermem.runs.safe_io refuses them again at every write)."""
+    """No stage makes a symbolic link in a run directory, so one there was planted: a write to its name would land
+    outside the directory. Refused before anything is written, naming each (safe_io refuses them at every write)."""
     links = sorted(p.name for p in out.iterdir() if p.is_symlink())
     if links:
         shown = ", ".join(f"{name} -> {os.readlink(out / name)}" for name in links[:5])
@@ -217,8 +216,7 @@ def refuse_links(out: Path, stage: str) -> None:
 
 
 def check_output_dir(path: str | Path | None, stage: str) -> Path:
-    """The checks of `claim_output_dir`, touching nothing: for a stage that reads its inputs before it may create
-    its directory. Raises RunDirError; returns the Path."""
+    """`claim_output_dir`'s checks, touching nothing: for a stage reading its inputs before creating its directory."""
     out = _path(path, stage)
     if out.is_dir():
         _check_contents(out, stage)
@@ -254,9 +252,8 @@ RANK_WAIT_S = 600.0  # how long the other ranks of a launch wait for rank 0's cl
 
 
 def await_claim(path: str | Path | None, stage: str) -> Path:
-    """For the ranks > 0 of a distributed launch: rank 0 creates, claims and locks the directory, and the others
-    write nothing into it before that (a file of theirs would make rank 0 refuse it as foreign); they wait for its
-    marker, then check it is this stage's."""
+    """For ranks > 0 of a distributed launch: rank 0 creates, claims and locks the directory; the others write nothing
+    there first (rank 0 would refuse a file of theirs as foreign), wait for its marker, then check its stage."""
     out = _path(path, stage)
     deadline = time.monotonic() + RANK_WAIT_S
     while read_marker(out) is None:
@@ -269,8 +266,7 @@ def await_claim(path: str | Path | None, stage: str) -> Path:
 
 @contextmanager
 def launch_run_dir(path: str | Path | None, stage: str, leader: bool) -> Iterator[Path]:
-    """The run directory of one process of a (possibly distributed) training launch: rank 0 claims and locks it
-    for the launch (`claimed_output_dir`), the other ranks `await_claim` it."""
+    """The run directory of one process of a training launch: rank 0 claims and locks it, other ranks `await_claim`."""
     if leader:
         with claimed_output_dir(path, stage) as out:
             yield out
