@@ -18,10 +18,9 @@ ACTIONS = ("ANSWER", "ESCALATE")
 # The completion always starts with this, so the action can be read right after a fixed prefix.
 OUTPUT_PREFIX = '{"action": "'
 MAX_SUMMARIES = 10
-# Version 2: a terse system prompt, summaries clipped to 200 characters, each summary's retrieval score (the
-# authors' router saw them), and the question's content words that no summary contains. Prompts are ~40% shorter
-# than version 1, which is most of the cost of a CPU router, and the two added signals are what cheap serve-time
-# baselines rank with; the LM router sees them too and learns what else matters.
+# Version 2 (docs/DESIGN.md): a terse system prompt and clipped summaries make prompts ~40% shorter than version 1
+# (most of a CPU router's cost); the added signals (scores, as the authors' router saw; missing words) are what cheap
+# baselines rank with, so the LM router sees them too.
 MAX_SUMMARY_CHARS = 200
 
 SYSTEM_PROMPT = (

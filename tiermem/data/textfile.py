@@ -37,9 +37,8 @@ def read_utf8(path: str | Path, error: type[Exception] = DataError, bom_ok: bool
 
 
 def check_text(value: Any, where: str, error: type[Exception] = DataError, at: str = "") -> Any:
-    """`value` (parsed JSON) when every string in it is text that UTF-8 can write; a lone surrogate (a JSON escape
-    such as "\\ud800" with no partner) raises `error` naming `where` and the field's path, before anything is built
-    from it (a record or page holding one could never be written)."""
+    """`value` (parsed JSON) when UTF-8 can write every string in it; a lone surrogate ("\\ud800") raises `error`
+    naming `where` and the field, before anything is built from it (a record holding one could never be written)."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -67,8 +66,7 @@ def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def jsonl_records(text: str, path: str | Path, error: type[Exception] = DataError) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) for each non-blank line; a line that is not JSON raises `error` naming the file
-    and the line."""
+    """(line number, parsed value) for each non-blank line; a line not JSON raises `error` naming file and line."""
     for number, line in jsonl_lines(text):
         try:
             yield number, check_text(json.loads(line), f"{path}: line {number}", error)

@@ -26,9 +26,8 @@ REPLAY_FIELDS = ("qid", "conv_id", "split", "source", "category", "label", "drop
 
 def loco(records: Sequence[dict[str, Any]],
          score_held: Callable[[np.ndarray, np.ndarray], Sequence[float]]) -> list[float]:
-    """Each record's out-of-fold score: for every conversation, `score_held(fit, held)` (boolean masks over
-    `records`: the other conversations' labeled records to fit on, this conversation's records to score, labeled
-    or not) returns the held records' scores, in order."""
+    """Each record's out-of-fold score: per conversation, `score_held(fit, held)` (masks over `records`: the others'
+    labeled records to fit on, this one's records, labeled or not) returns the held records' scores, in order."""
     conv = np.array([str(r["conv_id"]) for r in records])
     labeled = np.array([r.get("label") in contract.ACTIONS for r in records])
     out = np.full(len(records), np.nan)
