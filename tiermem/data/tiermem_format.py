@@ -207,7 +207,6 @@ def parse_document(data: Any, path: str | Path, exclude_categories: tuple[str, .
 
 
 def load_tiermem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> list[Conversation]:
-    """Load a tiermem-format .json or .jsonl file."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"conversation file not found: {path}")

@@ -143,7 +143,6 @@ def ranked(question: str, candidates: Sequence[_Candidate], answer: str | None =
 
 
 def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> _Candidate | None:
-    """The first of `ranked`, or None when nothing matches."""
     best = ranked(question, candidates, answer)
     return best[0] if best else None
 

@@ -277,7 +277,6 @@ class SummaryIndex:
         return [self.retrieved(self.units[int(i)].unit_id, float(scores[i])) for i in order[:k]]
 
     def retrieved(self, unit_id: str, score: float) -> RetrievedUnit:
-        """A unit as a search returns it, with `score`."""
         u = self.get(unit_id)
         return RetrievedUnit(u.unit_id, u.text, score, list(u.page_ids), list(u.turn_ids), u.date, list(u.speakers))
 
@@ -333,7 +332,6 @@ class ExtractiveSummarizer:
 
 
 def speakers_of(turns: Iterable[Turn]) -> list[str]:
-    """The distinct speakers of a unit's source turns, in turn order."""
     return list(dict.fromkeys(t.speaker for t in turns if t.speaker))
 
 

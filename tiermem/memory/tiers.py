@@ -184,7 +184,6 @@ class TwoTierMemory:
         return list(units) if allowed is None else [u for u, ok in zip(units, allowed, strict=True) if ok]
 
     def unit_count(self) -> int:
-        """The summary units this memory may retrieve."""
         allowed = self._units_allowed()
         return len(self.summaries) if allowed is None else int(allowed.sum())
 

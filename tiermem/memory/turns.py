@@ -117,7 +117,6 @@ def rescore(hits: Sequence[TurnHit], question: str, reader: Any) -> list[TurnHit
 
 
 def pages_of(hits: Sequence[TurnHit]) -> list[str]:
-    """The pages holding the hits, in the hits' order, each once."""
     return list(dict.fromkeys(h.page_id for h in hits))
 
 

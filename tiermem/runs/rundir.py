@@ -312,7 +312,6 @@ def claim_run_to_update(path: str | Path, stage: str, kinds: Iterable[str] = ROU
 
 @contextmanager
 def updating_run(path: str | Path, stage: str, kinds: Iterable[str] = ROUTER_STAGES) -> Iterator[Path]:
-    """`claim_run_to_update` for the duration of a `with` block."""
     out = claim_run_to_update(path, stage, kinds)
     try:
         yield out

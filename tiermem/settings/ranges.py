@@ -15,7 +15,6 @@ SCORE_MEANING = "a cosine similarity in [-1, 1] (docs/formats.md, 'Retrieval sco
 
 
 def is_number(value: Any) -> bool:
-    """A JSON number: int or float, not bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -48,5 +48,4 @@ def json_values(text: str | None, opens: str = "{[", start: int = 0) -> Iterator
 
 
 def first_json_object(text: str | None) -> dict[str, Any] | None:
-    """The first JSON object in a reply; None when there is none."""
     return next((value for value, _, _ in json_values(text, "{") if isinstance(value, dict)), None)
