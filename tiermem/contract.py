@@ -148,8 +148,7 @@ def parse(text: str) -> ParsedDecision:
 
 
 def limits() -> dict[str, int]:
-    """What a prompt of this contract can hold; saved with every router (with its training top_k) and checked
-    at load, so a router never silently sees prompts shaped unlike its training ones."""
+    """What a prompt can hold: saved with every router (and its top_k), checked at load so prompts match training's."""
     return {"max_summaries": MAX_SUMMARIES, "max_summary_chars": MAX_SUMMARY_CHARS}
 
 

@@ -1,6 +1,5 @@
-"""RealMem histories as they are (`<Person>_dialogues_*.json`): one long user-assistant conversation per person
-(what the loader makes of them: docs/formats.md); a malformed file stops with one DataError naming the file, the
-session and the field. Every file a folder holds is read through tiermem.data.textfile.read_json_file."""
+"""RealMem histories (`<Person>_dialogues_*.json`): one long user-assistant conversation per person (docs/formats.md);
+a malformed file stops with one DataError naming the file, the session and the field."""
 
 from __future__ import annotations
 

@@ -20,8 +20,7 @@ MAX_JSON_DEPTH = 64  # the benchmark formats nest a few levels; deeper is no dat
 
 
 def decode_utf8(data: bytes, path: str | Path, error: type[Exception] = DataError, bom_ok: bool = True) -> str:
-    """`data` decoded as UTF-8 (a leading byte-order mark dropped when `bom_ok`); a byte that is not UTF-8 raises
-    `error` naming the file, the byte offset in the file and the line."""
+    """`data` as UTF-8 (a BOM dropped when `bom_ok`); a bad byte raises `error` naming file, byte offset and line."""
     skip = len(codecs.BOM_UTF8) if bom_ok and data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[skip:].decode("utf-8")

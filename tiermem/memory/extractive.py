@@ -1,6 +1,5 @@
-"""The extractive answerer (README, `ask`): the answerability reader scores the sentences of what was read; the best
-one answers, and under the reader's calibrated floor the ANSWER path escalates once and the memory is said not to
-state it. The reader: the router's own when it is a unit reader, else the directory `memory.reader` names."""
+"""The extractive answerer (README, `ask`): the reader scores the sentences read; the best answers, and under its
+calibrated floor ANSWER escalates once. The reader: a unit-reader router's own, else `memory.reader`'s."""
 
 from __future__ import annotations
 
@@ -63,8 +62,7 @@ def router_reader(router: Any) -> AnswerReader | None:
 
 
 def _split(cand: _Candidate, timestamp: str | None = None) -> list[_Candidate]:
-    """One candidate per sentence (router_train.reader.reading_data.sentence_spans) of the candidate's quote; a
-    sentence of punctuation only ("...") is no answer and is not read."""
+    """One candidate per sentence of the candidate's quote; a punctuation-only sentence ("...") is not read."""
     text = cand.evidence.quote
     return [_Candidate(replace(cand.evidence, quote=text[s:e]), absolutize(text[s:e], timestamp) if timestamp
                        else text[s:e], frozenset()) for s, e in sentence_spans(text)

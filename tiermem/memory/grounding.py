@@ -1,6 +1,5 @@
-"""Grounding an answer in what was read: the quote it rests on, and an extractive answer when the LM's is unusable
-(the best-matching sentence of what the path read, verbatim with speaker and date; docs/DESIGN.md, "Research steps
-the small model can keep, and answers that rest on a quote")."""
+"""Grounding an answer in what was read: the quote it rests on, and an extractive answer (the best-matching sentence,
+verbatim with speaker and date) when the LM's is unusable (docs/DESIGN.md, "... answers that rest on a quote")."""
 
 from __future__ import annotations
 
@@ -97,8 +96,7 @@ def page_candidates(pages: Sequence[Page]) -> list[_Candidate]:
 
 
 def summary_candidates(units: Sequence[RetrievedUnit], speakers: dict[str, str] | None = None) -> list[_Candidate]:
-    """Retrieved units as candidates; `speakers` maps turn ids to speakers (the extractive summarizer's units
-    start with "<speaker>: ", which is split off; other units keep their text whole)."""
+    """Retrieved units as candidates; `speakers`: turn id -> speaker (an extractive unit's "<speaker>: " split off)."""
     out = []
     for unit in units:
         turn_id = unit.turn_ids[0] if unit.turn_ids else None

@@ -1,6 +1,5 @@
-"""The two answer paths: summary-only (tier 1) and bounded multi-hop research over raw pages (tier 2).
-`wall_s` is the time outside LLM calls plus each call's recorded latency, so a cached rerun costs what the original
-run did; an LLMError ends a path with `answer=None` and the error recorded, never turned into an answer."""
+"""The two answer paths: summary-only (tier 1) and bounded multi-hop research over raw pages (tier 2). `wall_s` counts
+recorded LLM latencies, so a cached rerun costs what the original did; an LLMError ends a path with `answer=None`."""
 
 from __future__ import annotations
 
@@ -290,9 +289,8 @@ def research_policy(
     max_searches: int = 3, max_snippets: int = 8, step_max_tokens: int = 384, answer_max_tokens: int = 48,
     turn_k: int = TURN_CANDIDATES,
 ) -> ResearchResult:
-    """Escalation: up to `max_rounds` rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches)
-    over the first round's pages and the searches' pages, then answer. Stops on DONE, on a round with no unread page,
-    or on an unparseable reply (counted in `parse_failures`; the answer still uses what was found)."""
+    """Escalation: up to `max_rounds` rounds of integrate (facts + quotes) and plan (DONE or searches), then answer.
+    Stops on DONE, a round with no unread page, or an unparseable reply (`parse_failures`; what was found is used)."""
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
     meter = _Meter()

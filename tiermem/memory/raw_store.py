@@ -1,6 +1,5 @@
-"""Tier 2: immutable raw pages of conversation turns in an append-only SQLite store (triggers abort an update or a
-delete; each row's sha256 lets `verify()` catch an edit behind the store's back). A turn too long for one page is cut
-at word boundaries into pieces that each keep its id, speaker, timestamp and session."""
+"""Tier 2: raw pages of turns in an append-only SQLite store (triggers abort an update or delete; row sha256s let
+`verify()` catch edits). A turn too long for a page is cut at word boundaries, each piece keeping the turn's fields."""
 
 from __future__ import annotations
 

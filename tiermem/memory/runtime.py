@@ -1,6 +1,5 @@
-"""The memory runtime: ingest a conversation into its two tiers (`raw.db`, `tier1/summaries.db`, `manifest.json`
-written last, all built in a temporary sibling directory renamed into place, so a crash never leaves a half-ingested
-workdir), then answer questions through a router."""
+"""The memory runtime: ingest a conversation into its two tiers (built in a temporary sibling directory renamed into
+place, `manifest.json` last, so a crash never leaves a half-ingested workdir), then answer through a router."""
 
 from __future__ import annotations
 

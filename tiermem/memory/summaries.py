@@ -235,9 +235,8 @@ class SummaryIndex:
         self.matrix[i] = vector[0]
 
     def new_unit_id(self, prefix: str) -> str:
-        """`prefix` + the next number of a counter stored in this index: never reused, whatever units were updated
-        or replaced since (a count of units would be; an update changes a unit's origin). An index from before the
-        counter continues above the highest such id it holds."""
+        """`prefix` + the next number of a counter in this index: never reused, whatever was updated or replaced (a
+        unit count would be). An index from before the counter continues above its highest such id."""
         row = self._conn.execute("SELECT value FROM counters WHERE name=?", (prefix,)).fetchone()
         pattern = re.compile(re.escape(prefix) + r"(\d+)")
         n = row[0] if row else max((int(m.group(1)) + 1 for u in self.units if (m := pattern.fullmatch(u.unit_id))),

@@ -1,6 +1,5 @@
 """One conversation's two tiers opened together: raw pages, summary units, the BM25 page index and the turn index.
-`as_of(turn_id)` is a view of the same tiers holding only what came before that turn (docs/formats.md, "Memory as of
-the question"); only BM25's term statistics are the whole history's."""
+`as_of(turn_id)`: a view of only what came before that turn (docs/formats.md), BM25's term statistics excepted."""
 
 from __future__ import annotations
 

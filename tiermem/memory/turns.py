@@ -1,6 +1,5 @@
-"""Research that finds the turn: turns ranked by BM25 and the turn embeddings fused by reciprocal rank, the best few
-dozen scored by the reader when one is given, their pages read first (BM25 over whole pages lets a long page of
-small talk outrank the one line that answers). Turn vectors: docs/formats.md, "The turn-vector cache"."""
+"""Research that finds the turn: turns ranked by BM25 and embeddings fused, the best scored by the reader if given,
+their pages read first (BM25 over whole pages lets a long page of small talk outrank the one line that answers)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Out-of-fold router scores (oof_scores.json in a router's run directory): each train + validation question scored
-by a model that never saw its conversation, with the fields replay reads; calibrate and the demo's choice read them
-(docs/DESIGN.md, "Out-of-fold scores for calibration")."""
+"""Out-of-fold router scores (a router run's oof_scores.json): each train + validation question scored by a model that
+never saw its conversation, for calibrate and the demo (docs/DESIGN.md, "Out-of-fold scores for calibration")."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def write_oof_scores(run_dir: str | Path, records: Sequence[dict[str, Any]], sco
 
 
 def read_oof_scores(run_dir: str | Path, recorded: dict[str, Any]) -> dict[str, Any]:
-    """The run's oof_scores.json, checked against its recorded sha256 (`recorded`: the metadata's
-    extra.oof_scores); DataError naming the file when it is missing, changed or malformed."""
+    """The run's oof_scores.json checked against `recorded` (extra.oof_scores); DataError if missing, changed or bad."""
     path = Path(run_dir) / str(recorded.get("file") or OOF_SCORES_FILE)
     if not path.is_file():
         raise DataError(f"{path}: not found, but the run's tiermem_router.json records out-of-fold scores")

@@ -226,9 +226,8 @@ def check_output_dir(path: str | Path | None, stage: str) -> Path:
 
 
 def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Path:
-    """Create `path` as a `stage` run directory, or accept it if it already is one, and lock it for this stage
-    until `release_output_dir` or the end of the process (RunDirError otherwise). `lock=False`: the shards of one
-    label run, which claim their common directory at once."""
+    """Create `path` as a `stage` run directory (or accept one) and lock it until `release_output_dir` or process exit
+    (RunDirError otherwise). `lock=False`: a label run's shards, which claim their common directory at once."""
     if not lock:
         out = _path(path, stage)
         _check_contents(out, stage)

@@ -10,8 +10,7 @@ from tiermem.settings.errors import EXIT_NETWORK, HubError, UnreachableError, Us
 
 
 def check_repo_id(repo_id: str) -> str:
-    """`org/name` as the hub accepts it (no `..`, spaces, `.git` ending, at most 96 characters a part): refused
-    here, exit 2, before anything is read or sent."""
+    """`org/name` as the hub accepts it (no `..`, spaces, `.git` end, <= 96 characters a part); else exit 2, early."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
