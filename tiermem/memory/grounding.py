@@ -121,8 +121,7 @@ def ranked(question: str, candidates: Sequence[_Candidate], answer: str | None =
     """The matching candidates, best first: idf-weighted words shared with the question (and doubled, with `answer`:
     the quote under an LM answer should contain it), plus context, similarity and time; ties to the shorter one."""
     idf = _idf(candidates)
-    # the people talking are named all over their conversation ("Hey Nate!"): their names only count as context
-    # (a sentence of the turn they speak or are named in), never as the match itself
+    # speakers are named all over their conversation ("Hey Nate!"): their names count as context, never the match
     names = {w for c in candidates if c.evidence.speaker for w in _stems(c.evidence.speaker)}
     asked = _stems(question) - names
     answered = _stems(answer) - asked - names if answer else set()

@@ -177,8 +177,7 @@ class RawPageStore:
             raise StoreError(f"{self.db_path}: not a tier-2 page store ({exc})") from None
         self._cache: dict[str, Page] = {}
         self._lock = threading.Lock()  # one connection shared by threads (concurrent answering)
-        # page id -> sha256 as verified by verify(); reads are checked against it, so a page changed after
-        # the store was opened (even with its hash rewritten) is refused, not served
+        # page id -> sha256 seen by verify(): later reads are checked against it, even if the stored hash is rewritten
         self._trusted: dict[str, str] | None = None
 
     def append(self, pages: Iterable[Page]) -> None:

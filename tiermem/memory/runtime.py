@@ -101,8 +101,7 @@ class RuntimeAnswer:
     research: ResearchResult | None = None
     writeback: list[WriteBack] = field(default_factory=list)
     error: str | None = None
-    # grounding (tiermem.memory.grounding): `answer` is the LM's reply (`answer_source` "lm") or, when that reply
-    # was unusable for `fallback_reason`, the extractive quote ("extractive"); `evidence` is the quote it rests on.
+    # `answer`: the LM's reply ("lm") or, unusable for `fallback_reason`, the extractive quote; `evidence`: its quote
     lm_answer: str | None = None
     answer_source: str | None = None  # "lm" | "extractive"; None after an LLM error
     fallback_reason: str | None = None

@@ -103,8 +103,7 @@ class TwoTierMemory:
     _query: tuple[str, np.ndarray] | None = None  # the last query's vector: summaries and turns embed it once
     history: History | None = None
     before: int | None = None  # as of: the turns at positions below this one; None: the whole history
-    # "imported": Tier 1 is the conversation's own units (a memory system's facts), whose provenance research
-    # follows first; "built": made from the pages by a summarizer
+    # "imported": the conversation's own units (research follows their provenance first); "built": by a summarizer
     tier1: str = "built"
     owner: bool = True  # False: a view (as_of), whose close() leaves the tiers open for the memory it came from
 

@@ -91,8 +91,7 @@ def _check_contents(out: Path, stage: str) -> None:
     allowed = PRECREATED.get(stage, ())
 
     def ours(p: Path) -> bool:
-        # the marker's own temporary file (write-then-rename): a shard or rank claiming the directory at this very
-        # moment (lock=False) has made it and not yet renamed it into place
+        # the marker's temporary file: a shard or rank claiming it now (lock=False) has made it, not yet renamed it
         return (p.name == LOCK or (p.is_dir() and stage in CONTAINERS) or fnmatch(p.name, staging_pattern(MARKER))
                 or (p.is_file() and any(fnmatch(p.name, pat) for pat in allowed)))
 

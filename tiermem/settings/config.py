@@ -189,8 +189,7 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        # The dataclass's own checks (__post_init__) judge the user's values here: whatever they refuse is a config
-        # error, one line and exit 2 (most raise ConfigError themselves; a plain ValueError is named here).
+        # __post_init__ judges the user's values: what it refuses is a config error, exit 2 (a ValueError named here)
         raise ConfigError(f"{where}: {exc}") from None
     return obj
 
