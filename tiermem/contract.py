@@ -73,8 +73,7 @@ def _clip(text: str) -> str:
 
 
 def missing_words(question: str, texts: Sequence[str]) -> list[str]:
-    """The question's content words (in order, once) that appear in none of `texts`: FORM_WORDS (the words a
-    question is made of rather than about) are skipped, and words match up to `stem`'s plural/tense fold."""
+    """The question's content words (in order, once) in none of `texts`; FORM_WORDS skipped, words matched by `stem`."""
     seen = {stem(w) for t in texts for w in tokens(t)}
     out: list[str] = []
     for word in tokens(question):

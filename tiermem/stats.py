@@ -188,8 +188,7 @@ def apgr_reps(scores: Sequence[float], s_ok: Sequence[bool], r_ok: Sequence[bool
 
 
 def reliability(p: Sequence[float], positive: Sequence[bool], bins: int = 10) -> dict[str, Any]:
-    """Equal-width reliability curve of p (probability of the positive class) and the expected calibration error
-    ECE = sum_bins (n_bin / n) |observed share - mean p|."""
+    """Equal-width reliability curve of p (P(positive)) and ECE = sum_bins (n_bin / n) |observed - mean p|."""
     pv = np.asarray(p, dtype=np.float64)
     y = np.asarray(positive, dtype=np.float64)
     idx = np.minimum((pv * bins).astype(int), bins - 1)

@@ -52,8 +52,7 @@ def load_realmem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
 
 
 def _content(point: Any, where: str, notes: Counter | None = None) -> str:
-    """A memory point's text: a string, or structured content (an itinerary as an object or a list) as its JSON text,
-    counted in the load notes (`points_structured`)."""
+    """A memory point's text: a string, or structured content (an itinerary) as JSON text (`points_structured`)."""
     value = _get(point, "content", (str, dict, list), where)
     if isinstance(value, str):
         return value

@@ -87,9 +87,8 @@ def _depth(value: Any) -> int:
 
 
 def read_json_file(path: str | Path, error: type[Exception] = DataError, what: str = "data file") -> Any:
-    """The checked JSON of a file a loader picked (named by the user or found in a folder): a regular file (a FIFO
-    would block the reader forever; a directory or a dangling link is no file), at most MAX_JSON_BYTES, UTF-8, JSON
-    nested at most MAX_JSON_DEPTH deep, every string text. Anything else raises `error` naming the file."""
+    """The checked JSON of a file a loader picked: a regular file (a FIFO would block forever), at most MAX_JSON_BYTES,
+    UTF-8, nested at most MAX_JSON_DEPTH deep, every string text; anything else raises `error` naming the file."""
     path = Path(path)
     try:  # opened without blocking, then checked on the open file: what is read is what was checked
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))

@@ -250,10 +250,9 @@ def _interleave(*orders: Sequence[str]) -> list[str]:
 def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
                       pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None,
                       reader: Any = None, turn_k: int = TURN_CANDIDATES, needed: int | None = None) -> list[str]:
-    """The pages research reads in its first round (no LLM): summaries' provenance, BM25 pages and the best turns'
-    pages interleaved, so a small pages_per_round reads the best of each; a `reader` puts its best turns' pages first,
-    a named time its pages in every other slot (words cannot find "16.01.2024", a timestamp can). `needed`: the
-    pages the caller reads; where provenance fills them the turns are not ranked (nor embedded)."""
+    """Research's first-round pages (no LLM): summaries' provenance, BM25 pages and the best turns' pages interleaved;
+    a `reader` puts its best turns' pages first, a named time its pages every other slot (words cannot find
+    "16.01.2024"). `needed`: pages the caller reads; provenance filling them, turns go unranked (unembedded)."""
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
     provenance = None

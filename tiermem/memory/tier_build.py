@@ -38,8 +38,7 @@ log = logging.getLogger(__name__)
 
 
 def imported_units(conv: Conversation, pages: list[Page]) -> list[SummaryUnit]:
-    """The conversation's own units as Tier 1, each linked to the pages holding its source turns; a unit without its
-    own date is dated by its latest source turn (the one said last, wherever the unit lists it)."""
+    """The conversation's own units as Tier 1, linked to their source turns' pages; undated ones by the latest."""
     where: dict[str, list[str]] = {}
     turns: dict[str, Any] = {}
     order: dict[str, int] = {}

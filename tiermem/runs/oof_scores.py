@@ -40,8 +40,7 @@ def loco(records: Sequence[dict[str, Any]],
 
 def write_oof_scores(run_dir: str | Path, records: Sequence[dict[str, Any]], scores: Sequence[float],
                      about: dict[str, Any]) -> dict[str, Any]:
-    """oof_scores.json in `run_dir`: `about` (dataset, splits, method, settings), then per record its replay fields
-    and `score`. Returns what the run's metadata keeps of it (extra.oof_scores)."""
+    """oof_scores.json in `run_dir` (`about`, then records' replay fields and `score`); returns extra.oof_scores."""
     if len(records) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(records)} records")
     rows = [{**{k: r[k] for k in REPLAY_FIELDS if k in r}, "score": float(s)}

@@ -293,8 +293,7 @@ def claim_cache_dir(path: str | Path | None, stage: str = TIERS) -> Path:
 
 
 def claim_run_to_update(path: str | Path, stage: str, kinds: Iterable[str] = ROUTER_STAGES) -> Path:
-    """Lock an existing run directory that `stage` changes without owning it (its marker is kept): it must be a
-    run of one of `kinds`. Raises RunDirError otherwise, or when another process is writing it."""
+    """Lock an existing run of one of `kinds` that `stage` changes, not owns (marker kept); else RunDirError."""
     kinds = tuple(kinds)
     out = _path(path, stage)
     if not out.is_dir():
