@@ -78,8 +78,7 @@ def content_hash(page_id: str, conv_id: str, index: int, turns_json: str, token_
 
 
 def _longest_fit(n: int, fits: Callable[[int], bool]) -> int:
-    """The largest k in 1..n with fits(k) (0 when not even fits(1)); doubling then bisection, so a long turn costs
-    O(log page) token counts per piece, not one per word."""
+    """The largest k in 1..n with fits(k) (0 if none), by doubling then bisection: O(log page) counts per piece."""
     if not fits(1):
         return 0
     good, step = 1, 2

@@ -351,8 +351,7 @@ class FactParse:
 
 @dataclass
 class LLMFactSummarizer:
-    """LLM fact extraction per page (the real summarizer). Turn ids the model writes are checked against
-    the page; a fact with none valid is linked by keyword overlap, and failing that to the whole page."""
+    """LLM facts per page; a fact with no valid model-written turn id links by keyword overlap, else to the page."""
 
     llm: LLM
     max_tokens: int = 512

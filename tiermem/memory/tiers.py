@@ -140,8 +140,7 @@ class TwoTierMemory:
         return self.summaries.search_vector(self.embed_query(query), k, self._units_allowed())
 
     def search_summaries_fused(self, query: str, k: int) -> list[RetrievedUnit]:
-        """The k best units by reciprocal-rank fusion of the dense ranking and BM25 over the units' text (research's
-        provenance search: words a vague question shares with a fact count beside its vector)."""
+        """The k best units by RRF of dense and BM25 rankings (provenance search: a vague question's words count)."""
         dense = self.search_summaries(query, max(4 * k, 100))
         if self.history is None:
             return dense[:k]

@@ -38,8 +38,7 @@ class TurnHit:
 
 
 class TurnIndex:
-    """BM25 over turns, and cosine over their vectors: given (ingested with them), or embedded on demand by `embed`
-    (texts -> unit vectors), only the turns a ranking may read and only once."""
+    """BM25 over turns and cosine over their vectors: ingested, or embedded on demand by `embed` (read turns, once)."""
 
     def __init__(self, pages: Sequence[Page], vectors: np.ndarray | None = None,
                  embed: Callable[[list[str]], np.ndarray] | None = None) -> None:

@@ -283,8 +283,7 @@ def claimed_output_dir(path: str | Path | None, stage: str) -> Iterator[Path]:
 
 
 def claim_cache_dir(path: str | Path | None, stage: str = TIERS) -> Path:
-    """A cache root that several runs read and add to at the same time (the tier caches of ingest, label and live
-    eval; each entry is built atomically under its own key): the marker rules of `claim_output_dir`, no lock."""
+    """A cache root runs share (tier caches; entries built atomically): `claim_output_dir`'s marker rules, no lock."""
     out = check_output_dir(path, stage)
     out.mkdir(parents=True, exist_ok=True)
     if read_marker(out) is None:

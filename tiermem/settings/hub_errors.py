@@ -25,8 +25,7 @@ def check_repo_id(repo_id: str) -> str:
 
 @contextmanager
 def hub_errors(what: str) -> Iterator[None]:
-    """The hub's failures as named errors: offline mode (HF_HUB_OFFLINE) and a refusal are exit 2, a hub that
-    cannot be reached (HF_ENDPOINT; the installed HTTP client's transport errors) exit 7."""
+    """The hub's failures as named errors: offline mode (HF_HUB_OFFLINE) and a refusal exit 2, an unreachable hub 7."""
     from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 

@@ -120,8 +120,7 @@ def same_person(a: str, b: str) -> bool:
 
 @dataclass(frozen=True)
 class Cast:
-    """The people a conversation knows: its turns' speakers (data) and the names its turns mention (capitalized
-    words not opening a sentence, so 'Congrats!' is not a person)."""
+    """The people a conversation knows: its turns' speakers (data) and the names they mention (`_text_names`)."""
 
     speakers: tuple[str, ...]
     mentioned: tuple[str, ...]
