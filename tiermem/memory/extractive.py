@@ -23,8 +23,7 @@ __all__ = ["load_floor"]  # the one reader of floors is tiermem.models.floors
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:
-    """"extractive" or "llm": `auto` reads with the reader on the packaged local model (whose replies add seconds,
-    not answers) and generates on anything else (an OpenAI-compatible endpoint, a local model of your own)."""
+    """"extractive" or "llm": `auto` reads on the packaged local model (its replies add seconds, not answers)."""
     if setting not in ANSWERERS:
         raise ConfigError(f"memory.answerer must be one of {list(ANSWERERS)}, got {setting!r}")
     if setting != "auto":

@@ -275,8 +275,7 @@ def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[Retriev
 
 def estimated_research_input_tokens(q: str, date: str | None, pages: Sequence[Page], count_tokens: Any,
                                     max_snippets: int = 8) -> int:
-    """Input tokens a one-round research path would send (integrate prompt over `pages`, then the answer prompt
-    over the best snippets), without calling any model: the cost field of generator-free labels."""
+    """Input tokens a one-round research path would send over `pages`, no model called: generator-free labels' cost."""
     integrate = integrate_messages(q, date, [], pages)
     answer = research_messages(q, date, [], select_snippets(q, pages, [], max_snippets))
     return sum(count_tokens(m["content"]) for m in integrate + answer)

@@ -127,8 +127,7 @@ def move_into(source: str | Path, directory: str | Path) -> list[Path]:
 
 
 def save_into(directory: str | Path, write: Callable[[Path], object]) -> list[Path]:
-    """Files a library writes by plain open() (save_pretrained, save_model, save_to_disk): `write(folder)` fills a
-    fresh folder of unguessable name inside `directory` (mkdtemp, 0700), whose files are then moved into it."""
+    """Files a library writes by plain open() (save_pretrained): made in a fresh mkdtemp folder, then moved in."""
     directory = refuse_link(directory)
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=directory, prefix=".saving."))

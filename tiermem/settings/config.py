@@ -235,9 +235,8 @@ def _nullable(tp: Any) -> bool:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides",
                     cls: type | None = None) -> dict[str, Any]:
-    """Apply `a.b=value` overrides. A key `cls` declares as text (a question, a path, a model name) takes the value
-    as written ("Tomas: when?", "dog #2", "- what ...?" are text, not a YAML mapping, comment or list; `null` or `~`
-    is None where the key may be None); any other value is parsed as a YAML scalar (`k=3`, `k=true`, `k=[a,b]`)."""
+    """`a.b=value` overrides. A key declared as text takes the value as written ("Tomas: when?", "dog #2", "- what?"
+    are no YAML mapping, comment or list; `null`/`~`: None where allowed); others parse as YAML scalars (`k=[a,b]`)."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"{where}: expected key=value, got {item!r}")

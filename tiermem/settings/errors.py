@@ -117,8 +117,7 @@ def error_line(stage: str, exc: BaseException) -> str:
 
 
 class HelpShown(Exception):
-    """`--help` on a stage's command line: not a failure. Raised where the config is parsed (which knows the config
-    class), printed where the stage is known (report_error), exit 0. `render(stage)` -> the help text."""
+    """`--help`, no failure: raised where the config is parsed, printed where the stage is known (report_error)."""
 
     exit_code = EXIT_OK
 

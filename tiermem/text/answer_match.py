@@ -108,8 +108,7 @@ _DEFAULTS = (datetime(2000, 1, 1), datetime(2004, 2, 2))
 
 @functools.lru_cache(maxsize=65536)
 def parse_absolute(text: str, date_order: str = "DMY") -> When | None:
-    """One absolute date mention ('18.01.2024', 'Jan 15', 'May') -> its stated fields; None if it names no date.
-    `date_order` reads numeric forms: DMY, MDY, or YMD (ISO)."""
+    """One absolute date mention ('18.01.2024', 'Jan 15') -> its stated fields, or None; `date_order`: DMY/MDY/YMD."""
     try:
         a, b = (date_parser.parse(text, default=d, dayfirst=date_order == "DMY", yearfirst=date_order == "YMD",
                                   fuzzy=True) for d in _DEFAULTS)
