@@ -18,10 +18,9 @@ ACTIONS = ("ANSWER", "ESCALATE")
 # The completion always starts with this, so the action can be read right after a fixed prefix.
 OUTPUT_PREFIX = '{"action": "'
 MAX_SUMMARIES = 10
-# Version 2: a terse system prompt, summaries clipped to 200 characters, each summary's retrieval score (the
-# authors' router saw them), and the question's content words that no summary contains. Prompts are ~40% shorter
-# than version 1, which is most of the cost of a CPU router, and the two added signals are what cheap serve-time
-# baselines rank with; the LM router sees them too and learns what else matters.
+# Version 2 (docs/DESIGN.md): a terse system prompt and clipped summaries make prompts ~40% shorter than version 1
+# (most of a CPU router's cost); the added signals (scores, as the authors' router saw; missing words) are what cheap
+# baselines rank with, so the LM router sees them too.
 MAX_SUMMARY_CHARS = 200
 
 SYSTEM_PROMPT = (
@@ -74,8 +73,7 @@ def _clip(text: str) -> str:
 
 
 def missing_words(question: str, texts: Sequence[str]) -> list[str]:
-    """The question's content words (in order, once) that appear in none of `texts`: FORM_WORDS (the words a
-    question is made of rather than about) are skipped, and words match up to `stem`'s plural/tense fold."""
+    """The question's content words (in order, once) in none of `texts`; FORM_WORDS skipped, words matched by `stem`."""
     seen = {stem(w) for t in texts for w in tokens(t)}
     out: list[str] = []
     for word in tokens(question):
@@ -149,8 +147,7 @@ def parse(text: str) -> ParsedDecision:
 
 
 def limits() -> dict[str, int]:
-    """What a prompt of this contract can hold; saved with every router (with its training top_k) and checked
-    at load, so a router never silently sees prompts shaped unlike its training ones."""
+    """What a prompt can hold: saved with every router (and its top_k), checked at load so prompts match training's."""
     return {"max_summaries": MAX_SUMMARIES, "max_summary_chars": MAX_SUMMARY_CHARS}
 
 

@@ -13,11 +13,8 @@ LEVEL = 0.95
 
 
 def bootstrap_counts(clusters: Sequence[Any], n_boot: int = 1000, seed: int = 0) -> np.ndarray:
-    """(n_boot, n) draw counts of a two-stage cluster bootstrap.
-
-    Stage 1 draws K clusters with replacement out of the K present; stage 2 draws, for each drawn copy of a
-    cluster of size m, m questions with replacement from it.
-    """
+    """(n_boot, n) draw counts of a two-stage cluster bootstrap: K of the K clusters with replacement, then for each
+    drawn copy of a cluster of size m, m of its questions with replacement."""
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     rng = np.random.default_rng(seed)
@@ -112,8 +109,7 @@ def _groups(scores: Sequence[float]) -> tuple[np.ndarray, int]:
 
 
 def auroc_reps(scores: Sequence[float], positive: Sequence[bool], counts: np.ndarray) -> np.ndarray:
-    """AUROC per replicate: P(score of a positive > score of a negative) + 1/2 P(equal). NaN without both
-    classes."""
+    """AUROC per replicate: P(score of a positive > score of a negative) + 1/2 P(equal); NaN without both classes."""
     inverse, u = _groups(scores)
     y = np.asarray(positive, dtype=np.float64)
     out = np.empty(len(counts))
@@ -137,9 +133,8 @@ def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float:
 
 
 def worst_group_auroc(scores: Sequence[float], positive: Sequence[bool], groups: Sequence[str]) -> float:
-    """The AUROC a model selection ranks by: over one group the plain AUROC; over several (domains), the lowest of
-    the groups' AUROCs, so a choice must hold on every domain. A group without both classes is left out (the
-    pooled AUROC when none has both)."""
+    """The AUROC model selection ranks by: the lowest of the groups' (domains'), so a choice holds on every domain; a
+    group without both classes is left out (the pooled AUROC when none has both)."""
     if len(set(groups)) < 2:
         return auroc(scores, positive)
     per = []
@@ -193,8 +188,7 @@ def apgr_reps(scores: Sequence[float], s_ok: Sequence[bool], r_ok: Sequence[bool
 
 
 def reliability(p: Sequence[float], positive: Sequence[bool], bins: int = 10) -> dict[str, Any]:
-    """Equal-width reliability curve of p (probability of the positive class) and the expected calibration error
-    ECE = sum_bins (n_bin / n) |observed share - mean p|."""
+    """Equal-width reliability curve of p (P(positive)) and ECE = sum_bins (n_bin / n) |observed - mean p|."""
     pv = np.asarray(p, dtype=np.float64)
     y = np.asarray(positive, dtype=np.float64)
     idx = np.minimum((pv * bins).astype(int), bins - 1)

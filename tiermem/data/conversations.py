@@ -193,10 +193,8 @@ def _parse_locomo(
 
 
 def load_longmemeval(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> list[Conversation]:
-    """Load a LongMemEval (`_s`, `_m`, `oracle`) file: one Conversation per question, its haystack.
-
-    Turn ids are `<haystack_session_id>:<turn index>`; gold evidence is the turns marked `has_answer`.
-    """
+    """A LongMemEval (`_s`, `_m`, `oracle`) file: one Conversation per question, its haystack; turn ids
+    `<haystack_session_id>:<turn index>`, gold evidence the turns marked `has_answer`."""
     return _parse_longmemeval(_read_json(path), path, exclude_categories)
 
 
@@ -296,8 +294,7 @@ def detect_format(data: Any, path: str | Path) -> str:
 
 
 def detect_file_format(path: str | Path) -> str:
-    """detect_format for a file; JSONL files are the tiermem format (the only line-delimited one); a directory is a
-    folder of RealMem histories."""
+    """detect_format for a file: JSONL is the tiermem format (the only line-delimited one), a directory RealMem's."""
     if Path(path).is_dir():
         return "realmem"
     return "tiermem" if Path(path).suffix == ".jsonl" else detect_format(_read_json(path), path)
@@ -309,10 +306,8 @@ def load_conversations(
     exclude_categories: tuple[int | str, ...] | None = None,
     unknown_evidence: str = "drop",
 ) -> list[Conversation]:
-    """Load any supported benchmark file; `None` loads the small sample shipped with the package.
-
-    `exclude_categories=None` means the benchmark's default (LoCoMo: category 5; LongMemEval: none).
-    """
+    """Any supported benchmark file (`None`: the packaged sample); `exclude_categories=None`: the benchmark's default
+    (LoCoMo: category 5; LongMemEval: none)."""
     path = SAMPLE_PATH if path is None or str(path) == "" else Path(path)
     if fmt not in FORMATS:
         raise UsageError(f"unknown benchmark format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -40,10 +40,8 @@ def is_aware(timestamp: str) -> bool:
 
 
 def zone_mix(stamps: list[tuple[str, str]]) -> str | None:
-    """Why (field, timestamp) pairs cannot be ordered against each other: some with a time zone, some without (which
-    zone is the naive one in?); None when all or none name one. Every comparison of two dates a loader makes (time
-    order, memory as of a question's date) is refused on such a mix rather than skipped, which would let a question
-    see its own future."""
+    """Why (field, timestamp) pairs cannot be ordered: some with a time zone, some without; None when all or none
+    name one. A loader refuses any date comparison on such a mix (skipping would let a question see its future)."""
     aware = [s for s in stamps if is_aware(s[1])]
     naive = [s for s in stamps if not is_aware(s[1])]
     if not aware or not naive:

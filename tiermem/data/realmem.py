@@ -1,6 +1,5 @@
-"""RealMem histories as they are (`<Person>_dialogues_*.json`): one long user-assistant conversation per person
-(what the loader makes of them: docs/formats.md); a malformed file stops with one DataError naming the file, the
-session and the field. Every file a folder holds is read through tiermem.data.textfile.read_json_file."""
+"""RealMem histories (`<Person>_dialogues_*.json`): one long user-assistant conversation per person (docs/formats.md);
+a malformed file stops with one DataError naming the file, the session and the field."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def load_realmem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> 
 
 
 def _content(point: Any, where: str, notes: Counter | None = None) -> str:
-    """A memory point's text: a string, or structured content (an itinerary as an object or a list) as its JSON text,
-    counted in the load notes (`points_structured`)."""
+    """A memory point's text: a string, or structured content (an itinerary) as JSON text (`points_structured`)."""
     value = _get(point, "content", (str, dict, list), where)
     if isinstance(value, str):
         return value
@@ -102,12 +100,9 @@ STATES_SHARE = 0.5  # a turn states a point when it holds at least this share of
 
 def _source_turn(point: dict[str, Any], text: str, contents: list[tuple[str, str]], where: str
                  ) -> tuple[int | None, str]:
-    """(0-based index of the turn that says the point, or None: the session's end; how it was found).
-
-    Never earlier than the turn that first states it: the snapshot's turn (nearest to `source_turn`) only where that
-    turn's speaker is the point's role (about one point in nine carries another turn's snapshot, often an earlier
-    one); else the turn of the role that states it (by content words, the latest of equals); else the session's end.
-    """
+    """(0-based index of the turn that says the point, or None: the session's end; how it was found). Never before
+    the turn stating it: the snapshot's turn (nearest `source_turn`) only if its speaker is the point's role (one point
+    in nine carries another turn's snapshot), else the role's turn stating it (content words, latest of equals)."""
     source = point.get("source_turn")
     if source is not None and (isinstance(source, bool) or not isinstance(source, int)):
         raise DataError(f"{where}: field 'source_turn' must be an integer, got {type(source).__name__}")

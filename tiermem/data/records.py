@@ -24,8 +24,7 @@ class GoldPoint:
 
 @dataclass
 class ImportedUnit:
-    """A summary unit a memory system already wrote (RealMem's memory points, the tiermem format's `summaries`):
-    Tier 1 as that system has it, linked to the turns it came from."""
+    """A unit a memory system already wrote (RealMem's points, the format's `summaries`), linked to its turns."""
 
     unit_id: str
     text: str

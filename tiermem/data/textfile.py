@@ -20,8 +20,7 @@ MAX_JSON_DEPTH = 64  # the benchmark formats nest a few levels; deeper is no dat
 
 
 def decode_utf8(data: bytes, path: str | Path, error: type[Exception] = DataError, bom_ok: bool = True) -> str:
-    """`data` decoded as UTF-8 (a leading byte-order mark dropped when `bom_ok`); a byte that is not UTF-8 raises
-    `error` naming the file, the byte offset in the file and the line."""
+    """`data` as UTF-8 (a BOM dropped when `bom_ok`); a bad byte raises `error` naming file, byte offset and line."""
     skip = len(codecs.BOM_UTF8) if bom_ok and data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[skip:].decode("utf-8")
@@ -37,9 +36,8 @@ def read_utf8(path: str | Path, error: type[Exception] = DataError, bom_ok: bool
 
 
 def check_text(value: Any, where: str, error: type[Exception] = DataError, at: str = "") -> Any:
-    """`value` (parsed JSON) when every string in it is text that UTF-8 can write; a lone surrogate (a JSON escape
-    such as "\\ud800" with no partner) raises `error` naming `where` and the field's path, before anything is built
-    from it (a record or page holding one could never be written)."""
+    """`value` (parsed JSON) when UTF-8 can write every string in it; a lone surrogate ("\\ud800") raises `error`
+    naming `where` and the field, before anything is built from it (a record holding one could never be written)."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -67,8 +65,7 @@ def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def jsonl_records(text: str, path: str | Path, error: type[Exception] = DataError) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) for each non-blank line; a line that is not JSON raises `error` naming the file
-    and the line."""
+    """(line number, parsed value) for each non-blank line; a line not JSON raises `error` naming file and line."""
     for number, line in jsonl_lines(text):
         try:
             yield number, check_text(json.loads(line), f"{path}: line {number}", error)
@@ -90,9 +87,8 @@ def _depth(value: Any) -> int:
 
 
 def read_json_file(path: str | Path, error: type[Exception] = DataError, what: str = "data file") -> Any:
-    """The checked JSON of a file a loader picked (named by the user or found in a folder): a regular file (a FIFO
-    would block the reader forever; a directory or a dangling link is no file), at most MAX_JSON_BYTES, UTF-8, JSON
-    nested at most MAX_JSON_DEPTH deep, every string text. Anything else raises `error` naming the file."""
+    """The checked JSON of a file a loader picked: a regular file (a FIFO would block forever), at most MAX_JSON_BYTES,
+    UTF-8, nested at most MAX_JSON_DEPTH deep, every string text; anything else raises `error` naming the file."""
     path = Path(path)
     try:  # opened without blocking, then checked on the open file: what is read is what was checked
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))

@@ -1,6 +1,5 @@
-"""The tiermem conversation format (version 1): bring your own agent's history into the pipeline. The format,
-its fields and every check: docs/formats.md; every problem is a TiermemFormatError naming file, line, conversation
-and field."""
+"""The tiermem conversation format (version 1): your own agent's history in the pipeline (docs/formats.md); every
+problem is a TiermemFormatError naming file, line, conversation and field."""
 
 from __future__ import annotations
 
@@ -208,7 +207,6 @@ def parse_document(data: Any, path: str | Path, exclude_categories: tuple[str, .
 
 
 def load_tiermem(path: str | Path, exclude_categories: tuple[str, ...] = ()) -> list[Conversation]:
-    """Load a tiermem-format .json or .jsonl file."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"conversation file not found: {path}")

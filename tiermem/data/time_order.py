@@ -10,8 +10,7 @@ from tiermem.data.records import Conversation, Turn
 
 
 def order_turns(turns: Sequence[Turn], fail: Callable[[str], Exception]) -> tuple[list[Turn], list[str]]:
-    """(turns in time order, ids of the turns that moved); `fail(message)` for timestamps that cannot be ordered.
-    Every timestamp has been checked to parse (timestamp_problem) before."""
+    """(turns in time order, ids of moved turns); `fail(message)` for unorderable timestamps (all parse, checked)."""
     mix = zone_mix([(f"turn {t.turn_id!r}", t.timestamp) for t in turns])
     if mix:
         raise fail(f"field 'timestamp': {mix}")

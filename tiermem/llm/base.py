@@ -147,8 +147,7 @@ class LLM(ABC):
     def forget(self, messages: Messages, *, max_tokens: int | None = None, temperature: float | None = None,
                choices: list[str] | None = None, json_schema: dict[str, Any] | None = None,
                logprobs: bool = False) -> None:
-        """Drop the cached reply of this call (asked with the same arguments): a reply its caller could not use is
-        an error, and an error is never cached, so the next run asks again."""
+        """Drop this call's cached reply: one its caller could not use is an error, and errors are never cached."""
         if self.cache is None:
             return
         params = CallParams(self.default_max_tokens if max_tokens is None else max_tokens,

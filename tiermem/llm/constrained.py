@@ -40,10 +40,8 @@ def _decode(tokenizer: Any, ids: list[int]) -> str:
 
 
 def prefix_allowed_tokens_fn(data: Any, schema: dict[str, Any]) -> Any:
-    """A `generate(prefix_allowed_tokens_fn=...)` callback that allows only continuations valid under `schema`.
-
-    One enforcer serves a whole (left-padded) batch: it keys its state on each row's full token sequence.
-    """
+    """A `generate(prefix_allowed_tokens_fn=...)` callback allowing only continuations valid under `schema`; one
+    enforcer serves a whole (left-padded) batch, keying its state on each row's full token sequence."""
     from lmformatenforcer import JsonSchemaParser, TokenEnforcer
 
     enforcer = TokenEnforcer(data, JsonSchemaParser(schema))

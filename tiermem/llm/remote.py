@@ -57,9 +57,8 @@ class OpenAIChatLLM(LLM):
 
     async def _one(self, client: Any, sem: asyncio.Semaphore, messages: Messages,
                    params: CallParams) -> ChatResult | LLMError:
-        """One call. The openai client retries what the endpoint refuses (429, 5xx, a dropped connection); a reply
-        that arrives but is no chat completion (HTML, `choices: [{}]`, a number for content, invalid UTF-8, JSON
-        nested past the parser's depth) is retried here as often, then recorded as this call's LLMError."""
+        """One call. The openai client retries refusals (429, 5xx, a dropped connection); a reply that is no chat
+        completion (HTML, `choices: [{}]`, invalid UTF-8) is retried here as often, then this call's LLMError."""
         import openai
 
         request = self._request(messages, params)

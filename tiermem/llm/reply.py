@@ -51,8 +51,7 @@ def _logprobs(choice: dict[str, Any]) -> list[dict[str, float]] | None:
 
 def chat_reply(body: bytes, content_type: str, logprobs: bool
                ) -> tuple[str, int | None, int | None, list[dict[str, float]] | None]:
-    """(text, prompt tokens, completion tokens, top logprobs per position) of a chat completion body; the token
-    counts are None when the reply has no usage."""
+    """(text, prompt tokens, completion tokens, top logprobs per position) of a chat completion; no usage: None."""
     try:
         data = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError as exc:

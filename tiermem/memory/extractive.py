@@ -1,6 +1,5 @@
-"""The extractive answerer (README, `ask`): the answerability reader scores the sentences of what was read; the best
-one answers, and under the reader's calibrated floor the ANSWER path escalates once and the memory is said not to
-state it. The reader: the router's own when it is a unit reader, else the directory `memory.reader` names."""
+"""The extractive answerer (README, `ask`): the reader scores the sentences read; the best answers, and under its
+calibrated floor ANSWER escalates once. The reader: a unit-reader router's own, else `memory.reader`'s."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ __all__ = ["load_floor"]  # the one reader of floors is tiermem.models.floors
 
 
 def answerer_mode(setting: str, backend: str | None, model: str | None) -> str:
-    """"extractive" or "llm": `auto` reads with the reader on the packaged local model (whose replies add seconds,
-    not answers) and generates on anything else (an OpenAI-compatible endpoint, a local model of your own)."""
+    """"extractive" or "llm": `auto` reads on the packaged local model (its replies add seconds, not answers)."""
     if setting not in ANSWERERS:
         raise ConfigError(f"memory.answerer must be one of {list(ANSWERERS)}, got {setting!r}")
     if setting != "auto":
@@ -63,8 +61,7 @@ def router_reader(router: Any) -> AnswerReader | None:
 
 
 def _split(cand: _Candidate, timestamp: str | None = None) -> list[_Candidate]:
-    """One candidate per sentence (router_train.reader.reading_data.sentence_spans) of the candidate's quote; a
-    sentence of punctuation only ("...") is no answer and is not read."""
+    """One candidate per sentence of the candidate's quote; a punctuation-only sentence ("...") is not read."""
     text = cand.evidence.quote
     return [_Candidate(replace(cand.evidence, quote=text[s:e]), absolutize(text[s:e], timestamp) if timestamp
                        else text[s:e], frozenset()) for s, e in sentence_spans(text)
@@ -118,11 +115,9 @@ def read(reader: AnswerReader, question: str, candidates: Sequence[_Candidate]) 
 
 
 def span_answer(model: Any, question: str, text: str, prefix: int = 0) -> str | None:
-    """The reader's span of `text` (the chosen sentence as the reader saw it: `date: speaker: sentence`) when the
-    reader predicts spans (`best_spans(questions, texts) -> [(start_char, end_char, margin)]`), else None: the
-    sentence is the answer. The span is kept inside the sentence (after its `prefix` characters) and widened to whole
-    words; a margin that is not a finite number (NaN weights) points nowhere, so the sentence answers. The quote
-    stays the whole sentence either way."""
+    """The reader's span of `text` (`date: speaker: sentence`) if it predicts spans (`best_spans(questions, texts) ->
+    [(start_char, end_char, margin)]`), else None (the sentence answers): kept past `prefix`, widened to whole words;
+    a non-finite margin (NaN weights) gives None. The quote stays the whole sentence either way."""
     best_spans = getattr(model, "best_spans", None)
     if not callable(best_spans) or not getattr(model, "has_spans", True):  # a classifier-only checkpoint
         return None
@@ -158,9 +153,8 @@ def _speakers(memory: Any, units: Sequence[RetrievedUnit]) -> dict[str, str]:
 
 def research_pages(memory: Any, question: str, date: str | None, retrieved: Sequence[RetrievedUnit],
                    cfg: Any, reader: Any = None) -> list[str]:
-    """The pages the raw index gives the question (no LM plans searches), the pages of the turns `reader` scores
-    best first: at most max_rounds x pages_per_round. A conversation of no more pages than that is read whole, so
-    the reader is not asked to order it."""
+    """The raw index's pages for the question (no LM plans searches), those of the turns `reader` scores best first:
+    at most max_rounds x pages_per_round. A conversation no longer than that is read whole, not ordered."""
     budget = cfg.max_rounds * cfg.pages_per_round
     if reader is not None and memory.turns is not None and memory.page_count() <= budget:
         reader = None

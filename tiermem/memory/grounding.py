@@ -1,6 +1,5 @@
-"""Grounding an answer in what was read: the quote it rests on, and an extractive answer when the LM's is unusable
-(the best-matching sentence of what the path read, verbatim with speaker and date; docs/DESIGN.md, "Research steps
-the small model can keep, and answers that rest on a quote")."""
+"""Grounding an answer in what was read: the quote it rests on, and an extractive answer (the best-matching sentence,
+verbatim with speaker and date) when the LM's is unusable (docs/DESIGN.md, "... answers that rest on a quote")."""
 
 from __future__ import annotations
 
@@ -97,8 +96,7 @@ def page_candidates(pages: Sequence[Page]) -> list[_Candidate]:
 
 
 def summary_candidates(units: Sequence[RetrievedUnit], speakers: dict[str, str] | None = None) -> list[_Candidate]:
-    """Retrieved units as candidates; `speakers` maps turn ids to speakers (the extractive summarizer's units
-    start with "<speaker>: ", which is split off; other units keep their text whole)."""
+    """Retrieved units as candidates; `speakers`: turn id -> speaker (an extractive unit's "<speaker>: " split off)."""
     out = []
     for unit in units:
         turn_id = unit.turn_ids[0] if unit.turn_ids else None
@@ -123,8 +121,7 @@ def ranked(question: str, candidates: Sequence[_Candidate], answer: str | None =
     """The matching candidates, best first: idf-weighted words shared with the question (and doubled, with `answer`:
     the quote under an LM answer should contain it), plus context, similarity and time; ties to the shorter one."""
     idf = _idf(candidates)
-    # the people talking are named all over their conversation ("Hey Nate!"): their names only count as context
-    # (a sentence of the turn they speak or are named in), never as the match itself
+    # speakers are named all over their conversation ("Hey Nate!"): their names count as context, never the match
     names = {w for c in candidates if c.evidence.speaker for w in _stems(c.evidence.speaker)}
     asked = _stems(question) - names
     answered = _stems(answer) - asked - names if answer else set()
@@ -143,7 +140,6 @@ def ranked(question: str, candidates: Sequence[_Candidate], answer: str | None =
 
 
 def best_sentence(question: str, candidates: Sequence[_Candidate], answer: str | None = None) -> _Candidate | None:
-    """The first of `ranked`, or None when nothing matches."""
     best = ranked(question, candidates, answer)
     return best[0] if best else None
 
@@ -157,9 +153,8 @@ def extractive_answer(cand: _Candidate) -> str:
 
 def unusable_reason(answer: str | None, question: str, read_text: str,
                     speakers: Iterable[str] = (), support_text: str | None = None) -> str | None:
-    """Why an LM answer cannot be shown as the answer, or None when it can. "not in what was read" also catches an
-    abstention ("not mentioned"); "unsupported": fewer than half its words in `support_text` (the best-matching
-    sentences), a reply assembled from elsewhere ("Piper is a border collie" for a question about the vet's diet)."""
+    """Why an LM answer cannot be shown, or None. "not in what was read" also catches an abstention; "unsupported":
+    under half its words in `support_text` (the best-matching sentences), a reply assembled from elsewhere."""
     text = (answer or "").strip()
     if not normalize(text):
         return "empty"
@@ -207,8 +202,7 @@ class Grounded:
 
 
 def ground(question: str, lm_answer: str | None, candidates: Sequence[_Candidate]) -> Grounded:
-    """Keep a usable LM answer with the quote that best supports it; else answer with the best-matching quote (with
-    none matching, an unusable LM answer stays as it is, flagged, without evidence)."""
+    """A usable LM answer with its best quote, else the best-matching quote (none: the LM answer stays, flagged)."""
     def text(cands: Sequence[_Candidate], dated: bool = True) -> str:  # what the prompts showed: sentence, date
         return " ".join(f"{c.evidence.quote} {c.resolved} {c.evidence.date if dated and c.evidence.date else ''}"
                         for c in cands)

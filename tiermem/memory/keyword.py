@@ -23,8 +23,7 @@ class KeywordIndex:
             self._bm25.index(docs, show_progress=False)
 
     def search(self, query: str, k: int = 3, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """(page_id, score) best first; pages that share no term with the query, or not `allowed` (one bool per
-        page), are left out."""
+        """(page_id, score) best first; pages sharing no query term, or not `allowed` (a bool per page), left out."""
         words = content_words(query)
         if self._bm25 is None or not words or k <= 0:
             return []

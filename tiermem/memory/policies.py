@@ -1,6 +1,5 @@
-"""The two answer paths: summary-only (tier 1) and bounded multi-hop research over raw pages (tier 2).
-`wall_s` is the time outside LLM calls plus each call's recorded latency, so a cached rerun costs what the original
-run did; an LLMError ends a path with `answer=None` and the error recorded, never turned into an answer."""
+"""The two answer paths: summary-only (tier 1) and bounded multi-hop research over raw pages (tier 2). `wall_s` counts
+recorded LLM latencies, so a cached rerun costs what the original did; an LLMError ends a path with `answer=None`."""
 
 from __future__ import annotations
 
@@ -227,9 +226,8 @@ def research_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
 
 
 def time_pages(memory: TwoTierMemory, q: str, question_date: str | None = None) -> list[str]:
-    """The pages dated in the time a question names ('on 16.01.2024', 'in January 2024', 'last week' asked on its
-    date), best BM25 match first; none when it names no time. A year-less day or month is read in the year of the
-    question's date, or in every year the conversation covers without one."""
+    """The pages dated in the time a question names ('on 16.01.2024', 'last week'), best BM25 match first. A year-less
+    day or month is read in the question's year, or without one in every year the conversation covers."""
     asked = parse_timestamp(question_date) if question_date else None
     mentions = [m.when for m in find_dates(q, asked.date() if asked else None)]
     if not mentions:
@@ -252,11 +250,9 @@ def _interleave(*orders: Sequence[str]) -> list[str]:
 def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[RetrievedUnit], *,
                       pages_per_round: int = 2, keyword_k: int = 3, question_date: str | None = None,
                       reader: Any = None, turn_k: int = TURN_CANDIDATES, needed: int | None = None) -> list[str]:
-    """The pages research reads in its first round (retrieval only, no LLM): summaries' provenance, BM25 pages and
-    the pages of the best turns (tiermem.memory.turns) interleaved, so a small pages_per_round reads the best of each.
-    A `reader` (a cross-encoder) puts the pages of its best-scored turns first; a question naming a time reads that
-    time's pages in every other slot (words cannot find "16.01.2024", a timestamp can). `needed`: the caller reads
-    only that many pages, so where provenance fills them the turns are not ranked (nor embedded)."""
+    """Research's first-round pages (no LLM): summaries' provenance, BM25 pages and the best turns' pages interleaved;
+    a `reader` puts its best turns' pages first, a named time its pages every other slot (words cannot find
+    "16.01.2024"). `needed`: pages the caller reads; provenance filling them, turns go unranked (unembedded)."""
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
     provenance = None
@@ -279,8 +275,7 @@ def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[Retriev
 
 def estimated_research_input_tokens(q: str, date: str | None, pages: Sequence[Page], count_tokens: Any,
                                     max_snippets: int = 8) -> int:
-    """Input tokens a one-round research path would send (integrate prompt over `pages`, then the answer prompt
-    over the best snippets), without calling any model: the cost field of generator-free labels."""
+    """Input tokens a one-round research path would send over `pages`, no model called: generator-free labels' cost."""
     integrate = integrate_messages(q, date, [], pages)
     answer = research_messages(q, date, [], select_snippets(q, pages, [], max_snippets))
     return sum(count_tokens(m["content"]) for m in integrate + answer)
@@ -292,9 +287,8 @@ def research_policy(
     max_searches: int = 3, max_snippets: int = 8, step_max_tokens: int = 384, answer_max_tokens: int = 48,
     turn_k: int = TURN_CANDIDATES,
 ) -> ResearchResult:
-    """Escalation: up to `max_rounds` rounds of integrate (facts + verbatim quotes) and plan (DONE or new searches)
-    over the first round's pages and the searches' pages, then answer. Stops on DONE, on a round with no unread page,
-    or on an unparseable reply (counted in `parse_failures`; the answer still uses what was found)."""
+    """Escalation: up to `max_rounds` rounds of integrate (facts + quotes) and plan (DONE or searches), then answer.
+    Stops on DONE, a round with no unread page, or an unparseable reply (`parse_failures`; what was found is used)."""
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
     meter = _Meter()

@@ -1,6 +1,5 @@
-"""Tier 2: immutable raw pages of conversation turns in an append-only SQLite store (triggers abort an update or a
-delete; each row's sha256 lets `verify()` catch an edit behind the store's back). A turn too long for one page is cut
-at word boundaries into pieces that each keep its id, speaker, timestamp and session."""
+"""Tier 2: raw pages of turns in an append-only SQLite store (triggers abort an update or delete; row sha256s let
+`verify()` catch edits). A turn too long for a page is cut at word boundaries, each piece keeping the turn's fields."""
 
 from __future__ import annotations
 
@@ -79,8 +78,7 @@ def content_hash(page_id: str, conv_id: str, index: int, turns_json: str, token_
 
 
 def _longest_fit(n: int, fits: Callable[[int], bool]) -> int:
-    """The largest k in 1..n with fits(k) (0 when not even fits(1)); doubling then bisection, so a long turn costs
-    O(log page) token counts per piece, not one per word."""
+    """The largest k in 1..n with fits(k) (0 if none), by doubling then bisection: O(log page) counts per piece."""
     if not fits(1):
         return 0
     good, step = 1, 2
@@ -94,8 +92,7 @@ def _longest_fit(n: int, fits: Callable[[int], bool]) -> int:
 
 
 def split_turn(turn: Turn, count_tokens: TokenCounter, max_tokens: int) -> list[Turn]:
-    """`turn` itself when its rendered text fits in `max_tokens`, else pieces that each do, in order, that join
-    back to its text. Each piece is a Turn with the same id, speaker, timestamp and session."""
+    """`turn` itself when its rendered text fits in `max_tokens`, else in-order pieces that do and join to its text."""
     if count_tokens(render_turn(turn)) <= max_tokens:
         return [turn]
 
@@ -125,8 +122,7 @@ def split_turn(turn: Turn, count_tokens: TokenCounter, max_tokens: int) -> list[
 
 
 def paginate(conv_id: str, turns: Sequence[Turn], count_tokens: TokenCounter, max_tokens: int = 1000) -> list[Page]:
-    """Pack turns in order into pages of at most `max_tokens` tokens; a turn longer than that is split across pages
-    (split_turn), so no page is ever over the limit."""
+    """Pack turns in order into pages of at most `max_tokens` tokens, a longer turn split across pages (split_turn)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     pages: list[Page] = []
@@ -180,8 +176,7 @@ class RawPageStore:
             raise StoreError(f"{self.db_path}: not a tier-2 page store ({exc})") from None
         self._cache: dict[str, Page] = {}
         self._lock = threading.Lock()  # one connection shared by threads (concurrent answering)
-        # page id -> sha256 as verified by verify(); reads are checked against it, so a page changed after
-        # the store was opened (even with its hash rewritten) is refused, not served
+        # page id -> sha256 seen by verify(): later reads are checked against it, even if the stored hash is rewritten
         self._trusted: dict[str, str] | None = None
 
     def append(self, pages: Iterable[Page]) -> None:
@@ -228,10 +223,8 @@ class RawPageStore:
         return self._conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
 
     def verify(self, expected_pages: dict[str, int] | None = None) -> list[str]:
-        """Problems found (empty list: intact): ids of pages whose content no longer matches their sha256,
-        and `<page id> (missing)` for pages gone from a conversation's sequence (index gaps, or fewer pages
-        than `expected_pages[conv_id]`, e.g. from the manifest). Afterwards reads are checked against the
-        hashes seen here."""
+        """Problems found (empty: intact): ids of pages not matching their sha256, `<page id> (missing)` for pages gone
+        (index gaps, fewer than `expected_pages[conv_id]`). Later reads are checked against the hashes seen here."""
         bad: list[str] = []
         trusted: dict[str, str] = {}
         indices: dict[str, list[int]] = {}

@@ -47,11 +47,8 @@ def _complete_fact_objects(text: str) -> list[dict[str, Any]]:
 
 
 def parse_facts_reply(text: str) -> list[Fact] | None:
-    """`{"facts": [{"fact", "quote"}]}` (or a bare list); None when unparseable.
-
-    A reply cut off after one or more whole fact objects keeps those (the cut is max_tokens, not the model
-    giving up on the format); one with no whole object is unparseable.
-    """
+    """`{"facts": [{"fact", "quote"}]}` (or a bare list); None when unparseable. A reply cut by max_tokens (not the
+    model giving up on the format) keeps its whole fact objects; with none it is unparseable."""
     text = bounded_reply(text)
     if len(text) < 40 and normalize(text) in ("none", "no facts", "nothing"):  # only a short reply can be one
         return []

@@ -1,6 +1,5 @@
-"""The memory runtime: ingest a conversation into its two tiers (`raw.db`, `tier1/summaries.db`, `manifest.json`
-written last, all built in a temporary sibling directory renamed into place, so a crash never leaves a half-ingested
-workdir), then answer questions through a router."""
+"""The memory runtime: ingest a conversation into its two tiers (built in a temporary sibling directory renamed into
+place, `manifest.json` last, so a crash never leaves a half-ingested workdir), then answer through a router."""
 
 from __future__ import annotations
 
@@ -102,8 +101,7 @@ class RuntimeAnswer:
     research: ResearchResult | None = None
     writeback: list[WriteBack] = field(default_factory=list)
     error: str | None = None
-    # grounding (tiermem.memory.grounding): `answer` is the LM's reply (`answer_source` "lm") or, when that reply
-    # was unusable for `fallback_reason`, the extractive quote ("extractive"); `evidence` is the quote it rests on.
+    # `answer`: the LM's reply ("lm") or, unusable for `fallback_reason`, the extractive quote; `evidence`: its quote
     lm_answer: str | None = None
     answer_source: str | None = None  # "lm" | "extractive"; None after an LLM error
     fallback_reason: str | None = None
@@ -280,13 +278,9 @@ class MemoryRuntime:
     @classmethod
     def open_or_build(cls, root: str | Path, conv: Conversation, cfg: MemoryConfig | None = None,
                       share_turn_vectors: bool = False, **kwargs: Any) -> MemoryRuntime:
-        """The conversation's tiers from `root/<conv_id>-<key>`, built there first if absent.
-
-        The key hashes the conversation and every config field that shapes the tiers, so a changed
-        summarizer or page size builds a new directory instead of reusing a stale one. `share_turn_vectors` keeps
-        the turn vectors by content in `root/.turn_vectors` for the next variant of the same history (labeling's
-        tier cache; a server building inline conversations keeps nothing it would have to bound).
-        """
+        """The conversation's tiers from `root/<conv_id>-<key>` (the tier key: a changed setting builds anew), built
+        first if absent. `share_turn_vectors` keeps turn vectors in `root/.turn_vectors` for the history's next variant
+        (labeling's tier cache; a server building inline conversations keeps nothing it would have to bound)."""
         cfg = cfg or MemoryConfig()
         key = tier_key(conv, cfg, kwargs.get("summarizer_llm") or kwargs.get("llm"))
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", conv.conv_id)
@@ -303,8 +297,7 @@ class MemoryRuntime:
         return runtime
 
     def _check_built_for(self, key: str, tier1: str) -> None:
-        """A directory found under this request's name is used only when its manifest says it was built for it:
-        the same tier key (conversation and every tier setting) and Tier 1 source; else a StoreError naming both."""
+        """A directory under this request's name is used only if built for it (same tier key and Tier 1 source)."""
         found = {"tier_key": self.manifest.get("tier_key"), "tier1": self.manifest.get("tier1", "built")}
         want = {"tier_key": key, "tier1": tier1}
         wrong = [k for k in want if found[k] != want[k]]

@@ -30,8 +30,7 @@ class Embedder(Protocol):
 
 
 class HashingEmbedder:
-    """Bag-of-content-words vectors hashed into `dim` buckets: a real, model-free lexical embedder for fast
-    runs and tests (`memory.embedder=hashing`). Deterministic across processes (no Python `hash`)."""
+    """Model-free content-word vectors hashed into `dim` buckets (`memory.embedder=hashing`), no Python `hash`."""
 
     def __init__(self, dim: int = 512) -> None:
         self.dim = dim
@@ -88,8 +87,7 @@ def _day(moment: datetime) -> str:
 
 
 def day_of(timestamp: str) -> str | None:
-    """An absolute day ('8 May 2023') from a turn's timestamp; None (no date) when it names no day: a string that
-    is not a date never becomes one (the loaders already refuse such timestamps; this guards direct callers)."""
+    """An absolute day ('8 May 2023') from a turn's timestamp; None when it names no day (guards direct callers)."""
     moment = parse_timestamp(timestamp)
     return _day(moment) if moment else None
 
@@ -103,8 +101,7 @@ _RELATIVE = re.compile(
 
 
 def absolutize(text: str, timestamp: str) -> str:
-    """Append the absolute date to relative time phrases ('yesterday' -> 'yesterday (7 May 2023)'),
-    so an extracted sentence keeps its meaning out of its session. Unknown timestamps leave text as is."""
+    """'yesterday' -> 'yesterday (7 May 2023)', so an extracted sentence keeps its meaning out of its session."""
     now = parse_timestamp(timestamp)
     if now is None:
         return text
@@ -238,9 +235,8 @@ class SummaryIndex:
         self.matrix[i] = vector[0]
 
     def new_unit_id(self, prefix: str) -> str:
-        """`prefix` + the next number of a counter stored in this index: never reused, whatever units were updated
-        or replaced since (a count of units would be; an update changes a unit's origin). An index from before the
-        counter continues above the highest such id it holds."""
+        """`prefix` + the next number of a counter in this index: never reused, whatever was updated or replaced (a
+        unit count would be). An index from before the counter continues above its highest such id."""
         row = self._conn.execute("SELECT value FROM counters WHERE name=?", (prefix,)).fetchone()
         pattern = re.compile(re.escape(prefix) + r"(\d+)")
         n = row[0] if row else max((int(m.group(1)) + 1 for u in self.units if (m := pattern.fullmatch(u.unit_id))),
@@ -255,8 +251,7 @@ class SummaryIndex:
         return self.units[self._position[unit_id]]
 
     def root_hash(self) -> str:
-        """One hash over every unit's hash in insertion order; the manifest keeps it to catch rehashed edits
-        and injected rows."""
+        """One hash over every unit's hash in order: the manifest's check for rehashed edits and injected rows."""
         digest = hashlib.sha256()
         for (sha,) in self._conn.execute("SELECT sha256 FROM units ORDER BY rowid"):
             digest.update(sha.encode())
@@ -281,7 +276,6 @@ class SummaryIndex:
         return [self.retrieved(self.units[int(i)].unit_id, float(scores[i])) for i in order[:k]]
 
     def retrieved(self, unit_id: str, score: float) -> RetrievedUnit:
-        """A unit as a search returns it, with `score`."""
         u = self.get(unit_id)
         return RetrievedUnit(u.unit_id, u.text, score, list(u.page_ids), list(u.turn_ids), u.date, list(u.speakers))
 
@@ -297,13 +291,9 @@ class SummaryIndex:
 
 @dataclass
 class ExtractiveSummarizer:
-    """Keeps the most informative sentences of each page (a budget per page): fast, deterministic, lossy.
-
-    A sentence scores by its distinct content words, with extra weight for names and numbers (the
-    details questions ask about); questions and small talk score low. The kept sentences stay in
-    conversation order, one unit each, prefixed by the speaker and with relative dates made absolute
-    ('yesterday (7 May 2023)') so they read standalone.
-    """
+    """Keeps each page's most informative sentences (a budget per page): scored by distinct content words, names and
+    numbers weighted up, questions and small talk low; kept in order, one unit each, prefixed by the speaker and with
+    relative dates made absolute so they read standalone."""
 
     keep_ratio: float = 0.3
     max_units_per_page: int = 16
@@ -341,7 +331,6 @@ class ExtractiveSummarizer:
 
 
 def speakers_of(turns: Iterable[Turn]) -> list[str]:
-    """The distinct speakers of a unit's source turns, in turn order."""
     return list(dict.fromkeys(t.speaker for t in turns if t.speaker))
 
 
@@ -362,8 +351,7 @@ class FactParse:
 
 @dataclass
 class LLMFactSummarizer:
-    """LLM fact extraction per page (the real summarizer). Turn ids the model writes are checked against
-    the page; a fact with none valid is linked by keyword overlap, and failing that to the whole page."""
+    """LLM facts per page; a fact with no valid model-written turn id links by keyword overlap, else to the page."""
 
     llm: LLM
     max_tokens: int = 512

@@ -38,8 +38,7 @@ log = logging.getLogger(__name__)
 
 
 def imported_units(conv: Conversation, pages: list[Page]) -> list[SummaryUnit]:
-    """The conversation's own units as Tier 1, each linked to the pages holding its source turns; a unit without its
-    own date is dated by its latest source turn (the one said last, wherever the unit lists it)."""
+    """The conversation's own units as Tier 1, linked to their source turns' pages; undated ones by the latest."""
     where: dict[str, list[str]] = {}
     turns: dict[str, Any] = {}
     order: dict[str, int] = {}
@@ -76,13 +75,9 @@ SPOT_TOLERANCE = 1e-4  # unit vectors: one turn embedded alone or in a batch agr
 def cached_turn_vectors(cache: Path | None, embedder: str, texts: list[str],
                         embed: Callable[[list[str]], np.ndarray], tiers_version: str) -> np.ndarray:
     """The turn vectors of `texts` (`embed(texts)`), read from `cache` when an earlier build of the same turns with
-    the same embedder (`embedder`: its spec digest) wrote them, else computed and kept there. A history's tier
-    variants (imported or extractive Tier 1, other summarizer settings) then embed its turns once.
-
-    An entry is used only when it is a plain file matching its digest, float32 of one row per turn, finite, and a
-    few of its rows (first, last, spread between) equal the same turns embedded now, which also fixes the width.
-    The digest proves the file is whole as written; the rows embedded again prove it holds this embedder's vectors
-    (docs/formats.md, "The turn-vector cache"). Anything else is rebuilt and replaced, never copied into a tier."""
+    the same embedder (`embedder`: its spec digest) wrote them, else computed and kept there, so a history's tier
+    variants embed its turns once. Which entry is used: docs/formats.md, "The turn-vector cache"; anything else is
+    rebuilt and replaced, never copied into a tier."""
     if cache is None:
         return embed(texts)
     key = hashlib.sha256(json.dumps([tiers_version, embedder, TURN_VECTOR_TOKENS, texts], ensure_ascii=False)
@@ -127,8 +122,7 @@ def _read_entry(path: Path, digest: Path, rows: int) -> np.ndarray | str | None:
 
 
 def _store(cache: Path, path: Path, digest: Path, vectors: np.ndarray) -> None:
-    """Keep `vectors` as the entry, replacing whatever bad entry is in the way; a cache that is no folder keeps
-    nothing (said so)."""
+    """Keep `vectors` as the entry, replacing a bad one in the way; a cache that is no folder keeps nothing (logged)."""
     if cache.is_symlink() or (cache.exists() and not cache.is_dir()):
         log.warning("%s: not a folder; turn vectors are not kept", cache)
         return

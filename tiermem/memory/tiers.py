@@ -1,6 +1,5 @@
 """One conversation's two tiers opened together: raw pages, summary units, the BM25 page index and the turn index.
-`as_of(turn_id)` is a view of the same tiers holding only what came before that turn (docs/formats.md, "Memory as of
-the question"); only BM25's term statistics are the whole history's."""
+`as_of(turn_id)`: a view of only what came before that turn (docs/formats.md), BM25's term statistics excepted."""
 
 from __future__ import annotations
 
@@ -104,8 +103,7 @@ class TwoTierMemory:
     _query: tuple[str, np.ndarray] | None = None  # the last query's vector: summaries and turns embed it once
     history: History | None = None
     before: int | None = None  # as of: the turns at positions below this one; None: the whole history
-    # "imported": Tier 1 is the conversation's own units (a memory system's facts), whose provenance research
-    # follows first; "built": made from the pages by a summarizer
+    # "imported": the conversation's own units (research follows their provenance first); "built": by a summarizer
     tier1: str = "built"
     owner: bool = True  # False: a view (as_of), whose close() leaves the tiers open for the memory it came from
 
@@ -142,8 +140,7 @@ class TwoTierMemory:
         return self.summaries.search_vector(self.embed_query(query), k, self._units_allowed())
 
     def search_summaries_fused(self, query: str, k: int) -> list[RetrievedUnit]:
-        """The k best units by reciprocal-rank fusion of the dense ranking and BM25 over the units' text (research's
-        provenance search: words a vague question shares with a fact count beside its vector)."""
+        """The k best units by RRF of dense and BM25 rankings (provenance search: a vague question's words count)."""
         dense = self.search_summaries(query, max(4 * k, 100))
         if self.history is None:
             return dense[:k]
@@ -184,7 +181,6 @@ class TwoTierMemory:
         return list(units) if allowed is None else [u for u, ok in zip(units, allowed, strict=True) if ok]
 
     def unit_count(self) -> int:
-        """The summary units this memory may retrieve."""
         allowed = self._units_allowed()
         return len(self.summaries) if allowed is None else int(allowed.sum())
 

@@ -1,6 +1,5 @@
-"""Research that finds the turn: turns ranked by BM25 and the turn embeddings fused by reciprocal rank, the best few
-dozen scored by the reader when one is given, their pages read first (BM25 over whole pages lets a long page of
-small talk outrank the one line that answers). Turn vectors: docs/formats.md, "The turn-vector cache"."""
+"""Research that finds the turn: turns ranked by BM25 and embeddings fused, the best scored by the reader if given,
+their pages read first (BM25 over whole pages lets a long page of small talk outrank the one line that answers)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ class TurnHit:
 
 
 class TurnIndex:
-    """BM25 over turns, and cosine over their vectors: given (ingested with them), or embedded on demand by `embed`
-    (texts -> unit vectors), only the turns a ranking may read and only once."""
+    """BM25 over turns and cosine over their vectors: ingested, or embedded on demand by `embed` (read turns, once)."""
 
     def __init__(self, pages: Sequence[Page], vectors: np.ndarray | None = None,
                  embed: Callable[[list[str]], np.ndarray] | None = None) -> None:
@@ -108,8 +106,7 @@ def reader_view(turn: Turn) -> str:
 
 
 def rescore(hits: Sequence[TurnHit], question: str, reader: Any) -> list[TurnHit]:
-    """The hits scored by the reader (`logits(questions, texts)`) in one batch, best first; ties keep the fused
-    order."""
+    """The hits scored by the reader (`logits(questions, texts)`) in one batch, best first; ties keep fused order."""
     if not hits:
         return []
     logits = reader.logits([question] * len(hits), [reader_view(h.turn) for h in hits])
@@ -118,13 +115,11 @@ def rescore(hits: Sequence[TurnHit], question: str, reader: Any) -> list[TurnHit
 
 
 def pages_of(hits: Sequence[TurnHit]) -> list[str]:
-    """The pages holding the hits, in the hits' order, each once."""
     return list(dict.fromkeys(h.page_id for h in hits))
 
 
 def pages_by_turns(hits: Sequence[TurnHit]) -> list[str]:
-    """The pages holding the hits, best first by the sum of their turns' fused scores (a page with several good
-    turns before a page with one)."""
+    """The pages holding the hits, best first by the sum of their turns' fused scores."""
     score: dict[str, float] = {}
     for h in hits:
         score[h.page_id] = score.get(h.page_id, 0.0) + h.fused

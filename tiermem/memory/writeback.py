@@ -1,6 +1,5 @@
-"""Verified write-back after an escalation: each fact whose quote linked to a raw turn becomes a tier-1 unit linked
-to that page and turn. Against the most similar existing unit it is skipped (a near duplicate), updates that unit
-(close), or is added (new). Facts whose quotes matched no raw turn never enter tier 1."""
+"""Verified write-back after an escalation: a fact whose quote linked to a raw turn becomes a tier-1 unit linked to
+it, or is skipped (near duplicate) or updates (close) the most similar unit; unlinked facts never enter tier 1."""
 
 from __future__ import annotations
 

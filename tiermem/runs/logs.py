@@ -15,9 +15,8 @@ OUR_LOGGERS = ("tiermem", "labeling", "router_train", "serving", "benchmarks", "
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 ENV = "TIERMEM_LOG"
 
-# Deprecations raised *inside* libraries by their own calls, which no change on our side avoids: peft 0.21
-# reads transformers' deprecated `is_gradient_checkpointing` property in PeftModel.__init__ (every
-# get_peft_model / PeftModel.from_pretrained). Silenced by default, shown with --verbose.
+# Deprecations libraries raise by their own calls, which nothing on our side avoids (peft 0.21 reads transformers'
+# deprecated `is_gradient_checkpointing` in PeftModel.__init__): silenced unless --verbose.
 LIBRARY_DEPRECATIONS = (
     (r"`is_gradient_checkpointing` is deprecated", FutureWarning, r"transformers\.modeling_utils"),
 )

@@ -1,6 +1,5 @@
-"""Out-of-fold router scores (oof_scores.json in a router's run directory): each train + validation question scored
-by a model that never saw its conversation, with the fields replay reads; calibrate and the demo's choice read them
-(docs/DESIGN.md, "Out-of-fold scores for calibration")."""
+"""Out-of-fold router scores (a router run's oof_scores.json): each train + validation question scored by a model that
+never saw its conversation, for calibrate and the demo (docs/DESIGN.md, "Out-of-fold scores for calibration")."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ REPLAY_FIELDS = ("qid", "conv_id", "split", "source", "category", "label", "drop
 
 def loco(records: Sequence[dict[str, Any]],
          score_held: Callable[[np.ndarray, np.ndarray], Sequence[float]]) -> list[float]:
-    """Each record's out-of-fold score: for every conversation, `score_held(fit, held)` (boolean masks over
-    `records`: the other conversations' labeled records to fit on, this conversation's records to score, labeled
-    or not) returns the held records' scores, in order."""
+    """Each record's out-of-fold score: per conversation, `score_held(fit, held)` (masks over `records`: the others'
+    labeled records to fit on, this one's records, labeled or not) returns the held records' scores, in order."""
     conv = np.array([str(r["conv_id"]) for r in records])
     labeled = np.array([r.get("label") in contract.ACTIONS for r in records])
     out = np.full(len(records), np.nan)
@@ -42,8 +40,7 @@ def loco(records: Sequence[dict[str, Any]],
 
 def write_oof_scores(run_dir: str | Path, records: Sequence[dict[str, Any]], scores: Sequence[float],
                      about: dict[str, Any]) -> dict[str, Any]:
-    """oof_scores.json in `run_dir`: `about` (dataset, splits, method, settings), then per record its replay fields
-    and `score`. Returns what the run's metadata keeps of it (extra.oof_scores)."""
+    """oof_scores.json in `run_dir` (`about`, then records' replay fields and `score`); returns extra.oof_scores."""
     if len(records) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(records)} records")
     rows = [{**{k: r[k] for k in REPLAY_FIELDS if k in r}, "score": float(s)}
@@ -56,8 +53,7 @@ def write_oof_scores(run_dir: str | Path, records: Sequence[dict[str, Any]], sco
 
 
 def read_oof_scores(run_dir: str | Path, recorded: dict[str, Any]) -> dict[str, Any]:
-    """The run's oof_scores.json, checked against its recorded sha256 (`recorded`: the metadata's
-    extra.oof_scores); DataError naming the file when it is missing, changed or malformed."""
+    """The run's oof_scores.json checked against `recorded` (extra.oof_scores); DataError if missing, changed or bad."""
     path = Path(run_dir) / str(recorded.get("file") or OOF_SCORES_FILE)
     if not path.is_file():
         raise DataError(f"{path}: not found, but the run's tiermem_router.json records out-of-fold scores")

@@ -91,8 +91,7 @@ def _check_contents(out: Path, stage: str) -> None:
     allowed = PRECREATED.get(stage, ())
 
     def ours(p: Path) -> bool:
-        # the marker's own temporary file (write-then-rename): a shard or rank claiming the directory at this very
-        # moment (lock=False) has made it and not yet renamed it into place
+        # the marker's temporary file: a shard or rank claiming it now (lock=False) has made it, not yet renamed it
         return (p.name == LOCK or (p.is_dir() and stage in CONTAINERS) or fnmatch(p.name, staging_pattern(MARKER))
                 or (p.is_file() and any(fnmatch(p.name, pat) for pat in allowed)))
 
@@ -206,9 +205,8 @@ def _write_marker(out: Path, stage: str) -> None:
 
 
 def refuse_links(out: Path, stage: str) -> None:
-    """No stage makes a symbolic link in a run directory, so one found there was planted (or made by hand): a write
-    to its name would land at its target, outside the directory. Refused before anything is written, naming each
-    (tiermem.runs.safe_io refuses them again at every write)."""
+    """No stage makes a symbolic link in a run directory, so one there was planted: a write to its name would land
+    outside the directory. Refused before anything is written, naming each (safe_io refuses them at every write)."""
     links = sorted(p.name for p in out.iterdir() if p.is_symlink())
     if links:
         shown = ", ".join(f"{name} -> {os.readlink(out / name)}" for name in links[:5])
@@ -217,8 +215,7 @@ def refuse_links(out: Path, stage: str) -> None:
 
 
 def check_output_dir(path: str | Path | None, stage: str) -> Path:
-    """The checks of `claim_output_dir`, touching nothing: for a stage that reads its inputs before it may create
-    its directory. Raises RunDirError; returns the Path."""
+    """`claim_output_dir`'s checks, touching nothing: for a stage reading its inputs before creating its directory."""
     out = _path(path, stage)
     if out.is_dir():
         _check_contents(out, stage)
@@ -228,9 +225,8 @@ def check_output_dir(path: str | Path | None, stage: str) -> Path:
 
 
 def claim_output_dir(path: str | Path | None, stage: str, *, lock: bool = True) -> Path:
-    """Create `path` as a `stage` run directory, or accept it if it already is one, and lock it for this stage
-    until `release_output_dir` or the end of the process (RunDirError otherwise). `lock=False`: the shards of one
-    label run, which claim their common directory at once."""
+    """Create `path` as a `stage` run directory (or accept one) and lock it until `release_output_dir` or process exit
+    (RunDirError otherwise). `lock=False`: a label run's shards, which claim their common directory at once."""
     if not lock:
         out = _path(path, stage)
         _check_contents(out, stage)
@@ -254,9 +250,8 @@ RANK_WAIT_S = 600.0  # how long the other ranks of a launch wait for rank 0's cl
 
 
 def await_claim(path: str | Path | None, stage: str) -> Path:
-    """For the ranks > 0 of a distributed launch: rank 0 creates, claims and locks the directory, and the others
-    write nothing into it before that (a file of theirs would make rank 0 refuse it as foreign); they wait for its
-    marker, then check it is this stage's."""
+    """For ranks > 0 of a distributed launch: rank 0 creates, claims and locks the directory; the others write nothing
+    there first (rank 0 would refuse a file of theirs as foreign), wait for its marker, then check its stage."""
     out = _path(path, stage)
     deadline = time.monotonic() + RANK_WAIT_S
     while read_marker(out) is None:
@@ -269,8 +264,7 @@ def await_claim(path: str | Path | None, stage: str) -> Path:
 
 @contextmanager
 def launch_run_dir(path: str | Path | None, stage: str, leader: bool) -> Iterator[Path]:
-    """The run directory of one process of a (possibly distributed) training launch: rank 0 claims and locks it
-    for the launch (`claimed_output_dir`), the other ranks `await_claim` it."""
+    """The run directory of one process of a training launch: rank 0 claims and locks it, other ranks `await_claim`."""
     if leader:
         with claimed_output_dir(path, stage) as out:
             yield out
@@ -289,8 +283,7 @@ def claimed_output_dir(path: str | Path | None, stage: str) -> Iterator[Path]:
 
 
 def claim_cache_dir(path: str | Path | None, stage: str = TIERS) -> Path:
-    """A cache root that several runs read and add to at the same time (the tier caches of ingest, label and live
-    eval; each entry is built atomically under its own key): the marker rules of `claim_output_dir`, no lock."""
+    """A cache root runs share (tier caches; entries built atomically): `claim_output_dir`'s marker rules, no lock."""
     out = check_output_dir(path, stage)
     out.mkdir(parents=True, exist_ok=True)
     if read_marker(out) is None:
@@ -299,8 +292,7 @@ def claim_cache_dir(path: str | Path | None, stage: str = TIERS) -> Path:
 
 
 def claim_run_to_update(path: str | Path, stage: str, kinds: Iterable[str] = ROUTER_STAGES) -> Path:
-    """Lock an existing run directory that `stage` changes without owning it (its marker is kept): it must be a
-    run of one of `kinds`. Raises RunDirError otherwise, or when another process is writing it."""
+    """Lock an existing run of one of `kinds` that `stage` changes, not owns (marker kept); else RunDirError."""
     kinds = tuple(kinds)
     out = _path(path, stage)
     if not out.is_dir():
@@ -316,7 +308,6 @@ def claim_run_to_update(path: str | Path, stage: str, kinds: Iterable[str] = ROU
 
 @contextmanager
 def updating_run(path: str | Path, stage: str, kinds: Iterable[str] = ROUTER_STAGES) -> Iterator[Path]:
-    """`claim_run_to_update` for the duration of a `with` block."""
     out = claim_run_to_update(path, stage, kinds)
     try:
         yield out

@@ -93,8 +93,7 @@ def staging_pattern(name: str) -> str:
 
 
 def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
-    """`write_atomic` for a writer that needs a file object (torch.save, a figure, a long JSONL): `write(fh)` fills
-    a new file made next to `path`, which is then renamed over it."""
+    """`write_atomic` for a writer that needs a file object (torch.save, a figure, a long JSONL)."""
     path = refuse_link(path)
     mode = path.stat().st_mode & 0o777 if path.is_file() else 0o644  # mkstemp's 0600 would hide a card or report
     prefix, _, suffix = staging_pattern(path.name).partition("*")
@@ -128,8 +127,7 @@ def move_into(source: str | Path, directory: str | Path) -> list[Path]:
 
 
 def save_into(directory: str | Path, write: Callable[[Path], object]) -> list[Path]:
-    """Files a library writes by plain open() (save_pretrained, save_model, save_to_disk): `write(folder)` fills a
-    fresh folder of unguessable name inside `directory` (mkdtemp, 0700), whose files are then moved into it."""
+    """Files a library writes by plain open() (save_pretrained): made in a fresh mkdtemp folder, then moved in."""
     directory = refuse_link(directory)
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=directory, prefix=".saving."))
@@ -144,16 +142,14 @@ def save_into(directory: str | Path, write: Callable[[Path], object]) -> list[Pa
 
 
 def save_pretrained(obj: Any, directory: str | Path, **kwargs: Any) -> list[Path]:
-    """`obj.save_pretrained(directory, **kwargs)` for a model, tokenizer or config, without following a link
-    planted in `directory` (`save_into`). Returns the files written."""
+    """`obj.save_pretrained(directory, **kwargs)` through `save_into` (no planted link followed); the files written."""
     return save_into(directory, lambda folder: obj.save_pretrained(str(folder), **kwargs))
 
 
 def read_json_state(path: str | Path, error: type[Exception], what: str, fix: str,
                     need: Mapping[str, type | tuple[type, ...]] | None = None) -> dict[str, Any]:
-    """A JSON object a stage wrote and reads back (a run marker, a shard state, a manifest, a model's config): an
-    unreadable file, invalid UTF-8 or JSON, another JSON type, or a field of `need` missing or of another type is
-    `error` naming the file, what it should be and how to fix it."""
+    """A JSON object a stage wrote and reads back (a marker, a shard state, a manifest): unreadable, not UTF-8 or JSON,
+    not an object, or a `need` field missing or mistyped is `error` naming the file, what it should be and the fix."""
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:

@@ -63,8 +63,7 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 
 
 def config_path(path: str | Path) -> Path:
-    """A config file as named: relative to the working directory, else relative to the checkout the package runs
-    from (its `configs/`), so a stage's default config and the demo's step configs load from any directory."""
+    """A config file as named, relative to the working directory, else to the checkout (so it loads from anywhere)."""
     path = Path(path).expanduser()
     if path.is_absolute() or path.exists():
         return path
@@ -88,9 +87,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def require_finite(value: Any, where: str) -> Any:
-    """`value`, refused when it is or holds (in a list or mapping) a NaN or an infinity: `nan < 0` is False, so
-    a range check in a __post_init__ lets it through and it fails deep inside training. Every config value read
-    from a file or an override passes here (_check_scalar), the `trainer:` mappings handed to TRL included."""
+    """`value`, refused when it is or holds a NaN or an infinity: `nan < 0` is False, so a range check lets it through
+    to fail deep inside training. Every value from a file or an override passes here, `trainer:` mappings included."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{where}: must be a finite number, got {value!r}")
     if isinstance(value, (list, tuple)):
@@ -114,9 +112,8 @@ def choices_of(tp: Any) -> tuple[Any, ...] | None:
 
 
 def check_declared(obj: Any, prefix: str = "") -> None:
-    """Every field of dataclass `obj` within its declared range and among its declared choices (None passes where the
-    type allows it): ConfigError naming the key (`prefix` + name). Called from __post_init__, so a config built in
-    Python is checked as one read from YAML or overrides."""
+    """Every field of dataclass `obj` in its declared range and choices (None where the type allows it), else
+    ConfigError naming `prefix` + name. Called from __post_init__, so a config built in Python is checked too."""
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value, key = getattr(obj, f.name), f"{prefix}{f.name}"
@@ -163,7 +160,6 @@ def _expand_shorthand(tp: Any, value: Any, where: str) -> Any:
 
 
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build dataclass `cls` from a mapping; nested dataclass fields are built recursively."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
@@ -193,8 +189,7 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        # The dataclass's own checks (__post_init__) judge the user's values here: whatever they refuse is a config
-        # error, one line and exit 2 (most raise ConfigError themselves; a plain ValueError is named here).
+        # __post_init__ judges the user's values: what it refuses is a config error, exit 2 (a ValueError named here)
         raise ConfigError(f"{where}: {exc}") from None
     return obj
 
@@ -207,8 +202,7 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 
 def _key_type(cls: type | None, parts: list[str]) -> Any:
-    """The declared type of the dotted config key `parts` in dataclass `cls`; None when it is not one (a key
-    inside a free mapping such as `trainer:`, an unknown key: from_dict names the latter)."""
+    """The declared type of dotted key `parts` in `cls`; None inside a free mapping (`trainer:`) or unknown."""
     tp: Any = cls
     for part in parts:
         tp = strip_optional(tp)
@@ -222,8 +216,7 @@ def _key_type(cls: type | None, parts: list[str]) -> Any:
 
 
 def _is_text(tp: Any) -> bool:
-    """A key that holds free text (`str`, `str | int` like ask's question, which is an id or words, or a choice of
-    words: a `Literal` of strings)."""
+    """A key of free text: `str`, `str | int` (ask's question: an id or words) or a `Literal` of strings."""
     if choices_of(tp) is not None:
         return all(isinstance(c, str) for c in choices_of(tp))
     args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (
@@ -242,9 +235,8 @@ def _nullable(tp: Any) -> bool:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], where: str = "overrides",
                     cls: type | None = None) -> dict[str, Any]:
-    """Apply `a.b=value` overrides. A key `cls` declares as text (a question, a path, a model name) takes the value
-    as written ("Tomas: when?", "dog #2", "- what ...?" are text, not a YAML mapping, comment or list; `null` or `~`
-    is None where the key may be None); any other value is parsed as a YAML scalar (`k=3`, `k=true`, `k=[a,b]`)."""
+    """`a.b=value` overrides. A key declared as text takes the value as written ("Tomas: when?", "dog #2", "- what?"
+    are no YAML mapping, comment or list; `null`/`~`: None where allowed); others parse as YAML scalars (`k=[a,b]`)."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"{where}: expected key=value, got {item!r}")

@@ -75,8 +75,7 @@ def _show(value: Any) -> str:
 
 
 def config_keys(cls: type, values: Any = None, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(key, type, default, help) for every leaf key of dataclass `cls`; `values`: an instance whose values are
-    the defaults shown (the stage's default config applied), else the dataclass's own defaults."""
+    """(key, type, default, help) per leaf key of `cls`; defaults from `values` (the stage's config) if given."""
     hints = typing.get_type_hints(cls)
     rows: list[tuple[str, str, str, str]] = []
     for f in dataclasses.fields(cls):

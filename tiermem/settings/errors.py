@@ -20,9 +20,8 @@ EXIT_RUN_DIR = 4  # refused output directory: not made by this stage
 EXIT_STORE = 5  # unreadable, incomplete or tampered store: SQLite, manifest, records file
 EXIT_FAILED = 6  # the stage ran but produced nothing usable, or an LLM call failed after retries
 EXIT_NETWORK = 7  # an endpoint or hub that cannot be reached
-# An internal error: an exception that is none of the named kinds above, i.e. a bug rather than bad input. 70 is
-# sysexits.h's EX_SOFTWARE ("internal software error"), well clear of 0-7 and of 1 (the interpreter's own code for an
-# uncaught exception), so a script can tell "fix your input" from "report this".
+# An internal error (none of the named kinds: a bug, not bad input). 70 is sysexits.h's EX_SOFTWARE, clear of 0-7 and
+# of 1 (the interpreter's uncaught exception), so a script can tell "fix your input" from "report this".
 EXIT_INTERNAL = 70
 
 
@@ -118,8 +117,7 @@ def error_line(stage: str, exc: BaseException) -> str:
 
 
 class HelpShown(Exception):
-    """`--help` on a stage's command line: not a failure. Raised where the config is parsed (which knows the config
-    class), printed where the stage is known (report_error), exit 0. `render(stage)` -> the help text."""
+    """`--help`, no failure: raised where the config is parsed, printed where the stage is known (report_error)."""
 
     exit_code = EXIT_OK
 
@@ -129,9 +127,8 @@ class HelpShown(Exception):
 
 
 def report_error(stage: str, exc: Exception) -> int:
-    """What a stage's main does with an exception that reached it: a named error becomes one line on stderr and
-    its exit code; anything else is an internal error, printed with its traceback and a line saying so, and gives
-    EXIT_INTERNAL. With TIERMEM_DEBUG=1 every exception is re-raised (a traceback for named errors too)."""
+    """A stage main's exception: a named error becomes one line on stderr and its exit code; anything else is internal,
+    printed with its traceback, EXIT_INTERNAL. TIERMEM_DEBUG=1 re-raises every exception (named ones too)."""
     if isinstance(exc, HelpShown):
         print(exc.render(stage))
         return EXIT_OK

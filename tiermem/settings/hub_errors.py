@@ -10,8 +10,7 @@ from tiermem.settings.errors import EXIT_NETWORK, HubError, UnreachableError, Us
 
 
 def check_repo_id(repo_id: str) -> str:
-    """`org/name` as the hub accepts it (no `..`, spaces, `.git` ending, at most 96 characters a part): refused
-    here, exit 2, before anything is read or sent."""
+    """`org/name` as the hub accepts it (no `..`, spaces, `.git` end, <= 96 characters a part); else exit 2, early."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -26,8 +25,7 @@ def check_repo_id(repo_id: str) -> str:
 
 @contextmanager
 def hub_errors(what: str) -> Iterator[None]:
-    """The hub's failures as named errors: offline mode (HF_HUB_OFFLINE) and a refusal are exit 2, a hub that
-    cannot be reached (HF_ENDPOINT; the installed HTTP client's transport errors) exit 7."""
+    """The hub's failures as named errors: offline mode (HF_HUB_OFFLINE) and a refusal exit 2, an unreachable hub 7."""
     from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 

@@ -15,13 +15,11 @@ SCORE_MEANING = "a cosine similarity in [-1, 1] (docs/formats.md, 'Retrieval sco
 
 
 def is_number(value: Any) -> bool:
-    """A JSON number: int or float, not bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def finite(value: Any, where: str, error: Error, what: str = "a finite number") -> float:
-    """A finite float. A JSON integer too large for a float (400 digits) is refused here, not by an
-    OverflowError deep in a router."""
+    """A finite float; a JSON integer too big for one (400 digits) is refused here, not deep in a router."""
     if not is_number(value):
         raise error(f"{where} must be {what}, got {_show(value)}")
     try:

@@ -49,9 +49,7 @@ _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
 
 @dataclass(frozen=True)
 class When:
-    """What a date mention says: a day, a month or a year (fields left None are not stated), or a range of days.
-
-    `lo`/`hi` bound the days it can mean when its year is known; a mention without a year keeps only its fields."""
+    """A date mention's stated fields (None: not stated) or a range of days; `lo`/`hi` bound its days when dated."""
 
     year: int | None
     month: int | None
@@ -60,8 +58,7 @@ class When:
     hi: date | None = None
 
     def in_year(self, year: int) -> When:
-        """A year-less mention read in `year` ('15 January' -> 15 January 2024); itself when it has a year, or when
-        the day is not in that year (29 February of a common year) or the year is past the calendar's ends."""
+        """A year-less mention read in `year`; itself when it has a year or the day is not in `year` (29 February)."""
         if self.year is not None or self.month is None:
             return self
         return _valid_span(year, self.month, self.day) or self
@@ -111,8 +108,7 @@ _DEFAULTS = (datetime(2000, 1, 1), datetime(2004, 2, 2))
 
 @functools.lru_cache(maxsize=65536)
 def parse_absolute(text: str, date_order: str = "DMY") -> When | None:
-    """One absolute date mention ('18.01.2024', 'Jan 15', 'May') -> its stated fields; None if it names no date.
-    `date_order` reads numeric forms: DMY, MDY, or YMD (ISO)."""
+    """One absolute date mention ('18.01.2024', 'Jan 15') -> its stated fields, or None; `date_order`: DMY/MDY/YMD."""
     try:
         a, b = (date_parser.parse(text, default=d, dayfirst=date_order == "DMY", yearfirst=date_order == "YMD",
                                   fuzzy=True) for d in _DEFAULTS)
@@ -128,8 +124,7 @@ def parse_absolute(text: str, date_order: str = "DMY") -> When | None:
 
 @functools.lru_cache(maxsize=65536)
 def resolve_relative(phrase: str, base: date) -> When | None:
-    """A relative expression said on `base` -> the day or range it means (dateparser resolves the day); None when
-    it would fall past the calendar's ends (9999-12-31's tomorrow, 0001-01-01's last week): no date, not a crash."""
+    """A relative expression said on `base` -> the day or range it means; None past the calendar's ends, no crash."""
     key = " ".join(phrase.lower().split())
     if key != phrase:  # one cache entry per phrase however it is spelled ("PaSt MoN", "past  mon")
         return resolve_relative(key, base)
@@ -237,8 +232,7 @@ _SUBJECT = re.compile(r"\s+(?:i|we|you|he|she|it|they|there|one)\b", re.IGNORECA
 
 
 def _verb_not_month(text: str, m: re.Match[str]) -> bool:
-    """A bare 'may' / 'march' / 'mar' that is the verb: lower-case ("they will march", "it may rain"), or opening a
-    sentence before its subject ("May I ask", "March we must")."""
+    """A bare 'may'/'march'/'mar' that is the verb: lower case ("it may rain") or opening a sentence ("May I ask")."""
     word = m.group("m")
     if word.lower().rstrip(".") not in _VERB_MONTHS:
         return False
@@ -250,9 +244,8 @@ def _verb_not_month(text: str, m: re.Match[str]) -> bool:
 
 
 def find_dates(text: str, base: date | None = None, date_order: str = "DMY") -> list[Mention]:
-    """Every date mention of `text`: absolute forms (a missing year taken from `base`, the text's own date),
-    relative expressions resolved against `base` (none without it), and anchored spans in either; at most
-    MAX_MENTIONS_PER_TEXT of each kind."""
+    """Every date mention of `text`: absolute (a missing year from `base`, the text's own date), relative (resolved
+    against `base`; none without it) and anchored spans; at most MAX_MENTIONS_PER_TEXT of each kind."""
     return list(_find_dates(text, base, date_order))
 
 
@@ -316,9 +309,8 @@ def states(stated: When, gold: When) -> bool:
 
 
 def contradicts(stated: When, gold: When) -> bool:
-    """Whether a stated date cannot be the gold date: a field both give differs ('8 May 2023' for '7 May 2023': a
-    wrong day is a wrong date), or their spans of days do not meet. A coarser or year-less date ('May 2023',
-    '7 May') does not contradict; whether it states enough is the caller's rule."""
+    """Whether a stated date cannot be the gold date: a field both give differs ('8 May 2023' for '7 May 2023'), or
+    their spans do not meet. A coarser or year-less date does not; whether it states enough is the caller's rule."""
     if any(getattr(stated, f) is not None and getattr(gold, f) is not None and getattr(stated, f) != getattr(gold, f)
            for f in _FIELDS):
         return True

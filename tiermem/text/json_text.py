@@ -28,8 +28,7 @@ def bounded_reply(text: str | None) -> str:
 
 
 def json_values(text: str | None, opens: str = "{[", start: int = 0) -> Iterator[tuple[Any, int, int]]:
-    """(value, start, end) for each JSON value found in `text` from `start` on, left to right, starting with one of
-    `opens` ("{", "[" or "{["); never overlapping."""
+    """(value, start, end) of each non-overlapping JSON value in `text` from `start`, opening with one of `opens`."""
     text, starts = bounded_reply(text), _START[opens]
     failures, pos = 0, start
     while failures < MAX_FAILED_STARTS:
@@ -48,5 +47,4 @@ def json_values(text: str | None, opens: str = "{[", start: int = 0) -> Iterator
 
 
 def first_json_object(text: str | None) -> dict[str, Any] | None:
-    """The first JSON object in a reply; None when there is none."""
     return next((value for value, _, _ in json_values(text, "{") if isinstance(value, dict)), None)

@@ -1,6 +1,5 @@
-"""Numbers in answers written one way: number words as digits ("two" -> 2, "twenty-five" -> 25, "three hundred"
--> 300, "twice" -> 2 times) and every ordinal as '<n>th' ("first", "1st"). Part of answer matching
-(tiermem.text.answer_match): the lexical judge and the evidence rule compare numbers through `canonical_numbers`."""
+"""Numbers in answers written one way, for answer matching (tiermem.text.answer_match): number words as digits
+("two" -> 2, "twenty-five" -> 25, "three hundred" -> 300, "twice" -> 2 times), every ordinal as '<n>th' ("first")."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def _compound_value(words: str) -> str:
 
 @functools.lru_cache(maxsize=65536)  # the evidence rule reads each unit and page turn again for every question
 def canonical_numbers(text: str) -> str:
-    """Number words as digits ("two" -> 2, "twenty-five" -> 25, "twice" -> 2 times) and every ordinal as '<n>th'
-    ("first", "1st")."""
+    """`text` with its numbers written one way (the module docstring)."""
     text = _DIGIT_ORDINAL.sub(lambda m: f"{m.group(1)}th", text)
     text = _COMPOUND.sub(lambda m: _compound_value(m.group(0)), text)
     return _NUMBERS.sub(lambda m: _NUMBER_FORMS[m.group(0).lower()], text)

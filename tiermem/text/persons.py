@@ -120,8 +120,7 @@ def same_person(a: str, b: str) -> bool:
 
 @dataclass(frozen=True)
 class Cast:
-    """The people a conversation knows: its turns' speakers (data) and the names its turns mention (capitalized
-    words not opening a sentence, so 'Congrats!' is not a person)."""
+    """The people a conversation knows: its turns' speakers (data) and the names they mention (`_text_names`)."""
 
     speakers: tuple[str, ...]
     mentioned: tuple[str, ...]
@@ -172,9 +171,8 @@ def _text_names(text: str) -> tuple[str, ...]:
 
 
 def question_persons(question: str, cast: Cast | None = None) -> tuple[str, ...]:
-    """The names a question asks about: its capitalized words past the first that are not question words, months
-    or days ('When did Melanie paint a sunrise?' -> melanie), and any word, lower case included, that is one of the
-    conversation's speakers ('what did elise play?' -> elise). Folded (lower case, no possessive)."""
+    """The folded names a question asks about: its capitalized words past the first that are no question word, month
+    or day ('When did Melanie paint?' -> melanie), and any word that is a speaker's ('what did elise play?')."""
     first = re.match(r"\s*[A-Za-z][\w'-]*", question)
     found = _names(question[first.end():] if first else question)
     if cast is not None:
@@ -214,10 +212,9 @@ class PersonGuard:
         return head + "; ".join(parts)
 
     def about(self, text: str, speakers: Sequence[str] | None = None) -> bool:
-        """Whether a unit is about a resolved person: one of its speakers (data) is them, its text names them (a
-        capitalized name, or the known name written in lower case), or it speaks to someone ('Ana: did you get the
-        tickets?'; in a chat between two, 'you' is the other one). An assistant's or user's unit is about the one
-        person it serves. `speakers=None` (a unit without speaker data): the text's 'Name:' opening counts."""
+        """Whether a unit is about a resolved person: a speaker of it (data) is them, its text names them (in any
+        case), or it speaks to them ('Ana: did you...?'; between two, 'you' is the other). An assistant's or user's
+        unit is about the person it serves. `speakers=None`: the text's 'Name:' opening counts."""
         if not self.narrows:
             return True
         if _SECOND_PERSON.search(text) or _ROLE_SPEAKER.match(text) or any(
@@ -231,8 +228,7 @@ class PersonGuard:
 
 
 def person_guard(question: str | None, cast: Cast | None = None) -> PersonGuard:
-    """The guard for `question`. Without a cast (units and pages of no known conversation) every name the question
-    gives narrows, as written."""
+    """The guard for `question`; without a cast (no known conversation) every name the question gives narrows."""
     if cast is not None and question in cast._guards:
         return cast._guards[question]
     persons = question_persons(question, cast) if question else ()

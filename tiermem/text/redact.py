@@ -25,7 +25,6 @@ def redact_url(url: str | None) -> str | None:
 
 
 def redact(obj: Any) -> Any:
-    """A copy of nested dicts/lists with every string redacted."""
     if isinstance(obj, str):
         return redact_text(obj)
     if isinstance(obj, dict):

@@ -83,8 +83,7 @@ TOPIC_TAG = re.compile(r"\u3010[^\u3011]*\u3011")  # a memory system's topic lab
 
 
 def fact_words(text: str, letters: bool = False) -> list[str]:
-    """The stemmed content words of a fact, a turn or a reply (its topic tag left out): what the RealMem loader
-    compares a point with its turns by (`letters=True`: single letters kept, as its placements were measured), and
-    the reply rule's details are made of."""
+    """The stemmed content words of a fact, a turn or a reply (no topic tag): the RealMem loader's and the reply
+    rule's measure (`letters=True`: single letters kept, as the loader's placements were measured)."""
     words = normalize(TOPIC_TAG.sub(" ", text)).split()
     return [stem(w) for w in words if w not in MEMORY_STOPWORDS and (letters or len(w) > 1 or w.isdigit())]
