@@ -15,7 +15,7 @@ from trl import GRPOTrainer
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE
 from tiermem import contract
 from tiermem.models.logistic import LogisticModel, fit_logistic
-from tiermem.models.torch_state import eval_mode, left_padded
+from tiermem.models.torch_state import eval_mode, padded
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
         """[len(prompts), vocab] next-token logits at each prompt's end, through the trunk (left-padded, true
         positions). Grad flows when enabled."""
         # left-padded: logits_to_keep=1 reads every row's last real position
-        ids, mask = left_padded(prompts, self.processing_class.pad_token_id)
+        ids, mask = padded(prompts, self.processing_class.pad_token_id, left=True)
         device = self.accelerator.device
         ids, mask = ids.to(device), mask.to(device)
         if self.trunk is not None:

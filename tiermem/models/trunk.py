@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from tiermem.models.torch_state import right_padded
+from tiermem.models.torch_state import padded
 from tiermem.models.trunk_file import (
     FORMAT,
     VERSION,
@@ -183,7 +183,7 @@ class FrozenTrunk:
             try:
                 for start in range(0, len(rows), self.batch_size):
                     chunk = rows[start:start + self.batch_size]
-                    ids, mask = right_padded(chunk, 0)
+                    ids, mask = padded(chunk, 0)
                     captured.clear()
                     self.inner(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
                     for i, r in enumerate(chunk):  # right padding: real positions never attend to pads
