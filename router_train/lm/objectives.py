@@ -217,9 +217,7 @@ def expected_reward_loss(pair: torch.Tensor, escalate: torch.Tensor, reward_pair
     return -(probs * reward_pair.to(probs.device)).sum(dim=-1).mean()
 
 
-# A decision loss reads the action pair at the decision position ([batch, 2] logits: ANSWER, ESCALATE, the signal
-# head already added), the rows' labels (1 = ESCALATE), their rewards (the losses in REWARD_LOSSES) and the class
-# weights; the trainer adds the completion NLL (lm_weight) and the action-mass term around it.
+# what a decision loss reads and returns: docs/DESIGN.md, Adding a loss
 DECISION_LOSSES = {"decision": decision_loss, "expected_reward": expected_reward_loss}
 REWARD_LOSSES = ("expected_reward",)  # their rows carry REWARD_COLUMNS
 
