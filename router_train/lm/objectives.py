@@ -33,8 +33,6 @@ class LossConfig:
     # decision terms only compare the two actions, so without it sampled completions drift to other tokens there
     # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
     mass_weight: float = 1.0
-    # decision only: balanced (inverse label frequency in train) | none
-    class_weight: Literal["balanced", "none"] = "balanced"
     # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.models.trunk.FrozenTrunk),
     # when the adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
