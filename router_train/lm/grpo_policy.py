@@ -35,8 +35,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
         top = top_layers_holding(self.model, "trainable")
         if action_token and frozen_trunk and top is not None and supports_trunk(self.model):
             # trunk_from is read only when the SFT run that wrote it recorded its sha256
-            self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from, writer=self.args.output_dir,
-                                     proven=True)
+            self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from, writer=self.args.output_dir)
         if self._fast() and self.rollout_func is None:  # TRL's public generation hook (its constructor's argument)
             self.rollout_func = self.sample_actions
 

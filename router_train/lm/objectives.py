@@ -110,8 +110,7 @@ class RouterSFTTrainer(SFTTrainer):
         top = top_layers_holding(self.model, "trainable")
         if loss.frozen_trunk and top is not None and supports_trunk(self.model):
             # read only when the run that wrote it recorded its sha256; what was recomputed or left alone is said
-            self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache, writer=self.args.output_dir,
-                                     proven=True)
+            self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache, writer=self.args.output_dir)
             for note in self.trunk.notes:
                 log.warning("%s", note)
         # After the trunk check: the head's parameters are not in a decoder layer. A submodule of the model, so

@@ -17,6 +17,12 @@ def _tiny(num_layers=3, seed=0):
     return LlamaForCausalLM(config).eval()
 
 
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every trunk-state file counts as recorded by the run in its folder (the proof: test_trunk_states_proof.py)."""
+    monkeypatch.setattr("tiermem.models.trunk.proof", lambda path, writer: (path.parent.resolve(), "sha256"))
+
+
 def test_trunk_plus_top_equals_full_model_with_a_top_layer_adapter():
     from peft import LoraConfig, get_peft_model
 
@@ -72,7 +78,7 @@ def test_unsupported_models_and_bad_splits_are_refused():
         FrozenTrunk(model, top_layers=1)
 
 
-def test_trunk_states_persist_for_the_same_model_only(tmp_path):
+def test_trunk_states_persist_for_the_same_model_only(tmp_path, recorded):
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
@@ -87,7 +93,7 @@ def test_trunk_states_persist_for_the_same_model_only(tmp_path):
         FrozenTrunk(other, top_layers=1, cache_file=tmp_path / "t.pt")
 
 
-def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path):
+def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path, recorded):
     # GRPO's prompt is the start of SFT's row (prompt + completion): the causal trunk's states of the shorter
     # sequence are the longer one's first positions, read from SFT's file instead of recomputed.
     from tiermem.settings.errors import MissingFileError
@@ -108,7 +114,7 @@ def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path):
         FrozenTrunk(model, top_layers=1, prefix_file=tmp_path / "absent.pt")
 
 
-def test_a_report_on_a_trained_rows_prompt_reads_the_rows_states_and_the_file_keeps_new_ones(tmp_path):
+def test_a_report_on_a_trained_rows_prompt_reads_the_rows_states_and_the_file_keeps_new_ones(tmp_path, recorded):
     model = _tiny()
     trunk = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "sft.pt")
     trunk.hidden(*padded([[5, 6, 7, 8, 9, 10]], pad=0))  # a row trained on: prompt + completion
