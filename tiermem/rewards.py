@@ -33,12 +33,9 @@ class RewardConfig:
     # research input tokens that count as cost 1; None: the train split's max
     cost_scale: float | None = field(default=None, metadata={"gt": 0})
     cost_on: Literal["wasted", "every_escalation"] = "wasted"  # charge cost on wasted escalations, or every one
-    # "action": the format reward reads the action prefix only (`{"action": "ANSWER"` or ESCALATE), so it is the
-    # same for both actions whatever the length limit; "full": the whole JSON must be valid, and the length limit
-    # must fit every target (checked), else the longer ESCALATE targets are always cut and GRPO learns to ANSWER.
-    format_scope: Literal["action", "full"] = "action"
-    format_valid: float = 1.0  # scope full: the whole completion is the contract JSON; scope action: prefix read
-    format_truncated: float = 0.5  # scope full: the action parsed but the length limit cut the rest
+    # The format reward reads the action prefix only (`{"action": "ANSWER"` or ESCALATE), so it is the same for both
+    # actions whatever the length limit (a whole-JSON reward would cut the longer ESCALATE targets: GRPO learns ANSWER).
+    format_valid: float = 1.0
     format_invalid: float = 0.0
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ from tiermem.settings.errors import MissingFileError
 
 from .decisions import decision_reports
 from .recipe_config import RecipeConfig, build_trl_config, recipe_main, trainer_args
-from .rewards import build_reward_funcs, completion_tokens_needed
+from .rewards import build_reward_funcs
 from .router_run import RunResult, is_launch_leader, save_and_report, start_model, train_and_save_weights, trunk_data
 from .rows import balance_rows, load_label_rows, natural_rows
 
@@ -138,8 +138,7 @@ def _train(cfg: GRPORecipeConfig, args: Any) -> RunResult:
     data_info[BASE_KEY] = base_config_digest(model.config)  # which base the adapter is proven over
     action_ids = action_token_ids(tokenizer, train_rows["prompt"][0]) if cfg.completion == "action_token" else None
     reward_funcs = build_reward_funcs(cfg.rewards, train_rows["cost_research_input_tokens"],
-                                      args.max_completion_length, completion_tokens_needed(cfg, tokenizer, train_rows),
-                                      action_ids)
+                                      args.max_completion_length, tokenizer, action_ids)
     data_info["cost_scale_tokens"] = reward_funcs[0].cost_scale
     trainer = DecisionGRPOTrainer(
         model=model,

@@ -15,7 +15,7 @@ from trl import GRPOTrainer
 from serving.signals import FEATURES, SIGNAL_HEAD_FILE
 from tiermem import contract
 from tiermem.models.logistic import LogisticModel, fit_logistic
-from tiermem.models.torch_state import eval_mode, left_padded
+from tiermem.models.torch_state import eval_mode, padded
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
         top = top_layers_holding(self.model, "trainable")
         if action_token and frozen_trunk and top is not None and supports_trunk(self.model):
             # trunk_from is read only when the SFT run that wrote it recorded its sha256
-            self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from, writer=self.args.output_dir,
-                                     proven=True)
+            self.trunk = FrozenTrunk(self.model, top, prefix_file=trunk_from, writer=self.args.output_dir)
         if self._fast() and self.rollout_func is None:  # TRL's public generation hook (its constructor's argument)
             self.rollout_func = self.sample_actions
 
@@ -57,7 +56,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
         """[len(prompts), vocab] next-token logits at each prompt's end, through the trunk (left-padded, true
         positions). Grad flows when enabled."""
         # left-padded: logits_to_keep=1 reads every row's last real position
-        ids, mask = left_padded(prompts, self.processing_class.pad_token_id)
+        ids, mask = padded(prompts, self.processing_class.pad_token_id, left=True)
         device = self.accelerator.device
         ids, mask = ids.to(device), mask.to(device)
         if self.trunk is not None:

@@ -33,8 +33,6 @@ class LossConfig:
     # decision terms only compare the two actions, so without it sampled completions drift to other tokens there
     # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
     mass_weight: float = 1.0
-    # decision only: balanced (inverse label frequency in train) | none
-    class_weight: Literal["balanced", "none"] = "balanced"
     # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.models.trunk.FrozenTrunk),
     # when the adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
@@ -112,8 +110,7 @@ class RouterSFTTrainer(SFTTrainer):
         top = top_layers_holding(self.model, "trainable")
         if loss.frozen_trunk and top is not None and supports_trunk(self.model):
             # read only when the run that wrote it recorded its sha256; what was recomputed or left alone is said
-            self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache, writer=self.args.output_dir,
-                                     proven=True)
+            self.trunk = FrozenTrunk(self.model, top, cache_file=loss.trunk_cache, writer=self.args.output_dir)
             for note in self.trunk.notes:
                 log.warning("%s", note)
         # After the trunk check: the head's parameters are not in a decoder layer. A submodule of the model, so
@@ -217,9 +214,7 @@ def expected_reward_loss(pair: torch.Tensor, escalate: torch.Tensor, reward_pair
     return -(probs * reward_pair.to(probs.device)).sum(dim=-1).mean()
 
 
-# A decision loss reads the action pair at the decision position ([batch, 2] logits: ANSWER, ESCALATE, the signal
-# head already added), the rows' labels (1 = ESCALATE), their rewards (the losses in REWARD_LOSSES) and the class
-# weights; the trainer adds the completion NLL (lm_weight) and the action-mass term around it.
+# what a decision loss reads and returns: docs/DESIGN.md, Adding a loss
 DECISION_LOSSES = {"decision": decision_loss, "expected_reward": expected_reward_loss}
 REWARD_LOSSES = ("expected_reward",)  # their rows carry REWARD_COLUMNS
 

@@ -74,13 +74,11 @@ def decision_log(scores: Sequence[DecisionScore]) -> dict[str, float]:
 
 
 class FormatReward:
-    """1 for the contract JSON; partial credit when the action parsed but generation hit the length limit. With
-    `action_ids` (the completion is the action's first token) valid means that token is an action's."""
+    """format_valid when an action can be read: the completion's action prefix (contract.parse), or with
+    `action_ids` (the completion is the action's first token) that token."""
 
-    def __init__(self, cfg: RewardConfig, max_completion_length: int | None,
-                 action_ids: tuple[int, int] | None = None) -> None:
+    def __init__(self, cfg: RewardConfig, action_ids: tuple[int, int] | None = None) -> None:
         self.cfg = cfg
-        self.max_completion_length = max_completion_length
         self.action_ids = action_ids
         self.__name__ = "format"
 
@@ -92,74 +90,34 @@ class FormatReward:
         log_metric: Any = None,
         **_: Any,
     ) -> list[float]:
-        rewards, kinds = [], Counter()
         ids = completion_ids if completion_ids is not None else [None] * len(completions)
-        for completion, token_ids in zip(completions, ids, strict=True):
-            if self.action_ids is not None:
-                ok = read_action(completion, token_ids, self.action_ids) is not None
-                kind, value = ("valid_action", self.cfg.format_valid) if ok else ("invalid", self.cfg.format_invalid)
-                kinds[kind] += 1
-                rewards.append(value)
-                continue
-            parsed = contract.parse(completion)
-            truncated = (
-                token_ids is not None
-                and self.max_completion_length is not None
-                and len(token_ids) >= self.max_completion_length
-            )
-            if self.cfg.format_scope == "action":
-                kind, value = ("valid_action", self.cfg.format_valid) if parsed.parsed_ok else (
-                    "invalid", self.cfg.format_invalid)
-            elif parsed.valid_json:
-                kind, value = "valid_json", self.cfg.format_valid
-            elif parsed.parsed_ok and truncated:
-                kind, value = "truncated", self.cfg.format_truncated
-            else:
-                kind, value = "invalid", self.cfg.format_invalid
-            kinds[kind] += 1
-            rewards.append(value)
+        ok = [read_action(completion, token_ids, self.action_ids) is not None
+              for completion, token_ids in zip(completions, ids, strict=True)]
         if log_metric is not None:
-            action_only = self.cfg.format_scope == "action" or self.action_ids is not None
-            kinds_logged = ("valid_action", "invalid") if action_only else ("valid_json", "truncated", "invalid")
-            for kind in kinds_logged:
-                log_metric(f"format/{kind}_rate", kinds[kind] / max(len(rewards), 1))
-        return rewards
+            log_metric("format/valid_action_rate", sum(ok) / max(len(ok), 1))
+            log_metric("format/invalid_rate", ok.count(False) / max(len(ok), 1))
+        return [self.cfg.format_valid if o else self.cfg.format_invalid for o in ok]
 
 
-def check_completion_length(cfg: RewardConfig, max_completion_length: int | None,
-                            needed_tokens: dict[str, int] | None) -> None:
-    """The length limit must let every action earn the same format reward (RewardConfig.format_scope);
-    `needed_tokens`: action -> the tokens its completion needs under the scope."""
-    if max_completion_length is None or not needed_tokens:
+def check_completion_length(tokenizer: Any, max_completion_length: int | None) -> None:
+    """The length limit must fit every action's prefix, else the format reward would depend on the action taken."""
+    if max_completion_length is None:
         return
-    short = {a: n for a, n in needed_tokens.items() if n > max_completion_length}
+    needed = {a: len(tokenizer(contract.OUTPUT_PREFIX + a + '"', add_special_tokens=False)["input_ids"])
+              for a in contract.ACTIONS}
+    short = {a: n for a, n in needed.items() if n > max_completion_length}
     if short:
         raise ConfigError(
-            f"max_completion_length={max_completion_length} cuts the {cfg.format_scope!r}-scope format of "
-            f"{sorted(short)} (needs {short} tokens): the format reward would depend on the action taken; raise "
-            "max_completion_length or use rewards.format_scope=action")
-
-
-def completion_tokens_needed(cfg: Any, tokenizer: Any, rows: Any) -> dict[str, int]:
-    """Tokens each action's completion needs under the format scope: its prefix, or its longest full target."""
-    def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    if cfg.rewards.format_scope == "action":
-        return {a: count(contract.OUTPUT_PREFIX + a + '"') for a in contract.ACTIONS}
-    needed: dict[str, int] = {}
-    for label, completion in zip(rows["label"], rows["completion"], strict=True):
-        needed[label] = max(needed.get(label, 0), count(completion))  # the eos is part of a finished completion
-    return needed
+            f"max_completion_length={max_completion_length} cuts the action prefix of {sorted(short)} (needs {short} "
+            "tokens): the format reward would depend on the action taken; raise max_completion_length")
 
 
 def build_reward_funcs(
     cfg: RewardConfig, train_tokens: Sequence[float], max_completion_length: int | None,
-    needed_tokens: dict[str, int] | None = None, action_ids: tuple[int, int] | None = None,
+    tokenizer: Any = None, action_ids: tuple[int, int] | None = None,
 ) -> list[Any]:
     """The decision and format rewards. `action_ids`: the prompts end with contract.OUTPUT_PREFIX and each completion
     is one token, the action's first (no length check: one token is all either action needs)."""
-    if action_ids is None:
-        check_completion_length(cfg, max_completion_length, needed_tokens)
-    return [DecisionReward(cfg, resolve_cost_scale(cfg, train_tokens), action_ids),
-            FormatReward(cfg, max_completion_length, action_ids)]
+    if action_ids is None and tokenizer is not None:
+        check_completion_length(tokenizer, max_completion_length)
+    return [DecisionReward(cfg, resolve_cost_scale(cfg, train_tokens), action_ids), FormatReward(cfg, action_ids)]

@@ -109,8 +109,7 @@ def _train(cfg: SFTRecipeConfig, args: Any) -> RunResult:
              data_info["validation_labels"])
     columns = (["prompt", "completion"] + (list(REWARD_COLUMNS) if cfg.loss.kind in REWARD_LOSSES else [])
                + (["signals", "augmented"] if head_init is not None else []))
-    weights = balanced_class_weights(list(train_rows["label"])) if cfg.loss.class_weight == "balanced" else (
-        1.0, 1.0)
+    weights = balanced_class_weights(list(train_rows["label"]))  # the decision loss's: inverse label frequency
     data_info["class_weights"] = list(weights) if cfg.loss.kind == "decision" else None
     trainer = RouterSFTTrainer(
         model=model,

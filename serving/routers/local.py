@@ -34,7 +34,7 @@ from serving.routers.lm_head import (
 from serving.signals import FEATURE_GROUPS, FEATURES, feature_matrix
 from tiermem import contract
 from tiermem.models.logistic import LogisticModel
-from tiermem.models.torch_state import left_padded, right_padded
+from tiermem.models.torch_state import padded
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
 from tiermem.runs.run_meta import RunMeta
 from tiermem.settings.errors import MissingFileError, RouterLoadError, UsageError
@@ -178,7 +178,7 @@ class LocalRouter(Router):
         position shifts are needed."""
         torch = self.torch
         if self.trunk is not None:
-            ids, mask = right_padded(rows, self.tokenizer.pad_token_id)
+            ids, mask = padded(rows, self.tokenizer.pad_token_id)
             last = (mask.sum(dim=1) - 1).to(self.device)
             # no_grad, not inference_mode: the states cached here may meet a training run's autograd later
             with torch.no_grad():
@@ -282,7 +282,7 @@ class LocalRouter(Router):
         enc = [self._encode(p) for p in prompts]
         width = max(len(e) for e in enc)
         pad = self.tokenizer.pad_token_id
-        input_ids, mask = (t.to(self.device) for t in left_padded(enc, pad))
+        input_ids, mask = (t.to(self.device) for t in padded(enc, pad, left=True))
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens or self.max_new_tokens,

@@ -4,13 +4,13 @@ per file, a ReaderFileError naming the file and how to rebuild it, and a floor u
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from tiermem.models.cross_encoder import PRETRAIN_FILE  # a reader-pretrain checkpoint's metadata
+from tiermem.runs.run_meta import sha256_file
 from tiermem.runs.safe_io import read_json_state
 from tiermem.settings.errors import ConfigError, StoreError
 
@@ -86,19 +86,16 @@ def weights_file(directory: str | Path) -> Path:
 
 
 def weights_sha256(directory: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(weights_file(directory), "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(weights_file(directory))
 
 
-def _bound_floor(stored: dict[str, Any], path: Path, field: str, digest: str) -> float | None:
-    """The floor of `stored` when it is bound to `digest`; None when it is bound to nothing."""
+def _bound_floor(stored: dict[str, Any], path: Path, field: str, digest: str) -> float:
+    """The floor of `stored`, used only when it is bound to `digest`."""
     floor = floor_number(stored.get("floor"), path, f"{field}floor")
     bound = stored.get("reader_weights_sha256")
-    if bound is None:
-        return None
+    if bound is None:  # (a pretrain checkpoint from before floors were bound to their weights)
+        raise ConfigError(f"{path}: its {field}floor names no weights it was calibrated for (reader_weights_sha256); "
+                          f"calibrate again: {CALIBRATE.format(path=path.parent)}")
     if bound != digest:
         raise ConfigError(f"{path}: its floor was calibrated for other weights than {weights_file(path.parent)}; "
                           f"calibrate again: {CALIBRATE.format(path=path.parent)}")
@@ -120,19 +117,11 @@ def _load_floor(path: Path, state: tuple[Any, ...]) -> float:
     floor_file, pretrain = path / FLOOR_FILE, path / PRETRAIN_FILE
     digest = weights_sha256(path)
     if floor_file.is_file():
-        floor = _bound_floor(read_json_object(floor_file), floor_file, "", digest)
-        if floor is None:
-            raise ConfigError(f"{floor_file}: names no weights it was calibrated for (reader_weights_sha256); "
-                              f"calibrate again: {CALIBRATE.format(path=path)}")
-        return floor
+        return _bound_floor(read_json_object(floor_file), floor_file, "", digest)
     if pretrain.is_file():
         stored = read_pretrain_meta(path).get("heldout", {}).get("answer_floor")
         if stored is not None:
-            floor = _bound_floor(stored, pretrain, "heldout.answer_floor.", digest)
-            if floor is not None:
-                return floor
-            raise ConfigError(f"{pretrain}: its answer floor names no weights it was calibrated for (a checkpoint "
-                              f"from before floors were bound to them); calibrate it: {CALIBRATE.format(path=path)}")
+            return _bound_floor(stored, pretrain, "heldout.answer_floor.", digest)
     raise ConfigError(f"{path}: the reader has no calibrated answer floor (no {FLOOR_FILE}, no heldout.answer_floor "
                       f"in {PRETRAIN_FILE}); calibrate it: {CALIBRATE.format(path=path)}"
                       + ("" if pretrain.is_file() else " pretrain=runs/reader_pretrain"))

@@ -1,5 +1,5 @@
 """Small torch mechanisms every trainer and scorer shares: a model put in eval mode for a while and handed back as it
-was, the trainable weights kept aside and put back (the best epoch or step), and right padding of token rows."""
+was, the trainable weights kept aside and put back (the best epoch or step), and padding of token rows."""
 
 from __future__ import annotations
 
@@ -35,24 +35,17 @@ def restore_trainable(model: Any, snapshot: dict[str, Any]) -> None:
             params[name].copy_(saved)
 
 
-def right_padded(rows: Sequence[Sequence[int]], pad: int | None) -> tuple[Any, Any]:
-    """(ids, attention mask) of token rows padded on the right to the longest (pad id 0 when the tokenizer has
-    none: the mask hides it)."""
+def padded(rows: Sequence[Sequence[int]], pad: int | None, left: bool = False) -> tuple[Any, Any]:
+    """(ids, attention mask) of token rows padded to the longest, on the right or on the `left` (then every row's last
+    real token sits in the last column); pad id 0 when the tokenizer has none: the mask hides it."""
     import torch
 
     width = max(len(r) for r in rows)
     pad = 0 if pad is None else pad
-    ids = torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long)
-    return ids, mask
 
+    def side(row: list[int], fill: int, n: int) -> list[int]:
+        return [fill] * n + row if left else row + [fill] * n
 
-def left_padded(rows: Sequence[Sequence[int]], pad: int | None) -> tuple[Any, Any]:
-    """(ids, attention mask) padded on the left: every row's last real token sits in the last column."""
-    import torch
-
-    width = max(len(r) for r in rows)
-    pad = 0 if pad is None else pad
-    ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    ids = torch.tensor([side(list(r), pad, width - len(r)) for r in rows], dtype=torch.long)
+    mask = torch.tensor([side([1] * len(r), 0, width - len(r)) for r in rows], dtype=torch.long)
     return ids, mask

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from tiermem.models.torch_state import right_padded
+from tiermem.models.torch_state import padded
 from tiermem.models.trunk_file import (
     FORMAT,
     VERSION,
@@ -79,14 +79,13 @@ class FrozenTrunk:
     """Memoized output of the bottom `len(layers) - top_layers` layers, keyed by the exact token sequence.
 
     `cache_file`: states kept between runs (read when there, written by `save`); `prefix_file`: another run's states,
-    read only. A stage passes `writer` (its run directory, named in a file it writes) and `proven=True`: then a file
-    is read only when the run that wrote it recorded its sha256 (tiermem.models.trunk_file.proof). An unrecorded
-    cache file is recomputed, said so, and rewritten; a cache file another run recorded is read and never rewritten
-    (that run's record stays true); an unrecorded prefix file is refused."""
+    read only. `writer`: the stage's run directory, named in a file it writes. A file is read only when the run that
+    wrote it recorded its sha256 (tiermem.models.trunk_file.proof). An unrecorded cache file is recomputed, said so,
+    and rewritten; a cache file another run recorded is read and never rewritten (that run's record stays true); an
+    unrecorded prefix file is refused."""
 
     def __init__(self, model: Any, top_layers: int, batch_size: int = 8, cache_file: str | Path | None = None,
-                 prefix_file: str | Path | None = None, writer: str | Path | None = None,
-                 proven: bool = False) -> None:
+                 prefix_file: str | Path | None = None, writer: str | Path | None = None) -> None:
         if not supports_trunk(model):
             raise UsageError(f"model type {model.config.model_type!r} is not supported by the frozen trunk")
         self.inner = decoder_of(model)
@@ -106,7 +105,7 @@ class FrozenTrunk:
         self.writable = self.cache_file is not None
         self.saved: int | None = None  # sequences the cache file held when read or last written
         if self.cache_file is not None and self.cache_file.is_file():
-            saved = self._read(self.cache_file, proven, required=False)
+            saved = self._read(self.cache_file, required=False)
             if saved is not None:
                 self.cache = saved["states"]
                 self.saved = len(self.cache)
@@ -118,17 +117,15 @@ class FrozenTrunk:
             path = Path(prefix_file)
             if not path.is_file():
                 raise MissingFileError(f"{path}: no trunk-state file there (a run with loss.trunk_cache writes one)")
-            self.prefix_states = self._read(path, proven, required=True)["states"]
+            self.prefix_states = self._read(path, required=True)["states"]
 
-    def _read(self, path: Path, proven: bool, required: bool) -> dict[str, Any] | None:
-        """The file's states, checked against this model; with `proven`, only when its writer recorded them."""
+    def _read(self, path: Path, required: bool) -> dict[str, Any] | None:
+        """The file's states, checked against this model, when its writer recorded them."""
         weight = self.inner.embed_tokens.weight
         saved = load_trunk_states(path, weight.device, weight.shape[0], weight.shape[1], weight.dtype)
         if saved["fingerprint"] != self.fingerprint:
             raise UsageError(f"{path}: trunk states of another model (its config or bottom-layer weights differ) "
                              f"or split, not this model's bottom layers; delete the file to recompute")
-        if not proven:
-            return saved
         found = proof(path, saved.get("writer"))
         if found is None:
             if required:
@@ -183,7 +180,7 @@ class FrozenTrunk:
             try:
                 for start in range(0, len(rows), self.batch_size):
                     chunk = rows[start:start + self.batch_size]
-                    ids, mask = right_padded(chunk, 0)
+                    ids, mask = padded(chunk, 0)
                     captured.clear()
                     self.inner(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
                     for i, r in enumerate(chunk):  # right padding: real positions never attend to pads

@@ -90,21 +90,6 @@ def test_decision_reward_trl_signature_and_logging():
     assert logged["reward_parts/cost"] == pytest.approx(0.5 / 5)
 
 
-def test_format_reward_valid_truncated_invalid():
-    logged: dict[str, float] = {}
-    fmt = FormatReward(RewardConfig(format_scope="full"), max_completion_length=4)
-    out = fmt(
-        prompts=["p"] * 4,
-        completions=[ANSWER, '{"action": "ANSWER", "rea', '{"action": "ANSWER", "rea', "nope"],
-        completion_ids=[[1, 2, 3], [1, 2, 3, 4], [1, 2], [1, 2, 3, 4]],
-        log_metric=logged.__setitem__,
-    )
-    # cut by the length limit -> partial credit; stopped early but broken -> invalid
-    assert out == [1.0, 0.5, 0.0, 0.0]
-    assert logged == {"format/valid_json_rate": 0.25, "format/truncated_rate": 0.25, "format/invalid_rate": 0.5}
-    assert fmt.__name__ == "format"
-
-
 def test_build_reward_funcs_names():
     funcs = build_reward_funcs(RewardConfig(), [10, 20], max_completion_length=24)
     assert [f.__name__ for f in funcs] == ["decision", "format"]
@@ -112,35 +97,31 @@ def test_build_reward_funcs_names():
 
 
 def test_action_scope_format_reward_is_action_neutral_under_any_length_limit():
-    from router_train.lm.grpo import GRPORecipeConfig
-    from router_train.lm.rewards import completion_tokens_needed
+    from router_train.lm.rewards import check_completion_length
     from tiermem.models.specs import DEFAULT_LM, load_tokenizer
 
     tokenizer = load_tokenizer(DEFAULT_LM)
-    needed = completion_tokens_needed(GRPORecipeConfig(), tokenizer, None)
-    limit = max(needed.values())
-    fmt = FormatReward(RewardConfig(), max_completion_length=limit)
+    limit = max(len(tokenizer(contract.OUTPUT_PREFIX + a + '"', add_special_tokens=False)["input_ids"])
+                for a in contract.ACTIONS)
+    logged: dict[str, float] = {}
+    fmt = FormatReward(RewardConfig())
     cut = []
     for action in contract.ACTIONS:  # each target cut at the limit, as generation would cut it
         ids = tokenizer(contract.render_target(action, "a long reason " * 5), add_special_tokens=False)["input_ids"]
         cut.append(tokenizer.decode(ids[:limit]))
     assert fmt(prompts=["p", "p"], completions=cut, completion_ids=[[0] * limit] * 2) == [1.0, 1.0]
-    assert fmt(prompts=["p"], completions=['{"act'], completion_ids=[[0] * 2]) == [0.0]
-    build_reward_funcs(RewardConfig(), [10], limit, needed)  # fits: no error
-
-
-def test_a_length_limit_that_cuts_one_action_more_than_the_other_is_refused():
+    assert fmt(prompts=["p"], completions=['{"act'], completion_ids=[[0] * 2], log_metric=logged.__setitem__) == [0.0]
+    assert logged == {"format/valid_action_rate": 0.0, "format/invalid_rate": 1.0}
+    check_completion_length(tokenizer, limit)  # fits: no error
     with pytest.raises(ValueError, match="depend on the action"):
-        build_reward_funcs(RewardConfig(format_scope="full"), [10], 24, {"ANSWER": 20, "ESCALATE": 29})
-    with pytest.raises(ValueError, match="ESCALATE"):
-        build_reward_funcs(RewardConfig(), [10], 6, {"ANSWER": 6, "ESCALATE": 7})
+        check_completion_length(tokenizer, limit - 1)
 
 
 def test_action_token_completions_are_read_from_their_first_token():
     # completion action_token: the prompt ends with the output prefix, a completion is one token (ANSWER's 11,
     # ESCALATE's 12 here); any other token is unparseable, whatever its text
     cfg = RewardConfig()
-    decision, fmt = build_reward_funcs(cfg, [100.0], 1, None, action_ids=(11, 12))
+    decision, fmt = build_reward_funcs(cfg, [100.0], 1, action_ids=(11, 12))
     kwargs = {"prompts": ["p"] * 3, "completions": ["ANS", "ESC", "x"], "completion_ids": [[11], [12], [7]],
               "s_ok": [True, False, True], "r_ok": [True, True, True], "cost_research_input_tokens": [1.0] * 3}
     assert decision(**kwargs) == [cfg.answer_correct, cfg.escalate_needed, cfg.unparseable]

@@ -15,7 +15,7 @@ from router_train.lm import grpo, sft
 from router_train.lm.objectives import LossConfig
 from router_train.lm.recipe_config import LoraSettings
 from tests.helpers.router_fixtures import build_label_dataset, build_tiny_model_dir
-from tiermem.models.torch_state import right_padded
+from tiermem.models.torch_state import padded
 from tiermem.models.trunk import FrozenTrunk, TrunkCacheError
 from tiermem.runs.run_meta import RUN_META_FILE, read_run_meta, sha256_file
 from tiermem.settings.errors import UsageError
@@ -141,7 +141,7 @@ def _tiny():
 def test_every_state_is_checked_against_the_model_when_read(tmp_path, edit, needle):
     model = _tiny()
     trunk = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / TRUNK)
-    trunk.hidden(*right_padded([[5, 6, 7], [8, 9]], pad=0))
+    trunk.hidden(*padded([[5, 6, 7], [8, 9]], pad=0))
     trunk.save()
     saved = torch.load(tmp_path / TRUNK, weights_only=True)
     first = next(iter(saved["states"]))

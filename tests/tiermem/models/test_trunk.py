@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tiermem.models.torch_state import right_padded
+from tiermem.models.torch_state import padded
 from tiermem.models.trunk import FrozenTrunk, top_layers_holding
 from tiermem.settings.errors import UsageError
 
@@ -17,6 +17,12 @@ def _tiny(num_layers=3, seed=0):
     return LlamaForCausalLM(config).eval()
 
 
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every trunk-state file counts as recorded by the run in its folder (the proof: test_trunk_states_proof.py)."""
+    monkeypatch.setattr("tiermem.models.trunk.proof", lambda path, writer: (path.parent.resolve(), "sha256"))
+
+
 def test_trunk_plus_top_equals_full_model_with_a_top_layer_adapter():
     from peft import LoraConfig, get_peft_model
 
@@ -24,7 +30,7 @@ def test_trunk_plus_top_equals_full_model_with_a_top_layer_adapter():
     for name, p in model.named_parameters():  # a non-zero adapter, so the top layer really differs from the base
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.5)
-    ids, mask = right_padded([[5, 6, 7, 8, 9], [3, 4, 5]], pad=0)
+    ids, mask = padded([[5, 6, 7, 8, 9], [3, 4, 5]], pad=0)
     trunk = FrozenTrunk(model, top_layers=1)
     full = model(input_ids=ids, attention_mask=mask).logits
     via_trunk = trunk.logits(model, ids, mask)
@@ -57,7 +63,7 @@ def test_gradients_flow_only_through_the_top_layers():
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
-    ids, mask = right_padded([[1, 2, 3, 4]], pad=0)
+    ids, mask = padded([[1, 2, 3, 4]], pad=0)
     FrozenTrunk(model, top_layers=1).logits(model, ids, mask, logits_to_keep=1).sum().backward()
     grads = [n for n, p in model.named_parameters() if p.grad is not None]
     assert grads and all(".layers.2." in n for n in grads)
@@ -72,11 +78,11 @@ def test_unsupported_models_and_bad_splits_are_refused():
         FrozenTrunk(model, top_layers=1)
 
 
-def test_trunk_states_persist_for_the_same_model_only(tmp_path):
+def test_trunk_states_persist_for_the_same_model_only(tmp_path, recorded):
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(_tiny(), LoraConfig(r=4, target_modules=["q_proj"], layers_to_transform=[2]))
-    ids, mask = right_padded([[5, 6, 7]], pad=0)
+    ids, mask = padded([[5, 6, 7]], pad=0)
     first = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "t.pt")
     expected = first.logits(model, ids, mask)
     first.save()
@@ -87,17 +93,17 @@ def test_trunk_states_persist_for_the_same_model_only(tmp_path):
         FrozenTrunk(other, top_layers=1, cache_file=tmp_path / "t.pt")
 
 
-def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path):
+def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path, recorded):
     # GRPO's prompt is the start of SFT's row (prompt + completion): the causal trunk's states of the shorter
     # sequence are the longer one's first positions, read from SFT's file instead of recomputed.
     from tiermem.settings.errors import MissingFileError
 
     model = _tiny()
     sft = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "sft.pt")
-    sft.hidden(*right_padded([[5, 6, 7, 8, 9, 10]], pad=0))
+    sft.hidden(*padded([[5, 6, 7, 8, 9, 10]], pad=0))
     sft.save()
     grpo = FrozenTrunk(model, top_layers=1, prefix_file=tmp_path / "sft.pt")
-    ids, mask = right_padded([[5, 6, 7], [4, 6, 7]], pad=0)  # the first starts SFT's row, the second does not
+    ids, mask = padded([[5, 6, 7], [4, 6, 7]], pad=0)  # the first starts SFT's row, the second does not
     fresh = FrozenTrunk(model, top_layers=1).hidden(ids, mask)
     assert torch.allclose(grpo.hidden(ids, mask), fresh, atol=1e-5)
     assert (grpo.reused, grpo.misses) == (1, 1)
@@ -108,12 +114,12 @@ def test_a_prompt_that_starts_another_runs_row_reads_its_first_states(tmp_path):
         FrozenTrunk(model, top_layers=1, prefix_file=tmp_path / "absent.pt")
 
 
-def test_a_report_on_a_trained_rows_prompt_reads_the_rows_states_and_the_file_keeps_new_ones(tmp_path):
+def test_a_report_on_a_trained_rows_prompt_reads_the_rows_states_and_the_file_keeps_new_ones(tmp_path, recorded):
     model = _tiny()
     trunk = FrozenTrunk(model, top_layers=1, cache_file=tmp_path / "sft.pt")
-    trunk.hidden(*right_padded([[5, 6, 7, 8, 9, 10]], pad=0))  # a row trained on: prompt + completion
+    trunk.hidden(*padded([[5, 6, 7, 8, 9, 10]], pad=0))  # a row trained on: prompt + completion
     trunk.save()
-    ids, mask = right_padded([[5, 6, 7], [4, 6, 7]], pad=0)  # its prompt, and a validation prompt
+    ids, mask = padded([[5, 6, 7], [4, 6, 7]], pad=0)  # its prompt, and a validation prompt
     fresh = FrozenTrunk(model, top_layers=1).hidden(ids, mask)
     assert torch.allclose(trunk.hidden(ids, mask), fresh, atol=1e-5)
     assert (trunk.reused, trunk.misses) == (1, 2)
