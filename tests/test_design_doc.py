@@ -35,7 +35,8 @@ def unnamed_modules(root: Path) -> list[str]:
 
 def named_paths_missing(root: Path) -> list[str]:
     text = design_text(root)
-    named = set(re.findall(r"(?<![\w/.])((?:%s)/[\w/]*\w\.py)\b" % "|".join(PACKAGES), text))
+    packages = "|".join(PACKAGES)
+    named = set(re.findall(rf"(?<![\w/.])((?:{packages})/[\w/]*\w\.py)\b", text))
     return sorted(p for p in named if not (root / p).is_file())
 
 
