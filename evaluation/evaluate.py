@@ -109,9 +109,6 @@ def in_batches(ask: Callable[[list[str], list[Any]], Sequence[Any]], records: Se
     (eval's decisions from route_batch, calibrate's scores from score)."""
     from tqdm import tqdm
 
-    for i, rec in enumerate(records):
-        if not isinstance(rec.get("router_summaries"), list):
-            raise RecordError(f"record {i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
     out: list[Any] = []
     for start in tqdm(range(0, len(records), batch_size), desc=desc, unit="batch"):
         chunk = records[start:start + batch_size]

@@ -250,6 +250,7 @@ def check_records(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, A
 
     - (conv_id, qid) is a record's key, unique in a split: a key seen twice is refused with both places named
       (which copy's verdicts to keep is not ours to guess; docs/formats.md, "Label record");
+    - `question` and `label` are present and `router_summaries` is a list (what every router reads);
     - each `router_summaries[j].score` is absent/null or a retrieval score in its range (tiermem.settings.ranges: a NaN,
       an infinity or a 1e308 would otherwise decide a score router's output alone).
     """
@@ -261,8 +262,12 @@ def check_records(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, A
                 raise RecordError(f"{where}: duplicate record (conv_id={key[0]!r}, qid={key[1]!r}); first at "
                                   f"{seen[key]}")
             seen[key] = where
-        summaries = rec.get("router_summaries")
-        for j, unit in enumerate(summaries if isinstance(summaries, list) else []):
+        field(rec, "question", where)
+        summaries = field(rec, "router_summaries", where)
+        if not isinstance(summaries, list):
+            raise RecordError(f"{where}: field 'router_summaries' must be a list, got {type(summaries).__name__}")
+        field(rec, "label", where)
+        for j, unit in enumerate(summaries):
             if isinstance(unit, Mapping) and unit.get("score") is not None:
                 retrieval_score(unit["score"], f"{where}: field 'router_summaries[{j}].score'", RecordError)
     return [rec for _, rec in located]
