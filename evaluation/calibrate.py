@@ -137,7 +137,6 @@ def pick_threshold(cs: CalibrationSet, cfg: CalibrateConfig, criterion: str, val
 
 
 def calibrate(cs: CalibrationSet, cfg: CalibrateConfig) -> dict[str, Any]:
-    """Pick the threshold for cfg.criterion on cs; returns the calibration dict stored with the router."""
     threshold, params, guarantee = pick_threshold(cs, cfg, cfg.criterion, cfg.value, cfg.budget_share)
     points = {}
     for point in cfg.operating_points:
@@ -172,7 +171,6 @@ def degenerate_warnings(threshold: float, achieved: dict[str, Any]) -> list[str]
 
 def load_calibration_records(data: str | list[str], split: str, correctness: str = "label_rule",
                              include_unlabeled: bool = True) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """`replayable` of one split's records."""
     from labeling.dataset import data_label, load_split
 
     return replayable(load_split(data, split), correctness, include_unlabeled, f"{data_label(data)} [{split}]")
