@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evaluation.metrics import Case, PolicyMetrics
-from evaluation.sweep import SweepPoint, sweep_points
+from evaluation.sweep import SweepPoint
 
 WITHIN_POINTS = (1, 2)  # accuracy points (1 point = 0.01) below raw-only
 TOP_SHARES = (10, 20)  # percent of the most ANSWER-confident decisions
@@ -59,11 +59,10 @@ def false_cache_hit_share(cases: Sequence[Case], scores: Sequence[float], percen
 
 def router_ceiling(cases: Sequence[Case], scores: Sequence[float], policy: PolicyMetrics,
                    threshold_logit: float | None, calibrated: str | None,
-                   points: Sequence[SweepPoint] | None = None) -> dict[str, Any]:
+                   points: Sequence[SweepPoint]) -> dict[str, Any]:
     """One router's ceiling row (flat, the keys ceiling_table reads, plus the thresholds and
-    counts eval.json keeps). `points`: its threshold sweep when eval already ran it."""
+    counts eval.json keeps). `points`: its threshold sweep."""
     raw = raw_only(cases)
-    points = points if points is not None else sweep_points(cases, scores)
     row: dict[str, Any] = {}
     for w in WITHIN_POINTS:
         best = fewest_tokens_within(points, raw["accuracy"], raw["mean_input_tokens"], w)

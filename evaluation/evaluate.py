@@ -59,7 +59,6 @@ class EvalConfig:
     # paired differences a - b between two rows (routed or compare names): accuracy, AUROC, APGR and mean input
     # tokens, each at its row's calibrated threshold; e.g. [[grpo, sft]]
     pairs: list[list[str]] = field(default_factory=list)
-    sweep: bool = True
     recover_shares: list[float] = field(default_factory=lambda: [0.8, 0.95])
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     reliability_bins: int = field(default=10, metadata=AT_LEAST_ONE)  # p_escalate bins of ECE
@@ -109,9 +108,6 @@ def in_batches(ask: Callable[[list[str], list[Any]], Sequence[Any]], records: Se
     (eval's decisions from route_batch, calibrate's scores from score)."""
     from tqdm import tqdm
 
-    for i, rec in enumerate(records):
-        if not isinstance(rec.get("router_summaries"), list):
-            raise RecordError(f"record {i} (qid={rec.get('qid')!r}): field 'router_summaries' must be a list")
     out: list[Any] = []
     for start in tqdm(range(0, len(records), batch_size), desc=desc, unit="batch"):
         chunk = records[start:start + batch_size]
@@ -151,12 +147,10 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     probs = [float(d.p_escalate) for d in decisions] if all(d.p_escalate is not None for d in decisions) else None
     raw_scores = [getattr(d, "score", None) for d in decisions]  # log-odds, else the probabilities
     scores = [float(x) for x in raw_scores] if all(x is not None for x in raw_scores) else probs  # type: ignore[arg-type]
-    sweep = None
-    if cfg.sweep:
-        if scores is None:
-            notes.append(f"{key}: the router gives no score (log-odds or p_escalate); the sweep uses its hard "
-                         "decisions (operating point only)")
-        sweep = sweep_of(cases, (scores if scores is not None else escalate)[:n], cfg.recover_shares)
+    if scores is None:
+        notes.append(f"{key}: the router gives no score (log-odds or p_escalate); the sweep uses its hard "
+                     "decisions (operating point only)")
+    sweep = sweep_of(cases, (scores if scores is not None else escalate)[:n], cfg.recover_shares)
     preds = [{"router": key, "conv_id": rec.get("conv_id"), "qid": rec["qid"], "label": rec.get("label"),
               "replayed": i < n, "action": d.action, "score": getattr(d, "score", None), "p_escalate": d.p_escalate,
               "reason": d.reason, "parsed_ok": d.parsed_ok, "latency_s": d.latency_s,
@@ -166,7 +160,7 @@ def _route_one(router: Any, key: str, kept: Sequence[dict[str, Any]], threshold_
     threshold_used = threshold_logit if threshold_logit is not None else getattr(router, "threshold_logit", None)
     ceiling = None if scores is None else router_ceiling(  # the ranking's ceiling: a threshold chosen on these data
         cases, scores[:n], policy, threshold_used, calibrated_by(router, threshold_logit),
-        sweep.points if sweep is not None else None)
+        sweep.points)
     output = eval_analysis.RouterOutput(key, escalate, scores, probs)
     points = {}
     # The router's other calibrated operating points (calibrate's operating_points), each a row of its own; an
@@ -287,7 +281,7 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
                                       baselines=base, sweep=runs["routed"]["sweep"] if "routed" in runs else None,
                                       meta=meta, others={**{k: r["policy"] for k, r in runs.items() if k != "routed"},
                                                          **{k: p["policy"] for k, p in points.items()}})
-    report["sweeps"] = {k: r["sweep"].to_dict() for k, r in runs.items() if r["sweep"] is not None}
+    report["sweeps"] = {k: r["sweep"].to_dict() for k, r in runs.items()}
     weights = {"summary_only": [0.0] * len(cases), "raw_only": [1.0] * len(cases),
                "oracle": metrics.oracle_escalations(cases)}
     if random_rate is not None:

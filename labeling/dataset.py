@@ -35,7 +35,6 @@ def flag(record: Mapping[str, Any], name: str, where: str, allow_none: bool = Fa
 
 
 def amount(record: Mapping[str, Any], name: str, where: str) -> float:
-    """A finite number >= 0 (token counts, seconds)."""
     value = field(record, name, where)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise RecordError(f"{where}: field {name!r} must be a non-negative number, got {value!r}")
@@ -62,13 +61,11 @@ def data_paths(spec: DataSpec | Path, where: str = "data") -> list[str]:
 
 
 def data_label(spec: DataSpec | Path) -> str:
-    """`data` as one string for messages and metadata: the path, or `[a, b]`."""
     paths = data_paths(spec)
     return paths[0] if len(paths) == 1 else "[" + ", ".join(paths) + "]"
 
 
 def same_data(a: Any, b: Any) -> bool:
-    """Whether two `data` values name the same datasets (paths compared resolved, in order)."""
     try:
         pa, pb = data_paths(a), data_paths(b)
     except ConfigError:
@@ -83,7 +80,6 @@ def same_data(a: Any, b: Any) -> bool:
 
 
 def domain_of(record: Mapping[str, Any]) -> str:
-    """The record's domain (its `source`; `unknown` where a record has none)."""
     return str(record.get(DOMAIN_FIELD) or "unknown")
 
 
@@ -198,8 +194,7 @@ def _load_one_split(dataset: str | Path, split: str) -> list[dict[str, Any]]:
 
 def jsonl_label_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """(where, record) for every line of a label-records JSONL, `where` naming the file and line: the one reader
-    of such files (eval, calibrate, training, audit, unit-reader). Invalid UTF-8 (file and byte offset), a line
-    that is not JSON or not a JSON object (`123`, `null`, a list) is a RecordError naming the file and the line."""
+    of such files (eval, calibrate, training, audit, unit-reader)."""
     located = []
     for n, rec in jsonl_records(read_utf8(path, RecordError), path, RecordError):
         if not isinstance(rec, dict):
@@ -222,7 +217,6 @@ def record_key(record: Mapping[str, Any], where: str) -> tuple[str, str]:
 
 
 def action_label(record: Mapping[str, Any], where: str, allow_none: bool = True) -> str | None:
-    """The record's label: ANSWER or ESCALATE (null for a question the rule dropped, where allowed)."""
     value = field(record, "label", where)
     if value not in ("ANSWER", "ESCALATE") and not (allow_none and value is None):
         raise RecordError(f"{where}: field 'label' must be ANSWER or ESCALATE{' or null' if allow_none else ''}, "
@@ -231,7 +225,6 @@ def action_label(record: Mapping[str, Any], where: str, allow_none: bool = True)
 
 
 def summary_units(record: Mapping[str, Any], where: str, name: str = "router_summaries") -> list[dict[str, Any]]:
-    """The record's summaries: a list of objects, each with a string `text` and a string or null `date`."""
     units = field(record, name, where)
     if not isinstance(units, list):
         raise RecordError(f"{where}: field {name!r} must be a list of summary objects, got {type(units).__name__}")
@@ -250,6 +243,7 @@ def check_records(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, A
 
     - (conv_id, qid) is a record's key, unique in a split: a key seen twice is refused with both places named
       (which copy's verdicts to keep is not ours to guess; docs/formats.md, "Label record");
+    - `question` and `label` are present and `router_summaries` is a list (what every router reads);
     - each `router_summaries[j].score` is absent/null or a retrieval score in its range (tiermem.settings.ranges: a NaN,
       an infinity or a 1e308 would otherwise decide a score router's output alone).
     """
@@ -261,8 +255,12 @@ def check_records(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, A
                 raise RecordError(f"{where}: duplicate record (conv_id={key[0]!r}, qid={key[1]!r}); first at "
                                   f"{seen[key]}")
             seen[key] = where
-        summaries = rec.get("router_summaries")
-        for j, unit in enumerate(summaries if isinstance(summaries, list) else []):
+        field(rec, "question", where)
+        summaries = field(rec, "router_summaries", where)
+        if not isinstance(summaries, list):
+            raise RecordError(f"{where}: field 'router_summaries' must be a list, got {type(summaries).__name__}")
+        field(rec, "label", where)
+        for j, unit in enumerate(summaries):
             if isinstance(unit, Mapping) and unit.get("score") is not None:
                 retrieval_score(unit["score"], f"{where}: field 'router_summaries[{j}].score'", RecordError)
     return [rec for _, rec in located]

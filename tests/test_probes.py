@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from serving.routers.fixed import AlwaysEscalate
 from serving.server import ServeConfig, create_app
+from tiermem.settings.errors import EXIT_DATA, EXIT_USAGE
 from tiermem_cli import cli
 
 FIXTURES = Path(__file__).parent / "helpers" / "fixtures" / "memory"
@@ -93,7 +94,7 @@ def test_malformed_data_file_is_a_named_error_with_exit_code_3(tmp_path, capsys,
     path = tmp_path / "bench.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content))
     code, err, out = _label(tmp_path, capsys, f"data_path={path}")
-    assert code == cli.EXIT_DATA, err
+    assert code == EXIT_DATA, err
     assert f"error: {error}: " in err and needle in err and str(path) in err
     assert len(err.strip().splitlines()) == 1  # one line, no traceback
     assert not out.exists()  # nothing left behind
@@ -101,7 +102,7 @@ def test_malformed_data_file_is_a_named_error_with_exit_code_3(tmp_path, capsys,
 
 def test_data_path_that_is_a_directory(tmp_path, capsys):
     code, err, out = _label(tmp_path, capsys, f"data_path={tmp_path}")
-    assert code == cli.EXIT_DATA and "is a directory" in err and str(tmp_path) in err and not out.exists()
+    assert code == EXIT_DATA and "is a directory" in err and str(tmp_path) in err and not out.exists()
 
 
 def test_utf8_bom_is_accepted(tmp_path):
@@ -120,22 +121,22 @@ def test_utf8_bom_is_accepted(tmp_path):
 
 # (overrides or config text, exit code, needle); every one must fail before any output exists
 CONFIG_PROBES: dict[str, tuple[list[str] | str, int, str]] = {
-    "duplicate YAML key": ("output_dir: a\nseed: 1\nseed: 2\n", cli.EXIT_USAGE, "duplicate key 'seed'"),
-    "negative max_questions_per_conversation": (["max_questions_per_conversation=-1"], cli.EXIT_USAGE,
+    "duplicate YAML key": ("output_dir: a\nseed: 1\nseed: 2\n", EXIT_USAGE, "duplicate key 'seed'"),
+    "negative max_questions_per_conversation": (["max_questions_per_conversation=-1"], EXIT_USAGE,
                                                 "max_questions_per_conversation must be >= 1"),
-    "negative max_conversations": (["max_conversations=-2"], cli.EXIT_USAGE, "must be >= 1"),
-    "answer_max_tokens=0": (["memory.answer_max_tokens=0"], cli.EXIT_USAGE, "memory.answer_max_tokens must be"),
-    "max_units_per_page=-1": (["memory.max_units_per_page=-1"], cli.EXIT_USAGE, "memory.max_units_per_page"),
-    "max_concurrency=0": (["llm.answerer.max_concurrency=0"], cli.EXIT_USAGE, "llm.max_concurrency must be"),
-    "timeout_s=-1": (["llm.answerer.timeout_s=-1"], cli.EXIT_USAGE, "llm.timeout_s must be > 0"),
-    "max_tokens=-5": (["llm.answerer.max_tokens=-5"], cli.EXIT_USAGE, "llm.max_tokens must be"),
-    "batch_size=0": (["llm.answerer.batch_size=0"], cli.EXIT_USAGE, "llm.batch_size must be"),
-    "memory=5": (["memory=5"], cli.EXIT_USAGE, "memory: expected a mapping of MemoryConfig"),
-    "memory=null": (["memory=null"], cli.EXIT_USAGE, "memory: expected a mapping of MemoryConfig"),
-    "string for a number": (["seed=abc"], cli.EXIT_USAGE, "seed: expected int"),
-    "empty output_dir": (["output_dir="], cli.EXIT_USAGE, "output_dir: empty path"),
-    "empty tiers_dir": ("tiers_dir: ' '\n", cli.EXIT_USAGE, "tiers_dir: empty path"),
-    "--config without a path": (["--config", "seed=1"], cli.EXIT_USAGE, "--config needs a path"),
+    "negative max_conversations": (["max_conversations=-2"], EXIT_USAGE, "must be >= 1"),
+    "answer_max_tokens=0": (["memory.answer_max_tokens=0"], EXIT_USAGE, "memory.answer_max_tokens must be"),
+    "max_units_per_page=-1": (["memory.max_units_per_page=-1"], EXIT_USAGE, "memory.max_units_per_page"),
+    "max_concurrency=0": (["llm.answerer.max_concurrency=0"], EXIT_USAGE, "llm.max_concurrency must be"),
+    "timeout_s=-1": (["llm.answerer.timeout_s=-1"], EXIT_USAGE, "llm.timeout_s must be > 0"),
+    "max_tokens=-5": (["llm.answerer.max_tokens=-5"], EXIT_USAGE, "llm.max_tokens must be"),
+    "batch_size=0": (["llm.answerer.batch_size=0"], EXIT_USAGE, "llm.batch_size must be"),
+    "memory=5": (["memory=5"], EXIT_USAGE, "memory: expected a mapping of MemoryConfig"),
+    "memory=null": (["memory=null"], EXIT_USAGE, "memory: expected a mapping of MemoryConfig"),
+    "string for a number": (["seed=abc"], EXIT_USAGE, "seed: expected int"),
+    "empty output_dir": (["output_dir="], EXIT_USAGE, "output_dir: empty path"),
+    "empty tiers_dir": ("tiers_dir: ' '\n", EXIT_USAGE, "tiers_dir: empty path"),
+    "--config without a path": (["--config", "seed=1"], EXIT_USAGE, "--config needs a path"),
 }
 
 
@@ -178,7 +179,7 @@ def test_api_key_in_api_key_env_is_refused_without_echoing_it(tmp_path, capsys):
     code = cli.main(["label", f"output_dir={tmp_path / 'out'}", "llm.answerer.backend=openai",
                      f"llm.answerer.api_key_env={secret}"])
     err = capsys.readouterr().err
-    assert code == cli.EXIT_USAGE and "NAME of an environment variable" in err
+    assert code == EXIT_USAGE and "NAME of an environment variable" in err
     assert secret not in err and not (tmp_path / "out").exists()
 
 

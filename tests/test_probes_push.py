@@ -95,8 +95,7 @@ def test_the_pushed_card_of_a_unit_reader_shows_its_eval_with_intervals(reader_r
     run, data = reader_run
     out = tmp_path / "eval"
     assert eval_main([f"data={data}", "split=test", "router.kind=unit-reader", f"router.path={run}",
-                      "router.name=reader", f"output_dir={out}", "bootstrap.n_boot=40", "compare=[]",
-                      "sweep=false"]) == 0
+                      "router.name=reader", f"output_dir={out}", "bootstrap.n_boot=40", "compare=[]"]) == 0
     meta = read_run_meta(run)
     text = _card(meta, report=read_eval(str(out / "eval.json"), meta))[1]
     evaluation = text.split("## Evaluation", 1)[1].split("## How to use", 1)[0]

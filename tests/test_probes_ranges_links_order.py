@@ -15,6 +15,7 @@ import pytest
 from serving.routers.top1 import Top1ScoreRouter
 from tests.helpers.records import rec
 from tiermem.runs.run_meta import read_run_meta
+from tiermem.settings.errors import EXIT_DATA, EXIT_RUN_DIR, EXIT_USAGE
 from tiermem_cli import cli
 
 
@@ -84,7 +85,7 @@ def test_a_retrieval_score_out_of_range_in_records_is_refused_by_calibrate_namin
     before = (run / "tiermem_router.json").read_bytes()
     code = cli.main(["calibrate", f"router={run}", f"data={data}"])
     err = _err_line(capsys)
-    assert code == cli.EXIT_DATA, err
+    assert code == EXIT_DATA, err
     assert f"{data}: line 3: field 'router_summaries[0].score'" in err and needle in err
     assert "cosine similarity in [-1, 1]" in err and "Traceback" not in err
     assert (run / "tiermem_router.json").read_bytes() == before  # no threshold stored from it
@@ -96,7 +97,7 @@ def test_a_retrieval_score_out_of_range_in_records_is_exit_3_from_eval_not_70(tm
     out = tmp_path / "eval"
     code = cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", "bootstrap.n_boot=0"])
     err = _err_line(capsys)
-    assert code == cli.EXIT_DATA, err
+    assert code == EXIT_DATA, err
     assert f"{data}: line 3: field 'router_summaries[0].score'" in err and not out.exists()
 
 
@@ -118,13 +119,13 @@ def test_a_duplicate_record_is_a_named_error_in_calibrate_and_eval(tmp_path, cap
     data = _records(tmp_path, [*rows, dict(rows[1])])
     code = cli.main(["calibrate", "router=top1-score", f"data={data}", "write=false"])
     err = _err_line(capsys)
-    assert code == cli.EXIT_DATA, err
+    assert code == EXIT_DATA, err
     assert (f"{data}: line 7: duplicate record (conv_id='c1', qid='q1'); first at {data}: line 2" in err)
     test = _records(tmp_path, [{**r, "split": "test"} for r in [*rows, rows[4]]], "test.jsonl")
     code = cli.main(["eval", "router=top1-score", f"data={test}", f"output_dir={tmp_path / 'eval'}",
                      "bootstrap.n_boot=0"])
     err = _err_line(capsys)
-    assert code == cli.EXIT_DATA and "line 7: duplicate record (conv_id='c1', qid='q4')" in err
+    assert code == EXIT_DATA and "line 7: duplicate record (conv_id='c1', qid='q4')" in err
 
 
 def test_the_same_qid_in_two_conversations_is_no_duplicate(tmp_path):
@@ -409,7 +410,7 @@ def test_calibrate_refuses_a_router_directory_holding_a_link_and_writes_nothing_
     data = _records(tmp_path, _rows())
     code = cli.main(["calibrate", f"router={run}", f"data={data}"])
     err = _err_line(capsys)
-    assert code == cli.EXIT_RUN_DIR, err
+    assert code == EXIT_RUN_DIR, err
     assert f"{run}: holds symbolic link(s) {name} -> {outside}" in err and "RunDirError" in err
     assert outside.read_bytes() == before and (run / name).is_symlink()
 
@@ -511,7 +512,7 @@ def test_eval_config_numbers_out_of_range_are_exit_2_before_anything_runs(tmp_pa
     out = tmp_path / "eval"
     code = cli.main(["eval", "router=top1-score", f"data={data}", f"output_dir={out}", override])
     err = _err_line(capsys)
-    assert code == cli.EXIT_USAGE and needle in err and not out.exists()
+    assert code == EXIT_USAGE and needle in err and not out.exists()
 
 
 def test_a_threshold_that_escalates_nothing_is_flagged_on_stderr_in_the_metadata_and_on_the_card(tmp_path, capsys):
@@ -589,6 +590,6 @@ def test_time_zone_aware_timestamps_mixed_with_naive_ones_are_refused_naming_bot
     path = _own(tmp_path, mix)
     code = cli.main(["label", f"output_dir={tmp_path / 'out'}", f"data_path={path}", "dataset_format=tiermem"])
     err = _err_line(capsys)
-    assert code == cli.EXIT_DATA and str(path) in err and "TiermemFormatError" in err
+    assert code == EXIT_DATA and str(path) in err and "TiermemFormatError" in err
     assert ("turn 's1-1' has a time zone ('2024-03-02T18:40:00Z') but turn 's2-1' has none ('2024-03-17 10:05')"
             in err) and not (tmp_path / "out").exists()

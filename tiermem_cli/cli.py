@@ -7,18 +7,7 @@ import logging
 import sys
 
 from tiermem.runs.logs import setup_logging
-from tiermem.settings.errors import (  # noqa: F401  (the EXIT_* codes are part of the CLI: docs/serving.md "Exit codes")
-    EXIT_DATA,
-    EXIT_FAILED,
-    EXIT_INTERNAL,
-    EXIT_NETWORK,
-    EXIT_RUN_DIR,
-    EXIT_STORE,
-    EXIT_USAGE,
-    error_line,
-    exit_code,
-    report_error,
-)
+from tiermem.settings.errors import EXIT_USAGE, report_error
 
 # stage -> (module:function, one-line help). Each function takes argv and returns an exit code.
 STAGES: dict[str, tuple[str, str]] = {

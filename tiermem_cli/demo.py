@@ -98,7 +98,6 @@ def trained_routers(cfg: DemoConfig) -> list[str]:
 
 
 def extra_domains(cfg: DemoConfig) -> list[dict[str, str]]:
-    """The more_data entries whose data are here (the others are left out, and said so)."""
     present = [d for d in cfg.more_data if Path(d["data_path"]).exists()]
     for d in cfg.more_data:
         if d not in present:
@@ -107,7 +106,6 @@ def extra_domains(cfg: DemoConfig) -> list[dict[str, str]]:
 
 
 def label_datasets(cfg: DemoConfig) -> list[str]:
-    """Every labeled dataset the demo trains on: data_path's, then each present more_data domain's."""
     root = Path(cfg.root)
     return [str(root / "label" / "dataset"), *(str(root / f"label_{d['name']}" / "dataset")
                                                for d in extra_domains(cfg))]
@@ -145,7 +143,6 @@ def judgments_path(cfg: DemoConfig) -> str | None:
 
 
 def eval_args(cfg: DemoConfig) -> list[str]:
-    """The eval step's arguments: the main router against every other router the demo made."""
     root = Path(cfg.root)
     main_name = pick_main_router(cfg)
     kinds = {**MAIN_CANDIDATES, "features": "features"}

@@ -173,7 +173,7 @@ def test_load_calibration_records_keeps_dropped_records_with_verdicts_and_names_
     path.write_text("\n".join(json.dumps(r) for r in rows))
     assert [r["qid"] for r in load_calibration_records(str(path), "validation")[0]] == ["q1", "q4"]
     path.write_text(json.dumps({"question": "q"}))
-    with pytest.raises(ValueError, match="record 0: missing field 'router_summaries'"):
+    with pytest.raises(ValueError, match="line 1: missing field 'router_summaries'"):
         load_calibration_records(str(path), "validation")
 
 

@@ -65,7 +65,8 @@ def test_false_cache_hit_share_among_the_most_answer_confident_by_hand():
 def test_router_ceiling_row_puts_the_calibrated_point_beside_it():
     cases, scores = _cases(), _scores()
     policy = replay(cases, [1.0 if s >= 2.0 else 0.0 for s in scores])  # its own threshold: 2.0
-    row = C.router_ceiling(cases, scores, policy, 2.0, "calibrate max_reward on validation")
+    row = C.router_ceiling(cases, scores, policy, 2.0, "calibrate max_reward on validation",
+                           sweep_points(cases, scores))
     assert row["mean_input_tokens_within_1pt"] == pytest.approx(640.0)
     assert row["mean_input_tokens_within_2pt"] == pytest.approx(640.0)
     assert row["false_cache_hit_share_top10"] == 0.0 and row["false_cache_hit_share_top20"] == pytest.approx(0.5)

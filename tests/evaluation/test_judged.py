@@ -100,7 +100,7 @@ def test_the_eval_stage_writes_the_judged_section(judged_file, tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in _records()))
     out = tmp_path / "eval"
     assert E.main([f"data={data}", f"output_dir={out}", "router.kind=recorded-teacher", f"router.path={judged_file}",
-                   f"judgments={judged_file}", "bootstrap.n_boot=0", "sweep=true"]) == 0
+                   f"judgments={judged_file}", "bootstrap.n_boot=0"]) == 0
     got = json.loads((out / "eval.json").read_text())["judged"]
     assert got["matched"] == 8 and got["labels_changed"] == 3 and "routed" in got["routers"]
     md = (out / "eval.md").read_text()
@@ -123,7 +123,7 @@ def test_eval_checks_labels_and_routers_against_verdicts_of_two_formats(judged_f
         {"person": "c0", "query_id": "q8", "units": [{"text": "unit text 8"}], "informed": {"sufficient": False}}]))
     out = tmp_path / "eval"
     assert E.main([f"data={data}", f"output_dir={out}", "router.kind=recorded-teacher", f"router.path={judged_file}",
-                   f"verdicts=[{judged_file}, {realmem}]", "bootstrap.n_boot=20", "sweep=true"]) == 0
+                   f"verdicts=[{judged_file}, {realmem}]", "bootstrap.n_boot=20"]) == 0
     got = json.loads((out / "eval.json").read_text())["verdicts"]
     agreement = got["label_agreement"]
     assert agreement["by_match"]["matched"] == 9 and agreement["by_match"]["units_differ"] == 1

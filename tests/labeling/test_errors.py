@@ -9,8 +9,7 @@ from labeling.stage import main
 from tests.helpers.label_helpers import SMALL_MEMORY, HashEmbedder, _label_cfg, answer_from_prompt
 from tiermem.llm import LLMError, ScriptedLLM
 from tiermem.settings.config import from_dict
-from tiermem.settings.errors import RunError
-from tiermem_cli import cli
+from tiermem.settings.errors import EXIT_FAILED, RunError, exit_code
 
 
 def _cfg(out, **extra) -> LabelConfig:
@@ -89,4 +88,4 @@ def test_every_record_an_error_is_a_named_error_with_the_first_cause(tmp_path):
     dead = ScriptedLLM(lambda m: LLMError("endpoint down after retries"))
     with pytest.raises(RunError, match="First error: LLMError: summary path: .*endpoint down after retries"):
         run(_label_cfg(tmp_path / "out"), Roles({"answerer": dead}), embedder=HashEmbedder())
-    assert cli.exit_code(RunError("x")) == cli.EXIT_FAILED
+    assert exit_code(RunError("x")) == EXIT_FAILED

@@ -19,7 +19,8 @@ def _jsonl(path, rows):
 
 
 def _rec(conv, qid, split):
-    return {"conv_id": conv, "qid": qid, "split": split, "label": "ANSWER", "source": "locomo"}
+    return {"conv_id": conv, "qid": qid, "split": split, "label": "ANSWER", "source": "locomo", "question": "q?",
+            "router_summaries": []}
 
 
 @pytest.mark.parametrize("other_split", ["test", "validation"])

@@ -26,7 +26,7 @@ from tests.helpers.label_outputs import outputs as _outputs
 from tiermem.data.conversations import SAMPLE_PATH
 from tiermem.llm import ScriptedLLM
 from tiermem.settings.config import from_dict
-from tiermem.settings.errors import ConfigError, DataError, RunDirError, RunError, UsageError
+from tiermem.settings.errors import EXIT_FAILED, EXIT_RUN_DIR, ConfigError, DataError, RunDirError, RunError, UsageError
 from tiermem_cli import cli
 
 GENERATED = {"memory": SMALL_MEMORY, "label_rule": "evidence"}
@@ -151,7 +151,7 @@ def test_merge_refuses_a_bad_shard_set_with_a_named_error(tmp_path, data, capsys
         merge(cfg)
     # through the CLI: one line naming the error, exit code 6 (the config the shard wrote, shard= and all)
     shard_config = shard_dir(out, 0, 2) / "config.yaml"
-    assert cli.main(["label-merge", "--config", str(shard_config)]) == cli.EXIT_FAILED
+    assert cli.main(["label-merge", "--config", str(shard_config)]) == EXIT_FAILED
     assert "tiermem-router label-merge: error: RunError: " in capsys.readouterr().err
 
     _label(_cfg(out, data, GENERATED, shard="1/2", judge_threshold=0.5))  # another fingerprint
@@ -217,6 +217,6 @@ def test_shard_and_merge_refuse_a_foreign_output_dir(tmp_path, data, capsys):
     (foreign / "notes.txt").write_text("mine")
     with pytest.raises(RunDirError, match="not made by tiermem-router label"):
         _label(_cfg(foreign, data, GENERATED, shard="0/2"))
-    assert cli.main(["label-merge", f"output_dir={foreign}", f"data_path={data}"]) == cli.EXIT_RUN_DIR
+    assert cli.main(["label-merge", f"output_dir={foreign}", f"data_path={data}"]) == EXIT_RUN_DIR
     assert f"RunDirError: {foreign}" in capsys.readouterr().err
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]

@@ -26,6 +26,7 @@ from tiermem.memory.runtime import MemoryConfig, MemoryRuntime
 from tiermem.memory.summaries import HashingEmbedder
 from tiermem.runs.rundir import claim_output_dir
 from tiermem.settings.config import from_dict
+from tiermem.settings.errors import EXIT_DATA, EXIT_STORE
 from tiermem_cli import cli
 
 FIXTURES = Path(__file__).parents[2] / "helpers" / "fixtures" / "memory"
@@ -161,7 +162,7 @@ def test_a_timestamp_that_is_no_date_is_a_named_data_error(tmp_path, capsys, fmt
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(edit(value)))
     code, err, out = _cli_label(tmp_path, capsys, path)
-    assert code == cli.EXIT_DATA, err
+    assert code == EXIT_DATA, err
     assert str(path) in err and needle in err and f"{value!r} is not a date" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
@@ -216,7 +217,7 @@ def test_invalid_utf8_in_a_conversation_file_is_exit_3_naming_file_and_offset(tm
     path = tmp_path / name
     path.write_bytes(data)
     code, err, out = _cli_label(tmp_path, capsys, path)
-    assert code == cli.EXIT_DATA, err
+    assert code == EXIT_DATA, err
     assert f"{path}: not UTF-8 text: byte 0xff at byte offset {offset}" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
@@ -233,7 +234,7 @@ def test_invalid_utf8_in_label_records_names_file_and_offset(tmp_path, capsys):
     (out / "records.jsonl").write_bytes(data)
     code = cli.main(["label", f"output_dir={out}", f"data_path={FIXTURES / 'locomo_tiny.json'}", *FAST_FAIL])
     err = capsys.readouterr().err
-    assert code == cli.EXIT_STORE, err
+    assert code == EXIT_STORE, err
     assert f"{out / 'records.jsonl'}: not UTF-8 text: byte 0xff at byte offset {offset}" in err
 
 
@@ -321,5 +322,5 @@ def test_a_conversation_with_no_turn_text_is_a_named_error(tmp_path, capsys, nam
     with pytest.raises(DataError):
         load_conversations(path)
     code, err, out = _cli_label(tmp_path, capsys, path)
-    assert code == cli.EXIT_DATA, err
+    assert code == EXIT_DATA, err
     assert str(path) in err and needle in err and detail in err and not out.exists()

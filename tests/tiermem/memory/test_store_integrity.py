@@ -9,8 +9,7 @@ from contextlib import closing
 
 import pytest
 
-from tiermem.settings.errors import StoreError
-from tiermem_cli import cli
+from tiermem.settings.errors import EXIT_STORE, StoreError, exit_code
 
 
 def _ingested(tmp_path):
@@ -47,7 +46,7 @@ def test_corrupt_sqlite_files_are_named_store_errors(tmp_path, target):
     (workdir / target).write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match=str(workdir / target)):
         _reopen(workdir, cfg)
-    assert cli.exit_code(StoreError("x")) == cli.EXIT_STORE
+    assert exit_code(StoreError("x")) == EXIT_STORE
 
 
 def test_missing_or_broken_manifest_is_a_named_error(tmp_path):

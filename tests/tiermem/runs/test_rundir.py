@@ -31,7 +31,7 @@ from tiermem.runs.rundir import (
     read_marker,
     release_output_dir,
 )
-from tiermem.settings.errors import RunDirError
+from tiermem.settings.errors import EXIT_RUN_DIR, EXIT_USAGE, RunDirError
 from tiermem_cli import cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -172,7 +172,7 @@ def test_stage_refuses_a_foreign_run_directory_and_leaves_it_unchanged(tmp_path,
     argv = UPDATES[stage](d) if variant < 0 else WRITES[stage][variant](d)
     code = cli.main([stage, *argv])
     err = capsys.readouterr().err
-    assert code == cli.EXIT_RUN_DIR, err
+    assert code == EXIT_RUN_DIR, err
     assert f"tiermem-router {stage}: error: RunDirError: {d}" in err
     assert _snapshot(d) == before
 
@@ -185,7 +185,7 @@ def test_bench_refuses_a_foreign_output_directory(tmp_path, capsys):
     _sft_run(d)
     before = _snapshot(d)
     assert bench.main([f"output_dir={d}", "router.enabled=false", "server.enabled=false",
-                       "labeling.enabled=false", "training.enabled=false"]) == cli.EXIT_RUN_DIR
+                       "labeling.enabled=false", "training.enabled=false"]) == EXIT_RUN_DIR
     assert f"RunDirError: {d}" in capsys.readouterr().err and _snapshot(d) == before
 
 
@@ -199,7 +199,7 @@ def test_fit_features_in_a_copy_of_an_sft_run_keeps_its_tiermem_router_json(tmp_
         d.mkdir()
         _sft_run(d)
         before = _snapshot(d)
-        assert cli.main(["fit-features", f"kind={kind}", f"data={data}", f"output_dir={d}"]) == cli.EXIT_RUN_DIR
+        assert cli.main(["fit-features", f"kind={kind}", f"data={data}", f"output_dir={d}"]) == EXIT_RUN_DIR
         assert "is a 'sft' run directory" in capsys.readouterr().err
         assert _snapshot(d) == before
 
@@ -254,7 +254,7 @@ def test_a_second_process_is_refused_at_once_and_the_lock_dies_with_the_first(tm
         code = cli.main(["label", f"output_dir={out}", "data_path=", "memory.tokenizer=whitespace"])
         elapsed = time.monotonic() - started
         err = capsys.readouterr().err
-        assert code == cli.EXIT_RUN_DIR, err
+        assert code == EXIT_RUN_DIR, err
         assert f"{out}: is in use by pid {holder.pid} (stage label)" in err
         assert elapsed < 10 and _snapshot(out) == before  # at once, and nothing written
         with pytest.raises(RunDirError, match=rf"in use by pid {holder.pid} \(stage label\)"):
@@ -363,7 +363,7 @@ def test_label_with_empty_output_dir_keeps_the_current_directory(tmp_path, monke
     (tmp_path / "dataset" / "keep.txt").write_text("keep")
     (tmp_path / "report.md").write_text("mine")
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["label", "output_dir=", "data_path=", "memory.tokenizer=whitespace"]) == cli.EXIT_USAGE
+    assert cli.main(["label", "output_dir=", "data_path=", "memory.tokenizer=whitespace"]) == EXIT_USAGE
     assert (tmp_path / "dataset" / "keep.txt").read_text() == "keep"
     assert (tmp_path / "report.md").read_text() == "mine"
 
@@ -390,7 +390,7 @@ def test_label_reruns_in_its_own_directory_and_cli_maps_the_refusal(tmp_path, ca
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("x")
-    assert cli.main(["label", f"output_dir={other}", "data_path=", "memory.tokenizer=whitespace"]) == cli.EXIT_RUN_DIR
+    assert cli.main(["label", f"output_dir={other}", "data_path=", "memory.tokenizer=whitespace"]) == EXIT_RUN_DIR
     assert "RunDirError" in capsys.readouterr().err
 
 
