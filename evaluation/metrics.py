@@ -80,8 +80,7 @@ REPLAY, UNREPLAYABLE, SKIPPED = "replay", "unreplayable", "skipped"
 def classify(record: Mapping[str, Any], rule: str = "label_rule", include_unlabeled: bool = True) -> str:
     """The one replay filter: REPLAY (both path verdicts known), UNREPLAYABLE (a verdict is null under `rule`: the
     labeler leaves the evidence rule's research verdict null for a question without gold evidence turns, and a
-    generator-free dataset has no outcome verdicts) or SKIPPED (a labeling error, a question asked before its gold
-    evidence was said, or unlabeled and include_unlabeled=False). A verdict of the wrong type is not filtered here:
+    generator-free dataset has no outcome verdicts) or SKIPPED. A verdict of the wrong type is not filtered here:
     to_case raises RecordError."""
     if record.get("error"):
         return SKIPPED
