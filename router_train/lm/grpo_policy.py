@@ -138,9 +138,7 @@ def refit_signal_head(signals: np.ndarray, margin: np.ndarray, escalate: np.ndar
     weight = full.weights[n] / full.scale[n]
     head = dataclasses.replace(
         full, feature_names=list(FEATURES), mean=full.mean[:n], scale=full.scale[:n], weights=full.weights[:n],
-        bias=float(full.bias - weight * full.mean[n]),
-        train_min=full.train_min[:n] if full.train_min else None,
-        train_max=full.train_max[:n] if full.train_max else None)
+        bias=float(full.bias - weight * full.mean[n]), train_min=full.train_min[:n], train_max=full.train_max[:n])
     return head, float(weight)
 
 
