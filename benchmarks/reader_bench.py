@@ -1,12 +1,10 @@
-"""The unit reader against the sequence router: ms per decision and decisions/s at batch 1 and 8.
-
-The unit reader scores a question's k units as k short (question, unit) pairs in one batch of its cross-encoder,
-plus the signal head; the sequence router's floor is one forward pass of its LM over the whole contract prompt
-(the fast path with the cached instruction prefix). Same questions and summaries for both.
-"""
+"""The unit reader against the sequence router: ms per decision and decisions/s at batch 1 and 8. The unit reader
+scores a question's k units as k (question, unit) pairs in one cross-encoder batch plus the signal head; the sequence
+router's floor is one LM forward pass over the contract prompt (cached instruction prefix). Same inputs for both."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +36,10 @@ def _reader(cfg: ReaderBenchConfig) -> tuple[Any, str]:
     if cfg.reader and Path(cfg.reader).is_dir():
         return UnitReaderRouter.load(cfg.reader), cfg.reader
     names = [*FEATURES, *POOLINGS["all"]]
-    # untrained: a head of unit weights, so the reader runs (text weight 1) and the timing is the real path's
-    head = LogisticModel(names, [0.0] * len(names), [1.0] * len(names), [1.0] * len(names), 0.0, 1.0, "balanced", 1,
-                         0.5)
+    # untrained: a head of unit weights, so the reader runs (text weight 1) and the timing is the real path's (a
+    # training range as every fitted head records, wide enough to clip nothing)
+    n, wide = len(names), sys.float_info.max
+    head = LogisticModel(names, [0.0] * n, [1.0] * n, [1.0] * n, 0.0, 1.0, "balanced", 1, 0.5, [-wide] * n, [wide] * n)
     reader = CrossEncoder.load(resolve_model(cfg.reader_base))
     return UnitReaderRouter(reader, head, "all", 1.0), f"{cfg.reader_base} (untrained: speed only)"
 

@@ -1,6 +1,5 @@
-"""A router's model card (README.md): one markdown template, filled from the run's tiermem_router.json and, at push,
-from the eval.json of the router's evaluation. The run directory keeps the card of its metadata; push renders the
-card it uploads from the metadata as pushed."""
+"""A router's model card (README.md): one template, filled from tiermem_router.json and, at push, the router's
+eval.json. The run directory keeps the card of its metadata; push renders its card from the metadata as pushed."""
 
 from __future__ import annotations
 
@@ -105,8 +104,7 @@ def fmt(value: Any) -> str:
 
 
 def table(rows: dict[str, Any]) -> str:
-    """Scalars as a two-column table, a nested table's scalars as `key.sub`; longer values (lists, deeper tables)
-    stay in tiermem_router.json."""
+    """Scalars as a two-column table (nested: `key.sub`); lists and deeper tables stay in tiermem_router.json."""
     flat = {f"{key}.{sub}" if isinstance(value, dict) else key: v
             for key, value in rows.items() for sub, v in (value.items() if isinstance(value, dict) else [(key, value)])}
     lines = [f"| {k} | {fmt(v)} |" for k, v in flat.items() if not isinstance(v, list | dict)]
@@ -122,8 +120,7 @@ def interval(cell: Any) -> str:
 
 
 def base_hub_id(meta: RunMeta) -> str | None:
-    """The hub model the weights derive from: an LM router's base, a unit reader's cross-encoder base (a pre-trained
-    reader's: the base of its pre-training)."""
+    """The hub model the weights derive from: an LM router's base, a unit reader's (or its pre-training's) base."""
     if meta.router_kind == "local":
         return hub_id(meta.base_model)
     reader = (meta.extra.get("reader_pretrain") or {}).get("base") or meta.extra.get("reader_base")
@@ -149,8 +146,7 @@ def calibration_text(cal: dict[str, Any] | None) -> str:
 
 
 def evaluation_text(report: dict[str, Any] | None) -> str:
-    """The evaluation's table (eval.json: each policy's metrics with their bootstrap intervals, each router's
-    AUROC), or how to put one here."""
+    """The evaluation's table (eval.json: policy metrics with bootstrap intervals, router AUROCs), or how to add one."""
     if report is None:
         return ('Not on this card: run `make eval`, then `make push ARGS="eval=<output_dir>/eval.json"`.')
     meta, intervals = report["meta"], report.get("intervals") or {}

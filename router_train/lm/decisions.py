@@ -60,9 +60,8 @@ def decision_report(
     model: Any, tokenizer: Any, rows: Any, train_majority: str | None, cfg: Any, limit: int | None,
     signal_head: Any = None, text_weight: float = 1.0, trunk: Any = None,
 ) -> dict[str, Any] | None:
-    """Decision metrics on a split's first `limit` rows (None without rows) from the first-token path at the
-    uncalibrated threshold, plus parse/format rates on cfg.eval_generate_limit greedy generations. With a signal
-    head (a serving.signals.LogisticModel), the rows' `signals` column feeds it, as serving's features would."""
+    """Decision metrics on a split's first `limit` rows (None without rows), first-token path, uncalibrated threshold,
+    plus parse/format rates on cfg.eval_generate_limit greedy generations; a signal head reads the rows' `signals`."""
     if rows is None or len(rows) == 0:
         return None
     rows = rows.select(range(min(len(rows), limit))) if limit else rows
@@ -98,8 +97,7 @@ def decision_report(
 
 def decision_reports(model: Any, tokenizer: Any, train_rows: Any, val_rows: Any, cfg: RecipeConfig,
                      signal_head: Any = None, text_weight: float = 1.0, trunk: Any = None) -> dict[str, Any]:
-    """The run's `train_decisions` (the first cfg.metrics_train_rows train rows) and `validation` metrics, against
-    the train split's majority label."""
+    """`train_decisions` (first cfg.metrics_train_rows train rows) and `validation` metrics vs the train majority."""
     majority = majority_label(list(train_rows["label"]))
     return {
         "train_decisions": decision_report(model, tokenizer, train_rows, majority, cfg, cfg.metrics_train_rows,

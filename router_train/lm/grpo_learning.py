@@ -59,8 +59,7 @@ def action_logits(trainer: Any, model: Any, keys: Sequence[tuple[int, ...]], bat
 
 
 def action_probs(logits: np.ndarray, prior: np.ndarray, temperature: float) -> np.ndarray:
-    """[n, 3] p(ANSWER), p(ESCALATE), p(any other token) of the sampled policy: softmax(logits / T), the prior on
-    ESCALATE's logit."""
+    """[n, 3] p(ANSWER), p(ESCALATE), p(other) of the sampled policy: softmax(logits / T), the prior on ESCALATE's."""
     z = np.stack([logits[:, 0] / temperature, (logits[:, 1] + prior) / temperature, logits[:, 2]], axis=1)
     z = z - z.max(axis=1, keepdims=True)
     p = np.exp(z)
@@ -78,8 +77,7 @@ def one_action_share(p_escalate: np.ndarray, generations: int) -> float:
 
 
 def calibrated_shift(logits: np.ndarray, offsets: np.ndarray, target: float, temperature: float) -> float:
-    """The constant c with mean p(ESCALATE) = target over the rows, under offsets + c (bisection: the mean is
-    increasing in c)."""
+    """The constant c with mean p(ESCALATE) = target under offsets + c (bisection: the mean increases in c)."""
     if not 0.0 < target < 1.0:
         raise ValueError(f"the target escalation share must be in (0, 1), got {target}")
     lo, hi = -60.0 * temperature, 60.0 * temperature
@@ -205,7 +203,6 @@ class RewardPlateauStop(TrainerCallback):
 
 
 def summary_line(learned: dict[str, Any]) -> str:
-    """One line of what the run learned, for the command line."""
     policy = learned.get("validation_expected_reward") or {}
     def cell(key: str) -> str:
         value = policy.get(key) or {}
@@ -314,8 +311,7 @@ class PolicyProbe:
         return float(self.val_expected(self.val_logits()).mean()) if self.val is not None else math.nan
 
     def router_rewards(self, logits: np.ndarray, head: Any, text_weight: float) -> np.ndarray:
-        """The reward of a served router's decision (at the uncalibrated threshold) per validation row, its score
-        as serving scores it (lm_head.served_score)."""
+        """Per validation row, the reward of the served router's decision (uncalibrated threshold, served_score)."""
         heads = None if head is None else head.log_odds(np.asarray(self.val["signals"], dtype=np.float64))
         score = served_score(logits[:, 1] - logits[:, 0], heads, text_weight)
         escalate = np.array([decide(float(s), DEFAULT_THRESHOLD_LOGIT) == "ESCALATE" for s in score], dtype=bool)

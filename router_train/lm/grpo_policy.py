@@ -53,8 +53,7 @@ class DecisionGRPOTrainer(GRPOTrainer):
         self.prior = dict(prior)
 
     def prompt_logits(self, model: Any, prompts: Sequence[tuple[int, ...]]) -> torch.Tensor:
-        """[len(prompts), vocab] next-token logits at each prompt's end, through the trunk (left-padded, true
-        positions). Grad flows when enabled."""
+        """[len(prompts), vocab] next-token logits at each prompt's end, through the trunk; grad flows when enabled."""
         # left-padded: logits_to_keep=1 reads every row's last real position
         ids, mask = padded(prompts, self.processing_class.pad_token_id, left=True)
         device = self.accelerator.device
@@ -129,25 +128,21 @@ def margins(trainer: Any, model: Any, tokenizer: Any, prompts: Sequence[str], ba
 
 def refit_signal_head(signals: np.ndarray, margin: np.ndarray, escalate: np.ndarray,
                       l2: float) -> tuple[LogisticModel, float]:
-    """(the head over the serve-time signals, the margin's weight): SFT's initial logistic regression with the
-    adapter's margin as one more column, folded out (its mean moved into the bias), so `head(signals) + weight x
-    margin` is the fitted log-odds."""
+    """(head over the serve-time signals, margin weight): SFT's logistic regression with the adapter's margin as one
+    more column, folded out (its mean into the bias), so `head(signals) + weight x margin` is the fitted log-odds."""
     x = np.hstack([np.asarray(signals, dtype=np.float64), np.asarray(margin, dtype=np.float64)[:, None]])
     full = fit_logistic(x, escalate, (*FEATURES, MARGIN_FEATURE), l2)
     n = len(FEATURES)
     weight = full.weights[n] / full.scale[n]
     head = dataclasses.replace(
         full, feature_names=list(FEATURES), mean=full.mean[:n], scale=full.scale[:n], weights=full.weights[:n],
-        bias=float(full.bias - weight * full.mean[n]),
-        train_min=full.train_min[:n] if full.train_min else None,
-        train_max=full.train_max[:n] if full.train_max else None)
+        bias=float(full.bias - weight * full.mean[n]), train_min=full.train_min[:n], train_max=full.train_max[:n])
     return head, float(weight)
 
 
 def refit_head(cfg: Any, trainer: Any, tokenizer: Any, natural: Any,
                val_rows: Any) -> tuple[Any, float, dict[str, Any]]:
-    """The signal head refit on the trained adapter's margins (refit_signal_head on the natural train rows), the
-    margin's weight beside it chosen on validation as SFT chooses it (sft_head.choose_text_weight)."""
+    """The signal head refit on the adapter's margins (natural train rows), its margin weight chosen as SFT's is."""
     from .rows import natural_rows
     from .sft import SFTRecipeConfig
     from .sft_head import choose_text_weight

@@ -185,7 +185,6 @@ class RouterSFTTrainer(SFTTrainer):
             pair = pair + torch.stack([torch.zeros_like(head), head], dim=1)
         escalate = (targets[rows, first] == escalate_id).long()
         decision_loss = DECISION_LOSSES[self.loss_config.kind](pair, escalate, reward_pair, self.class_weights)
-        # -log p(ANSWER or ESCALATE first token) over the whole vocabulary at the decision position
         decision_logp = logp[rows, first]
         mass_loss = -torch.logsumexp(decision_logp[:, [answer_id, escalate_id]], dim=-1).mean()
         loss = decision_loss + self.loss_config.lm_weight * lm_loss + self.loss_config.mass_weight * mass_loss

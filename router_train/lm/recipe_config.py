@@ -1,5 +1,4 @@
-"""What SFT and GRPO configs share (the LoRA settings, the label data, seeds and metric sizes) and the TRL trainer
-arguments built from them, CPU-aware."""
+"""What SFT and GRPO configs share and the TRL trainer arguments built from them, CPU-aware."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""GRPO's reward functions for the router: the decision scored by the reward table (tiermem.rewards), with its
-waste and cost terms logged, plus a format reward; one float per completion, as TRL calls them."""
+"""GRPO's reward functions: the decision scored by tiermem.rewards (waste and cost terms logged) and a format reward."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ def decision_log(scores: Sequence[DecisionScore]) -> dict[str, float]:
 
 
 class FormatReward:
-    """format_valid when an action can be read: the completion's action prefix (contract.parse), or with
-    `action_ids` (the completion is the action's first token) that token."""
+    """format_valid when an action can be read: the action prefix (contract.parse), or with `action_ids` the token."""
 
     def __init__(self, cfg: RewardConfig, action_ids: tuple[int, int] | None = None) -> None:
         self.cfg = cfg

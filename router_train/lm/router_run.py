@@ -1,5 +1,4 @@
-"""A router run of SFT or GRPO: the adapter run it may start from, training with the save every rank takes part
-in, then the run written (metadata last) and its summary printed."""
+"""A router run of SFT or GRPO: its start, training with the save every rank joins, the run written, its summary."""
 
 from __future__ import annotations
 
@@ -120,8 +119,8 @@ def train_and_save_weights(trainer: Any, output_dir: str | Path,
 
 
 def trunk_data(trunk: Any, output_dir: str | Path, read_from: str | None = None) -> dict[str, Any]:
-    """`data.trunk_states` of a run's metadata: the state file the run wrote (its sha256, which the next run that
-    reads the file checks), or the one it read (`read_from`: GRPO's trunk_from), and what was said of it."""
+    """`data.trunk_states`: the state file the run wrote (its sha256, checked by the next reader) or read (`read_from`:
+    GRPO's trunk_from), and what was said of it."""
     from tiermem.models.trunk_file import RECORD_KEY, trunk_record
 
     if read_from is not None:
@@ -137,8 +136,7 @@ def trunk_data(trunk: Any, output_dir: str | Path, read_from: str | None = None)
 
 def save_and_report(stage: str, model: Any, tokenizer: Any, meta: RunMeta, output_dir: str | Path,
                     files: dict[str, str] | None = None) -> RunResult:
-    """Write the run (the recipe's own `files` by name and text, then save_run: metadata last, it marks a finished
-    run) and print its summary line."""
+    """Write the run (the recipe's `files` by name and text, then save_run: metadata last) and print its summary."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (files or {}).items():

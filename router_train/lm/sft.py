@@ -1,6 +1,5 @@
 """`make sft`: LoRA distillation of the hindsight labels into the router (TRL SFTTrainer + PEFT) on the contract's
-prompt/completion rows; the run holds the adapter, the tokenizer and tiermem_router.json. Multi-GPU:
-`accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m router_train.lm.sft --config ...`."""
+rows; the run holds the adapter, tokenizer and tiermem_router.json. Multi-GPU: `accelerate launch` (README.md)."""
 
 from __future__ import annotations
 

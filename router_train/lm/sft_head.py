@@ -1,6 +1,5 @@
-"""SFT's signal head and what SFT chooses on validation: the head training starts from, the epoch it keeps, and the
-LM margin's weight beside the head in the served score (margin x text_weight + head(signals)). `cfg` is the SFT
-config (router_train.lm.sft.SFTRecipeConfig) throughout."""
+"""SFT's signal head and what SFT chooses on validation: the starting head, the epoch kept, and the LM margin's weight
+in the served score (margin x text_weight + head(signals)). `cfg`: the SFT config (SFTRecipeConfig) throughout."""
 
 from __future__ import annotations
 
@@ -111,8 +110,7 @@ def epoch_choice_callback(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any)
 
 def trained_signal_head(cfg: Any, trainer: Any, tokenizer: Any, val_rows: Any, head_init: LogisticModel,
                         centre_head: bool) -> tuple[LogisticModel, float, dict[str, Any]]:
-    """(the trained head, shifted for the text weight chosen on validation, that weight, what the run's metadata
-    records of the head: `data.signal_head`)."""
+    """(the trained head shifted for the text weight chosen on validation, that weight, its `data.signal_head`)."""
     head = trainer.signal_head.to_logistic()
     trained_bias = head.bias
     text_weight, grid, head = choose_text_weight(cfg, trainer.model, tokenizer, head, val_rows,

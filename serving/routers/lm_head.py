@@ -61,8 +61,7 @@ def read_signal_head(run_dir: str | Path, meta: RunMeta) -> tuple[LogisticModel 
 
 
 def served_score(margin: Any, head_log_odds: Any = None, text_weight: float = 1.0) -> Any:
-    """An LM router's log-odds of ESCALATE (floats or arrays): `text_weight x margin + head(signals)`, the margin
-    alone for a router without a head."""
+    """An LM router's log-odds of ESCALATE: `text_weight x margin + head(signals)`, the margin alone without a head."""
     return margin if head_log_odds is None else text_weight * margin + head_log_odds
 
 

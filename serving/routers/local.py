@@ -67,7 +67,6 @@ class LocalRouter(Router):
             calibrated if calibrated is not None else DEFAULT_THRESHOLD_LOGIT)
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        # Learned jointly with the adapter: log-odds over the serve-time signals, added to the LM's margin.
         self.signal_head = None if signal_head is None else check_head_features(signal_head)
         # the weight of the LM's margin beside the head (chosen on validation by SFT; 1.0 without a head)
         self.text_weight = check_text_weight(text_weight)
@@ -79,10 +78,8 @@ class LocalRouter(Router):
         self.device = next(model.parameters()).device
         self.answer_id, self.escalate_id = action_token_ids(self.tokenizer)
         self.prefix_ids, self._prefix_cache = self._fixed_prefix() if prefix_cache else ([], None)
-        # Offline stages that score the same records with several routers of one base (eval, calibrate) share
-        # the frozen bottom layers' output: the adapters only differ in the top `trunk_layers` layers. The states
-        # live in the caller's `trunk_cache`, so only the routers it was handed to see them.
-        # `trunk`: a training run's own FrozenTrunk over this model (its reports score prompts it has read).
+        # Routers of one base scoring the same records (eval, calibrate) share the frozen bottom layers' output
+        # through the caller's `trunk_cache`; `trunk`: a training run's own FrozenTrunk over this model.
         self.trunk = trunk
         if trunk is None and trunk_layers and supports_trunk(model):
             self.trunk = FrozenTrunk(model, trunk_layers, batch_size=batch_size)
@@ -109,9 +106,8 @@ class LocalRouter(Router):
     def load(cls, path_or_hub_id: str | Path, revision: str | None = None, mode: str = "fast",
              threshold_logit: float | None = None, batch_size: int = 8, trunk_cache: dict | None = None,
              prefix_cache: bool = True, base_model: str | None = None) -> LocalRouter:
-        """A run directory or hub id, its adapter merged into the base. `trunk_cache`: see __init__. `base_model`:
-        the base to load the adapter on instead of the one tiermem_router.json names (a pushed router whose base
-        was a local directory names it only as `local directory NAME`)."""
+        """A run directory or hub id, its adapter merged into the base. `base_model`: the base to load it on instead
+        of the one tiermem_router.json names (a pushed router's local base is named only `local directory NAME`)."""
         from transformers import AutoTokenizer
 
         from tiermem.models.specs import load_causal_lm
@@ -173,9 +169,8 @@ class LocalRouter(Router):
 
     # -- fast path ---------------------------------------------------------------------------------
     def _score(self, rows: list[list[int]]) -> list[float]:
-        """Log-odds margin logit(ESCALATE) - logit(ANSWER) per row. Rows are right-padded after the (optional)
-        cached prefix and read at their last real token; pads never sit between the prefix and a row, so no
-        position shifts are needed."""
+        """logit(ESCALATE) - logit(ANSWER) per row, read at its last real token: rows are right-padded after the
+        (optional) cached prefix, so no pad sits between prefix and row and no position shifts."""
         torch = self.torch
         if self.trunk is not None:
             ids, mask = padded(rows, self.tokenizer.pad_token_id)
@@ -215,8 +210,7 @@ class LocalRouter(Router):
         return (picked[:, 1] - picked[:, 0]).tolist()
 
     def score(self, questions: Sequence[str], summaries: Sequence[Summaries]) -> list[float]:
-        """Log-odds of ESCALATE for each (question, summaries), batched; what calibration and evaluation sweep
-        over."""
+        """Log-odds of ESCALATE per (question, summaries), batched: what calibration and evaluation sweep."""
         check_lengths(questions, summaries)
         self._check_top_k(summaries)
         return [d.score for d in self._fast(questions, summaries, self.threshold_logit)]  # type: ignore[misc]
@@ -229,9 +223,8 @@ class LocalRouter(Router):
                              f"retrieve top_k={self.top_k} (saved in tiermem_router.json data.router_input)")
 
     def score_prompts(self, prompts: Sequence[str], signals: Any = None) -> list[float]:
-        """Log-odds of ESCALATE for rendered prompts (without OUTPUT_PREFIX) through the fast path's tokenization and
-        forward pass, so training metrics and serving read the same number; `signals` (serving.signals.feature_matrix
-        rows) are required when the router has a signal head."""
+        """Log-odds of ESCALATE for rendered prompts (no OUTPUT_PREFIX) by the fast path, so training metrics read
+        serving's number; `signals` (serving.signals.feature_matrix rows) are required with a signal head."""
         if self.signal_head is not None and (signals is None or len(signals) != len(prompts)):
             raise ValueError("this router has a signal head: score_prompts needs one signal row per prompt")
         out = [m for i in range(0, len(prompts), self.batch_size)
@@ -241,8 +234,7 @@ class LocalRouter(Router):
         return out
 
     def _margins(self, prompts: Sequence[str]) -> tuple[list[float], list[int]]:
-        """The LM's first-token margins of rendered prompts, and their token counts; when validation gave the margin
-        no weight the decision is the head's and the LM is not run."""
+        """First-token margins of rendered prompts and their token counts; no LM run when the text weight is 0."""
         if self.signal_head is not None and self.text_weight == 0.0:
             return [0.0] * len(prompts), [0] * len(prompts)
         rows = [self._encode(p + contract.OUTPUT_PREFIX) for p in prompts]

@@ -44,8 +44,7 @@ def load_adapter(base: Any, run_dir: str | Path, meta: RunMeta, trainable: bool 
 
 
 def check_adapter_weights(model: Any, run_dir: str | Path) -> None:
-    """Every adapter weight the config's model holds is in the weights file, and no weight of the file is left
-    unread: a RouterLoadError naming both otherwise."""
+    """Every adapter weight the config's model holds is in the weights file, and none of the file's is left unread."""
     from peft.utils import get_peft_model_state_dict, load_peft_weights
 
     saved = set(load_peft_weights(str(run_dir), device="cpu"))

@@ -79,9 +79,8 @@ def check_entry(entry: Path, deep: bool = False) -> str | None:
 
 
 def publish(tmp: Path, entry: Path) -> bool:
-    """Move a sealed build `tmp` to `entry`. True when `tmp` became the entry; False when another run published a
-    complete entry first (`tmp` is left to the caller to delete, the winner's entry is the one to use). A bad entry
-    in the way (partial, tampered) is moved aside and replaced."""
+    """Move a sealed build `tmp` to `entry`: True; False when another run published a complete entry first (the caller
+    deletes `tmp` and uses the winner's). A bad entry in the way (partial, tampered) is moved aside and replaced."""
     for _ in range(3):
         try:
             os.replace(tmp, entry)

@@ -1,6 +1,5 @@
-"""The reader's model: an encoder read once per (question, text) pair with two heads over the same pass, the
-classifier (the text states the answer) and the optional span head (best span vs no answer), saved so the
-checkpoint also loads as a standard `AutoModelForQuestionAnswering`."""
+"""The reader's model: one encoder pass per (question, text) pair under two heads, the classifier (the text states the
+answer) and the optional span head, saved so it also loads as a standard `AutoModelForQuestionAnswering`."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ NO_SPAN_MARGIN = -30.0  # a text the span head cannot point into (no text token 
 
 @dataclass
 class Reading:
-    """One scoring call's outputs, one entry per pair: the classifier's logit and, with a span head, the span margin
-    (best span - no answer) and the best span as (start, end) character offsets into the text."""
+    """Per pair: the classifier's logit; with a span head, span margin (best span - no answer) and best span (chars)."""
 
     logits: list[float]
     span_margins: list[float] | None = None
@@ -30,9 +28,8 @@ class Reading:
 
 
 def span_scores(start: Any, end: Any, text_mask: Any, max_tokens: int = MAX_ANSWER_TOKENS) -> tuple[Any, Any, Any]:
-    """(margin, best start index, best end index) per row: the best s_i + e_j over text tokens i <= j < i +
-    max_tokens against the no-answer score s_0 + e_0. Differentiable in the margin (a max), so fine-tuning can
-    train it as a logit."""
+    """(margin, best start, best end) per row: the best s_i + e_j over text tokens i <= j < i + max_tokens against
+    the no-answer s_0 + e_0; differentiable in the margin (a max), so fine-tuning trains it as a logit."""
     import torch
 
     null = start[:, 0] + end[:, 0]
@@ -63,8 +60,7 @@ class CrossEncoder:
 
     @classmethod
     def load(cls, path: str | Path, batch_size: int = 64, span_head: bool = False) -> CrossEncoder:
-        """The directory's encoder and classifier; its span head when the weights hold one, else a new one when
-        `span_head` (the reading pre-training adds it to any encoder)."""
+        """The directory's encoder and classifier; its saved span head, else a new one when `span_head`."""
         import torch
         import transformers
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
@@ -129,7 +125,6 @@ class CrossEncoder:
         return Reading(logits, margins, spans, tokens)
 
     def logits(self, questions: Sequence[str], texts: Sequence[str]) -> list[float]:
-        """One classifier logit per (question, unit text) pair, in float64."""
         return self.read(questions, texts).logits
 
     def best_spans(self, questions: Sequence[str], texts: Sequence[str]) -> list[tuple[int, int, float]]:

@@ -21,8 +21,7 @@ REBUILD_PRETRAIN = "rebuild the checkpoint: tiermem-router reader-pretrain outpu
 
 
 class ReaderFileError(StoreError):
-    """A reader's metadata file (reader_pretrain.json, answer_floor.json) that is unreadable or not of its shape;
-    the message names the file, the field and how to rebuild it."""
+    """A reader's metadata file that is unreadable or not of its shape (the message says how to rebuild it)."""
 
 
 def _rebuild(path: Path) -> str:
@@ -90,7 +89,6 @@ def weights_sha256(directory: str | Path) -> str:
 
 
 def _bound_floor(stored: dict[str, Any], path: Path, field: str, digest: str) -> float:
-    """The floor of `stored`, used only when it is bound to `digest`."""
     floor = floor_number(stored.get("floor"), path, f"{field}floor")
     bound = stored.get("reader_weights_sha256")
     if bound is None:  # (a pretrain checkpoint from before floors were bound to their weights)

@@ -1,5 +1,4 @@
-"""Log-odds: the one place a probability is made of a score (`sigmoid`) and a threshold of a probability (`logit`),
-and the logistic model of the features router and the signal heads (`LogisticModel`: standardized, clipped features)."""
+"""Log-odds (`sigmoid`, `logit`) and the logistic model of the features router and signal heads (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ class LogisticModel:
     train_max: list[float] | None = None
 
     def validate(self, where: str | Path = FEATURE_MODEL_FILE) -> None:
-        """Every field typed and range-checked, so a loaded model scores finite log-odds for any finite features;
-        RouterLoadError names the file and the field."""
+        """Every field checked (RouterLoadError names file and field): finite log-odds for any finite features."""
 
         def bad(name: str, problem: str) -> RouterLoadError:
             return RouterLoadError(f"{where}: field {name!r} {problem}")
@@ -126,10 +124,8 @@ class LogisticModel:
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, feature_names: Sequence[str], l2: float = 1.0,
                  class_weight: str = "balanced", max_iter: int = 100) -> LogisticModel:
-    """L2-regularized logistic regression by Newton's method on standardized features (bias unpenalized).
-
-    `class_weight="balanced"` weighs each class by n / (2 n_class), so the fitted log-odds are not pulled to the
-    train split's class share (calibration picks the operating point afterwards)."""
+    """Newton's method on standardized features, bias unpenalized. `class_weight="balanced"` weighs a class by
+    n / (2 n_class): the log-odds are not pulled to the train share (calibration picks the operating point)."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if x.ndim != 2 or len(x) != len(y) or len(y) == 0:

@@ -1,6 +1,5 @@
 """A model directory checked before it is loaded (`load_reader`: config, tokenizer, weights of the config's shape,
-finite), a ModelDirError naming the directory and the file otherwise (docs/probes.md), and
-`refuse_output_over_input`."""
+finite), a ModelDirError naming directory and file otherwise (docs/probes.md), and `refuse_output_over_input`."""
 
 from __future__ import annotations
 
@@ -67,9 +66,8 @@ def _expected_weights(path: Path, num_labels: int) -> tuple[dict[str, tuple[int,
 
 
 def _stored_weights(weights: Path, what: str) -> dict[str, tuple[int, ...]]:
-    """Each weight's shape in `weights` (model.safetensors or pytorch_model.bin), every tensor read once for
-    finiteness (one NaN in the span head makes every span margin NaN, one Inf in the classifier a floor of
-    -Infinity); a file that cannot be read, or holds a non-finite number, is a ModelDirError."""
+    """Each weight's shape in `weights`, every tensor checked finite (one NaN in the span head makes every span margin
+    NaN, one Inf in the classifier a floor of -Infinity); an unreadable or non-finite file is a ModelDirError."""
     import pickle
 
     from safetensors import SafetensorError
@@ -107,8 +105,7 @@ def _read_weights(weights: Path, state: tuple[int, int]) -> tuple[dict[str, tupl
 
 
 def _check_weights_fit(path: Path, what: str, head_optional: bool, num_labels: int = 1) -> Any:
-    """Every weight the config's model needs is in the weights file with the config's shape, and every weight is
-    finite. Returns the config."""
+    """Every weight the config's model needs in the weights file, of the config's shape, finite; returns the config."""
     try:
         expected, prefix, config = _expected_weights(path, num_labels)
     except Exception as exc:  # an unknown model_type, a config field of the wrong type
@@ -152,8 +149,7 @@ def check_model_dir(spec: str | Path, what: str = "", head_optional: bool = Fals
 
 def load_reader(spec: str | Path, what: str = "", batch_size: int = 64, head_optional: bool = False,
                 span_head: bool = False) -> Any:
-    """A checked model directory loaded as the reader (tiermem.models.cross_encoder.CrossEncoder); a load that still
-    fails is a ModelDirError naming the directory."""
+    """A checked model directory loaded as the reader (CrossEncoder); a load that still fails is a ModelDirError."""
     from tiermem.models.cross_encoder import CrossEncoder
 
     path = check_model_dir(spec, what, head_optional)

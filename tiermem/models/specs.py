@@ -35,8 +35,6 @@ PACKAGED_HUB_IDS = {
 
 
 class ModelSpecError(RuntimeError):
-    """A model spec that cannot be turned into a loadable directory."""
-
     exit_code = EXIT_USAGE
 
 
@@ -112,8 +110,7 @@ def _convert_smollm(target: Path) -> Path:
 
 
 def publish_conversion(tmp: Path, target: Path) -> Path:
-    """Put a sealed conversion `tmp` in place as `target`, by one rename (tiermem.models.cache.publish): a
-    half-written conversion is never mistaken for a cached one, and of two processes converting at once one wins."""
+    """Put sealed conversion `tmp` in place as `target` by one rename (cache.publish): never half-written; one wins."""
     from tiermem.models.cache import publish, seal
 
     seal(tmp)
@@ -158,9 +155,8 @@ def resolve_model(spec: str, revision: str | None = None) -> Path:
 
 
 def spec_digest(spec: str) -> str:
-    """What a model spec names, for the keys of caches built with it (tiers, turn vectors): a local directory by a
-    sha256 of its files' names and bytes, so a folder changed in place keys new entries (as the model cache keys a
-    base by its weights); any other spec (packaged, a hub id, `hashing`) by itself."""
+    """A spec as cache keys name it (tiers, turn vectors): a local directory by a sha256 of its files' names and
+    bytes, so a folder changed in place keys new entries; any other spec (packaged, hub id, `hashing`) by itself."""
     path = Path(spec).expanduser()
     if spec.startswith("packaged:") or not path.is_dir():
         return spec
@@ -193,17 +189,15 @@ def is_hub_id(spec: str) -> bool:
 
 
 def hub_id(spec: str) -> str | None:
-    """The hub id a model spec stands for: the upstream id of a packaged model, the spec itself when it is a
-    hub id, None for a local directory (nothing another machine could resolve)."""
+    """The hub id a spec stands for (a packaged model's upstream one); None for a local directory."""
     if spec in PACKAGED_HUB_IDS:
         return PACKAGED_HUB_IDS[spec]
     return spec if is_hub_id(spec) else None
 
 
 def make_adapter_portable(run_dir: str | Path, base_spec: str) -> str | None:
-    """Name the base model by its hub id in adapter_config.json (PEFT writes the local directory it loaded the base
-    from), so plain PEFT / vLLM load the adapter on any machine; our loaders read tiermem_router.json's `base_model`.
-    Returns the base the file now names, or None when the spec has no hub id (the file is left as written)."""
+    """Name the base by its hub id in adapter_config.json (PEFT writes the local directory), so plain PEFT / vLLM
+    load the adapter anywhere; returns that id, or None when the spec has none (the file is left as written)."""
     path = Path(run_dir) / ADAPTER_CONFIG_FILE
     if not path.is_file():
         raise MissingFileError(f"{path} not found: not a LoRA adapter run")

@@ -1,5 +1,4 @@
-"""Small torch mechanisms every trainer and scorer shares: a model put in eval mode for a while and handed back as it
-was, the trainable weights kept aside and put back (the best epoch or step), and padding of token rows."""
+"""Torch mechanisms trainers and scorers share: eval mode for a block, trainable weights kept and put back, padding."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A frozen trunk computed once: the bottom layers of a router whose LoRA adapter trains only the top layers, their
-output kept per sequence so later passes run the top layers only (decoders that do not rescale `inputs_embeds`)."""
+"""A frozen trunk: the bottom layers' output kept per sequence, so the passes of an adapter on the top layers run
+only those (decoders that do not rescale `inputs_embeds`: docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -38,12 +38,8 @@ TOP_LAYER_PARAMS = ("trainable", "lora")
 
 
 def top_layers_holding(model: Any, params: str = "trainable") -> int | None:
-    """N when every selected parameter sits in the top N decoder layers (0 < N < the number of layers): the
-    layers a frozen trunk below them must leave to run; None when a selected parameter sits in the bottom layer
-    or outside the decoder layers, when none is selected, or when the model has no decoder layers.
-
-    `params="trainable"`: the parameters that train (requires_grad), for training (LoRA with layers_to_transform);
-    `params="lora"`: the LoRA weights, trainable or not, for a loaded adapter (serving's shared trunk)."""
+    """N when every selected parameter sits in the top N decoder layers (0 < N < the number of layers), else None.
+    `params`: "trainable" (requires_grad: training) or "lora" (the LoRA weights: a loaded adapter, serving's trunk)."""
     if params not in TOP_LAYER_PARAMS:
         raise ValueError(f"params must be one of {TOP_LAYER_PARAMS}, got {params!r}")
     try:
@@ -77,12 +73,9 @@ def _layers(inner: Any, keep: slice):
 
 class FrozenTrunk:
     """Memoized output of the bottom `len(layers) - top_layers` layers, keyed by the exact token sequence.
-
-    `cache_file`: states kept between runs (read when there, written by `save`); `prefix_file`: another run's states,
-    read only. `writer`: the stage's run directory, named in a file it writes. A file is read only when the run that
-    wrote it recorded its sha256 (tiermem.models.trunk_file.proof). An unrecorded cache file is recomputed, said so,
-    and rewritten; a cache file another run recorded is read and never rewritten (that run's record stays true); an
-    unrecorded prefix file is refused."""
+    `cache_file`: states kept between runs; `prefix_file`: another run's, read only; `writer`: this stage's run dir.
+    A file is read only when its writer recorded its sha256 (trunk_file.proof): an unrecorded cache file is
+    recomputed and rewritten, one another run recorded is never rewritten, an unrecorded prefix file is refused."""
 
     def __init__(self, model: Any, top_layers: int, batch_size: int = 8, cache_file: str | Path | None = None,
                  prefix_file: str | Path | None = None, writer: str | Path | None = None) -> None:
@@ -161,8 +154,7 @@ class FrozenTrunk:
         return left
 
     def save(self) -> None:
-        """Write the states when the cache holds sequences the file does not (a run that only read them leaves the
-        file alone, and so does a run reading a file another run recorded)."""
+        """Write the states when the cache holds sequences the file does not and the file is this run's to write."""
         if not self.writable or (self.saved == len(self.cache) and self.cache_file.is_file()):
             return
         self.cache_file.parent.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,7 @@ _RUNTIME_KEYS = {"transformers_version", "dtype", "torch_dtype", "use_cache", "o
 
 
 class TrunkCacheError(StoreError):
-    """A trunk-state file that is not one FrozenTrunk.save wrote (unreadable, a pickle of other objects, states
-    that do not fit the model), or whose sha256 differs from the one its run recorded."""
+    """A trunk-state file not as FrozenTrunk.save wrote it for this model, or unlike the sha256 its run recorded."""
 
 
 def config_items(config: Any) -> dict[str, Any]:
@@ -49,10 +48,9 @@ def trunk_fingerprint(model: Any, split: int, inner: Any) -> str:
 
 
 def load_trunk_states(path: Path, device: Any, vocab: int, hidden: int, dtype: Any) -> dict[str, Any]:
-    """`{"format", "version", "fingerprint", "writer", "states": {token ids: tensor}}` as FrozenTrunk.save wrote it,
-    every state checked against the model reading it (`vocab` size, `hidden` width, `dtype`). weights_only=True:
-    the unpickler builds tensors and plain containers only, so a planted file can never run code (torch < 2.6
-    defaults to a full unpickler)."""
+    """`{"format", "version", "fingerprint", "writer", "states": {token ids: tensor}}`, every state checked against
+    the model (`vocab` size, `hidden` width, `dtype`). weights_only=True: the unpickler builds tensors and plain
+    containers only, so a planted file can never run code (torch < 2.6 defaults to a full unpickler)."""
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # UnpicklingError for forbidden globals; RuntimeError / EOFError for a torn file
@@ -105,9 +103,8 @@ def _recorded_file(run_dir: Path, record: Any) -> Path | None:
 
 
 def proof(path: Path, writer: Any) -> tuple[Path, str] | None:
-    """(the run directory whose metadata records `path` as a file it wrote, the sha256 it recorded): the file's
-    writer named in it, else the directory the file lies in; None when neither records it. TrunkCacheError when
-    the recorded sha256 differs from the file's (its states changed after the run wrote them)."""
+    """(the run directory recording `path` as written by it: the writer named in the file, else its directory; the
+    sha256 recorded), None when neither records it; TrunkCacheError when the file's sha256 differs."""
     candidates = [Path(writer)] if isinstance(writer, str) and writer else []
     candidates.append(path.parent)
     for run_dir in dict.fromkeys(c.resolve() for c in candidates):

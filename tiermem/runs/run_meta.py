@@ -1,6 +1,5 @@
-"""`tiermem_router.json`: the one metadata file saved next to every router checkpoint, its only reader and writer
-(`RunMetaFile`: one read, one write per stage), and the sha256 of every weight file, checked before a loader opens
-one. Fields: docs/formats.md."""
+"""`tiermem_router.json` beside every router checkpoint (fields: docs/formats.md), its only reader and writer
+(`RunMetaFile`: one read, one write per stage), and the sha256 of every weight file, checked before a load."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ _TYPED = {"contract_version": _TEXT, "base_model": _TEXT, "stage": _TEXT, "route
 FEATURE_MODEL_FILE = "feature_model.json"  # the features router's fitted model (serving/feature_router.py)
 SIGNAL_HEAD_FILE = "signal_head.json"  # an LM router's signal head (serving/signals.py), beside its adapter
 ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: rank, alpha, target modules and layers of the adapter weights
-# What a loader may read as weights: PEFT adapters and their config, transformers checkpoints (single or sharded),
-# the feature model. Not training_args.bin (a trainer pickle no loader reads) nor trunk caches (*.pt): neither is
-# part of a router (a run records the trunk file it wrote in data.trunk_states).
+# What a loader may read as weights: PEFT adapters and config, transformers checkpoints, the feature model; not
+# training_args.bin (a trainer pickle no loader reads) nor trunk caches (*.pt: recorded in data.trunk_states).
 _WEIGHT_PATTERNS = (re.compile(r".+\.safetensors"), re.compile(r"adapter_model\.bin"),
                     re.compile(r"pytorch_model(-\d+-of-\d+)?\.bin"), re.compile(re.escape(FEATURE_MODEL_FILE)),
                     re.compile(re.escape(SIGNAL_HEAD_FILE)), re.compile(re.escape(ADAPTER_CONFIG)))
@@ -38,8 +36,7 @@ _CHUNK = 1 << 20
 
 
 class RunMetaError(UsageError):
-    """A missing or malformed tiermem_router.json (the message names the file and the field): a run directory the
-    user named that cannot be used, exit 2."""
+    """A missing or malformed tiermem_router.json (the message names the file and the field): exit 2."""
 
 
 class IntegrityError(StoreError):
@@ -97,8 +94,7 @@ def _is_count(value: Any, minimum: int = 0) -> bool:
 
 
 def validate_run_meta(meta: RunMeta, where: str | Path = RUN_META_FILE) -> None:
-    """Every field a loader reads, typed and range-checked; RunMetaError names the file and the field. `metrics` and
-    `training` are never read to route: only their type is checked."""
+    """Every field a loader reads, checked (RunMetaError names file and field); `metrics`, `training`: type only."""
 
     def bad(field_name: str, problem: str) -> RunMetaError:
         return RunMetaError(f"{where}: field {field_name!r} {problem}")
@@ -199,8 +195,7 @@ def meta_json(meta: RunMeta) -> str:
 
 
 class RunMetaChanged(StoreError):
-    """tiermem_router.json changed on disk after this operation read it (another stage wrote it): writing ours would
-    lose that change."""
+    """tiermem_router.json changed on disk after this operation read it: writing ours would lose that change."""
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
