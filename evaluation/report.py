@@ -12,6 +12,7 @@ from evaluation.domains import domain_section
 from evaluation.metrics import PolicyMetrics, dumps
 from evaluation.sweep import SweepResult
 from labeling.judgments.report import judged_section, verdicts_section
+from labeling.report import ci, fmt
 from tiermem.runs.safe_io import write_atomic, write_stream
 
 POLICY_ORDER = ("routed", "summary_only", "raw_only", "random", "oracle")
@@ -48,28 +49,11 @@ def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
     return path
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def _ordered(policies: Mapping[str, Any]) -> list[str]:
     """routed, the compared routers (in config order), then the baselines."""
     routers = [k for k in policies if k not in POLICY_ORDER]
     head = ["routed"] if "routed" in policies else []
     return head + routers + [k for k in POLICY_ORDER[1:] if k in policies]
-
-
-def _ci(iv: Mapping[str, Any] | None, digits: int = 3) -> str:
-    """`0.750 [0.612, 0.861]`; n/a when undefined."""
-    if not iv or iv.get("estimate") is None:
-        return "n/a"
-    if iv.get("lo") is None:
-        return _fmt(iv["estimate"], digits)
-    return f"{_fmt(iv['estimate'], digits)} [{_fmt(iv['lo'], digits)}, {_fmt(iv['hi'], digits)}]"
 
 
 def interval_table(report: Mapping[str, Any]) -> str:
@@ -81,18 +65,18 @@ def interval_table(report: Mapping[str, Any]) -> str:
         iv = intervals.get(key)
         if not iv:
             continue
-        lines.append(f"| {POLICY_TITLES.get(key, key)} | {_ci(iv['accuracy'])} | {_ci(iv['escalation_rate'])} "
-                     f"| {_ci(iv['hard_recall'])} | {_ci(iv['false_cache_hit_rate'])} "
-                     f"| {_ci(iv['false_cache_miss_rate'])} | {_ci(iv['mean_input_tokens'], 1)} |")
+        lines.append(f"| {POLICY_TITLES.get(key, key)} | {ci(iv['accuracy'])} | {ci(iv['escalation_rate'])} "
+                     f"| {ci(iv['hard_recall'])} | {ci(iv['false_cache_hit_rate'])} "
+                     f"| {ci(iv['false_cache_miss_rate'])} | {ci(iv['mean_input_tokens'], 1)} |")
     return "\n".join(lines)
 
 
 def ranking_table(report: Mapping[str, Any]) -> str:
     lines = ["| router | AUROC | AUPRC | APGR | ECE | labeled | ESCALATE share |", "|---|---|---|---|---|---|---|"]
     for key, r in (report.get("ranking") or {}).items():
-        lines.append(f"| {POLICY_TITLES.get(key, key)} | {_ci(r.get('auroc'))} | {_ci(r.get('auprc'))} "
-                     f"| {_ci(r.get('apgr'))} | {_ci(r.get('ece'))} | {r.get('n_labeled')} "
-                     f"| {_fmt(r.get('escalate_share'))} |")
+        lines.append(f"| {POLICY_TITLES.get(key, key)} | {ci(r.get('auroc'))} | {ci(r.get('auprc'))} "
+                     f"| {ci(r.get('apgr'))} | {ci(r.get('ece'))} | {r.get('n_labeled')} "
+                     f"| {fmt(r.get('escalate_share'))} |")
     return "\n".join(lines)
 
 
@@ -105,12 +89,12 @@ def headline_table(policies: Mapping[str, Mapping[str, Any]]) -> str:
     for key in _ordered(policies):
         m = policies[key]
         lines.append(
-            f"| {POLICY_TITLES.get(key, key)} | {_fmt(m['accuracy'])} | {_fmt(m['escalation_rate'])} "
-            f"| {_fmt(m['mean_input_tokens'], 1)} | {_fmt(m['mean_latency_s'], 2)} "
-            f"| {_fmt(m.get('mean_router_tokens'), 1)} | {_fmt(m.get('mean_router_latency_s'), 3)} "
-            f"| {_fmt(m['hard_recall'])} "
-            f"| {_fmt(m['false_cache_hits'], 1)} | {_fmt(m['false_cache_misses'], 1)} "
-            f"| {_fmt(m['repair_rate'])} | {_fmt(m['regress_rate'])} |"
+            f"| {POLICY_TITLES.get(key, key)} | {fmt(m['accuracy'])} | {fmt(m['escalation_rate'])} "
+            f"| {fmt(m['mean_input_tokens'], 1)} | {fmt(m['mean_latency_s'], 2)} "
+            f"| {fmt(m.get('mean_router_tokens'), 1)} | {fmt(m.get('mean_router_latency_s'), 3)} "
+            f"| {fmt(m['hard_recall'])} "
+            f"| {fmt(m['false_cache_hits'], 1)} | {fmt(m['false_cache_misses'], 1)} "
+            f"| {fmt(m['repair_rate'])} | {fmt(m['regress_rate'])} |"
         )
     return "\n".join(lines)
 
@@ -122,11 +106,11 @@ def reading_section(reading: Mapping[str, Any]) -> list[str]:
         out += [f"### What reading adds: {POLICY_TITLES.get(key, key)} (AUROC on {r['n_labeled']} labeled records, "
                 "95% intervals resampling conversations)", "",
                 "| reader | text part alone | score without the text part | whole score |", "|---|---|---|---|"]
-        out += [f"| {name} | {_ci(row['text_alone'])} | {_ci(row['without_text'])} | {_ci(row['full'])} |"
+        out += [f"| {name} | {ci(row['text_alone'])} | {ci(row['without_text'])} | {ci(row['full'])} |"
                 for name, row in r["rows"].items()]
         diff = r.get("fine_tuned_minus_zero_shot")
         if diff:
-            out.append(f"| fine-tuned - zero-shot (paired) | {_ci(diff['text_alone'])} | | {_ci(diff['full'])} |")
+            out.append(f"| fine-tuned - zero-shot (paired) | {ci(diff['text_alone'])} | | {ci(diff['full'])} |")
         if r.get("note"):
             out += ["", f"Note: {r['note']}."]
         out.append("")
@@ -139,13 +123,13 @@ def ceiling_section(ceiling: Mapping[str, Any] | None) -> list[str]:
         return []
     raw, oracle = ceiling["raw_only"], ceiling["oracle"]
     return ["### The ranking's ceiling (threshold chosen on these data: a CEILING, not an operating point)", "",
-            f"{ceiling['note']}. Reference: raw-only accuracy {_fmt(raw['accuracy'])} at "
-            f"{_fmt(raw['mean_input_tokens'], 1)} mean input tokens; the oracle {_fmt(oracle['mean_input_tokens'], 1)} "
-            f"({_fmt(100 * oracle['tokens_fewer_share'], 1) if oracle['tokens_fewer_share'] is not None else 'n/a'}% "
+            f"{ceiling['note']}. Reference: raw-only accuracy {fmt(raw['accuracy'])} at "
+            f"{fmt(raw['mean_input_tokens'], 1)} mean input tokens; the oracle {fmt(oracle['mean_input_tokens'], 1)} "
+            f"({fmt(100 * oracle['tokens_fewer_share'], 1) if oracle['tokens_fewer_share'] is not None else 'n/a'}% "
             "fewer). False cache hits: ANSWER where only the research path is right (the replay's outcomes), among "
             "the questions with the lowest escalation scores.", "",
             *ceiling_table(ceiling["routers"], POLICY_TITLES), "",
-            *[f"- {POLICY_TITLES.get(k, k)}'s point: threshold_logit {_fmt(r.get('calibrated_threshold_logit'))} "
+            *[f"- {POLICY_TITLES.get(k, k)}'s point: threshold_logit {fmt(r.get('calibrated_threshold_logit'))} "
               f"({r.get('calibrated_by')})" for k, r in ceiling["routers"].items()], ""]
 
 
@@ -156,7 +140,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 "n_conversations", "n_error", "n_unlabeled", "n_unreplayable", "n_unreplayable_labeled",
                 "router_errors", "routing_wall_s", "mode"):
         if key in meta:
-            out.append(f"- {key}: {_fmt(meta[key])}")
+            out.append(f"- {key}: {fmt(meta[key])}")
     prov = meta.get("provenance")
     if prov:
         made = (f"labeling config `{prov['label_config']}` (data `{prov.get('data_path')}`, rule "
@@ -165,7 +149,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         contract_v = prov.get("contract_version") or "not recorded in the dataset"
         out.append(f"- made by: {made}; contract: {contract_v} (this code: {prov.get('current_contract_version')})")
     for key, c in (meta.get("compared") or {}).items():
-        out.append(f"- compared router `{key}`: {c['router']}, threshold_logit {_fmt(c.get('threshold_logit'))}")
+        out.append(f"- compared router `{key}`: {c['router']}, threshold_logit {fmt(c.get('threshold_logit'))}")
     for note in meta.get("notes", []):
         out.append(f"- note: {note}")
     out += ["", headline_table(policies), ""]
@@ -190,14 +174,14 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 "| conversation | labeled | ESCALATE share | " + " | ".join(POLICY_TITLES.get(k, k) for k in keys)
                 + " |", "|" + "---|" * (3 + len(keys))]
         for conv, row in per_conv.items():
-            out.append(f"| {conv} | {row['n_labeled']} | {_fmt(row['escalate_share'])} | "
-                       + " | ".join(_fmt(row["auroc"].get(k)) for k in keys) + " |")
+            out.append(f"| {conv} | {row['n_labeled']} | {fmt(row['escalate_share'])} | "
+                       + " | ".join(fmt(row["auroc"].get(k)) for k in keys) + " |")
         out.append("")
     for key, parts in (report.get("score_parts") or {}).items():
         out += [f"### What carries the decision: {POLICY_TITLES.get(key, key)} (AUROC on {parts['n_labeled']} labeled "
-                f"records; full score {_fmt(parts['full'])})", "",
+                f"records; full score {fmt(parts['full'])})", "",
                 "| part of the score | AUROC of the part alone | AUROC of the score without it |", "|---|---|---|"]
-        out += [f"| {name} | {_fmt(v['alone'])} | {_fmt(v['without'])} |" for name, v in parts.items()
+        out += [f"| {name} | {fmt(v['alone'])} | {fmt(v['without'])} |" for name, v in parts.items()
                 if isinstance(v, dict)]
         out.append("")
     out += reading_section(report.get("reading") or {})
@@ -211,20 +195,20 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     points = meta.get("operating_points") or {}
     if points:
         out += ["Rows `name@point` are the same router at another calibrated threshold (calibrate's "
-                "operating_points): " + ", ".join(f"`{k}` ({p['criterion']}, log-odds {_fmt(p['threshold_logit'])})"
+                "operating_points): " + ", ".join(f"`{k}` ({p['criterion']}, log-odds {fmt(p['threshold_logit'])})"
                                                    for k, p in points.items()), ""]
     verdicts = [c for c in report.get("comparisons") or [] if c["b"].startswith("random") or c.get("pair")]
     if verdicts:
         out += ["### In words", ""]
-        out += [f"- {c['reading']} (difference {_fmt(c['estimate'])} [{_fmt(c['lo'])}, {_fmt(c['hi'])}])"
+        out += [f"- {c['reading']} (difference {fmt(c['estimate'])} [{fmt(c['lo'])}, {fmt(c['hi'])}])"
                 for c in verdicts]
         out.append("")
     if report.get("comparisons"):
         out += ["### Paired comparisons (difference a - b, same resampled questions)", "",
                 "| a | b | metric | difference | interval | reading |", "|---|---|---|---|---|---|"]
         for c in report["comparisons"]:
-            out.append(f"| {c['a']} | {c['b']} | {c['metric']} | {_fmt(c['estimate'])} "
-                       f"| [{_fmt(c['lo'])}, {_fmt(c['hi'])}] | {c['reading']} |")
+            out.append(f"| {c['a']} | {c['b']} | {c['metric']} | {fmt(c['estimate'])} "
+                       f"| [{fmt(c['lo'])}, {fmt(c['hi'])}] | {c['reading']} |")
         out.append("")
     out.append(
         "Accuracy is counterfactual replay: the summary path's correctness when routed ANSWER, the "
@@ -237,27 +221,27 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         out += ["## Confusion matrix (rows: label, columns: routed)", "",
                 "| label | ANSWER | ESCALATE |", "|---|---|---|"]
         for label, row in r["confusion"].items():
-            out.append(f"| {label} | {_fmt(row['ANSWER'], 0)} | {_fmt(row['ESCALATE'], 0)} |")
+            out.append(f"| {label} | {fmt(row['ANSWER'], 0)} | {fmt(row['ESCALATE'], 0)} |")
         out += ["", "## Per category", "",
                 "| category | n | routed accuracy | summary-only | raw-only | escalation rate | mean input tokens |",
                 "|---|---|---|---|---|---|---|"]
         for cat, c in r["per_category"].items():
             out.append(
-                f"| {cat} | {c['n']} | {_fmt(c['accuracy'])} | {_fmt(c['summary_only_accuracy'])} "
-                f"| {_fmt(c['raw_only_accuracy'])} | {_fmt(c['escalation_rate'])} | {_fmt(c['mean_input_tokens'], 1)} |"
+                f"| {cat} | {c['n']} | {fmt(c['accuracy'])} | {fmt(c['summary_only_accuracy'])} "
+                f"| {fmt(c['raw_only_accuracy'])} | {fmt(c['escalation_rate'])} | {fmt(c['mean_input_tokens'], 1)} |"
             )
     if sweep:
         rec = sweep["rate_to_recover"]
         apgr_iv = (report.get("ranking") or {}).get("routed", {}).get("apgr")
         out += ["", "## Threshold sweep", "",
                 f"- points: {len(sweep['points'])}",
-                f"- gap (raw-only - summary-only accuracy): {_fmt(sweep['gap'])}",
+                f"- gap (raw-only - summary-only accuracy): {fmt(sweep['gap'])}",
                 f"- APGR (average gap recovered over escalation rates 0..1; random = 0.5): "
-                f"{_ci(apgr_iv) if apgr_iv else _fmt(sweep['apgr'])}",
+                f"{ci(apgr_iv) if apgr_iv else fmt(sweep['apgr'])}",
                 f"- AUC of accuracy vs mean input tokens, normalized by the token range: "
-                f"{_fmt(sweep['auc_accuracy_tokens'])}"]
+                f"{fmt(sweep['auc_accuracy_tokens'])}"]
         for share, rate in rec.items():
-            out.append(f"- escalation rate needed to recover {share}% of the gap: {_fmt(rate)}")
+            out.append(f"- escalation rate needed to recover {share}% of the gap: {fmt(rate)}")
     if meta.get("plot"):
         out += ["", f"![accuracy vs input tokens]({Path(meta['plot']).name})"]
     if meta.get("reliability_plot"):
@@ -350,7 +334,7 @@ def write_reliability_plot(report: Mapping[str, Any], path: str | Path) -> Path:
         curve = rel["curve"]
         ece = r.get("ece") or {}
         ax.plot([b["mean_p"] for b in curve], [b["observed"] for b in curve], "-o", ms=3,
-                label=f"{POLICY_TITLES.get(key, key)} (ECE {_ci(ece)})")
+                label=f"{POLICY_TITLES.get(key, key)} (ECE {ci(ece)})")
     ax.set_xlabel("mean p_escalate in bin")
     ax.set_ylabel("observed ESCALATE share (labeled records)")
     ax.set_xlim(0, 1)

@@ -38,8 +38,8 @@ def unlabeled(records: list[dict[str, Any]], label: str = "label", reason: str =
 
 
 def unlabeled_lines(cell: dict[str, Any], what: str) -> list[str]:
-    lines = [f"| {what} | all reasons | {cell['unlabeled']} of {cell['questions']} | {_fmt(cell['share'])} |"]
-    return lines + [f"| {what} | {k} | {v['n']} | {_fmt(v['share'])} |" for k, v in cell["by_drop_reason"].items()]
+    lines = [f"| {what} | all reasons | {cell['unlabeled']} of {cell['questions']} | {fmt(cell['share'])} |"]
+    return lines + [f"| {what} | {k} | {v['n']} | {fmt(v['share'])} |" for k, v in cell["by_drop_reason"].items()]
 
 
 def _labels(records: list[dict[str, Any]], rule: str) -> dict[str, Any]:
@@ -177,15 +177,15 @@ def coverage_lines(stats: dict[str, Any]) -> list[str]:
     for what, table in (stats.get("coverage") or {}).items():
         lines += ["", f"Labeled {what.replace('_', ' ')} (rule {stats['label_rule']}):", "",
                   "| | questions | labeled | share | ANSWER share | dropped (why) |", "|---|---|---|---|---|---|"]
-        lines += [f"| {k} | {c['questions']} | {c['labeled']} | {_fmt(c['labeled_share'])} | "
-                  f"{_fmt(c['answer_share'])} | {', '.join(f'{r}: {n}' for r, n in c['dropped'].items()) or '-'} |"
+        lines += [f"| {k} | {c['questions']} | {c['labeled']} | {fmt(c['labeled_share'])} | "
+                  f"{fmt(c['answer_share'])} | {', '.join(f'{r}: {n}' for r, n in c['dropped'].items()) or '-'} |"
                   for k, c in table.items()]
     points = stats.get("points")
     if points:
         lines += ["", f"Memory facts a question needs (its data names them): {points['questions']} questions, "
                   f"{points['mean_points']} facts each on average ({points['several_points']} need several); "
-                  f"held by the summaries {_fmt(points['held_by_summaries'])}, by the research pages "
-                  f"{_fmt(points['held_by_research'])} of the facts (evidence.points_share decides how many are "
+                  f"held by the summaries {fmt(points['held_by_summaries'])}, by the research pages "
+                  f"{fmt(points['held_by_research'])} of the facts (evidence.points_share decides how many are "
                   "enough)."]
     return lines
 
@@ -195,10 +195,19 @@ def _ratio(rows: list[dict[str, Any]], key: str) -> float | None:
     return round(sum(r[key] or 0 for r in rows) / total, 4) if total else None
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any, digits: int = 3, none: str = "n/a") -> str:
     if value is None:
-        return "n/a"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+        return none
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def ci(iv: dict[str, Any] | None, digits: int = 3, none: str = "n/a") -> str:
+    """`0.750 [0.612, 0.861]`; the estimate alone without an interval."""
+    if not iv or iv.get("estimate") is None:
+        return none
+    if iv.get("lo") is None:
+        return fmt(iv["estimate"], digits)
+    return f"{fmt(iv['estimate'], digits)} [{fmt(iv['lo'], digits)}, {fmt(iv['hi'], digits)}]"
 
 
 def _pair_lines(pairs: dict[str, Any] | None) -> list[str]:
@@ -258,7 +267,7 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     research = stats.get("research_signals") or {}
     if research.get("r_ok_by"):
         lines += ["", f"Research path right by (evidence rule): {research['r_ok_by']}; mean answer recall over the "
-                  f"text research read: {_fmt(research['mean_research_recall'])}. Person guard: "
+                  f"text research read: {fmt(research['mean_research_recall'])}. Person guard: "
                   f"{research['guard_unmatched']} questions name someone no speaker or mentioned name matches "
                   "(their units are not narrowed)."]
     lines += _pair_lines(stats.get("minimal_pairs"))
@@ -267,41 +276,41 @@ def write_report(stats: dict[str, Any], path: Path, cfg: Any) -> None:
     lines += agreement_lines(stats.get("verdicts"))
     acc = stats["accuracy"]
     lines += ["", "## Path accuracy", "", "| rule | summary-only | research | research unknown |", "|---|---|---|---|"]
-    lines += [f"| {n} | {_fmt(acc[n]['summary'])} | {_fmt(acc[n]['research'])} | {acc[n]['research_unknown']} |"
+    lines += [f"| {n} | {fmt(acc[n]['summary'])} | {fmt(acc[n]['research'])} | {acc[n]['research_unknown']} |"
               for n in RULES]
-    lines += ["", f"Mean LoCoMo F1: summary {_fmt(stats['mean_f1']['summary'])}, "
-              f"research {_fmt(stats['mean_f1']['research'])}."]
+    lines += ["", f"Mean LoCoMo F1: summary {fmt(stats['mean_f1']['summary'])}, "
+              f"research {fmt(stats['mean_f1']['research'])}."]
     lines += ["", "## Cost per question (means)", "", "| path | " + " | ".join(PATH_COST_FIELDS) + " |",
               "|---|" + "---|" * len(PATH_COST_FIELDS)]
     for p, c in stats["cost_per_question"].items():
-        lines.append(f"| {p} | " + " | ".join(_fmt(c[k]) for k in PATH_COST_FIELDS) + " |")
+        lines.append(f"| {p} | " + " | ".join(fmt(c[k]) for k in PATH_COST_FIELDS) + " |")
     ev = stats["evidence"]
     lines += ["", "## Evidence signals", "",
-              f"- unverifiable-omission rate: {_fmt(ev['unverifiable_omission_rate'])} (share of the "
+              f"- unverifiable-omission rate: {fmt(ev['unverifiable_omission_rate'])} (share of the "
               f"{ev['questions_with_gold']} questions with gold evidence whose retrieved summaries do not state the "
               f"gold answer by the evidence rule, while tier 2 holds every gold turn); research recovers "
-              f"{_fmt(ev['omissions_recovered_by_research'])} of those",
+              f"{fmt(ev['omissions_recovered_by_research'])} of those",
               "- gold turns in pages linked to the retrieved summaries: "
-              f"{_fmt(ev['gold_turn_share_in_summary_pages'])}; in pages the research policy read: "
-              f"{_fmt(ev['gold_turn_share_in_research_pages'])}",
-              f"- mean answer recall in the summaries: {_fmt(ev['mean_answer_recall'])}",
+              f"{fmt(ev['gold_turn_share_in_summary_pages'])}; in pages the research policy read: "
+              f"{fmt(ev['gold_turn_share_in_research_pages'])}",
+              f"- mean answer recall in the summaries: {fmt(ev['mean_answer_recall'])}",
               "", "## Agreement", "",
               "- summary path correct, outcome vs evidence: "
-              f"{_fmt(stats['rule_agreement']['s_ok_outcome_vs_evidence'])}; labels where both rules label: "
-              f"{_fmt(stats['rule_agreement']['label_agreement_both_labeled'])}"]
+              f"{fmt(stats['rule_agreement']['s_ok_outcome_vs_evidence'])}; labels where both rules label: "
+              f"{fmt(stats['rule_agreement']['label_agreement_both_labeled'])}"]
     agree = stats["judges"]["agreement"]
     lines.append("- lexical vs LLM judge: " + ("n/a (no LLM judge)" if not agree else "; ".join(
-        f"{p}: {_fmt(a['agreement'])} over {a['n']} ({a['llm_unparseable']} unparseable)" for p, a in agree.items())))
+        f"{p}: {fmt(a['agreement'])} over {a['n']} ({a['llm_unparseable']} unparseable)" for p, a in agree.items())))
     suff = stats["sufficiency"]
     lines.append("- sufficiency judge: " + ("not configured" if not suff else
-                 f"{suff['n']} judged, {_fmt(suff['sufficient'])} sufficient, {suff['unparseable']} unparseable "
+                 f"{suff['n']} judged, {fmt(suff['sufficient'])} sufficient, {suff['unparseable']} unparseable "
                  f"(counted as insufficient), {suff.get('vetoed_answer_labels', 0)} ANSWER labels vetoed; "
                  f"agrees with summary-path correctness: outcome "
-                 f"{_fmt(suff['agrees_with_s_ok_outcome'])}, evidence {_fmt(suff['agrees_with_s_ok_evidence'])}"))
+                 f"{fmt(suff['agrees_with_s_ok_outcome'])}, evidence {fmt(suff['agrees_with_s_ok_evidence'])}"))
     teacher = stats["teacher"]
     lines.append("- teacher: " + ("not configured (SFT targets are the label with a templated rationale)"
                                   if not teacher else f"{teacher['n']} outputs, {teacher['unparseable']} "
-                                  f"unparseable, agreement with the label {_fmt(teacher['agreement_with_label'])}"))
+                                  f"unparseable, agreement with the label {fmt(teacher['agreement_with_label'])}"))
     lines.append(f"- SFT targets by source: {stats['sft_targets']}")
     lines += ["", "## Errors and research loop", "",
               f"- error records: {stats['errors']} (never turned into verdicts; a rerun retries them)"]

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from labeling.judgments.format import MATCH_OUTCOMES, Judgments
+from labeling.report import ci, fmt
 from labeling.rules import decide
+
+_f, _auroc = partial(fmt, none="-"), partial(ci, none="-")  # eval.md's cells: a dash where undefined
 
 
 def judged_records(records: Sequence[dict[str, Any]], judgments: Judgments) -> tuple[list[dict[str, Any]], dict]:
@@ -81,17 +85,6 @@ def subset_summary(report: dict[str, Any]) -> dict[str, Any]:
             "oracle_tokens_fewer_share": oracle.get("tokens_fewer_share"),
             "raw_only_accuracy": ((report.get("ceiling") or {}).get("raw_only") or {}).get("accuracy"),
             "comparisons": report.get("comparisons") or []}
-
-
-def _f(v: Any) -> str:
-    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
-def _auroc(a: Any) -> str:
-    if not isinstance(a, dict) or a.get("estimate") is None:
-        return "-"
-    lo, hi = a.get("lo"), a.get("hi")
-    return f"{a['estimate']:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
 
 
 def judged_section(judged: dict[str, Any] | None, label_ranking: dict[str, Any]) -> list[str]:
