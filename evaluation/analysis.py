@@ -32,7 +32,6 @@ def _arrays(cases: Sequence[Case]) -> dict[str, np.ndarray]:
     return {
         "s_ok": np.array([c.s_ok for c in cases], dtype=float), "r_ok": np.array([c.r_ok for c in cases], dtype=float),
         "hard": np.array([c.label == "ESCALATE" for c in cases], dtype=float),
-        "labeled": np.array([c.label in ("ANSWER", "ESCALATE") for c in cases]),
         "s_tok": np.array([c.s_tokens for c in cases], dtype=float),
         "r_tok": np.array([c.r_tokens for c in cases], dtype=float),
     }

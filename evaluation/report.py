@@ -43,14 +43,20 @@ def build_report(
 
 
 def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
+    return _write(path, dumps(report) + "\n")
+
+
+def write_markdown(report: Mapping[str, Any], path: str | Path) -> Path:
+    return _write(path, render_markdown(report))
+
+
+def _write(path: str | Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, dumps(report) + "\n")
-    return path
+    return write_atomic(path, text)
 
 
 def _ordered(policies: Mapping[str, Any]) -> list[str]:
-    """routed, the compared routers (in config order), then the baselines."""
     routers = [k for k in policies if k not in POLICY_ORDER]
     head = ["routed"] if "routed" in policies else []
     return head + routers + [k for k in POLICY_ORDER[1:] if k in policies]
@@ -247,13 +253,6 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if meta.get("reliability_plot"):
         out += ["", f"![reliability of p_escalate]({Path(meta['reliability_plot']).name})"]
     return "\n".join(out) + "\n"
-
-
-def write_markdown(report: Mapping[str, Any], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, render_markdown(report))
-    return path
 
 
 def write_plot(report: Mapping[str, Any], path: str | Path) -> Path:

@@ -24,7 +24,6 @@ def _mean(values: Iterable[Any]) -> float | None:
 
 
 def _share(flags: Iterable[Any]) -> float | None:
-    """Share of True among known (non-None) flags."""
     return _mean(1.0 if f else 0.0 for f in flags if f is not None)
 
 

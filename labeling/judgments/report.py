@@ -44,7 +44,6 @@ class ReplayedRouter:
         return getattr(self._router, name)
 
     def again(self) -> ReplayedRouter:
-        """The same router and its remembered decisions, for the second scoring."""
         other = ReplayedRouter(self._router)
         other._seen, other._again = self._seen, True
         return other
@@ -65,7 +64,6 @@ class ReplayedRouter:
 
 
 def judged_summary(report: dict[str, Any], coverage: dict[str, Any]) -> dict[str, Any]:
-    """eval.json's `judged`: coverage, then the scoring against the judgments (subset_summary)."""
     return {**coverage, **subset_summary(report)}
 
 
