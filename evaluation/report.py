@@ -258,17 +258,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 def write_plot(report: Mapping[str, Any], path: str | Path) -> Path:
     """Accuracy vs mean input tokens: each router's sweep curve and operating point, baselines as points; error
     bars are the bootstrap intervals of accuracy and tokens."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless; must precede pyplot
-    import matplotlib.pyplot as plt
-
     policies = report["policies"]
     sweeps = dict(report.get("sweeps") or {})
     if not sweeps and report.get("sweep"):
         sweeps = {"routed": report["sweep"]}
     intervals = report.get("intervals") or {}
-    fig, ax = plt.subplots(figsize=(7.0, 4.8), dpi=120)
+    plt, fig, ax = _axes((7.0, 4.8))
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     router_colors = {k: cycle[i % len(cycle)] for i, k in enumerate(k for k in _ordered(policies)
                                                                       if k not in POLICY_ORDER[1:])}
@@ -306,6 +301,15 @@ def write_plot(report: Mapping[str, Any], path: str | Path) -> Path:
     return _save_figure(fig, path)
 
 
+def _axes(size: tuple[float, float]) -> tuple[Any, Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    return (plt, *plt.subplots(figsize=size, dpi=120))
+
+
 def _save_figure(fig: Any, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -319,12 +323,7 @@ def _save_figure(fig: Any, path: str | Path) -> Path:
 
 def write_reliability_plot(report: Mapping[str, Any], path: str | Path) -> Path:
     """Observed ESCALATE share vs mean p_escalate per bin, one curve per router with probabilities."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.0, 5.0), dpi=120)
+    _, fig, ax = _axes((5.0, 5.0))
     ax.plot([0, 1], [0, 1], "--", color="gray", lw=1, label="perfectly calibrated")
     for key, r in (report.get("ranking") or {}).items():
         rel = r.get("reliability")

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from labeling.judgments.format import MATCH_OUTCOMES, Judgments
+from labeling.judgments.verdicts import agreement_lines
 from labeling.report import ci, fmt
 from labeling.rules import decide
 
@@ -111,8 +112,6 @@ def verdicts_section(checked: dict[str, Any] | None, label_ranking: dict[str, An
     """eval.md's section: the labels' agreement with careful-reading verdicts, then each router against them."""
     if not checked:
         return []
-    from labeling.judgments.verdicts import agreement_lines
-
     lines = agreement_lines(checked["label_agreement"])
     lines[1] = "### Against careful-reading verdicts (`verdicts`)"
     if "routers" not in checked:
