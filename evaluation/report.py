@@ -259,9 +259,7 @@ def write_plot(report: Mapping[str, Any], path: str | Path) -> Path:
     """Accuracy vs mean input tokens: each router's sweep curve and operating point, baselines as points; error
     bars are the bootstrap intervals of accuracy and tokens."""
     policies = report["policies"]
-    sweeps = dict(report.get("sweeps") or {})
-    if not sweeps and report.get("sweep"):
-        sweeps = {"routed": report["sweep"]}
+    sweeps = report.get("sweeps") or {}  # evaluate writes one per router
     intervals = report.get("intervals") or {}
     plt, fig, ax = _axes((7.0, 4.8))
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
