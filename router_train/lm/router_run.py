@@ -15,6 +15,7 @@ from tiermem.models.adapter import BASE_KEY
 from tiermem.models.specs import make_adapter_portable
 from tiermem.runs import safe_io
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta
+from tiermem.runs.rundir import claim_output_dir
 from tiermem.settings.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,7 @@ def trunk_data(trunk: Any, output_dir: str | Path, read_from: str | None = None)
 def save_and_report(stage: str, model: Any, tokenizer: Any, meta: RunMeta, output_dir: str | Path,
                     files: dict[str, str] | None = None) -> RunResult:
     """Write the run (the recipe's `files` by name and text, then save_run: metadata last) and print its summary."""
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_output_dir(output_dir, stage, lock=False)  # the stage's own claim, or a marker made for it now
     for name, text in (files or {}).items():
         safe_io.write_atomic(out / name, text)
     save_run(tokenizer, out, meta)

@@ -12,6 +12,7 @@ from serving.routers.score_run import load_score_router, score_run_meta, write_r
 from serving.signals import FEATURES, feature_matrix
 from tiermem.models.logistic import LogisticModel, read_logistic, save_logistic
 from tiermem.runs.run_meta import FEATURE_MODEL_FILE
+from tiermem.runs.rundir import claim_output_dir
 from tiermem.settings.errors import RouterLoadError
 
 
@@ -39,8 +40,8 @@ class FeatureRouter(ScoreRouter):
 
     def save(self, run_dir: str | Path, data: dict[str, Any] | None = None,
              metrics: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Path:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        save_logistic(Path(run_dir) / FEATURE_MODEL_FILE, self.model)
+        run_dir = claim_output_dir(run_dir, "fit-features", lock=False)  # the stage's claim, or a marker made now
+        save_logistic(run_dir / FEATURE_MODEL_FILE, self.model)
         self.meta = score_run_meta(self.kind, data or {}, metrics or {},
                                    {**(extra or {}), "feature_model": FEATURE_MODEL_FILE})
         self.run_dir = write_router_run(run_dir, self.meta)

@@ -10,6 +10,7 @@ from typing import Any
 from serving.routers.base import ScoreRouter, Summaries, check_lengths
 from serving.routers.score_run import load_score_router, score_run_meta, write_router_run
 from serving.signals import top1
+from tiermem.runs.rundir import claim_output_dir
 
 
 class Top1ScoreRouter(ScoreRouter):
@@ -28,6 +29,7 @@ class Top1ScoreRouter(ScoreRouter):
 
     def save(self, run_dir: str | Path, data: dict[str, Any] | None = None,
              metrics: dict[str, Any] | None = None) -> Path:
+        claim_output_dir(run_dir, "fit-features", lock=False)  # the stage's own claim, or a marker made for it now
         self.meta = score_run_meta(self.kind, data or {}, metrics or {}, {})
         self.run_dir = write_router_run(run_dir, self.meta)
         return self.run_dir

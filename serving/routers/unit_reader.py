@@ -24,6 +24,7 @@ from tiermem.models.cross_encoder import CrossEncoder
 from tiermem.models.logistic import LogisticModel, read_logistic, save_logistic
 from tiermem.models.model_dir import load_reader
 from tiermem.runs.run_meta import SIGNAL_HEAD_FILE
+from tiermem.runs.rundir import claim_output_dir
 from tiermem.settings import ranges
 from tiermem.settings.errors import RouterLoadError
 
@@ -196,8 +197,7 @@ class UnitReaderRouter(ScoreRouter):
     def save(self, run_dir: str | Path, data: dict[str, Any], metrics: dict[str, Any],
              extra: dict[str, Any]) -> Path:
         """Reader weights, the head (signal_head.json), then the metadata with every weight file's digest."""
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = claim_output_dir(run_dir, "unit-reader", lock=False)  # the stage's claim, or a marker made now
         self.reader.save(run_dir)
         save_logistic(run_dir / SIGNAL_HEAD_FILE, self.head)
         extra = dict(extra)

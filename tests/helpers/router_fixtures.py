@@ -14,6 +14,7 @@ from tiermem import contract
 from tiermem.models.adapter import BASE_KEY, base_config_digest
 from tiermem.models.specs import cache_root
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, RunMetaFile, file_digests, read_run_meta
+from tiermem.runs.rundir import claim_output_dir
 
 
 def edit_run_meta(run_dir: str | Path, **changes: Any) -> RunMeta:
@@ -245,6 +246,7 @@ def _build(root: Path) -> None:
     peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "o_proj",
                                                                                     "up_proj", "down_proj"]))
     _train(peft_model, tokenizer, labels, steps=40, lr=1e-2)
+    claim_output_dir(run_dir, "sft", lock=False)  # an SFT run, marked as the stage marks it
     peft_model.save_pretrained(run_dir)
     tokenizer.save_pretrained(run_dir)
     RunMetaFile.new(run_dir, RunMeta(

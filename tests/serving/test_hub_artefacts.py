@@ -180,7 +180,8 @@ def test_push_uploads_only_the_allowlist_and_the_pulled_router_verifies(tmp_path
     expected = ["README.md", "adapter_config.json", "adapter_model.safetensors", "chat_template.jinja",
                 "tiermem_router.json", "tokenizer.json", "tokenizer_config.json"]
     (run / ".tiermem-run.lock").unlink(missing_ok=True)
-    assert sorted(p.name for p in run.iterdir()) == expected  # adapter, its config, tokenizer, metadata, card
+    # the sft marker (never pushed), then adapter, its config, tokenizer, metadata, card
+    assert sorted(p.name for p in run.iterdir()) == [".tiermem-run.json", *expected]
     (run / ".tiermem-run.lock").write_text("{}")  # a run-directory marker
     (run / "training_args.bin").write_bytes(b"\x80\x04a trainer pickle")  # what trainer.save_model leaves
     torch.save({"fingerprint": "f", "states": {}}, run / "trunk_states.pt")  # the frozen-trunk cache

@@ -26,9 +26,6 @@ LOCK = ".tiermem-run.lock"
 
 # Stages whose run directory is a trained router (tiermem_router.json): what calibrate, push and eval may update.
 ROUTER_STAGES = ("sft", "grpo", "fit-features", "unit-reader")
-# tiermem_router.json `stage` -> the CLI stage that writes such a run, to recognize routers from before markers.
-_ROUTER_META_STAGES = {"sft": "sft", "expected_reward": "sft", "grpo": "grpo", "features": "fit-features",
-                       "top1-score": "fit-features", "unit-reader": "unit-reader"}
 # stage -> name patterns of files a caller may create in the run directory before the stage starts, which the
 # stage only reads or adds to and never deletes: the SQLite LLM response caches of a label run.
 PRECREATED: dict[str, tuple[str, ...]] = {"label": ("*.sqlite", "*.sqlite-wal", "*.sqlite-shm")}
@@ -43,30 +40,6 @@ def read_marker(path: str | Path) -> dict | None:
     if not marker.is_file():
         return None
     return read_json_state(marker, RunDirError, "run marker", "remove the directory or pick another", {"stage": str})
-
-
-def legacy_stage(path: str | Path) -> str | None:
-    """The stage that made an unmarked run directory from before markers, judged by a file only it writes."""
-    out = Path(path)
-    for name, stage in (("resume_fingerprint.json", "label"), ("eval.json", "eval"), ("bench.json", "bench"),
-                        ("demo_timings.json", "demo")):
-        if (out / name).is_file():
-            return stage
-    meta = out / "tiermem_router.json"
-    if meta.is_file():  # sft, grpo and fit-features all write one: its `stage` says which
-        try:
-            recorded = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return None
-        return _ROUTER_META_STAGES.get(recorded.get("stage", "sft")) if isinstance(recorded, dict) else None
-    if any((p / "manifest.json").is_file() for p in out.iterdir() if p.is_dir()):
-        return TIERS  # a tier cache root: <conv_id>-<key>/manifest.json
-    return None
-
-
-def _made_by(out: Path) -> str | None:
-    marker = read_marker(out)
-    return marker["stage"] if marker is not None else legacy_stage(out)
 
 
 def _path(path: str | Path | None, stage: str) -> Path:
@@ -95,7 +68,7 @@ def _check_contents(out: Path, stage: str) -> None:
         return (p.name == LOCK or (p.is_dir() and stage in CONTAINERS) or fnmatch(p.name, staging_pattern(MARKER))
                 or (p.is_file() and any(fnmatch(p.name, pat) for pat in allowed)))
 
-    if not all(ours(p) for p in out.iterdir()) and legacy_stage(out) != stage:
+    if not all(ours(p) for p in out.iterdir()):
         raise RunDirError(f"{out}: directory exists, is not empty and was not made by tiermem-router {stage} "
                           f"(no {MARKER}); refusing to delete or overwrite files in it. Choose a new or "
                           "empty output directory")
@@ -297,7 +270,7 @@ def claim_run_to_update(path: str | Path, stage: str, kinds: Iterable[str] = ROU
     out = _path(path, stage)
     if not out.is_dir():
         raise RunDirError(f"{out}: not a run directory; {stage} only updates {' / '.join(kinds)} runs")
-    made_by = _made_by(out)
+    made_by = (read_marker(out) or {}).get("stage")
     if made_by not in kinds:
         what = f"is a {made_by!r} run directory" if made_by else "was not made by tiermem-router (no run marker)"
         raise RunDirError(f"{out}: {what}; {stage} only updates {' / '.join(kinds)} runs and will not write into it")

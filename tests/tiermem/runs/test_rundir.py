@@ -81,7 +81,7 @@ def _sft_run(d: Path) -> None:
     (d / "adapter_model.safetensors").write_bytes(b"\x00weights\xff" * 64)
 
 
-def _legacy_sft_run(d: Path) -> None:  # an SFT run from before markers: recognized by its tiermem_router.json
+def _unmarked_sft_run(d: Path) -> None:  # an SFT run's files without a marker: not a run directory at all
     (d / "tiermem_router.json").write_text(_router_meta("sft"))
     (d / "adapter_config.json").write_text("{}")
 
@@ -100,7 +100,7 @@ def _unrelated(d: Path) -> None:  # somebody's directory: one file and a subdire
 
 FOREIGN: dict[str, tuple[str | None, Callable[[Path], None]]] = {  # name -> (stage it belongs to, maker)
     "sft run": ("sft", _sft_run),
-    "legacy sft run": ("sft", _legacy_sft_run),
+    "unmarked sft run": (None, _unmarked_sft_run),
     "label run": ("label", _label_run),
     "unrelated directory": (None, _unrelated),
 }
@@ -211,11 +211,11 @@ def test_updating_stages_accept_only_router_runs(tmp_path):
     assert claim_run_to_update(sft, "calibrate") == sft
     release_output_dir(sft)
     assert json.loads((sft / MARKER).read_text())["stage"] == "sft"  # the owner's marker is kept
-    legacy = tmp_path / "legacy"
-    legacy.mkdir()
-    _legacy_sft_run(legacy)
-    assert claim_run_to_update(legacy, "calibrate") == legacy
-    release_output_dir(legacy)
+    unmarked = tmp_path / "unmarked"
+    unmarked.mkdir()
+    _unmarked_sft_run(unmarked)
+    with pytest.raises(RunDirError, match="was not made by tiermem-router \\(no run marker\\); calibrate only updates"):
+        claim_run_to_update(unmarked, "calibrate")
     label = tmp_path / "label"
     label.mkdir()
     _label_run(label)
@@ -414,11 +414,12 @@ def test_claim_output_dir_rules(tmp_path):
     shared.mkdir()
     (shared / f".{MARKER}.k2j4x.tmp").write_text("{")
     assert claim_output_dir(shared, "label", lock=False) == shared and read_marker(shared)["stage"] == "label"
-    legacy = tmp_path / "legacy"  # a label run from before markers: recognized by its fingerprint
-    legacy.mkdir()
-    (legacy / "resume_fingerprint.json").write_text("{}")
-    (legacy / "records.jsonl").write_text("")
-    assert claim_output_dir(legacy, "label") == legacy
+    unmarked = tmp_path / "unmarked"  # a label run's files without a marker: a run only by its marker
+    unmarked.mkdir()
+    (unmarked / "resume_fingerprint.json").write_text("{}")
+    (unmarked / "records.jsonl").write_text("")
+    with pytest.raises(RunDirError, match=f"not made by tiermem-router label \\(no {MARKER}\\)"):
+        claim_output_dir(unmarked, "label")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / MARKER).write_text("not json")
     with pytest.raises(RunDirError, match="unreadable run marker"):

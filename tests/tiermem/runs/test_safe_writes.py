@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tiermem.runs import safe_io
+from tiermem.runs.rundir import claim_output_dir
 from tiermem.settings.errors import RunDirError
 from tiermem_cli import cli
 
@@ -162,8 +163,7 @@ def _tiny_reader_router(tmp_path: Path):
 def test_unit_reader_save_refuses_a_link_planted_after_the_claim(tmp_path, name):
     router = _tiny_reader_router(tmp_path)
     victim = _outside(tmp_path)
-    run = tmp_path / "reader"
-    run.mkdir()
+    run = claim_output_dir(tmp_path / "reader", "unit-reader", lock=False)
     (run / name).symlink_to(victim)
     with pytest.raises(RunDirError, match=f"{name} is a symbolic link"):
         router.save(run, data={}, metrics={}, extra={})
