@@ -251,7 +251,7 @@ def test_eval_counts_and_reports_the_decisions_that_clipped_a_signal(tmp_path):
     rows[1]["router_summaries"][0]["score"] = 0.4
     out = tmp_path / "eval"
     assert cli.main(["eval", f"router={run}", f"data={_records(tmp_path, rows, 'test.jsonl')}", "split=test",
-                     f"output_dir={out}", "bootstrap.n_boot=0", "sweep=false"]) == 0
+                     f"output_dir={out}", "bootstrap.n_boot=0"]) == 0
     report = json.loads((out / "eval.json").read_text())
     clipped = report["clipped_signals"]["routed"]
     assert clipped == {"n_decisions": 6, "n_clipped": 1, "by_feature": {"mean_score": 1, "top1": 1}}
@@ -474,7 +474,7 @@ def _fixture_rows(split: str) -> list[dict[str, Any]]:
 
 def _eval(run: Path, data: Path, out: Path, split: str = "test") -> None:
     assert cli.main(["eval", f"router={run}", f"data={data}", f"split={split}", f"output_dir={out}",
-                     "bootstrap.n_boot=0", "sweep=false"]) == 0
+                     "bootstrap.n_boot=0"]) == 0
 
 
 def test_a_pushed_card_with_its_eval_names_no_local_path(tmp_path):

@@ -56,7 +56,7 @@ def test_unit_reader_push_pull_route_gives_the_same_scores(tmp_path):
     data = _dataset(tmp_path)
     run = unit_reader_run(tmp_path, data=str(data))
     assert eval_main([f"data={data}", "split=test", "router.kind=unit-reader", f"router.path={run}",
-                      f"output_dir={tmp_path / 'eval'}", "bootstrap.n_boot=40", "compare=[]", "sweep=false"]) == 0
+                      f"output_dir={tmp_path / 'eval'}", "bootstrap.n_boot=40", "compare=[]"]) == 0
     requests = _requests()
     local = Router.from_pretrained(run).route_batch([q for q, _ in requests], [s for _, s in requests])
 
