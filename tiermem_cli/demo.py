@@ -9,10 +9,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from tiermem.runs.rundir import claimed_output_dir
 from tiermem.runs.safe_io import write_atomic
-from tiermem.settings.config import parse_cli
+from tiermem.settings.config import check_declared, parse_cli
 from tiermem.settings.errors import ConfigError, UsageError
 from tiermem_cli.steps import STEPS
 
@@ -56,7 +57,7 @@ class DemoConfig:
     eval_config: str = "configs/eval/default.yaml"
     # the eval table's main row (the others are compared against it): a trained router's step name (reader or an
     # LM router), or `best`: the one main_choice serves (needs every router calibrated)
-    main_router: str = "best"
+    main_router: Literal["best", "reader", "sft", "grpo"] = "best"
     # more labeled domains beside data_path's: each {name, data_path, label_config}, labeled into <root>/label_<name>;
     # every router trains, is chosen and is evaluated on all of them (`data: [a, b]`). An absent data_path is left
     # out, and the demo says so
@@ -67,6 +68,7 @@ class DemoConfig:
     overrides: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_declared(self)
         unknown = [s for s in self.stages if s not in STEPS]
         if unknown:
             raise ConfigError(f"demo: unknown stage(s) {unknown}; stages are {STEPS}")
@@ -87,9 +89,6 @@ class DemoConfig:
             names.append(extra["name"])
         if len(set(names)) != len(names):
             raise ConfigError(f"demo: more_data names repeat: {names}")
-        if self.main_router not in (*MAIN_CANDIDATES, "best"):
-            raise ConfigError(f"demo: main_router must be best or one of {tuple(MAIN_CANDIDATES)}, got "
-                              f"{self.main_router!r}")
 
 
 def trained_routers(cfg: DemoConfig) -> list[str]:

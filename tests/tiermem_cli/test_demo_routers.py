@@ -2,12 +2,14 @@
 evaluated by its own kind."""
 
 import json
+from typing import get_type_hints
 
 import pytest
 
 from tests.tiermem_cli.test_main_choice import _scores
-from tiermem.settings.errors import UsageError
-from tiermem_cli.demo import DemoConfig, eval_args, pick_main_router, steps
+from tiermem.settings.config import choices_of
+from tiermem.settings.errors import ConfigError, UsageError
+from tiermem_cli.demo import MAIN_CANDIDATES, DemoConfig, eval_args, pick_main_router, steps
 
 
 def _perfect(d, i, y):
@@ -124,3 +126,9 @@ def test_the_features_router_is_the_main_row_when_the_choice_serves_it(tmp_path)
     assert "router.kind=features" in args and f"router.path={tmp_path / 'features'}" in args
     compare = json.loads(next(a for a in args if a.startswith("compare="))[len("compare="):])
     assert [c["name"] for c in compare][:2] == ["reader", "top1-score"]  # then the recorded teacher, if judged
+
+
+def test_main_router_is_best_or_a_trained_router():
+    assert set(choices_of(get_type_hints(DemoConfig)["main_router"])) == {"best", *MAIN_CANDIDATES}
+    with pytest.raises(ConfigError, match="main_router must be one of .*got 'features'"):
+        DemoConfig(main_router="features")
