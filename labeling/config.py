@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Literal
 
 from labeling.evidence import EvidenceConfig
-from labeling.rules import check_rule
 from labeling.shards import parse_shard
 from labeling.split import SplitSpec
 from labeling.unit_targets import UnitTargetsConfig
-from tiermem.data.conversations import FORMATS, Conversation, detect_file_format
+from tiermem.data.conversations import Conversation, detect_file_format
 from tiermem.llm import LLMConfig
 from tiermem.memory import MemoryConfig
 from tiermem.settings.config import AT_LEAST_ONE, check_declared
@@ -53,7 +52,7 @@ class MinimalPairsConfig:
 class LabelConfig:
     data_path: str | None = None  # None: the sample conversation shipped in tiermem/data
     # auto | locomo | longmemeval | tiermem (your own conversations) | realmem (a file or a folder of histories)
-    dataset_format: str = "auto"
+    dataset_format: Literal["auto", "locomo", "longmemeval", "tiermem", "realmem"] = "auto"
     conversations: list[str] = field(default_factory=list)  # subset by id; empty = all
     max_conversations: int | None = field(default=None, metadata=AT_LEAST_ONE)  # None: all
     max_questions_per_conversation: int | None = field(default=None, metadata=AT_LEAST_ONE)
@@ -62,7 +61,7 @@ class LabelConfig:
     llm: LLMRoles = field(default_factory=LLMRoles)
     judge_threshold: float = field(default=0.3, metadata={"ge": 0, "le": 1})  # LoCoMo F1 threshold of the lexical judge
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
-    label_rule: str = "outcome"  # outcome (the paper's) | evidence; both are always recorded
+    label_rule: Literal["outcome", "evidence"] = "outcome"  # outcome (the paper's) | evidence; both are always recorded
     # false: no answer is generated on either path (the evidence rule needs none). Research cost fields then hold
     # the input tokens of the first round's pages and prompts, flagged `cost_estimated`; outcome labels stay empty.
     generate_answers: bool = True
@@ -104,7 +103,7 @@ class LabelConfig:
     hub_private: bool = True
 
     def __post_init__(self) -> None:
-        check_rule(self.label_rule)
+        check_declared(self)
         if not self.generate_answers and self.label_rule != "evidence":
             raise ConfigError("generate_answers=false labels without answers: it needs label_rule=evidence "
                               f"(got {self.label_rule!r}); the outcome rule judges generated answers")
@@ -122,9 +121,6 @@ class LabelConfig:
         if self.llm.coverage is not None and not self.judgments:
             raise ConfigError("llm.coverage writes careful-reading judgments into a file: it needs judgments=PATH "
                               "(a new path, or one a live coverage judge wrote before)")
-        if self.dataset_format not in FORMATS:
-            raise ConfigError(f"dataset_format must be {'|'.join(FORMATS)}, got {self.dataset_format!r}")
-        check_declared(self)
         self._check_executor()
         if self.shard is not None:
             parse_shard(self.shard)

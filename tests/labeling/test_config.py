@@ -1,9 +1,12 @@
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 
 from labeling.config import LabelConfig
-from tiermem.settings.config import ConfigError, parse_config
+from labeling.rules import RULES
+from tiermem.data.conversations import FORMATS
+from tiermem.settings.config import ConfigError, choices_of, parse_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "label").glob("*.yaml"))
 
@@ -26,3 +29,7 @@ def test_bad_values_are_config_errors(tmp_path):
         parse_config(LabelConfig, bad)
     with pytest.raises(ConfigError, match="unknown key"):
         parse_config(LabelConfig, None, ["memory.no_such=1"])
+    for key, choices in (("dataset_format", FORMATS), ("label_rule", RULES)):  # the declared choices, the code's own
+        assert choices_of(get_type_hints(LabelConfig)[key]) == choices
+        with pytest.raises(ConfigError, match=f"{key} must be one of .*got 'majority'"):
+            parse_config(LabelConfig, None, [f"{key}=majority"])
