@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tiermem.settings import ranges
+from tiermem.settings.config import check_declared
 from tiermem.settings.errors import ConfigError
 from tiermem.text.words import TOPIC_TAG, fact_words
 
@@ -54,16 +54,15 @@ class ReplyRuleConfig:
     # the summaries suffice when at most this many of the reply's details are missing from them (and research is
     # right when at most this many are missing from the summaries and the pages it read together, or it reads back
     # at least one the summaries missed)
-    answer_max_missing: int = 1
+    answer_max_missing: int = field(default=1, metadata={"ge": 0})
     # the summaries do not suffice when at least this many are missing; between the two bounds: no label
-    escalate_min_missing: int = 4
+    escalate_min_missing: int = field(default=4, metadata={"ge": 0})
 
     def __post_init__(self) -> None:
-        for name in ("answer_max_missing", "escalate_min_missing"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+        for name, value in vars(self).items():  # both counts; 1.5 or True would pass the declared range
+            if type(value) is not int:
                 raise ConfigError(f"evidence.reply.{name} must be a whole number of details, got {value!r}")
-            ranges.non_negative(value, f"evidence.reply.{name}", ConfigError)
+        check_declared(self, "evidence.reply.")
         if self.escalate_min_missing <= self.answer_max_missing:
             raise ConfigError("evidence.reply.escalate_min_missing must exceed evidence.reply.answer_max_missing, "
                               f"got {self.escalate_min_missing} <= {self.answer_max_missing}")
