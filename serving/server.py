@@ -24,7 +24,7 @@ from serving.routers.base import logit, sigmoid
 from tiermem import contract
 from tiermem.settings import ranges
 from tiermem.settings.config import AT_LEAST_ONE, check_declared, parse_cli
-from tiermem.settings.errors import ConfigError, DataError, UsageError, stage_main
+from tiermem.settings.errors import DataError, UsageError, stage_main
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class ServeConfig:
     router: RouterSpec = field(default_factory=RouterSpec)  # a run directory / hub id, always-answer, or a mapping
     host: str = "127.0.0.1"
-    port: int = 8088
+    port: int = field(default=8088, metadata={"ge": 0, "le": 65_535})
     max_body_bytes: int = field(default=200_000, metadata=AT_LEAST_ONE)
     max_question_chars: int = field(default=2_000, metadata=AT_LEAST_ONE)
     max_summary_chars: int = field(default=4_000, metadata=AT_LEAST_ONE)  # per summary; the contract clips further
@@ -50,8 +50,6 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         self.router = as_router_spec(self.router)
-        if not 0 <= self.port <= 65_535:
-            raise ConfigError(f"port must be in 0..65535, got {self.port}")
         check_declared(self)
 
 

@@ -164,7 +164,8 @@ def test_malformed_config_is_a_named_error(tmp_path, capsys, monkeypatch, name):
 
 
 @pytest.mark.parametrize(("overrides", "needle"), [
-    (["port=99999"], "port must be in 0..65535"),
+    (["port=99999"], "port must be <= 65535, got 99999"),
+    (["port=-1"], "port must be >= 0, got -1"),
     (["router.threshold_logit=.nan"], "router.threshold_logit: must be a finite number, got nan"),
     (["router.threshold_logit=high"], "threshold_logit: expected float"),
     (["max_queue=0"], "max_queue must be >= 1"),
