@@ -32,9 +32,8 @@ from tiermem.settings.errors import ConfigError, MissingFileError, stage_main
 
 
 def _check_criterion(criterion: str, value: float | None, budget_share: float | None) -> None:
-    for name, number in (("value", value), ("budget_share", budget_share)):
-        if number is not None and not math.isfinite(number):  # nan fails every comparison below, so it would pass
-            raise ConfigError(f"criterion {criterion}: {name} must be a finite number, got {number}")
+    if value is not None and not math.isfinite(value):  # nan fails every comparison below, so it would pass
+        raise ConfigError(f"criterion {criterion}: value must be a finite number, got {value}")
     if criterion == "escalation_rate":
         if value is None or not 0.0 < value <= 1.0:
             raise ConfigError(f"criterion {criterion}: value must be a share in (0, 1], got {value}")
@@ -44,8 +43,6 @@ def _check_criterion(criterion: str, value: float | None, budget_share: float | 
                               f"(share of raw-only's mean input tokens), got {value}, {budget_share}")
         if value is not None and value <= 0:
             raise ConfigError(f"criterion token_budget: value must be a mean input-token budget > 0, got {value}")
-        if budget_share is not None and not 0.0 < budget_share <= 1.0:
-            raise ConfigError(f"criterion token_budget: budget_share must be in (0, 1], got {budget_share}")
     elif budget_share is not None:
         raise ConfigError(f"budget_share applies to criterion token_budget only, not {criterion}")
 
@@ -60,7 +57,7 @@ class OperatingPoint:
     name: str
     criterion: Literal["max_reward", "token_budget", "escalation_rate"] = "token_budget"
     value: float | None = None
-    budget_share: float | None = None
+    budget_share: float | None = field(default=None, metadata={"gt": 0, "le": 1})
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -80,7 +77,8 @@ class CalibrateConfig:
     scores_from: Literal["auto", "split"] = "auto"
     criterion: Literal["max_reward", "token_budget", "escalation_rate", "risk_control"] = "max_reward"
     value: float | None = None  # escalation_rate: target share in (0, 1]; token_budget: mean tokens
-    budget_share: float | None = None  # token_budget: the budget as a share of raw-only's mean input tokens here
+    # token_budget: the budget as a share of raw-only's mean input tokens here
+    budget_share: float | None = field(default=None, metadata={"gt": 0, "le": 1})
     reward: RewardConfig = field(default_factory=RewardConfig)  # max_reward: the GRPO reward table
     alpha: float = field(default=0.1, metadata=SHARE)  # risk_control: allowed false-cache-hit rate
     delta: float = field(default=0.1, metadata=SHARE)  # risk_control: allowed probability that the bound fails

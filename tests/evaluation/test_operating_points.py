@@ -40,7 +40,7 @@ def dataset(tmp_path):
 def test_operating_point_config_is_checked():
     with pytest.raises(ValueError, match="exactly one of value"):
         OperatingPoint(name="x", criterion="token_budget")
-    with pytest.raises(ValueError, match="budget_share must be in"):
+    with pytest.raises(ValueError, match="operating point budget_share must be <= 1, got 1.5"):
         OperatingPoint(name="x", criterion="token_budget", budget_share=1.5)
     with pytest.raises(ValueError, match="budget_share applies"):
         OperatingPoint(name="x", criterion="escalation_rate", value=0.5, budget_share=0.5)
