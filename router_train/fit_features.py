@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -12,19 +12,19 @@ from serving.routers.top1 import Top1ScoreRouter
 from serving.signals import FEATURES, feature_matrix
 from tiermem import contract
 from tiermem.models.logistic import fit_logistic
-from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, json_stage
+from tiermem.settings.config import ConfigError, check_declared, json_stage
 from tiermem.settings.errors import DataError
 
 
 @dataclass
 class FitFeaturesConfig:
-    kind: str = "features"  # features (fit a logistic regression) | top1-score (no fitting; a directory to calibrate)
+    # features (fit a logistic regression) | top1-score (no fitting; a directory to calibrate)
+    kind: Literal["features", "top1-score"] = "features"
     data: str | list[str] = "runs/label/dataset"  # label DatasetDict or JSONL; several: [a, b], pooled
     split: str = "train"
     output_dir: str = "runs/features"
-    l2: float = 1.0
-    class_weight: str = "balanced"  # balanced | none
+    l2: float = field(default=1.0, metadata={"ge": 0})
+    class_weight: Literal["balanced", "none"] = "balanced"  # balanced | none
     eval_splits: list[str] = field(default_factory=lambda: ["validation"])  # AUROC reported in the metrics
     # kind features: every question of these splits scored by a model fitted on the other conversations
     # (oof_scores.json: what calibrate and the demo's main-router choice read); [] = none
@@ -34,9 +34,7 @@ class FitFeaturesConfig:
         from labeling.dataset import data_paths
 
         data_paths(self.data)
-        if self.kind not in ("features", "top1-score"):
-            raise ConfigError(f"kind must be features or top1-score, got {self.kind!r}")
-        ranges.non_negative(self.l2, "l2", ConfigError)
+        check_declared(self)
 
 
 def labeled_rows(data: str, split: str) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,8 +19,7 @@ from tiermem.models.model_dir import refuse_output_over_input
 from tiermem.runs.run_meta import RUN_META_FILE, RunMeta, read_run_meta
 from tiermem.runs.rundir import launch_run_dir
 from tiermem.runs.safe_io import check_file_path
-from tiermem.settings import ranges
-from tiermem.settings.config import ConfigError, check_declared
+from tiermem.settings.config import ConfigError
 from tiermem.settings.errors import MissingFileError
 
 from .decisions import decision_reports
@@ -65,7 +64,7 @@ class GRPORecipeConfig(RecipeConfig):
     trunk_from: str | None = None
     # refit the signal head on the GRPO adapter's margins: null = when the router run has one; false: no head
     signal_head: bool | None = None
-    signal_head_l2: float = 1.0  # L2 of the refit (as SFT's loss.signal_head_l2)
+    signal_head_l2: float = field(default=1.0, metadata={"ge": 0})  # L2 of the refit (as SFT's loss.signal_head_l2)
     minimal_pairs: bool = True  # train on the train split's minimal pairs too; false: natural rows only (~40%)
     # the sampled policy's action prior, a logit offset on ESCALATE per prompt (action_token only; grpo_learning):
     # SFT's signal head as SFT trained it beside the margin (null: when the SFT run has one)
@@ -73,25 +72,22 @@ class GRPORecipeConfig(RecipeConfig):
     # one constant more, so the sampled escalation share on the train prompts starts at their label share (null: on)
     prior_calibrate: bool | None = None
     # every N steps the policy's exact expected validation reward is checked (0: only before and after training)
-    check_steps: int = 25
+    check_steps: int = field(default=25, metadata={"ge": 0})
     # stop after this many checks without a gain, keeping the best checked weights (0: run every step, keep the last)
-    patience: int = 3
-    min_gain: float = 0.0  # a check is a gain when it beats the best checked reward by more than this
+    patience: int = field(default=3, metadata={"ge": 0})
+    # a check is a gain when it beats the best checked reward by more than this
+    min_gain: float = field(default=0.0, metadata={"ge": 0})
     # stop at a check when the logged share of one-action groups since the last check is above this: such groups have
     # zero advantage, so the steps left would not move the policy (1.0: never)
-    max_zero_variance: float = 0.5
+    max_zero_variance: float = field(default=0.5, metadata={"ge": 0, "le": 1})
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        check_declared(self)
+        super().__post_init__()  # the declared ranges and choices too
         if not self.router:
             raise ConfigError("GRPO starts from an SFT adapter: set router= to a `make sft` output directory")
         if self.completion != "action_token" and (self.prior_head or self.prior_calibrate):
             raise ConfigError("prior_head and prior_calibrate shape the sampled action token: they need "
                               "completion=action_token (set them null or false for completion=text)")
-        ranges.probability(self.max_zero_variance, "max_zero_variance (a share of groups)", ConfigError)
-        for name in ("signal_head_l2", "check_steps", "patience", "min_gain"):
-            ranges.non_negative(getattr(self, name), name, ConfigError)
 
 
 def build_grpo_config(cfg: GRPORecipeConfig) -> Any:

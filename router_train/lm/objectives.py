@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -15,9 +15,7 @@ from trl import SFTTrainer
 
 from tiermem.models.logistic import LogisticModel
 from tiermem.models.trunk import FrozenTrunk, supports_trunk, top_layers_holding
-from tiermem.settings import ranges
 from tiermem.settings.config import check_declared
-from tiermem.settings.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -28,27 +26,26 @@ REWARD_COLUMNS = ("reward_answer", "reward_escalate")
 @dataclass
 class LossConfig:
     kind: Literal["decision", "expected_reward"] = "decision"  # DECISION_LOSSES
-    lm_weight: float = 0.1  # weight of the completion NLL beside the decision term (keeps the JSON format)
+    # weight of the completion NLL beside the decision term (keeps the JSON format)
+    lm_weight: float = field(default=0.1, metadata={"ge": 0})
     # weight of -log p(either action token) at the decision position, over the full vocabulary: the two-way
     # decision terms only compare the two actions, so without it sampled completions drift to other tokens there
     # ("EQUAL", "RESOLVE", ...), which breaks generate mode and leaves GRPO with mostly unparseable samples.
-    mass_weight: float = 1.0
+    mass_weight: float = field(default=1.0, metadata={"ge": 0})
     # Compute the frozen bottom layers once per row and reuse them every epoch (tiermem.models.trunk.FrozenTrunk),
     # when the adapter trains only the top layers (lora.top_layers) and the model type allows it.
     frozen_trunk: bool = True
     trunk_cache: str | None = None  # a file keeping the trunk states between runs (same data, model and split)
     # Add a learned linear head over the serve-time signals to the decision margin (decision / expected_reward).
     signal_head: bool = False
-    signal_head_l2: float = 1.0  # L2 of the logistic regression that initializes the head
+    # L2 of the logistic regression that initializes the head
+    signal_head_l2: float = field(default=1.0, metadata={"ge": 0})
     # the LM margin's weight beside the head at serving time: null = chosen after training on the validation split
     # from TEXT_WEIGHTS by AUROC (1.0 when there are no validation rows); a number fixes it
-    text_weight: float | None = None
+    text_weight: float | None = field(default=None, metadata={"ge": 0})
 
     def __post_init__(self) -> None:
         check_declared(self, "loss.")
-        for name in ("signal_head_l2", "lm_weight", "mass_weight") + (("text_weight",) if self.text_weight is not None
-                                                                       else ()):
-            ranges.non_negative(getattr(self, name), f"loss.{name}", ConfigError)
 
 
 class SignalHead(torch.nn.Module):

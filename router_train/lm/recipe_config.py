@@ -7,10 +7,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tiermem.rewards import RewardConfig
-from tiermem.settings.config import check_field_types, parse_cli
+from tiermem.settings.config import AT_LEAST_ONE, check_declared, check_field_types, parse_cli
 from tiermem.settings.errors import ConfigError, stage_main
 
 log = logging.getLogger(__name__)
@@ -27,11 +27,10 @@ class LoraSettings:
     )
     # Adapt only the top N decoder layers (None: all). Frozen lower layers need no backward pass, which is most
     # of a CPU step; the decision is read at the last position, where the top layers decide.
-    top_layers: int | None = None
+    top_layers: int | None = field(default=None, metadata=AT_LEAST_ONE)
 
     def __post_init__(self) -> None:
-        if self.top_layers is not None and self.top_layers < 1:
-            raise ConfigError(f"lora.top_layers must be >= 1 or null (all layers), got {self.top_layers}")
+        check_declared(self, "lora.")
 
     def to_peft(self, num_layers: int | None = None) -> Any:
         from peft import LoraConfig
@@ -58,7 +57,7 @@ class RecipeConfig:
     eval_split: str = "validation"
     lora: LoraSettings = field(default_factory=LoraSettings)
     rewards: RewardConfig = field(default_factory=RewardConfig)  # the reward table (GRPO; SFT's expected_reward)
-    balance: str = "none"  # none | oversample (train split only)
+    balance: Literal["none", "oversample"] = "none"  # oversample: the train split only
     seed: int = 42
     cpu_defaults: bool = True  # fp32, no gradient checkpointing, threads = cores, when no GPU is present
     max_train_rows: int | None = None
@@ -72,6 +71,7 @@ class RecipeConfig:
         from labeling.dataset import data_paths
 
         data_paths(self.data)
+        check_declared(self)  # a recipe's own fields too
 
 
 def has_gpu() -> bool:

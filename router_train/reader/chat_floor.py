@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.settings import ranges
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
 from tiermem.settings.errors import ConfigError, DataError, MissingFileError, stage_main
 
 METHOD = ("chat: youden on the best sentence's logit; LoCoMo train questions whose gold turn is among the turns "
@@ -23,19 +23,17 @@ class ChatFloorConfig:
     # the conversations calibrated on: the train split of configs/label/locomo_cpu_evidence.yaml; [] = all in `data`
     conversations: list[str] = field(default_factory=lambda: ["conv-26", "conv-41", "conv-43", "conv-44"])
     molweni: str = "../shared/data/molweni_mrc_test.json"  # Molweni MRC JSON; "" or absent = LoCoMo alone
-    max_questions: int = 240  # conversation questions sampled (seeded); 0 = all
-    max_molweni: int = 160  # Molweni unanswerable questions sampled (seeded); 0 = all
-    turn_k: int = 36  # the turns research ranks per question (memory.turn_k)
+    max_questions: int = field(default=240, metadata={"ge": 0})  # conversation questions sampled (seeded); 0 = all
+    # Molweni unanswerable questions sampled (seeded); 0 = all
+    max_molweni: int = field(default=160, metadata={"ge": 0})
+    turn_k: int = field(default=36, metadata=AT_LEAST_ONE)  # the turns research ranks per question (memory.turn_k)
     seed: int = 0
     force: bool = False  # recalibrate even when the stored floor is for these weights and settings
 
     def __post_init__(self) -> None:
         if not self.reader:
             raise ConfigError("reader must name a reader directory")
-        for name in ("max_questions", "max_molweni", "turn_k"):
-            ranges.non_negative(getattr(self, name), name, ConfigError)
-        if self.turn_k < 1:
-            raise ConfigError("turn_k must be >= 1")
+        check_declared(self)
 
 
 def _sample(items: list[Any], n: int, seed: int) -> list[Any]:

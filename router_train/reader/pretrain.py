@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.models.cross_encoder import PRETRAIN_FILE
-from tiermem.settings import ranges
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
 from tiermem.settings.errors import ConfigError, stage_main
 
 
@@ -24,43 +24,39 @@ class ReaderPretrainConfig:
     # chat reading data, each in its published shape: molweni:<file> | friendsqa:<file> (reader/chat_reading.py)
     chat_data: list[str] = field(default_factory=list)
     span_head: bool = True  # train the extractive span head (start/end + no-answer) beside the classifier
-    span_weight: float = 1.0  # the span loss's weight beside the classifier's BCE
+    span_weight: float = field(default=1.0, metadata={"ge": 0})  # the span loss's weight beside the classifier's BCE
     # unanswerable questions: the units sharing most words with the question (a plausible answer's first); 0 = all
-    unanswerable_units: int = 0
+    unanswerable_units: int = field(default=0, metadata={"ge": 0})
     erased_negatives: bool = False  # each gold unit with its answer cut out, target no-answer (the attribute gone)
-    heldout_dialogues: int = 10  # whole dialogues per chat source kept out of training (held-out AUROC per source)
+    # whole dialogues per chat source kept out of training (held-out AUROC per source)
+    heldout_dialogues: int = field(default=10, metadata=AT_LEAST_ONE)
     hub_split: str = "validation"  # the split loaded for hf:<name>
     base: str = "packaged:all-minilm-l6-v2"  # the encoder fine-tuned (a model spec: packaged:, hub id, directory)
     output_dir: str = "runs/reader_pretrain"  # the checkpoint: unit-reader's `base`
     cache: bool = True  # reuse and store the checkpoint under $TIERMEM_CACHE/readers (keyed by data + settings)
-    negatives_per_question: int = 3  # answerable questions: the paragraph's sentences sharing most words, target 0
-    heldout_articles: int = 2  # whole articles kept out of training for the held-out answerability AUROC
-    max_train_pairs: int = 0  # 0: every pair; N: a seeded sample of N (quick runs, tests)
-    max_length: int = 128  # word pieces per (question, sentence) pair; the reader serves at 128
-    epochs: int = 1
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    batch_size: int = 32  # pairs per step
-    warmup_share: float = 0.1  # share of steps with a linear learning-rate warmup
-    score_batch_size: int = 64  # pairs per forward pass when scoring the held-out articles
-    log_every: int = 50  # steps between progress lines (0: none)
+    # answerable questions: the paragraph's sentences sharing most words, target 0
+    negatives_per_question: int = field(default=3, metadata={"ge": 0})
+    # whole articles kept out of training for the held-out answerability AUROC
+    heldout_articles: int = field(default=2, metadata=AT_LEAST_ONE)
+    # 0: every pair; N: a seeded sample of N (quick runs, tests)
+    max_train_pairs: int = field(default=0, metadata={"ge": 0})
+    # word pieces per (question, sentence) pair (the encoder has 512 positions); the reader serves at 128
+    max_length: int = field(default=128, metadata={"ge": 16, "le": 512})
+    epochs: int = field(default=1, metadata=AT_LEAST_ONE)
+    learning_rate: float = field(default=1e-4, metadata={"gt": 0})
+    weight_decay: float = field(default=0.01, metadata={"ge": 0})
+    batch_size: int = field(default=32, metadata=AT_LEAST_ONE)  # pairs per step
+    # share of steps with a linear learning-rate warmup
+    warmup_share: float = field(default=0.1, metadata={"ge": 0, "lt": 1})
+    # pairs per forward pass when scoring the held-out articles
+    score_batch_size: int = field(default=64, metadata=AT_LEAST_ONE)
+    log_every: int = field(default=50, metadata={"ge": 0})  # steps between progress lines (0: none)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, low in (("negatives_per_question", 0), ("heldout_articles", 1), ("max_train_pairs", 0),
-                          ("unanswerable_units", 0), ("heldout_dialogues", 1),
-                          ("max_length", 16), ("epochs", 1), ("batch_size", 1), ("score_batch_size", 1),
-                          ("log_every", 0)):
-            if getattr(self, name) < low:
-                raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
-        if self.max_length > 512:
-            raise ConfigError(f"max_length must be <= 512 (the encoder's positions), got {self.max_length}")
-        if not self.learning_rate > 0 or self.weight_decay < 0 or not 0 <= self.warmup_share < 1:
-            raise ConfigError("learning_rate > 0, weight_decay >= 0 and 0 <= warmup_share < 1 are required, got "
-                              f"{self.learning_rate}, {self.weight_decay}, {self.warmup_share}")
+        check_declared(self)
         if not self.data:
             raise ConfigError("data must name a SQuAD 2.0 JSON file or hf:<dataset name>")
-        ranges.non_negative(self.span_weight, "span_weight", ConfigError)
         from router_train.reader.chat_reading import check_sources
 
         check_sources(self.chat_data)

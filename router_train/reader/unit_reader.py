@@ -9,6 +9,7 @@ from typing import Any
 
 from serving.routers.unit_reader import POOLINGS, TEXT_SCORES, UnitReaderRouter
 from tiermem import contract
+from tiermem.settings.config import AT_LEAST_ONE, check_declared
 from tiermem.settings.errors import ConfigError, stage_main
 
 from .unit_cv import auroc_or_none, candidates, choose, cross_validate, escalate, point_key
@@ -26,28 +27,30 @@ class UnitReaderConfig:
     base: str = "runs/reader_pretrain"
     # deeper units (rank > top_k, train split) per question kept as negatives, highest-ranked first; every deeper
     # positive is kept
-    deep_negatives: int = 3
+    deep_negatives: int = field(default=3, metadata={"ge": 0})
     # deeper positives (rank > top_k, train split) per question kept, highest target first; null: every one (a long
     # history's restated facts give ~14 a question, most partial)
-    deep_positives: int | None = None
-    max_epochs: int = 2  # epochs per fold; CV picks the number of epochs in 1..max_epochs
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    batch_size: int = 32  # pairs per step
-    warmup_share: float = 0.1  # share of steps with a linear learning-rate warmup
+    deep_positives: int | None = field(default=None, metadata={"ge": 0})
+    # epochs per fold; CV picks the number of epochs in 1..max_epochs
+    max_epochs: int = field(default=2, metadata=AT_LEAST_ONE)
+    learning_rate: float = field(default=1e-4, metadata={"gt": 0})
+    weight_decay: float = field(default=0.01, metadata={"ge": 0})
+    batch_size: int = field(default=32, metadata=AT_LEAST_ONE)  # pairs per step
+    # share of steps with a linear learning-rate warmup
+    warmup_share: float = field(default=0.1, metadata={"ge": 0, "lt": 1})
     poolings: list[str] = field(default_factory=lambda: list(POOLINGS))  # candidates CV chooses among
     text_weights: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5])  # the text part's weight grid
     # which reader scores the head reads, CV choosing: classifier logit, span margin (best span - no answer), both;
     # the span ones only for a base with a span head (reader-pretrain span_head: true)
     text_scores: list[str] = field(default_factory=lambda: list(TEXT_SCORES))
-    l2: float = 1.0  # the head's L2 penalty (standardized features)
+    l2: float = field(default=1.0, metadata={"ge": 0})  # the head's L2 penalty (standardized features)
     cv_splits: list[str] = field(default_factory=lambda: ["train", "validation"])  # CV over their conversations
     # the reader's CV folds: 0 = one per conversation; k = the validation conversations as one fold (its reader is
     # the final one: no refit) and the train conversations dealt into k - 1, each domain spread over them
-    cv_folds: int = 0
+    cv_folds: int = field(default=0, metadata={"ge": 0})
     train_split: str = "train"  # the final reader and head
     eval_splits: list[str] = field(default_factory=lambda: ["validation"])  # metrics through the serving scorer
-    score_batch_size: int = 64  # pairs per forward pass when scoring
+    score_batch_size: int = field(default=64, metadata=AT_LEAST_ONE)  # pairs per forward pass when scoring
     # candidates CV chooses among: 0 = the base as it is (zero-shot), k = its top k encoder layers fine-tuned on the
     # conversations (6 = every layer of MiniLM; the layers below are frozen and their output cached once)
     finetune_layers: list[int] = field(default_factory=lambda: [0, 2])
@@ -57,27 +60,18 @@ class UnitReaderConfig:
         from labeling.dataset import data_paths
 
         data_paths(self.data)
-        bad = [p for p in self.poolings if p not in POOLINGS]
-        if bad or not self.poolings:
-            raise ConfigError(f"poolings must be names from {sorted(POOLINGS)}, got {self.poolings}")
-        bad = [t for t in self.text_scores if t not in TEXT_SCORES]
-        if bad or not self.text_scores:
-            raise ConfigError(f"text_scores must be names from {sorted(TEXT_SCORES)}, got {self.text_scores}")
+        check_declared(self)
+        for name, names in (("poolings", POOLINGS), ("text_scores", TEXT_SCORES)):
+            if not getattr(self, name) or any(x not in names for x in getattr(self, name)):
+                raise ConfigError(f"{name} must be names from {sorted(names)}, got {getattr(self, name)}")
         if not self.text_weights or any(w < 0 for w in self.text_weights):
             raise ConfigError(f"text_weights must be numbers >= 0, got {self.text_weights}")
-        for name in ("deep_negatives", "max_epochs", "batch_size", "score_batch_size", "cv_folds"):
-            if getattr(self, name) < (0 if name in ("deep_negatives", "cv_folds") else 1):
-                raise ConfigError(f"{name} must be >= {0 if name in ('deep_negatives', 'cv_folds') else 1}")
         if self.cv_folds == 1:
             raise ConfigError("cv_folds must be 0 (one fold per conversation) or >= 2")
-        if self.deep_positives is not None and self.deep_positives < 0:
-            raise ConfigError(f"deep_positives must be >= 0 or null (every one), got {self.deep_positives}")
         if not self.finetune_layers or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 24
                                            for k in self.finetune_layers):
             raise ConfigError(f"finetune_layers must be a non-empty list of 0 (zero-shot) .. the encoder's layers, "
                               f"got {self.finetune_layers}")
-        if self.learning_rate <= 0 or self.weight_decay < 0 or not 0 <= self.warmup_share < 1 or self.l2 < 0:
-            raise ConfigError("learning_rate > 0, weight_decay >= 0, 0 <= warmup_share < 1 and l2 >= 0 are required")
         if self.train_split not in self.cv_splits:
             raise ConfigError(f"train_split {self.train_split!r} must be one of cv_splits {self.cv_splits}")
 
