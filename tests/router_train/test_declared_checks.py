@@ -40,3 +40,10 @@ BAD = [(UnitReaderConfig, "deep_negatives=-1", "deep_negatives must be >= 0"),
 def test_a_value_outside_its_declared_range_or_choices_is_refused_by_key(cls, override, message):
     with pytest.raises(ConfigError, match=message.replace("|", r"\|")):
         parse_config(cls, None, [override])
+
+
+@pytest.mark.parametrize("cls", [ReaderPretrainConfig, FitFeaturesConfig])
+def test_an_infinity_in_a_ranged_field_built_in_python_is_refused(cls):
+    name = "span_weight" if cls is ReaderPretrainConfig else "l2"
+    with pytest.raises(ConfigError, match=f"{name}: must be a finite number"):
+        cls(**{name: float("inf")})

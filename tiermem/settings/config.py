@@ -120,6 +120,8 @@ def check_declared(obj: Any, prefix: str = "") -> None:
         choices = choices_of(hints[f.name])
         if choices is not None and value is not None and value not in choices:
             raise ConfigError(f"{key} must be one of {'|'.join(map(str, choices))}, got {value!r}")
+        if value is not None and any(name in f.metadata for name, _, _ in BOUNDS):
+            require_finite(value, key)  # a range says nothing of an infinity: `inf >= 0` holds
         for name, holds, words in BOUNDS:
             if name in f.metadata and value is not None and not holds(value, f.metadata[name]):
                 raise ConfigError(f"{key} must be {words} {f.metadata[name]}, got {value!r}")
