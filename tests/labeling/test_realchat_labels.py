@@ -31,7 +31,7 @@ def _memory(tmp_path):
 def test_a_question_naming_a_day_reads_that_days_pages_first(tmp_path):
     conv, runtime = _memory(tmp_path)
     memory = runtime._require()
-    page_of = memory.turn_page()
+    page_of = {t.turn_id: p.page_id for p in memory.all_pages() for t in p.turns}
     q = "Where is Paola going on 16.01.2024?"
     on_the_day = {page_of["d2-1"], page_of["d2-2"]}
     assert set(time_pages(memory, q)) == on_the_day

@@ -89,9 +89,6 @@ class PagesAsOf:
                                                                      strict=True) if first < self.before]
         return list(self._visible)
 
-    def close(self) -> None:  # the view owns nothing
-        pass
-
 
 @dataclass
 class TwoTierMemory:
@@ -99,9 +96,9 @@ class TwoTierMemory:
     raw: RawPageStore | PagesAsOf
     summaries: SummaryIndex
     keyword: KeywordIndex
-    turns: TurnIndex | None = None  # None: a memory opened without its turn index (research ranks pages only)
+    turns: TurnIndex
+    history: History
     _query: tuple[str, np.ndarray] | None = None  # the last query's vector: summaries and turns embed it once
-    history: History | None = None
     before: int | None = None  # as of: the turns at positions below this one; None: the whole history
     # "imported": the conversation's own units (research follows their provenance first); "built": by a summarizer
     tier1: str = "built"
@@ -118,21 +115,19 @@ class TwoTierMemory:
         """`embed_turns` (texts -> vectors): the turns' vectors made on demand, when none were ingested."""
         pages = raw.pages(conv_id)
         return cls(conv_id, raw, summaries, KeywordIndex(pages), TurnIndex(pages, turn_vectors, embed_turns),
-                   history=History(pages))
+                   History(pages))
 
     def as_of(self, turn_id: str | None) -> TwoTierMemory:
         """The memory a question asked at `turn_id` reads (that turn and every later one left out); None: all."""
         if turn_id is None:
             return dataclasses.replace(self, _query=None, owner=False)
-        if self.history is None:
-            raise RuntimeError("as_of needs a memory opened with TwoTierMemory.open")
         store = self.raw.store if isinstance(self.raw, PagesAsOf) else self.raw
         before = self.history.cutoff(turn_id)
         return dataclasses.replace(self, raw=PagesAsOf(store, self.history, before), _query=None, before=before,
                                    owner=False)
 
     def _units_allowed(self) -> np.ndarray | None:
-        if self.before is None or self.history is None:
+        if self.before is None:
             return None
         return self.history.unit_last(self.summaries) < self.before
 
@@ -142,8 +137,6 @@ class TwoTierMemory:
     def search_summaries_fused(self, query: str, k: int) -> list[RetrievedUnit]:
         """The k best units by RRF of dense and BM25 rankings (provenance search: a vague question's words count)."""
         dense = self.search_summaries(query, max(4 * k, 100))
-        if self.history is None:
-            return dense[:k]
         if self.history.unit_terms is None or len(self.history.unit_terms.page_ids) != len(self.summaries.units):
             self.history.unit_terms = UnitTerms(self.summaries.units)
         allowed = self._units_allowed()
@@ -157,20 +150,20 @@ class TwoTierMemory:
         return [by_id.get(uid) or self.summaries.retrieved(uid, fused[uid]) for uid in best]
 
     def search_pages(self, query: str, k: int) -> list[str]:
-        allowed = None if self.before is None or self.history is None else self.history.page_last < self.before
+        allowed = None if self.before is None else self.history.page_last < self.before
         return [page_id for page_id, _ in self.keyword.search(query, k, allowed)]
 
     def search_turns(self, query: str, k: int) -> list[TurnHit]:
-        """The k best turns by BM25 and the turn embeddings fused (tiermem.memory.turns); [] without a turn index."""
-        if self.turns is None or k <= 0:
+        """The k best turns by BM25 and the turn embeddings fused (tiermem.memory.turns)."""
+        if k <= 0:
             return []
         vector = self.embed_query(query) if self.turns.has_vectors else None
-        allowed = None if self.before is None or self.history is None else self.history.row_position < self.before
+        allowed = None if self.before is None else self.history.row_position < self.before
         return self.turns.rank(query, vector, k, allowed)
 
     def all_pages(self) -> list[Page]:
         """Every page this memory may read, in order (cut at the question in a view); read once, not per call."""
-        if isinstance(self.raw, PagesAsOf) or self.history is None:
+        if isinstance(self.raw, PagesAsOf):
             return self.raw.pages(self.conv_id)
         return list(self.history.pages)
 
@@ -198,10 +191,6 @@ class TwoTierMemory:
 
     def page(self, page_id: str) -> Page:
         return self.raw.get(page_id)
-
-    def turn_page(self) -> dict[str, str]:
-        """turn id -> page id, for evidence accounting."""
-        return {t.turn_id: p.page_id for p in self.all_pages() for t in p.turns}
 
     def close(self) -> None:
         if not self.owner:  # a view: the tiers belong to the memory it was made from

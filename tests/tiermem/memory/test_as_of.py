@@ -75,7 +75,7 @@ def test_a_page_the_question_falls_in_is_read_cut_and_a_later_page_is_refused(tm
     q1 = conv.questions[0]
     later = _later(conv, q1.asked_before)
     large = build(tmp_path, conv, dataclasses.replace(CFG, page_tokens=400))  # the question's turn mid-page
-    page_id = large.memory.turn_page()["S2:2"]
+    page_id = next(p.page_id for p in large.memory.all_pages() if "S2:2" in {t.turn_id for t in p.turns})
     assert {t.turn_id for t in large.memory.page(page_id).turns} & later
     assert [t.turn_id for t in large.memory_for(q1).page(page_id).turns][-1] == "S2:2"
     small = build(tmp_path / "small", conv, SMALL_PAGES)

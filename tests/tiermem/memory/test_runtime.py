@@ -184,7 +184,7 @@ def test_dev_conversation_ingest(tmp_path, locomo_path):
     rt = MemoryRuntime.open_or_build(tmp_path, conv, cfg)
     pages = rt.memory.raw.pages()
     assert all(p.token_count <= 1000 for p in pages) and sum(len(p.turns) for p in pages) == len(conv.turns)
-    owner = rt.memory.turn_page()
+    owner = {t.turn_id for p in pages for t in p.turns}
     assert all(e in owner for q in conv.questions for e in q.evidence)
 
 
