@@ -111,9 +111,6 @@ class RuntimeAnswer:
     escalated_once: bool = False  # ANSWER found nothing above the reader's floor in the summaries and read pages
     elapsed_s: float = 0.0  # this call's own time; cost.wall_s prices cached calls at their original latency
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 class MemoryRuntime:
     def __init__(self, workdir: str | Path, cfg: MemoryConfig | None = None, *, llm: LLM | None = None,
@@ -147,9 +144,6 @@ class MemoryRuntime:
         if self._count_tokens is None:
             self._count_tokens = make_token_counter(self.cfg.tokenizer)
         return self._count_tokens
-
-    def tier_key(self, conv: Conversation) -> str:
-        return tier_key(conv, self.cfg, self.summarizer_llm)
 
     # ------------------------------------------------------------------------------------------ build / open
 
@@ -196,7 +190,8 @@ class MemoryRuntime:
                 round(sum(p.token_count for p in pages) / len(pages), 1), round(time.perf_counter() - start, 3),
                 dict(getattr(summarizer, "stats", {})),
             )
-            manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id, "tier_key": self.tier_key(conv),
+            manifest = {"version": TIERS_VERSION, "conv_id": conv.conv_id,
+                        "tier_key": tier_key(conv, self.cfg, self.summarizer_llm),
                         "tiers": self.cfg.tier_fields(), "tier1": "imported" if summarizer is None else "built",
                         "root_hash": root_hash, "tier1_root_hash": tier1_root,
                         "turn_vectors_sha256": turn_vectors_sha,
@@ -323,9 +318,6 @@ class MemoryRuntime:
         """The memory a question reads: as of its turn when it says when it was asked, else the whole history."""
         return self._require().as_of(getattr(question, "asked_before", None))
 
-    def retrieve(self, question: str | Question) -> list[RetrievedUnit]:
-        return self.memory_for(question).search_summaries(question_text(question)[0], self.cfg.top_k)
-
     def _configured_reader(self) -> AnswerReader:
         if self._reader is None:
             self._reader = load_answer_reader(self.cfg.reader)
@@ -366,10 +358,16 @@ class MemoryRuntime:
             out.reading, out.escalated_once, out.answer_source = got.reading, got.escalated_once, "reader"
             out.extractive_answer = got.answer
         elif action == "ANSWER":
-            out.summary = self.summary_path(question, retrieved)
+            out.summary = summary_policy(memory, question, self.llm, self.cfg.top_k, retrieved=retrieved,
+                                         max_tokens=self.cfg.answer_max_tokens)
             out.answer, out.cost, out.error = out.summary.answer, out.summary.cost, out.summary.error
         else:
-            out.research = self.research_path(question, retrieved)
+            cfg = self.cfg
+            out.research = research_policy(
+                memory, question, self.llm, retrieved, cfg.max_rounds, pages_per_round=cfg.pages_per_round,
+                keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
+                step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens, turn_k=cfg.turn_k,
+            )
             out.answer, out.cost, out.error = out.research.answer, out.research.cost, out.research.error
             if self.cfg.write_back and out.error is None:
                 out.writeback = self.write_back(out.research.linked)
@@ -397,26 +395,6 @@ class MemoryRuntime:
             out.answer, out.answer_source = grounded.answer, "extractive"
         else:
             out.answer_source = "lm"
-
-    def summary_path(self, question: str | Question, retrieved: list[RetrievedUnit]) -> SummaryResult:
-        """The ANSWER path with this runtime's settings (labeling runs both paths on the same retrieval)."""
-        if self.llm is None:
-            raise RuntimeError("MemoryRuntime needs an llm to answer questions")
-        return summary_policy(self.memory_for(question), question, self.llm, self.cfg.top_k, retrieved=retrieved,
-                              max_tokens=self.cfg.answer_max_tokens)
-
-    def research_path(self, question: str | Question, retrieved: list[RetrievedUnit]) -> ResearchResult:
-        """The ESCALATE path with this runtime's settings."""
-        if self.llm is None:
-            raise RuntimeError("MemoryRuntime needs an llm to answer questions")
-        cfg = self.cfg
-        return research_policy(
-            self.memory_for(question), question, self.llm, retrieved, cfg.max_rounds,
-            pages_per_round=cfg.pages_per_round,
-            keyword_k=cfg.keyword_k, search_k=cfg.search_k, max_snippets=cfg.max_snippets,
-            step_max_tokens=cfg.step_max_tokens, answer_max_tokens=cfg.answer_max_tokens,
-            turn_k=cfg.turn_k,
-        )
 
     def write_back(self, quotes: list[LinkedQuote]) -> list[WriteBack]:
         """Verified write-back of the linked facts into tier 1; the manifest's tier-1 root hash follows the index."""

@@ -89,9 +89,10 @@ def test_the_runtime_answers_a_question_as_of_its_turn(tmp_path, conv):
     runtime = build(tmp_path, conv, dataclasses.replace(SMALL_PAGES, answerer="extractive"))
     q1 = conv.questions[0]
     later = _later(conv, q1.asked_before)
-    assert not {t for u in runtime.retrieve(q1) for t in u.turn_ids} & later
     view = runtime.memory_for(q1)
-    pages = research_pages(view, q1.question, q1.date, runtime.retrieve(q1), runtime.cfg)
+    retrieved = view.search_summaries(q1.question, runtime.cfg.top_k)
+    assert not {t for u in retrieved for t in u.turn_ids} & later
+    pages = research_pages(view, q1.question, q1.date, retrieved, runtime.cfg)
     assert not {t.turn_id for p in view.raw.get_many(pages) for t in p.turns} & later
 
 

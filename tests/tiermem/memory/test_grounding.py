@@ -160,7 +160,8 @@ def _responder(messages):
 def test_research_steps_send_their_schemas(tmp_path, example):
     rt = build(tmp_path, example, _research_cfg())
     llm = _RecordingLLM(_responder)
-    r = research_policy(rt.memory, example.questions[0], llm, rt.retrieve(example.questions[0]), 3)
+    q = example.questions[0]
+    r = research_policy(rt.memory, q, llm, rt.memory_for(q).search_summaries(q.question, rt.cfg.top_k), 3)
     assert (r.stop_reason, r.parse_failures, len(r.linked)) == ("done", 0, 1)
     assert llm.schemas == [INTEGRATE_SCHEMA, PLAN_SCHEMA, None]  # the answer itself is free text
     rt.llm = _RecordingLLM(_responder)

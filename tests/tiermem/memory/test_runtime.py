@@ -1,6 +1,6 @@
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pytest
 
@@ -93,7 +93,7 @@ def test_fixed_policies(tmp_path, conv):
     out = rt.answer(q)
     assert (out.action, out.decided_by) == ("ESCALATE", "fixed:research")
     assert out.summary is None and out.research.rounds >= 1 and out.cost.pages_read >= 1
-    json.dumps(out.to_dict())  # records serialize
+    json.dumps(asdict(out))  # records serialize
 
 
 @dataclass
@@ -156,7 +156,8 @@ def test_verified_write_back(tmp_path, conv):
     rt.close()
     reopened = MemoryRuntime(workdir, cfg, embedder=HashingEmbedder())
     assert reopened.memory.summaries.get(added.unit_id).text == added.text
-    assert reopened.retrieve("record eleven octopuses research dive")[0].unit_id == added.unit_id
+    hits = reopened.memory.search_summaries("record eleven octopuses research dive", cfg.top_k)
+    assert hits[0].unit_id == added.unit_id
 
 
 def test_write_back_skip_update_add(tmp_path, conv):
