@@ -8,7 +8,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,9 +75,6 @@ class RetrievedUnit:
     date: str | None
     speakers: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 _NOT_NAMES = {"i", "i'm", "i've", "i'll", "i'd"}
 
@@ -141,11 +138,10 @@ def unit_hash(unit: SummaryUnit, embedding: bytes) -> str:
 class SummaryIndex:
     """Summary units + normalized embeddings in `<directory>/summaries.db`; cosine top-k search."""
 
-    def __init__(self, directory: str | Path, embedder: Embedder, batch_size: int = 64) -> None:
+    def __init__(self, directory: str | Path, embedder: Embedder) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder
-        self.batch_size = batch_size
         self.path = self.directory / "summaries.db"
         self._conn = open_sqlite(self.path, "the tier-1 summary index")
         try:
@@ -181,7 +177,7 @@ class SummaryIndex:
             self.embedder.max_seq_length = min(limit, max_tokens)
         try:
             vectors = self.embedder.encode(
-                list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
                 show_progress_bar=progress,
             )
         finally:
