@@ -18,7 +18,7 @@ from tiermem.memory.replies import Search, parse_facts_reply, parse_plan_reply
 from tiermem.memory.summaries import RetrievedUnit, day_of
 from tiermem.memory.text import content_words, link_quote, normalize
 from tiermem.memory.tiers import TwoTierMemory
-from tiermem.memory.turns import TURN_CANDIDATES, pages_by_turns, pages_of, rescore
+from tiermem.memory.turns import TURN_CANDIDATES, pages_by_turns, rescore
 from tiermem.text.answer_match import find_dates
 
 ANSWER_SYSTEM = (
@@ -179,17 +179,14 @@ class ResearchResult:
         return [q for q in self.quotes if q.page_id is not None]
 
 
-def _pages_block(pages: Sequence[Page]) -> str:
-    return "\n\n".join(f"=== page {p.page_id} ===\n{p.text}" for p in pages)
-
-
 def _facts_block(quotes: Sequence[LinkedQuote]) -> str:
     return "\n".join(f"- {q.fact}" for q in quotes) or "(none yet)"
 
 
 def integrate_messages(q: str, date: str | None, quotes: Sequence[LinkedQuote],
                        pages: Sequence[Page]) -> list[dict[str, str]]:
-    user = f"{_ask(q, date)}\n\nFacts found so far:\n{_facts_block(quotes)}\n\nNew pages:\n{_pages_block(pages)}"
+    new = "\n\n".join(f"=== page {p.page_id} ===\n{p.text}" for p in pages)
+    user = f"{_ask(q, date)}\n\nFacts found so far:\n{_facts_block(quotes)}\n\nNew pages:\n{new}"
     return [{"role": "system", "content": INTEGRATE_SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -256,7 +253,7 @@ def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[Retriev
     linked = list(dict.fromkeys(pid for u in retrieved for pid in u.page_ids))
     keyword = memory.search_pages(q, keyword_k)
     provenance = None
-    if getattr(memory, "tier1", "built") == "imported":
+    if memory.tier1 == "imported":
         # a memory system's facts each name their source turn: follow those links first, the retrieved units' and
         # then the next ranks' (its own search, one query vector), before raw-text search
         deeper = memory.search_summaries_fused(q, PROVENANCE_RANKS)
@@ -268,7 +265,8 @@ def first_round_pages(memory: TwoTierMemory, q: str, retrieved: Sequence[Retriev
     if provenance is not None:
         order = list(dict.fromkeys([*provenance[:pages_per_round], *order]))
     if reader is not None and hits:
-        order = list(dict.fromkeys(pages_of(rescore(hits, q, reader))[:pages_per_round] + order))
+        best = list(dict.fromkeys(h.page_id for h in rescore(hits, q, reader)))
+        order = list(dict.fromkeys(best[:pages_per_round] + order))
     timed = time_pages(memory, q, question_date)
     return _interleave(timed, order) if timed else order
 

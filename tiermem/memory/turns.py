@@ -114,10 +114,6 @@ def rescore(hits: Sequence[TurnHit], question: str, reader: Any) -> list[TurnHit
     return [scored[i] for i in sorted(range(len(scored)), key=lambda i: (-scored[i].logit, i))]  # type: ignore[operator]
 
 
-def pages_of(hits: Sequence[TurnHit]) -> list[str]:
-    return list(dict.fromkeys(h.page_id for h in hits))
-
-
 def pages_by_turns(hits: Sequence[TurnHit]) -> list[str]:
     """The pages holding the hits, best first by the sum of their turns' fused scores."""
     score: dict[str, float] = {}
