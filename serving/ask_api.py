@@ -33,10 +33,6 @@ class AskServeConfig:
     max_inline_tiers: int = field(default=64, metadata=AT_LEAST_ONE)
 
     def __post_init__(self) -> None:
-        if isinstance(self.memory, dict):
-            from tiermem.settings.config import from_dict
-
-            self.memory = from_dict(MemoryConfig, self.memory, "ask.memory")
         if answerer_mode(self.memory.answerer, None, None) != "extractive":
             raise ConfigError("ask.memory.answerer: /ask serves the extractive answerer (no language model in the "
                               "server); set it to auto or extractive")
