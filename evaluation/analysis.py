@@ -167,8 +167,7 @@ def analyze(cases: Sequence[Case], clusters: Sequence[str], outputs: Sequence[Ro
                 comparisons.append(_diff(o.key, "random (0.5)", metric.upper(), pts[metric] - 0.5,
                                          rps[metric] - 0.5, level, random=True))
         for base in ("summary_only", "raw_only"):
-            if base in rate_points:
-                rate_diffs(o.key, base, ("accuracy", "mean_input_tokens"))
+            rate_diffs(o.key, base, ("accuracy", "mean_input_tokens"))
         if main is not None and o.key != main and main in rate_points and (o.key, main) not in pair_keys:
             rate_diffs(o.key, main, ("accuracy",))
             score_diffs(o.key, main)

@@ -21,6 +21,9 @@ from evaluation.provenance import data_name, dataset_provenance, machine_info
 from evaluation.reading import reading_steps
 from evaluation.sweep import sweep as sweep_of
 from labeling.dataset import RecordError, data_label, data_paths, load_split
+from labeling.judgments.format import load_judgments
+from labeling.judgments.report import ReplayedRouter, judged_records, judged_summary
+from labeling.judgments.verdicts import agreement, load_verdicts
 from serving.routers import Decision, RouterSpec, as_router_spec, build, decide
 from tiermem import contract
 from tiermem.runs.run_meta import RunMeta, meta_digest
@@ -307,23 +310,19 @@ def evaluate_records(records: Sequence[dict[str, Any]], cfg: EvalConfig, router:
 
 def write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
     with claimed_output_dir(out_dir, "eval") as out:
-        return _write_outputs(report, predictions, out)
-
-
-def _write_outputs(report: dict[str, Any], predictions: list[dict[str, Any]], out: Path) -> dict[str, Path]:
-    paths = {"plot": out / "eval.png"}
-    report["meta"]["plot"] = str(paths["plot"])
-    eval_report.write_plot(report, paths["plot"])
-    if any(r.get("reliability") for r in report.get("ranking", {}).values()):
-        paths["reliability_plot"] = out / "eval_reliability.png"
-        report["meta"]["reliability_plot"] = str(paths["reliability_plot"])
-        eval_report.write_reliability_plot(report, paths["reliability_plot"])
-    paths["json"] = eval_report.write_json(report, out / "eval.json")
-    paths["markdown"] = eval_report.write_markdown(report, out / "eval.md")
-    if predictions:
-        paths["predictions"] = out / "predictions.jsonl"
-        write_atomic(paths["predictions"], "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
-    return paths
+        paths = {"plot": out / "eval.png"}
+        report["meta"]["plot"] = str(paths["plot"])
+        eval_report.write_plot(report, paths["plot"])
+        if any(r.get("reliability") for r in report.get("ranking", {}).values()):
+            paths["reliability_plot"] = out / "eval_reliability.png"
+            report["meta"]["reliability_plot"] = str(paths["reliability_plot"])
+            eval_report.write_reliability_plot(report, paths["reliability_plot"])
+        paths["json"] = eval_report.write_json(report, out / "eval.json")
+        paths["markdown"] = eval_report.write_markdown(report, out / "eval.md")
+        if predictions:
+            paths["predictions"] = out / "predictions.jsonl"
+            write_atomic(paths["predictions"], "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
+        return paths
 
 
 def run(cfg: EvalConfig) -> dict[str, Path]:
@@ -345,18 +344,12 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
         compare.append((spec.name, other, other.name))
     judgments = None
     if cfg.judgments:
-        from labeling.judgments.format import load_judgments
-
         judgments = load_judgments(cfg.judgments)  # a bad file stops the run before any router is asked
     verdicts = None
     if cfg.verdicts:
-        from labeling.judgments.verdicts import load_verdicts
-
         verdicts = load_verdicts(cfg.verdicts)
     domains = split_by_domain(records)
     if judgments is not None or verdicts is not None or len(domains) > 1:  # scored again: replayed, not asked
-        from labeling.judgments.report import ReplayedRouter
-
         router = None if router is None else ReplayedRouter(router)
         compare = [(key, ReplayedRouter(other), display) for key, other, display in compare]
     report, predictions = evaluate_records(records, cfg, router, name, compare)
@@ -367,17 +360,12 @@ def _run(cfg: EvalConfig, records: list[dict[str, Any]]) -> dict[str, Path]:
 
     report["by_domain"] = per_domain(records, again, report["meta"]["notes"])
     if judgments is not None:
-        from labeling.judgments.report import judged_records, judged_summary
-
         rows, coverage = judged_records(records, judgments)
         if not rows:
             raise ConfigError(f"judgments {cfg.judgments}: none of the {len(records)} records of split "
                               f"{cfg.split!r} was judged over its units ({coverage['by_match']})")
         report["judged"] = judged_summary(again(rows), coverage)
     if verdicts is not None:
-        from labeling.judgments.report import judged_records, judged_summary
-        from labeling.judgments.verdicts import agreement
-
         rows, coverage = judged_records(records, verdicts)
         report["verdicts"] = {"label_agreement": agreement(records, verdicts, cfg.bootstrap.n_boot)}
         if rows:  # the routers against the verdicts, beside the labels

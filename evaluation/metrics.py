@@ -29,13 +29,8 @@ class Case:
     s_latency_s: float
     r_latency_s: float
 
-    @property
-    def replayable(self) -> bool:
-        """Both paths' correctness known: any decision on the case can be scored."""
-        return self.s_ok is not None and self.r_ok is not None
 
-
-def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
+def correctness_fields(rule: str) -> tuple[str, str]:
     """The (summary, research) correctness columns for `rule`; `label_rule`'s `s_ok`/`r_ok` are filled under the rule
     that made the labels, so accuracy is on the scale of the labels the router learned from."""
     if rule == "label_rule":
@@ -47,7 +42,7 @@ def correctness_fields(record: Mapping[str, Any], rule: str) -> tuple[str, str]:
 
 def to_case(record: Mapping[str, Any], rule: str = "label_rule", index: int = 0) -> Case:
     where = f"record {index} (qid={record.get('qid')!r})"
-    s_field, r_field = correctness_fields(record, rule)
+    s_field, r_field = correctness_fields(rule)
     label = records.action_label(record, where)
     return Case(
         qid=str(records.field(record, "qid", where)),
@@ -88,7 +83,7 @@ def classify(record: Mapping[str, Any], rule: str = "label_rule", include_unlabe
         return SKIPPED
     if record.get("label") is None and not include_unlabeled:
         return SKIPPED
-    if any(record.get(f, False) is None for f in correctness_fields(record, rule)):
+    if any(record.get(f, False) is None for f in correctness_fields(rule)):
         return UNREPLAYABLE
     return REPLAY
 
@@ -134,7 +129,7 @@ def replayable_records(
 
 
 def check_replayable(cases: Sequence[Case], name: str) -> None:
-    unknown = [c.qid for c in cases if not c.replayable]
+    unknown = [c.qid for c in cases if c.s_ok is None or c.r_ok is None]
     if unknown:
         raise ValueError(f"{name}: cases {unknown[:5]} have an unknown path verdict and cannot be replayed")
 

@@ -85,8 +85,8 @@ def router_input(retrieved: list[Any]) -> list[dict[str, Any]]:
              "page_ids": list(u.page_ids), "speakers": list(u.speakers)} for u in retrieved]
 
 
-def _generated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]) -> tuple[list[Any], list[str]]:
-    """Both policies with the answerer; their answers are judged. Returns (retrieved units, pages read)."""
+def _generated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]) -> list[str]:
+    """Both policies with the answerer; their answers are judged. Returns the pages research read."""
     cfg_memory, answerer = ctx.cfg.memory, ctx.roles["answerer"]
     s = summary_policy(memory, q, answerer, cfg_memory.top_k, max_tokens=cfg_memory.answer_max_tokens)
     rec["router_summaries"] = router_input(s.retrieved)
@@ -110,7 +110,7 @@ def _generated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
     rec["summary_f1"], rec["research_f1"] = s_verdicts[0].score, r_verdicts[0].score
     rec["judges"] = json.dumps({"summary": verdicts_json(s_verdicts), "research": verdicts_json(r_verdicts)})
     rec["s_ok_outcome"], rec["r_ok_outcome"] = all_correct(s_verdicts), all_correct(r_verdicts)
-    return s.retrieved, list(r.pages_read)
+    return list(r.pages_read)
 
 
 def summary_input_tokens(q: Question, retrieved: list[Any], count_tokens: Any) -> int:
@@ -119,13 +119,11 @@ def summary_input_tokens(q: Question, retrieved: list[Any], count_tokens: Any) -
 
 
 def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any], count_tokens: Any,
-                     retrieved: list[Any] | None = None) -> tuple[list[Any], list[str]]:
+                     retrieved: list[Any]) -> list[str]:
     """No generation: the router's retrieval and research's first-round pages, costs estimated (deeper rounds need a
     generator's planner)."""
     cfg_memory = ctx.cfg.memory
     started = time.perf_counter()
-    if retrieved is None:
-        retrieved = memory.search_summaries(q.question, cfg_memory.top_k)
     pages = first_round_pages(memory, q.question, retrieved, pages_per_round=cfg_memory.pages_per_round,
                               keyword_k=cfg_memory.keyword_k, question_date=q.date,
                               turn_k=cfg_memory.turn_k, needed=cfg_memory.pages_per_round)[: cfg_memory.pages_per_round]
@@ -139,7 +137,7 @@ def _estimated_paths(ctx: Context, memory: Any, q: Question, rec: dict[str, Any]
                 **_cost("research", PathCost(input_tokens=r_tokens, wall_s=wall, pages_read=len(pages),
                                              rounds=1 if pages else 0))})
     ctx.tick("retrieved")
-    return retrieved, pages
+    return pages
 
 
 def label_summaries(ctx: Context, q: Question, rec: dict[str, Any], pages_read: list[str],
@@ -212,8 +210,8 @@ def _judged(ctx: Context, q: Question, rec: dict[str, Any]) -> Judgment | None:
 
 
 def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, split: str,
-                   page_turns: Reading | dict[str, list[str]], count_tokens: Any = None,
-                   retrieved: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+                   page_turns: Reading | dict[str, list[str]], count_tokens: Any,
+                   retrieved: dict[str, list[Any]] | None) -> dict[str, Any]:
     """Every stage for one question. LLMError anywhere -> an error record (never a verdict)."""
     cfg = ctx.cfg
     started = time.perf_counter()
@@ -227,9 +225,9 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
         return rec
     try:
         if cfg.generate_answers:
-            _, pages_read = _generated_paths(ctx, memory, q, rec)
+            pages_read = _generated_paths(ctx, memory, q, rec)
         else:
-            _, pages_read = _estimated_paths(ctx, memory, q, rec, count_tokens, (retrieved or {}).get(q.qid))
+            pages_read = _estimated_paths(ctx, memory, q, rec, count_tokens, retrieved[q.qid])
         rec["answers_generated"], rec["cost_estimated"] = cfg.generate_answers, not cfg.generate_answers
         label_summaries(ctx, q, rec, pages_read, page_turns)
         ctx.tick("judged")
@@ -248,16 +246,15 @@ def label_question(ctx: Context, memory: Any, conv: Conversation, q: Question, s
 LATE_EVIDENCE = "evidence_after_question"  # the drop reason of a question whose gold evidence comes after it
 
 
-def late_evidence(memory: Any, q: Question, conv: Conversation | None = None) -> list[str]:
+def late_evidence(memory: Any, q: Question, conv: Conversation) -> list[str]:
     """The gold turns of `q` said at or after its turn. A gold point without source turns is late (`point:<text>`)
     when none of its conversation's units of that text has all its turns before the question."""
     history, before = getattr(memory, "history", None), getattr(memory, "before", None)
     if q.asked_before is None or history is None or before is None:
         return []
     late = [t for t in q.evidence if history.position.get(t, before) >= before]
-    units = getattr(conv, "summaries", None) or []
     for point in (p for p in q.points if not p.turn_ids):
-        links = [u.turn_ids for u in units if u.text == point.text and u.turn_ids]
+        links = [u.turn_ids for u in conv.summaries if u.text == point.text and u.turn_ids]
         if links and all(any(history.position.get(t, before) >= before for t in ids) for ids in links):
             late.append(f"point:{point.text[:60]}")
     return late

@@ -51,13 +51,8 @@ from tiermem.settings.errors import UsageError
 log = logging.getLogger(__name__)
 
 
-def _workers(ctx: Context) -> int:
-    return ctx.cfg.concurrency if ctx.roles.thread_safe() else 1
-
-
-def _results(ctx: Context, jobs: list[tuple[Question, str]], fn: Any) -> Iterator[dict[str, Any]]:
+def _results(workers: int, jobs: list[tuple[Question, str]], fn: Any) -> Iterator[dict[str, Any]]:
     """Records in question order; bounded concurrency for HTTP backends, one at a time otherwise."""
-    workers = _workers(ctx)
     if workers == 1:
         for q, split in jobs:
             yield fn(q, split)
@@ -157,6 +152,7 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
                   coverage=None if cache is None else (CoverageJudge(roles["coverage"]), cache))
     # A tiers_dir of its own is a cache other runs may share; the default one lives inside this run.
     tiers_root = claim_cache_dir(cfg.tiers_dir) if cfg.tiers_dir else out / "tiers"
+    workers = cfg.concurrency if roles.thread_safe() else 1
     total = sum(len(c.questions) for c in conversations)
     from tqdm.auto import tqdm
 
@@ -190,9 +186,9 @@ def label_conversations(cfg: LabelConfig, roles: Roles | None, embedder: Any, co
                     views[q.qid]._query = (q.question, vector)
                 retrieved = None if cfg.generate_answers else {
                     q.qid: views[q.qid].search_summaries(q.question, retrieval_depth(cfg)) for q in todo}
-                work = functools.partial(_label_as_of, ctx, conv, views, AsOfReadings(), _workers(ctx),
+                work = functools.partial(_label_as_of, ctx, conv, views, AsOfReadings(), workers,
                                          count_tokens=runtime.count_tokens, retrieved=retrieved)
-                for group in _results(ctx, [(q, split) for q in todo], work):
+                for group in _results(workers, [(q, split) for q in todo], work):
                     for rec in group:  # a question's minimal pairs, then the question itself
                         if not store.done(record_key(rec)):  # pairs committed before a kill
                             store.put(rec)
@@ -280,8 +276,8 @@ def _swap_in(stage: Path, out: Path) -> None:
 
 
 def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapsed_s: float,
-           dropped_turns: dict[str, list[str]] | None = None, *, llm_judge: bool, llm_stats: dict[str, Any],
-           extra_stats: dict[str, Any] | None = None) -> dict[str, Any]:
+           dropped_turns: dict[str, list[str]], *, llm_judge: bool, llm_stats: dict[str, Any],
+           extra_stats: dict[str, Any]) -> dict[str, Any]:
     """Write the outputs into a staging directory, then swap them in (a one-process run and label-merge alike)."""
     out = Path(cfg.output_dir)
     records, pairs = for_dataset(records, cfg.minimal_pairs.enabled)  # minimal pairs reach the train split only
@@ -296,14 +292,13 @@ def finish(cfg: LabelConfig, records: list[dict[str, Any]], resumed: int, elapse
         if cfg.verdicts:  # checked against careful reading (read before labeling: a bad file stopped the run there)
             stats["verdicts"] = agreement(records, load_verdicts(cfg.verdicts))
         check_matched(cfg.judgments, stats.get("judgments"))
-        dropped_turns = dropped_turns or {}
         stats.update({"elapsed_s": round(elapsed_s, 1), "resumed_records": resumed,
                       "new_records": stats["records"] - resumed, "minimal_pairs": pairs, "llm": llm_stats,
                       "output_dir": str(out),
                       "unit_targets": unit_stats(records) if cfg.unit_targets.enabled else None,
                       "empty_turns_dropped": {"total": sum(len(v) for v in dropped_turns.values()),
                                               "by_conversation": {k: len(v) for k, v in dropped_turns.items()}},
-                      **(extra_stats or {})})
+                      **extra_stats})
         if good:
             dataset = build_dataset(good)
             save_into(stage / "dataset", lambda folder: dataset.save_to_disk(str(folder)))

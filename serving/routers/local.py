@@ -141,9 +141,7 @@ class LocalRouter(Router):
                    text_weight=text_weight)
 
     def head_log_odds(self, signals: Any) -> list[float]:
-        """The signal head's log-odds for raw feature rows ([n, len(FEATURES)]); zeros without a head."""
-        if self.signal_head is None:
-            return [0.0] * len(signals)
+        """The signal head's log-odds for raw feature rows ([n, len(FEATURES)])."""
         return [float(v) for v in self.signal_head.log_odds(np.asarray(signals, dtype=np.float64).reshape(
             len(signals), len(FEATURES)))]
 
@@ -324,7 +322,7 @@ class LocalRouter(Router):
 
 
 def load_adapter_model(run_dir: str | Path, meta: RunMeta, *, base_model: str | None = None, device: Any = None,
-                       dtype: Any = None, trainable: bool = False) -> tuple[Any, Any]:
+                       trainable: bool = False) -> tuple[Any, Any]:
     """(PeftModel, tokenizer) of a router run checked by `open_run_dir`, with the tokenizer training rendered with:
     the one adapter loader (serving loads a router with it, SFT and GRPO continue one)."""
     from transformers import AutoTokenizer
@@ -337,7 +335,7 @@ def load_adapter_model(run_dir: str | Path, meta: RunMeta, *, base_model: str | 
     if base.startswith(LOCAL_BASE):
         raise RouterLoadError(f"router {run_dir}: its base model was a {base} on the machine that trained it (no "
                               "hub id); pass router.base_model=PATH (or base_model=PATH)")
-    model, tokenizer = load_causal_lm(base, dtype=dtype, device=device)
+    model, tokenizer = load_causal_lm(base, device=device)
     model = load_adapter(model, run_dir, meta, trainable=trainable)
     if (run_dir / "tokenizer_config.json").is_file():
         tokenizer = AutoTokenizer.from_pretrained(str(run_dir))

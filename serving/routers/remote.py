@@ -151,19 +151,18 @@ class RemoteRouter(Router):
                     extra_body={"structured_outputs": {"choice": self.choices}})
             except (openai.BadRequestError, openai.UnprocessableEntityError):
                 # The server rejects the constraint field (e.g. `transformers serve` answers 422): generate instead.
-                resp = None
-                self.strategy = strategy = "generate"
-        if strategy == "choice":
-            text = resp.choices[0].message.content or ""
-            dt = time.perf_counter() - started
-            tokens = resp.usage.prompt_tokens if resp.usage else 0
-            if text.strip() in self.choices:
-                self.used["choice"] += 1
-                return decision_from_text(text, dt, tokens)
-            self.strategy = "generate"  # the constraint was ignored: parse free generations from now on
-            if len(text) >= 20:  # a long enough free generation is as good as a generate call
-                self.used["generate"] += 1
-                return decision_from_text(text, dt, tokens)
+                self.strategy = "generate"
+            else:
+                text = resp.choices[0].message.content or ""
+                dt = time.perf_counter() - started
+                tokens = resp.usage.prompt_tokens if resp.usage else 0
+                if text.strip() in self.choices:
+                    self.used["choice"] += 1
+                    return decision_from_text(text, dt, tokens)
+                self.strategy = "generate"  # the constraint was ignored: parse free generations from now on
+                if len(text) >= 20:  # a long enough free generation is as good as a generate call
+                    self.used["generate"] += 1
+                    return decision_from_text(text, dt, tokens)
         resp = self.client.chat.completions.create(
             model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=0.0)
         self.used["generate"] += 1
