@@ -31,6 +31,15 @@ def open_sqlite(path: Path, what: str) -> sqlite3.Connection:
     return conn
 
 
+def root_hash(conn: sqlite3.Connection, query: str) -> str:
+    """One hash over the rows' sha256 in the query's order: a manifest keeps it to catch rehashed edits and injected
+    rows."""
+    digest = hashlib.sha256()
+    for (sha,) in conn.execute(query):
+        digest.update(sha.encode())
+    return digest.hexdigest()
+
+
 def whitespace_tokens(text: str) -> int:
     return len(text.split())
 
@@ -245,11 +254,7 @@ class RawPageStore:
         return bad
 
     def root_hash(self) -> str:
-        """One hash over every page's hash, in order; a manifest keeps it to catch rehashed edits."""
-        digest = hashlib.sha256()
-        for (sha,) in self._conn.execute("SELECT sha256 FROM pages ORDER BY conv_id, page_index"):
-            digest.update(sha.encode())
-        return digest.hexdigest()
+        return root_hash(self._conn, "SELECT sha256 FROM pages ORDER BY conv_id, page_index")
 
     def close(self) -> None:
         self._conn.close()

@@ -18,7 +18,7 @@ import numpy as np
 from tiermem.data.dates import parse_timestamp
 from tiermem.data.records import Turn
 from tiermem.llm import LLM, LLMError
-from tiermem.memory.raw_store import Page, StoreError, open_sqlite
+from tiermem.memory.raw_store import Page, StoreError, open_sqlite, root_hash
 from tiermem.memory.text import best_overlap_turn, content_words, split_sentences
 from tiermem.settings.errors import ConfigError, UsageError
 
@@ -247,11 +247,7 @@ class SummaryIndex:
         return self.units[self._position[unit_id]]
 
     def root_hash(self) -> str:
-        """One hash over every unit's hash in order: the manifest's check for rehashed edits and injected rows."""
-        digest = hashlib.sha256()
-        for (sha,) in self._conn.execute("SELECT sha256 FROM units ORDER BY rowid"):
-            digest.update(sha.encode())
-        return digest.hexdigest()
+        return root_hash(self._conn, "SELECT sha256 FROM units ORDER BY rowid")
 
     def __len__(self) -> int:
         return len(self.units)
