@@ -25,7 +25,8 @@ def machine_info() -> dict[str, Any]:
 def data_name(dataset: str | Path | list[str], records: Sequence[dict[str, Any]], provenance: dict[str, Any]) -> str:
     """The data by what it is, for a model card that travels (never a local path): a hub id as is; local records
     by the conversations file their label run read (its config.yaml) or their own file name, and the sha256 of the
-    records themselves, which names the same data on any machine."""
+    records themselves, which names the same data on any machine (wall-clock fields left out: a relabel is the same
+    data)."""
     import hashlib
 
     from labeling.dataset import data_paths
@@ -35,7 +36,8 @@ def data_name(dataset: str | Path | list[str], records: Sequence[dict[str, Any]]
         return str(dataset) if len(paths) == 1 else " + ".join(paths)  # hub dataset ids
     digest = hashlib.sha256()
     for rec in records:
-        digest.update(json.dumps(rec, sort_keys=True, default=str).encode())
+        timeless = {k: v for k, v in rec.items() if not k.endswith("wall_s")}
+        digest.update(json.dumps(timeless, sort_keys=True, default=str).encode())
     sources = provenance.get("data_path")
     sources = sources if isinstance(sources, list) else [sources]
     what = " + ".join(f"label records of {Path(str(source)).name}" if source
